@@ -1,0 +1,68 @@
+/*
+ * Context switch for x86-64, System V ABI.
+ *
+ * void weft__ctx_jump(void **save_sp, void *to_sp)
+ *   Saves the callee-saved registers (rbp, rbx, r12-r15), the MXCSR control
+ *   bits and the x87 control word on the current stack, stores the stack
+ *   pointer in *save_sp, then restores the same set from to_sp and continues
+ *   there. Caller-saved registers need no saving: the call already told the
+ *   compiler they are clobbered.
+ *
+ * Frame, from the saved stack pointer up:
+ *   +0  MXCSR (4 bytes)  +4 x87 control word (2 bytes, 2 of padding)
+ *   +8  r15  +16 r14  +24 r13  +32 r12  +40 rbx  +48 rbp  +56 return address
+ *
+ * The switch ends with an indirect jmp to the popped return address rather
+ * than ret: after the stack pointer has moved to another stack, a ret is
+ * predicted from the return stack buffer of the other stack and mispredicts.
+ *
+ * A new context (built in C by weft__ctx_make) has r12 = argument, rbx =
+ * entry function and the return address = weft__ctx_start, which calls
+ * entry(arg). Entry must never return.
+ */
+    .text
+    .globl weft__ctx_jump
+    .hidden weft__ctx_jump
+    .type weft__ctx_jump, @function
+    .p2align 4
+weft__ctx_jump:
+    .cfi_startproc
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    leaq -8(%rsp), %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    leaq 8(%rsp), %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    popq %rcx
+    jmpq *%rcx
+    .cfi_endproc
+    .size weft__ctx_jump, .-weft__ctx_jump
+
+    .globl weft__ctx_start
+    .hidden weft__ctx_start
+    .type weft__ctx_start, @function
+    .p2align 4
+weft__ctx_start:
+    .cfi_startproc
+    .cfi_undefined rip          /* the outermost frame of a task's stack */
+    movq %r12, %rdi
+    callq *%rbx
+    ud2
+    .cfi_endproc
+    .size weft__ctx_start, .-weft__ctx_start
+
+    .section .note.GNU-stack,"",%progbits

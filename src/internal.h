@@ -1,0 +1,404 @@
+/*
+ * weft internals: the structures shared by the runtime's modules.
+ *
+ * Layers (bottom up) and their files:
+ *   ctx.h        register save/restore (src/arch/ assembly, or ucontext) and the
+ *                sanitizer fiber hooks
+ *   stack.c      task slots: a stack with the task struct at its top, pooled
+ *   timer.c      per-worker hierarchical timing wheel
+ *   sched.c      workers, run queues, stealing, park/wake, spawn
+ *   scope.c      structured concurrency: scopes, policies, cancellation
+ *   runtime.c    weft_run / weft_main, clocks, signals, public entry points
+ *
+ * Thread rules, stated once:
+ * - A task is run by one worker for its whole life, from its first run on.
+ *   Everything in a weft_task marked "owner" is touched only by that worker
+ *   (or, before the task first runs, by the worker that holds it).
+ * - A worker's run queues, timer wheel and pools are touched only by the
+ *   worker's thread. Other threads reach a worker through its inbox (a
+ *   lock-free stack of tasks to make runnable) and its sleeping flag.
+ * - A scope's fields are guarded by its lock, except `cancelled`, which is
+ *   atomic so blocking calls can read it without the lock.
+ */
+#ifndef WEFT_INTERNAL_H
+#define WEFT_INTERNAL_H
+
+#include "weft.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atomic.h"
+
+#if defined(WEFT_UCONTEXT)
+#include <ucontext.h>
+#endif
+
+#define WEFT_CACHELINE 64
+#define WEFT_UNUSED(x) ((void)(x))
+#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Thread-local storage with the initial-exec model: a single %fs-relative
+ * load even in the shared library (no __tls_get_addr on hot paths). */
+#define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
+
+typedef struct weft_task weft_task;
+typedef struct weft_worker weft_worker;
+typedef struct weft_runtime weft_runtime;
+
+/* ---- context ----------------------------------------------------------- */
+
+typedef struct weft__ctx {
+#if defined(WEFT_UCONTEXT)
+    ucontext_t uc;
+#else
+    void *sp; /* saved stack pointer; the registers are on that stack */
+#endif
+} weft__ctx;
+
+/* ---- spinlock: short critical sections only, never held across a park -- */
+
+typedef struct weft__lock {
+    atomic_int held;
+} weft__lock;
+
+static inline void weft__lock_acquire(weft__lock *l)
+{
+    for (;;) {
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        int spins = 0;
+        while (ld_rlx(&l->held)) {
+            if (++spins < 128) {
+                cpu_relax();
+            } else {
+                spins = 0;
+                sched_yield();
+            }
+        }
+    }
+}
+static inline void weft__lock_release(weft__lock *l)
+{
+    st_rel(&l->held, 0);
+}
+
+/* ---- timers ------------------------------------------------------------ */
+
+typedef struct weft__timer weft__timer;
+typedef void (*weft__timer_fn)(weft__timer *t);
+
+/* A timer in a worker's wheel. Embedded in its owner (a task, a scope);
+ * armed and disarmed only on the wheel's worker. */
+struct weft__timer {
+    weft__timer *next, *prev; /* slot list; both NULL when not armed */
+    int64_t when;             /* absolute deadline, ns of the runtime clock */
+    weft__timer_fn fn;        /* called on the wheel's worker when due */
+    uint16_t level, slot;     /* where it is filed, for disarm */
+};
+
+#define WEFT_WHEEL_LEVELS 11 /* 6 bits a level: 66 bits cover int64 time */
+#define WEFT_WHEEL_SLOTS 64
+
+/* Hierarchical timing wheel with 1 ns resolution at level 0 (as Tokio's and
+ * the Linux kernel's, but exact): a timer due at `when` is filed at the
+ * level of the highest 6-bit group in which `when` and `elapsed` differ,
+ * so arm and disarm are O(1); advancing moves a higher-level slot's timers
+ * down (at most 10 times in a timer's life) and fires level-0 slots, each
+ * of which holds timers of one exact deadline, in the order armed.
+ * Invariant: every armed timer has when >= elapsed, and sits at a slot at or
+ * after elapsed's slot at its level. */
+typedef struct weft__wheel {
+    int64_t elapsed;                          /* time the wheel has reached */
+    size_t count;                             /* armed timers */
+    uint64_t occupied[WEFT_WHEEL_LEVELS];     /* bit s: slot s not empty */
+    weft__timer slots[WEFT_WHEEL_LEVELS][WEFT_WHEEL_SLOTS]; /* sentinels */
+} weft__wheel;
+
+void weft__wheel_init(weft__wheel *wh, int64_t now);
+void weft__wheel_arm(weft__wheel *wh, weft__timer *t, int64_t when);
+void weft__wheel_disarm(weft__wheel *wh, weft__timer *t);
+/* Fires every timer due at or before now; returns how many fired. */
+size_t weft__wheel_advance(weft__wheel *wh, int64_t now);
+/* Earliest time at which a timer may be due (a lower bound, exact at level
+ * 0), or WEFT_NEVER if none is armed. */
+int64_t weft__wheel_next(const weft__wheel *wh);
+/* Exact earliest deadline: moves higher-level timers down without firing
+ * (valid only while no time passes, as in the virtual clock's idle step). */
+int64_t weft__wheel_next_exact(weft__wheel *wh);
+
+static inline bool weft__timer_armed(const weft__timer *t)
+{
+    return t->next != NULL;
+}
+
+/* ---- tasks --------------------------------------------------------------- */
+
+/* The park word of a task: (generation << 2) | state. A park takes a new
+ * generation, so a waker holding the token of an older park can never wake
+ * a newer one: waking is a CAS from the exact token to "running". */
+enum {
+    PARK_RUNNING = 0,
+    PARK_CANCELLABLE = 1, /* parked; cancellation may wake it */
+    PARK_FIRM = 2,        /* parked; only its event may wake it (join) */
+};
+#define PARK_STATE(w) ((unsigned)((w)&3u))
+
+enum {
+    TASK_STARTED = 1u << 0, /* has run: pinned to `worker` */
+    TASK_GUARDED = 1u << 1, /* its stack has a guard page below it */
+    TASK_CUSTOM = 1u << 2,  /* slot mmap'd for this task alone */
+    TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
+    TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
+};
+
+/* A task and its stack share one slot of memory: the struct sits at the top
+ * of the slot and the stack grows down from just below it, so a parked task
+ * that used little stack costs one page. */
+struct weft_task {
+    weft__ctx ctx;      /* owner: saved registers while not running */
+    weft_worker *worker; /* set when first run; never changes afterwards */
+    weft_task *next;     /* owner: link in a run queue, inbox or free list */
+    _Atomic uint64_t park; /* park word (see above); any thread CASes it */
+    int wake_code;       /* result of the last park, set by the winning waker */
+    unsigned flags;      /* TASK_* */
+
+    weft__timer timer;   /* owner: deadline of the current park */
+
+    weft_scope *home;            /* scope it was spawned into */
+    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
+    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
+    int index;                   /* child index in home */
+    int status;                  /* fn's return value */
+
+    weft_fn fn;
+    void *arg;
+    const char *name; /* for diagnostics, may be NULL */
+    const char *file; /* spawn site */
+    int line;
+
+    char *stack_lo;    /* lowest usable stack byte (above the guard page) */
+    char *slot_lo;     /* start of the slot's mapping (the guard, if any) */
+    size_t slot_size;  /* bytes from slot_lo to the slot's end */
+
+#if defined(WEFT_TSAN)
+    void *tsan_fiber;
+#endif
+};
+
+/* ---- scheduler ----------------------------------------------------------- */
+
+typedef struct weft__queue { /* FIFO of tasks, owner only */
+    weft_task *head, *tail;
+    size_t len;
+} weft__queue;
+
+/* Chase-Lev work-stealing deque of tasks that have not started: the owner
+ * pushes and pops at the bottom (LIFO, so a node's newest child runs next
+ * and trees are walked depth first), thieves take from the top (oldest,
+ * usually the largest piece of work). */
+typedef struct weft__dqbuf {
+    int64_t mask;                   /* capacity - 1 */
+    struct weft__dqbuf *retired;    /* older buffers, freed with the deque */
+    _Atomic(weft_task *) a[];
+} weft__dqbuf;
+
+typedef struct weft__deque {
+    _Atomic int64_t top;        /* thieves CAS it */
+    char pad1[WEFT_CACHELINE - sizeof(int64_t)];
+    _Atomic int64_t bottom;     /* owner only writes it */
+    _Atomic(weft__dqbuf *) buf; /* owner replaces it when growing */
+} weft__deque;
+
+typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
+    weft_task *free;
+    size_t nfree;
+    char *carve, *carve_end; /* untouched slots left in the newest chunk */
+    char *carve_start;       /* that chunk's first slot */
+} weft__pool_local;
+
+struct weft_worker {
+    /* --- touched by other threads --- */
+    _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
+    atomic_int sleeping;         /* 1 while in (or entering) futex sleep */
+    char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
+    weft__deque deque;           /* not-started tasks; thieves steal */
+    char pad1[WEFT_CACHELINE];
+
+    /* --- owner only --- */
+    weft_runtime *rt;
+    int id;
+    weft_task *cur;      /* running task, NULL in the scheduler loop */
+    weft_task *runnext;  /* woken by the running task: runs next */
+    unsigned runnext_streak;
+    weft__queue runq;    /* woken tasks, FIFO */
+    weft__queue yieldq;  /* tasks that yielded: after everything else */
+    weft_task *dead;     /* finished task to recycle after the switch */
+    unsigned tick;       /* scheduling decisions taken */
+    unsigned spawns;     /* spawns by the running task since it resumed */
+    uint64_t rng;        /* xorshift state: victims, seeded picks */
+    weft__ctx sched_ctx; /* the scheduler loop's context */
+    weft__wheel wheel;
+    weft__pool_local pool;
+    /* seeded scheduling: every runnable task lives in this array */
+    weft_task **ready;
+    size_t nready, capready;
+    /* virtual clock bookkeeping, under rt->vmu */
+    bool vidle;
+    int64_t vnext;
+
+    pthread_t thread;
+    void *stack_lo; /* the thread's own stack, for ASan */
+    size_t stack_size;
+    void *altstack; /* signal stack for reporting stack overflows */
+#if defined(WEFT_TSAN)
+    void *tsan_fiber;
+#endif
+};
+
+typedef struct weft__pool_global {
+    pthread_mutex_t mu;
+    weft_task *free; /* warm slots handed back by workers */
+    size_t nfree;
+    void **cold;     /* slots whose memory was given back (madvise) */
+    size_t ncold, capcold;
+    void **chunks;   /* every mapping, unmapped at the end */
+    size_t nchunks, capchunks;
+    atomic_long guards_left; /* guard pages we may still create */
+    size_t slot_size;        /* default slot size (stack + task) */
+} weft__pool_global;
+
+struct weft_runtime {
+    int nworkers;
+    weft_worker *workers;
+    weft_clock_kind clock;
+    uint64_t seed;
+    bool seeded; /* seed != 0 and one worker: random picks */
+    atomic_int done;
+    atomic_int nsleeping; /* workers asleep or about to be */
+    atomic_int nspinning; /* workers looking for work to steal */
+    _Atomic int64_t vnow; /* virtual clock */
+    pthread_mutex_t vmu;  /* virtual clock: idle accounting */
+    int nvidle;
+    weft_scope *root;
+    int root_status;
+    weft__pool_global pool;
+};
+
+/* ---- the current worker ---------------------------------------------------- */
+
+extern WEFT_TLS weft_worker *weft__tl_worker;
+
+static inline weft_task *weft__current(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? w->cur : NULL;
+}
+
+/* ---- sched.c --------------------------------------------------------------- */
+
+/* Parks the running task. Before calling, the caller has taken a token with
+ * weft__park_prepare() and published it where wakers find it (under the
+ * primitive's lock, released before this call). Returns the wake code: 0 or
+ * the waker's code for an event, -ETIMEDOUT for the deadline, -ECANCELED for
+ * cancellation (only if the token is cancellable). */
+uint64_t weft__park_prepare(weft_task *t, bool cancellable);
+int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline);
+/* Parks with nothing to wake it but the deadline or a cancel. */
+int weft__park_sleep(int64_t deadline);
+/* Wakes the task parked with `token`, with `code` as park's result. Returns
+ * true if this call woke it, false if the park was already over (someone
+ * else won). Any thread. */
+bool weft__wake(weft_task *t, uint64_t token, int code);
+/* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
+void weft__wake_if_cancelled(weft_task *t);
+void weft__worker_notify(weft_worker *w);
+int weft__worker_loop(weft_worker *w);
+void *weft__worker_thread(void *arg);
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
+                const weft_spawn_opts *o, const char *file, int line);
+int weft__yield(weft_worker *w);
+int64_t weft__now(weft_runtime *rt);
+void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
+void weft__worker_fini(weft_worker *w);
+void weft__task_main(void *arg);
+/* Resets a slot's task for a new life running fn(arg). */
+void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
+                        const weft_spawn_opts *o, const char *file, int line);
+
+/* ---- stack.c ----------------------------------------------------------------- */
+
+int weft__pool_init(weft__pool_global *g, size_t stack_size);
+void weft__pool_fini(weft__pool_global *g);
+/* A fresh task in a slot with a stack of stack_size (0: default). */
+weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
+void weft__task_free(weft_worker *w, weft_task *t);
+/* Gives idle slot memory back to the kernel; called by an idle worker. */
+void weft__pool_trim(weft_worker *w);
+/* Overflow detection: the canary below the stack, and the signal handler. */
+void weft__stack_check_slow(weft_task *t);
+/* Called at every switch away from t. */
+static inline void weft__stack_check(weft_task *t)
+{
+    if (!(t->flags & TASK_GUARDED))
+        weft__stack_check_slow(t);
+}
+int weft__overflow_handler_install(void);
+void weft__overflow_handler_remove(void);
+void weft__stack_report_overflow(const weft_task *t);
+
+/* ---- scope.c ------------------------------------------------------------------ */
+
+enum {
+    CANCEL_NONE = 0,
+    CANCEL_USER = 1,     /* weft_scope_cancel */
+    CANCEL_DEADLINE = 2, /* the scope's deadline passed */
+    CANCEL_POLICY = 3,   /* fail-fast error, or first-wins winner */
+    CANCEL_PARENT = 4,   /* an enclosing scope was cancelled */
+};
+
+struct weft_scope {
+    weft__lock lock;
+    atomic_int cancelled;  /* CANCEL_*, the first reason; read lock-free */
+    weft_policy policy;
+    bool joined;           /* join has completed: closed for spawns */
+    bool shield;           /* enclosing cancellation stops here */
+    weft_scope *parent;    /* enclosing scope (NULL for the root) */
+    weft_scope *kids;      /* scopes opened inside this one */
+    weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */
+    weft_task *owner;      /* task that opened it (NULL for the root) */
+    weft_task *members;    /* children still running */
+    int spawned, live, failed;
+    int first_error;       /* first failure (FAIL_FAST, FIRST), else 0 */
+    int winner;            /* FIRST: winning child, else -1 */
+    int64_t *statuses;     /* COLLECT, FIRST: per child, INT64_MIN running */
+    int capstatuses;
+    weft_task *joiner;     /* owner parked in join, with its token */
+    uint64_t join_token;
+    weft__timer deadline_timer; /* on the owner's worker */
+    int64_t deadline;
+    bool is_root;
+};
+
+int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
+/* Registers a new child in s; returns its index or an error. */
+int weft__scope_add_child(weft_scope *s, weft_task *t);
+/* The child finished: records its status, wakes the joiner. */
+void weft__scope_child_done(weft_scope *s, weft_task *t);
+/* Joins, at the task's exit, the scopes it left open. */
+void weft__scope_join_leftovers(weft_task *t);
+int weft__scope_cancel(weft_scope *s, int reason);
+static inline bool weft__scope_is_cancelled(const weft_scope *s)
+{
+    return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
+}
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,492 @@
+/*
+ * The runtime's life, and the public entry points that are thin wrappers.
+ *
+ * weft_run, step by step:
+ *   1. check the configuration; allocate the runtime, its workers (worker 0
+ *      is the calling thread) and the slot pool;
+ *   2. spawn the root task into the root scope, on worker 0;
+ *   3. start workers 1..n-1 and run worker 0's loop on this thread;
+ *   4. when the root scope's last task finishes, it sets `done` and wakes
+ *      every worker; each leaves its loop;
+ *   5. join the threads, unmap every stack, return the root task's status.
+ * Nothing outlives weft_run: a task cannot, since every task is inside the
+ * root scope, and the root scope is empty before step 4.
+ *
+ * weft_main adds a signal thread: SIGINT and SIGTERM are blocked in every
+ * runtime thread and read from a signalfd; the first cancels the root
+ * scope, a second one (or the grace period running out) ends the process.
+ */
+#include "ctx.h"
+#include "internal.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#define DEFAULT_STACK_BASE (64 * 1024)
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+#define DEFAULT_STACK (4 * DEFAULT_STACK_BASE)
+#else
+#define DEFAULT_STACK DEFAULT_STACK_BASE
+#endif
+#define MAX_WORKERS 1024
+#define MAX_STACK ((size_t)1 << 30)
+#define ALTSTACK_SIZE (64 * 1024)
+
+void weft__fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+/* ---- versions and errors -------------------------------------------------- */
+
+unsigned weft_version(void)
+{
+    return WEFT_VERSION_HEX;
+}
+
+const char *weft_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case -ECANCELED:
+        return "operation cancelled (its scope was cancelled)";
+    case -ETIMEDOUT:
+        return "deadline passed";
+    case -EINVAL:
+        return "invalid argument";
+    case -EPERM:
+        return "not allowed here (outside a task of this runtime, or not "
+               "the owner)";
+    case -EBUSY:
+        return "busy (runtime already running on this thread, or scope not "
+               "joined)";
+    case -ESHUTDOWN:
+        return "closed (scope already joined)";
+    case -ENOMEM:
+        return "out of memory";
+    case -EAGAIN:
+        return "not ready yet (try again)";
+    case -ENOENT:
+        return "no such item";
+    case -ENODATA:
+        return "not recorded (this scope's policy keeps no such data)";
+    case -EOVERFLOW:
+        return "too many";
+    case -EPIPE:
+        return "closed";
+    }
+    if (err < 0 && err > -4096)
+        return strerror(-err);
+    return "unknown error";
+}
+
+/* ---- thread setup ------------------------------------------------------------- */
+
+static void thread_enter(weft_worker *w)
+{
+    weft__tl_worker = w;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstack(&attr, &w->stack_lo, &w->stack_size);
+        pthread_attr_destroy(&attr);
+    }
+#if defined(WEFT_TSAN)
+    w->tsan_fiber = __tsan_get_current_fiber();
+#endif
+    w->altstack = malloc(ALTSTACK_SIZE);
+    if (w->altstack) {
+        stack_t ss = {.ss_sp = w->altstack, .ss_size = ALTSTACK_SIZE};
+        sigaltstack(&ss, NULL);
+    }
+}
+
+static void thread_leave(weft_worker *w)
+{
+    if (w->altstack) {
+        stack_t ss = {.ss_flags = SS_DISABLE};
+        sigaltstack(&ss, NULL);
+        free(w->altstack);
+        w->altstack = NULL;
+    }
+    weft__tl_worker = NULL;
+}
+
+void *weft__worker_thread(void *arg)
+{
+    weft_worker *w = arg;
+    thread_enter(w);
+    weft__worker_loop(w);
+    thread_leave(w);
+    return NULL;
+}
+
+/* ---- weft_run ------------------------------------------------------------------- */
+
+static int check_config(const weft_config *c)
+{
+    if (c->workers < 0 || c->workers > MAX_WORKERS)
+        return -EINVAL;
+    if (c->stack_size > MAX_STACK)
+        return -EINVAL;
+    if (c->clock != WEFT_CLOCK_MONOTONIC && c->clock != WEFT_CLOCK_VIRTUAL)
+        return -EINVAL;
+    if (c->shutdown_grace_ns < 0)
+        return -EINVAL;
+    return 0;
+}
+
+static int online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n > MAX_WORKERS ? MAX_WORKERS : n) : 1;
+}
+
+static uint64_t seed_from_env(uint64_t seed)
+{
+    const char *s = getenv("WEFT_SEED");
+    if (s && *s)
+        return strtoull(s, NULL, 0);
+    return seed;
+}
+
+static void runtime_free(weft_runtime *rt)
+{
+    if (rt->workers) {
+        for (int i = 0; i < rt->nworkers; i++)
+            weft__worker_fini(&rt->workers[i]);
+        free(rt->workers);
+    }
+    weft__pool_fini(&rt->pool);
+    free(rt->root);
+    pthread_mutex_destroy(&rt->vmu);
+    free(rt);
+}
+
+static weft_runtime *runtime_new(const weft_config *c, int *err)
+{
+    weft_runtime *rt = calloc(1, sizeof(*rt));
+    if (!rt) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    pthread_mutex_init(&rt->vmu, NULL);
+    rt->nworkers = c->workers ? c->workers : online_cpus();
+    rt->clock = c->clock;
+    rt->seed = seed_from_env(c->seed);
+    rt->seeded = rt->seed != 0 && rt->nworkers == 1;
+    size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
+    weft__pool_init(&rt->pool, stack);
+    rt->root = malloc(sizeof(*rt->root));
+    rt->workers = aligned_alloc(WEFT_CACHELINE,
+                                (size_t)rt->nworkers * sizeof(weft_worker));
+    if (!rt->root || !rt->workers) {
+        runtime_free(rt);
+        *err = -ENOMEM;
+        return NULL;
+    }
+    weft__scope_init_root(rt, rt->root);
+    for (int i = 0; i < rt->nworkers; i++)
+        weft__worker_init(rt, &rt->workers[i], i);
+    return rt;
+}
+
+static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
+{
+    weft_worker *w0 = &rt->workers[0];
+    weft_task *t = weft__task_alloc(w0, 0);
+    if (!t)
+        return -ENOMEM;
+    static const weft_spawn_opts root_opts = {.name = "root"};
+    weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
+    weft__scope_add_child(rt->root, t);
+    /* Worker 0 starts it first. */
+    t->next = NULL;
+    w0->runq.head = w0->runq.tail = t;
+    w0->runq.len = 1;
+    return 0;
+}
+
+static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
+                              int *err);
+
+int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
+{
+    int err = 0;
+    weft_runtime *rt = run_with(cfg, fn, arg, &err);
+    if (!rt)
+        return err;
+    int status = rt->root_status;
+    runtime_free(rt);
+    return status;
+}
+
+/* Hook for weft_main: called with the runtime before any task runs. */
+static void (*run_hook)(weft_runtime *rt, void *ctx);
+static void *run_hook_ctx;
+static pthread_mutex_t run_hook_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
+                              int *err)
+{
+    weft_config defaults = {0};
+    if (!cfg)
+        cfg = &defaults;
+    if (!fn) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (weft__tl_worker) {
+        *err = -EBUSY;
+        return NULL;
+    }
+    if ((*err = check_config(cfg)) != 0)
+        return NULL;
+    weft_runtime *rt = runtime_new(cfg, err);
+    if (!rt)
+        return NULL;
+    if ((*err = spawn_root(rt, fn, arg)) != 0) {
+        runtime_free(rt);
+        return NULL;
+    }
+    weft__overflow_handler_install();
+    int started = 1;
+    for (; started < rt->nworkers; started++) {
+        weft_worker *w = &rt->workers[started];
+        if (pthread_create(&w->thread, NULL, weft__worker_thread, w) != 0)
+            break;
+    }
+    if (started < rt->nworkers) {
+        /* Could not start them all: run with the ones we have. */
+        rt->nworkers = started;
+        rt->seeded = rt->seed != 0 && rt->nworkers == 1;
+    }
+    if (run_hook)
+        run_hook(rt, run_hook_ctx);
+    weft_worker *w0 = &rt->workers[0];
+    thread_enter(w0);
+    weft__worker_loop(w0);
+    thread_leave(w0);
+    for (int i = 1; i < rt->nworkers; i++)
+        pthread_join(rt->workers[i].thread, NULL);
+    weft__overflow_handler_remove();
+    return rt;
+}
+
+/* ---- weft_main: graceful shutdown on SIGINT/SIGTERM ---------------------------------- */
+
+struct sigctl {
+    int sfd, efd;
+    int64_t grace_ns;
+    weft_runtime *rt;
+    pthread_t thread;
+};
+
+static void *signal_thread(void *arg)
+{
+    struct sigctl *sc = arg;
+    int signals = 0;
+    int timeout_ms = -1;
+    for (;;) {
+        struct pollfd p[2] = {{sc->sfd, POLLIN, 0}, {sc->efd, POLLIN, 0}};
+        int n = poll(p, 2, timeout_ms);
+        if (n == 0) {
+            fprintf(stderr, "weft: tasks did not finish within the grace "
+                            "period after a signal; exiting\n");
+            _exit(130);
+        }
+        if (n < 0)
+            continue;
+        if (p[1].revents & POLLIN)
+            return NULL; /* the runtime finished */
+        if (p[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sc->sfd, &si, sizeof(si)) != sizeof(si))
+                continue;
+            if (++signals == 1) {
+                fprintf(stderr,
+                        "weft: %s received, cancelling all tasks "
+                        "(send it again to exit at once)\n",
+                        strsignal((int)si.ssi_signo));
+                weft__scope_cancel(sc->rt->root, CANCEL_USER);
+                timeout_ms = (int)(sc->grace_ns / WEFT_MSEC);
+            } else {
+                fprintf(stderr, "weft: second signal, exiting\n");
+                _exit(130);
+            }
+        }
+    }
+}
+
+static void start_signal_thread(weft_runtime *rt, void *ctx)
+{
+    struct sigctl *sc = ctx;
+    sc->rt = rt;
+    if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0)
+        sc->rt = NULL;
+}
+
+int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
+{
+    weft_config c = cfg ? *cfg : (weft_config){0};
+    struct sigctl sc = {.sfd = -1, .efd = -1};
+    sc.grace_ns = c.shutdown_grace_ns ? c.shutdown_grace_ns : 5 * WEFT_SEC;
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    sc.sfd = signalfd(-1, &set, SFD_CLOEXEC);
+    sc.efd = eventfd(0, EFD_CLOEXEC);
+    if (sc.sfd < 0 || sc.efd < 0) {
+        int e = -errno;
+        if (sc.sfd >= 0)
+            close(sc.sfd);
+        if (sc.efd >= 0)
+            close(sc.efd);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return e;
+    }
+    pthread_mutex_lock(&run_hook_mu);
+    run_hook = start_signal_thread;
+    run_hook_ctx = &sc;
+    int err = 0;
+    weft_runtime *rt = run_with(&c, fn, arg, &err);
+    run_hook = NULL;
+    run_hook_ctx = NULL;
+    pthread_mutex_unlock(&run_hook_mu);
+    if (sc.rt) {
+        uint64_t one = 1;
+        if (write(sc.efd, &one, sizeof(one)) < 0)
+            pthread_cancel(sc.thread);
+        pthread_join(sc.thread, NULL);
+    }
+    close(sc.sfd);
+    close(sc.efd);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!rt)
+        return err;
+    int status = rt->root_status;
+    runtime_free(rt);
+    return status;
+}
+
+int weft_main(weft_fn fn, void *arg)
+{
+    return weft_main_cfg(NULL, fn, arg);
+}
+
+/* ---- small public entry points ---------------------------------------------------------- */
+
+uint64_t weft_seed(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? w->rt->seed : 0;
+}
+
+int weft_workers(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? w->rt->nworkers : -EPERM;
+}
+
+int weft_worker_id(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? w->id : -EPERM;
+}
+
+int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
+                  const weft_spawn_opts *opts, const char *file, int line)
+{
+    return weft__spawn(s, fn, arg, opts, file, line);
+}
+
+int weft_cancelled(void)
+{
+    weft_task *t = weft__current();
+    return t ? weft__scope_is_cancelled(ld_rlx(&t->cur)) : 0;
+}
+
+int weft_yield(void)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    return weft__yield(w);
+}
+
+const char *weft_task_name(void)
+{
+    weft_task *t = weft__current();
+    return t && t->name ? t->name : "";
+}
+
+weft_time weft_now(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return weft__now(w ? w->rt : NULL);
+}
+
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    if (b > 0 && a > WEFT_NEVER - b)
+        return WEFT_NEVER;
+    return a + b;
+}
+
+int weft_sleep_until(weft_time t)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (t <= weft__now(w->rt))
+        return weft_cancelled() ? -ECANCELED : 0;
+    int rc = weft__park_sleep(t);
+    return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+int weft_sleep(int64_t ns)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (ns <= 0)
+        return weft_cancelled() ? -ECANCELED : 0;
+    return weft_sleep_until(add_sat(weft__now(w->rt), ns));
+}
+
+int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (!fn)
+        return -EINVAL;
+    weft_scope *s;
+    weft_scope_opts o = {.policy = WEFT_FAIL_FAST};
+    o.deadline = timeout_ns <= 0 ? weft__now(w->rt)
+                                 : add_sat(weft__now(w->rt), timeout_ns);
+    if (o.deadline == 0)
+        o.deadline = 1; /* 0 means "no deadline" in the options */
+    int rc = weft_scope_open(&s, &o);
+    if (rc)
+        return rc;
+    rc = fn(arg);
+    weft_scope_join(s);
+    bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
+    weft_scope_free(s);
+    return timed_out && rc < 0 ? -ETIMEDOUT : rc;
+}

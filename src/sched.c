@@ -1,0 +1,763 @@
+/*
+ * Workers, run queues, stealing, park and wake.
+ *
+ * How a worker chooses what runs next (pick):
+ *   1. runnext: a task woken by the task that is running now (Go's runnext:
+ *      a ping-pong pair runs back to back); at most RUNNEXT_STREAK times
+ *      in a row, so such a pair cannot starve the rest.
+ *   2. runq: woken tasks, FIFO.
+ *   3. the deque of tasks not started yet, newest first: a node's newest
+ *      child runs next, so trees (skynet, recursive fan-out) are walked
+ *      depth first and a few stacks are live at a time, not millions.
+ *      Idle workers steal the oldest half from the other end.
+ *   4. the inbox: tasks woken by other threads (a lock-free stack).
+ *   5. timers that are due (the clock is read only if a timer is armed).
+ *   6. yieldq: tasks that called weft_yield, so yielding lets everything
+ *      else run first.
+ * Every FAIR_EVERY decisions the order starts with the inbox, timers,
+ * yieldq and the deque instead, so nothing waits forever.
+ *
+ * A task switches straight to the next task (no detour through the
+ * scheduler's stack): one context switch per park or yield. Only when
+ * nothing is runnable does it switch to the worker's own context, which
+ * steals, sleeps, and drives the virtual clock.
+ *
+ * Parking: the park word of a task holds a generation and a state. A
+ * blocking primitive calls weft__park_prepare (new generation, state
+ * "parked") while it still holds its own lock, publishes the token next to
+ * the task in its wait list, unlocks and calls weft__park_commit. Wakers
+ * (the primitive's event, the deadline timer, a cancel) race with a CAS
+ * from the token to "running": exactly one wins, sets the wake code and
+ * queues the task on its own worker (locally, or through the inbox). A
+ * token from an older park never matches, so a late waker is harmless.
+ *
+ * Sleeping: an idle worker announces itself (sleeping = 1, nsleeping++),
+ * looks once more for work, and only then waits on a futex. Whoever makes
+ * work (an inbox push, a spawn) stores first and checks the flag second;
+ * both sides use seq_cst so at least one sees the other.
+ */
+#include "ctx.h"
+#include "internal.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUNNEXT_STREAK 16
+#define FAIR_EVERY 61
+#define SPAWN_BUDGET 32 /* spawns before a spawner lets others run: less
+                          * than FAIR_EVERY, so its children keep up */
+#define SPIN_ROUNDS 64
+#define DEQUE_INITIAL 256
+
+WEFT_TLS weft_worker *weft__tl_worker;
+
+/* ---- clock ---------------------------------------------------------------- */
+
+int64_t weft__now(weft_runtime *rt)
+{
+    if (rt && rt->clock == WEFT_CLOCK_VIRTUAL)
+        return ld_acq(&rt->vnow);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
+/* ---- futex ------------------------------------------------------------------- */
+
+static void futex_wait(atomic_int *addr, int val, int64_t timeout_ns)
+{
+    struct timespec ts, *tp = NULL;
+    if (timeout_ns != WEFT_NEVER) {
+        if (timeout_ns < 0)
+            timeout_ns = 0;
+        ts.tv_sec = timeout_ns / WEFT_SEC;
+        ts.tv_nsec = timeout_ns % WEFT_SEC;
+        tp = &ts;
+    }
+    syscall(SYS_futex, (int *)addr, FUTEX_WAIT_PRIVATE, val, tp, NULL, 0);
+}
+
+static void futex_wake(atomic_int *addr)
+{
+    syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* ---- FIFO queues (owner only) ------------------------------------------------- */
+
+static inline void q_push(weft__queue *q, weft_task *t)
+{
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+    q->len++;
+}
+
+static inline weft_task *q_pop(weft__queue *q)
+{
+    weft_task *t = q->head;
+    if (t) {
+        q->head = t->next;
+        if (!q->head)
+            q->tail = NULL;
+        q->len--;
+    }
+    return t;
+}
+
+/* ---- Chase-Lev deque ------------------------------------------------------------
+ * After Le, Pop, Cohen and Zappa Nardelli, "Correct and efficient
+ * work-stealing for weak memory models" (PPoPP 2013), with the fences
+ * folded into seq_cst accesses of top and bottom, which ThreadSanitizer
+ * understands. */
+
+static weft__dqbuf *dq_buf_new(int64_t cap)
+{
+    weft__dqbuf *b = malloc(sizeof(*b) + (size_t)cap * sizeof(b->a[0]));
+    if (b) {
+        b->mask = cap - 1;
+        b->retired = NULL;
+    }
+    return b;
+}
+
+static int dq_init(weft__deque *d)
+{
+    weft__dqbuf *b = dq_buf_new(DEQUE_INITIAL);
+    if (!b)
+        return -ENOMEM;
+    atomic_init(&d->top, 0);
+    atomic_init(&d->bottom, 0);
+    atomic_init(&d->buf, b);
+    return 0;
+}
+
+static void dq_fini(weft__deque *d)
+{
+    weft__dqbuf *b = ld_rlx(&d->buf);
+    while (b) {
+        weft__dqbuf *old = b->retired;
+        free(b);
+        b = old;
+    }
+}
+
+static int dq_push(weft__deque *d, weft_task *t)
+{
+    int64_t b = ld_rlx(&d->bottom);
+    int64_t top = ld_acq(&d->top);
+    weft__dqbuf *buf = ld_rlx(&d->buf);
+    if (b - top > buf->mask) {
+        /* Full: copy into a buffer twice as large. Thieves may still read
+         * the old one, so it is kept (retired) until the deque dies. */
+        weft__dqbuf *nb = dq_buf_new((buf->mask + 1) * 2);
+        if (!nb)
+            return -ENOMEM;
+        for (int64_t i = top; i < b; i++)
+            st_rlx(&nb->a[i & nb->mask], ld_rlx(&buf->a[i & buf->mask]));
+        nb->retired = buf;
+        st_rel(&d->buf, nb);
+        buf = nb;
+    }
+    st_rlx(&buf->a[b & buf->mask], t);
+    /* Pairs with the load of nsleeping in wake_idle_worker (Dekker). */
+    st_sc(&d->bottom, b + 1);
+    return 0;
+}
+
+static weft_task *dq_pop(weft__deque *d)
+{
+    int64_t b = ld_rlx(&d->bottom) - 1;
+    weft__dqbuf *buf = ld_rlx(&d->buf);
+    st_sc(&d->bottom, b);
+    int64_t top = ld_sc(&d->top);
+    if (top > b) {
+        st_rlx(&d->bottom, b + 1);
+        return NULL;
+    }
+    weft_task *t = ld_rlx(&buf->a[b & buf->mask]);
+    if (top == b) { /* the last one: race the thieves for it */
+        if (!cas_sc(&d->top, &top, top + 1))
+            t = NULL;
+        st_rlx(&d->bottom, b + 1);
+    }
+    return t;
+}
+
+/* Returns a task, or NULL if empty; *lost is set when a race was lost. */
+static weft_task *dq_steal(weft__deque *d, bool *lost)
+{
+    int64_t top = ld_sc(&d->top);
+    int64_t b = ld_sc(&d->bottom);
+    if (top >= b)
+        return NULL;
+    weft__dqbuf *buf = ld_acq(&d->buf);
+    weft_task *t = ld_rlx(&buf->a[top & buf->mask]);
+    if (!cas_sc(&d->top, &top, top + 1)) {
+        *lost = true;
+        return NULL;
+    }
+    return t;
+}
+
+static inline bool dq_nonempty(weft__deque *d)
+{
+    return ld_sc(&d->top) < ld_sc(&d->bottom);
+}
+
+/* ---- making tasks runnable -------------------------------------------------------- */
+
+static void ready_push(weft_worker *w, weft_task *t)
+{
+    if (w->nready == w->capready) {
+        size_t cap = w->capready ? w->capready * 2 : 1024;
+        weft_task **n = realloc(w->ready, cap * sizeof(*n));
+        if (!n)
+            weft__fatal("weft: out of memory growing the seeded run queue");
+        w->ready = n;
+        w->capready = cap;
+    }
+    w->ready[w->nready++] = t;
+}
+
+/* Queues t on its own worker w, from w's thread. next: t was woken by the
+ * running task and should run right after it. */
+static void make_ready_local(weft_worker *w, weft_task *t, bool next)
+{
+    if (w->rt->seeded) {
+        ready_push(w, t);
+    } else if (next) {
+        if (w->runnext)
+            q_push(&w->runq, w->runnext);
+        w->runnext = t;
+    } else {
+        q_push(&w->runq, t);
+    }
+}
+
+static void inbox_push(weft_worker *w, weft_task *t)
+{
+    weft_task *old = ld_rlx(&w->inbox);
+    do {
+        t->next = old;
+    } while (!atomic_compare_exchange_weak_explicit(
+        &w->inbox, &old, t, memory_order_seq_cst, memory_order_relaxed));
+    weft__worker_notify(w);
+}
+
+/* Moves the inbox into the run queue, oldest first. */
+static bool inbox_drain(weft_worker *w)
+{
+    if (!ld_rlx(&w->inbox))
+        return false;
+    weft_task *list = xchg_acq_rel(&w->inbox, NULL);
+    weft_task *rev = NULL;
+    while (list) {
+        weft_task *n = list->next;
+        list->next = rev;
+        rev = list;
+        list = n;
+    }
+    while (rev) {
+        weft_task *n = rev->next;
+        make_ready_local(w, rev, false);
+        rev = n;
+    }
+    return true;
+}
+
+static void virtual_unidle(weft_runtime *rt, weft_worker *w)
+{
+    pthread_mutex_lock(&rt->vmu);
+    if (w->vidle) {
+        w->vidle = false;
+        rt->nvidle--;
+    }
+    pthread_mutex_unlock(&rt->vmu);
+}
+
+void weft__worker_notify(weft_worker *w)
+{
+    if (w->rt->clock == WEFT_CLOCK_VIRTUAL)
+        virtual_unidle(w->rt, w);
+    /* Pairs with the sleeper's store of sleeping = 1 (Dekker). */
+    if (ld_sc(&w->sleeping) && xchg_sc(&w->sleeping, 0))
+        futex_wake(&w->sleeping);
+}
+
+static bool wake_ex(weft_task *t, uint64_t token, int code, bool next)
+{
+    if (PARK_STATE(token) == PARK_RUNNING)
+        return false;
+    uint64_t expected = token;
+    if (!cas_sc(&t->park, &expected, token & ~(uint64_t)3))
+        return false;
+    t->wake_code = code;
+    weft_worker *w = weft__tl_worker, *tw = t->worker;
+    if (w == tw)
+        make_ready_local(w, t, next && w->cur != NULL);
+    else
+        inbox_push(tw, t);
+    return true;
+}
+
+bool weft__wake(weft_task *t, uint64_t token, int code)
+{
+    return wake_ex(t, token, code, true);
+}
+
+void weft__wake_if_cancelled(weft_task *t)
+{
+    uint64_t token = ld_sc(&t->park);
+    if (PARK_STATE(token) != PARK_CANCELLABLE)
+        return;
+    weft_scope *cur = ld_acq(&t->cur);
+    if (cur && weft__scope_is_cancelled(cur))
+        wake_ex(t, token, -ECANCELED, false);
+}
+
+static void park_timeout(weft__timer *tm)
+{
+    weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
+    wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false);
+}
+
+/* ---- choosing the next task ------------------------------------------------------- */
+
+static void start_task(weft_worker *w, weft_task *t)
+{
+    t->worker = w;
+    t->flags |= TASK_STARTED;
+#if defined(WEFT_TSAN)
+    t->tsan_fiber = __tsan_create_fiber(0);
+#endif
+}
+
+static void poll_timers(weft_worker *w)
+{
+    if (w->wheel.count)
+        weft__wheel_advance(&w->wheel, weft__now(w->rt));
+}
+
+static uint64_t rng_next(weft_worker *w)
+{
+    uint64_t x = w->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static weft_task *pick_seeded(weft_worker *w)
+{
+    inbox_drain(w);
+    if (!w->nready)
+        poll_timers(w);
+    if (!w->nready)
+        return NULL;
+    size_t i = (size_t)(rng_next(w) % w->nready);
+    weft_task *t = w->ready[i];
+    w->ready[i] = w->ready[--w->nready];
+    return t;
+}
+
+static weft_task *take_local(weft_worker *w)
+{
+    weft_task *t;
+    if (w->runnext) {
+        t = w->runnext;
+        w->runnext = NULL;
+        if (++w->runnext_streak <= RUNNEXT_STREAK || !w->runq.head)
+            return t;
+        q_push(&w->runq, t); /* let the others have a turn */
+    }
+    w->runnext_streak = 0;
+    if ((t = q_pop(&w->runq)) != NULL)
+        return t;
+    return dq_pop(&w->deque);
+}
+
+static weft_task *pick_inner(weft_worker *w)
+{
+    weft_task *t;
+    if (WEFT_UNLIKELY(w->rt->seeded))
+        return pick_seeded(w);
+    if (WEFT_UNLIKELY(++w->tick % FAIR_EVERY == 0)) {
+        inbox_drain(w);
+        poll_timers(w);
+        if ((t = q_pop(&w->yieldq)) != NULL)
+            return t;
+        if ((t = dq_pop(&w->deque)) != NULL)
+            return t;
+    }
+    if ((t = take_local(w)) != NULL)
+        return t;
+    if (inbox_drain(w) && (t = take_local(w)) != NULL)
+        return t;
+    if (w->wheel.count) {
+        poll_timers(w);
+        if ((t = take_local(w)) != NULL)
+            return t;
+    }
+    return q_pop(&w->yieldq);
+}
+
+static inline weft_task *pick(weft_worker *w)
+{
+    weft_task *t = pick_inner(w);
+    if (t && WEFT_UNLIKELY(!(t->flags & TASK_STARTED)))
+        start_task(w, t);
+    return t;
+}
+
+/* ---- switching ------------------------------------------------------------------------ */
+
+static void recycle(weft_worker *w, weft_task *t)
+{
+#if defined(WEFT_TSAN)
+    __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+#endif
+    weft__task_free(w, t);
+}
+
+/* Runs right after every switch, on the stack that was switched to. */
+static inline void finish_switch(weft_worker *w)
+{
+    if (w->dead) {
+        recycle(w, w->dead);
+        w->dead = NULL;
+    }
+}
+
+/* Switches from the running task self to whatever runs next; returns when
+ * self runs again. */
+static void run_next(weft_worker *w, weft_task *self)
+{
+    weft_task *next = pick(w);
+    if (next == self)
+        return; /* woken before it even left */
+    weft__stack_check(self);
+    w->cur = next;
+    w->spawns = 0;
+    ctx_switch(w, self, next, false);
+    finish_switch(w);
+}
+
+void weft__task_main(void *arg)
+{
+    weft_task *t = arg;
+    ctx_entered();
+    weft_worker *w = t->worker;
+    finish_switch(w);
+    t->status = t->fn(t->arg);
+    weft__scope_join_leftovers(t);
+    weft__scope_child_done(t->home, t);
+    weft__stack_check(t);
+    w->dead = t;
+    weft_task *next = pick(w);
+    w->cur = next;
+    w->spawns = 0;
+    ctx_switch(w, t, next, true);
+    weft__fatal("weft: a finished task was resumed");
+}
+
+/* ---- park ------------------------------------------------------------------------------ */
+
+uint64_t weft__park_prepare(weft_task *t, bool cancellable)
+{
+    uint64_t gen = (ld_rlx(&t->park) >> 2) + 1;
+    uint64_t token =
+        (gen << 2) | (cancellable ? PARK_CANCELLABLE : PARK_FIRM);
+    /* Pairs with the canceller's store of the cancelled flag (Dekker). */
+    st_sc(&t->park, token);
+    return token;
+}
+
+int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
+{
+    uint64_t token = ld_rlx(&t->park);
+    if (PARK_STATE(token) == PARK_CANCELLABLE &&
+        weft__scope_is_cancelled(ld_rlx(&t->cur))) {
+        uint64_t expected = token;
+        if (cas_sc(&t->park, &expected, token & ~(uint64_t)3))
+            return -ECANCELED;
+        /* Someone else won and is queueing us: go through the queue. */
+    }
+    if (deadline != WEFT_NEVER)
+        weft__wheel_arm(&w->wheel, &t->timer, deadline);
+    run_next(w, t);
+    if (weft__timer_armed(&t->timer))
+        weft__wheel_disarm(&w->wheel, &t->timer);
+    return t->wake_code;
+}
+
+int weft__park_sleep(int64_t deadline)
+{
+    weft_worker *w = weft__tl_worker;
+    weft_task *t = w->cur;
+    weft__park_prepare(t, true);
+    return weft__park_commit(w, t, deadline);
+}
+
+int weft__yield(weft_worker *w)
+{
+    weft_task *self = w->cur;
+    if (w->rt->seeded)
+        ready_push(w, self);
+    else
+        q_push(&w->yieldq, self);
+    run_next(w, self);
+    return 0;
+}
+
+/* ---- spawn ----------------------------------------------------------------------------- */
+
+static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
+{
+    /* Pairs with the deque's bottom store (Dekker with the sleeper). */
+    if (ld_sc(&rt->nsleeping) == 0 || ld_rlx(&rt->nspinning) > 0)
+        return;
+    for (int i = 1; i < rt->nworkers; i++) {
+        weft_worker *v = &rt->workers[(self->id + i) % rt->nworkers];
+        if (ld_rlx(&v->sleeping)) {
+            weft__worker_notify(v);
+            return;
+        }
+    }
+}
+
+void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
+                        const weft_spawn_opts *o, const char *file, int line)
+{
+    t->flags &=
+        TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
+    t->worker = NULL;
+    t->next = NULL;
+    t->wake_code = 0;
+    t->timer.next = t->timer.prev = NULL;
+    t->timer.fn = park_timeout;
+    t->mprev = t->mnext = NULL;
+    t->status = 0;
+    t->fn = fn;
+    t->arg = arg;
+    t->name = o ? o->name : NULL;
+    t->file = file;
+    t->line = line;
+    weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
+}
+
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
+                const weft_spawn_opts *o, const char *file, int line)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (!fn)
+        return -EINVAL;
+    weft_task *self = w->cur;
+    if (!s)
+        s = ld_rlx(&self->cur);
+    weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
+    if (!t)
+        return -ENOMEM;
+    weft__task_prepare(t, fn, arg, o, file, line);
+    int idx = weft__scope_add_child(s, t);
+    if (idx < 0) {
+        weft__task_free(w, t);
+        return idx;
+    }
+    if (w->rt->seeded) {
+        ready_push(w, t);
+    } else if (dq_push(&w->deque, t) != 0) {
+        q_push(&w->runq, t); /* no memory to grow: runs here, unstealable */
+    } else {
+        wake_idle_worker(w->rt, w);
+    }
+    if (++w->spawns >= SPAWN_BUDGET)
+        weft__yield(w);
+    return idx;
+}
+
+/* ---- the worker's own loop ---------------------------------------------------------------- */
+
+static bool steal(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    int n = rt->nworkers;
+    if (n == 1)
+        return false;
+    int start = (int)(rng_next(w) % (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        weft_worker *v = &rt->workers[(start + i) % n];
+        if (v == w)
+            continue;
+        int64_t avail = ld_sc(&v->deque.bottom) - ld_sc(&v->deque.top);
+        int64_t want = avail > 1 ? avail / 2 : 1;
+        int got = 0;
+        for (int64_t k = 0; k < want; k++) {
+            bool lost = false;
+            weft_task *t = dq_steal(&v->deque, &lost);
+            if (!t) {
+                if (lost) {
+                    k--;
+                    continue;
+                }
+                break;
+            }
+            if (dq_push(&w->deque, t) != 0)
+                q_push(&w->runq, t);
+            got++;
+        }
+        if (got)
+            return true;
+    }
+    return false;
+}
+
+static bool work_visible(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    if (ld_sc(&w->inbox) || ld_acq(&rt->done))
+        return true;
+    for (int i = 0; i < rt->nworkers; i++)
+        if (dq_nonempty(&rt->workers[i].deque))
+            return true;
+    return false;
+}
+
+static void idle_real(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    weft__pool_trim(w);
+    if (rt->nworkers > 1) {
+        add_sc(&rt->nspinning, 1);
+        bool found = false;
+        for (int i = 0; i < SPIN_ROUNDS && !found; i++) {
+            if (ld_rlx(&w->inbox) || ld_acq(&rt->done))
+                found = true;
+            else if (steal(w))
+                found = true;
+            else
+                for (int k = 0; k < 32; k++)
+                    cpu_relax();
+        }
+        add_sc(&rt->nspinning, -1);
+        if (found)
+            return;
+    }
+    st_sc(&w->sleeping, 1);
+    add_sc(&rt->nsleeping, 1);
+    if (!work_visible(w)) {
+        int64_t next = weft__wheel_next(&w->wheel);
+        int64_t timeout = WEFT_NEVER;
+        if (next != WEFT_NEVER)
+            timeout = next - weft__now(rt);
+        if (timeout > 0)
+            futex_wait(&w->sleeping, 1, timeout);
+    }
+    st_sc(&w->sleeping, 0);
+    add_sc(&rt->nsleeping, -1);
+}
+
+/* Virtual clock: time moves only when every worker is idle, to the
+ * earliest deadline of any worker. */
+static void idle_virtual(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    pthread_mutex_lock(&rt->vmu);
+    if (work_visible(w)) {
+        pthread_mutex_unlock(&rt->vmu);
+        return;
+    }
+    w->vnext = weft__wheel_next_exact(&w->wheel);
+    w->vidle = true;
+    if (++rt->nvidle == rt->nworkers) {
+        int64_t min = WEFT_NEVER;
+        for (int i = 0; i < rt->nworkers; i++)
+            if (rt->workers[i].vnext < min)
+                min = rt->workers[i].vnext;
+        if (min != WEFT_NEVER) {
+            if (min > ld_rlx(&rt->vnow))
+                st_rel(&rt->vnow, min);
+            for (int i = 0; i < rt->nworkers; i++)
+                rt->workers[i].vidle = false;
+            rt->nvidle = 0;
+            pthread_mutex_unlock(&rt->vmu);
+            for (int i = 0; i < rt->nworkers; i++) {
+                weft_worker *v = &rt->workers[i];
+                if (v != w && ld_sc(&v->sleeping) &&
+                    xchg_sc(&v->sleeping, 0))
+                    futex_wake(&v->sleeping);
+            }
+            return;
+        }
+        /* Every task waits on something with no deadline: only another
+         * thread (a cancel, later an I/O event) can wake one. */
+    }
+    st_sc(&w->sleeping, 1);
+    add_sc(&rt->nsleeping, 1);
+    pthread_mutex_unlock(&rt->vmu);
+    futex_wait(&w->sleeping, 1, WEFT_NEVER);
+    virtual_unidle(rt, w);
+    st_sc(&w->sleeping, 0);
+    add_sc(&rt->nsleeping, -1);
+}
+
+int weft__worker_loop(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    for (;;) {
+        finish_switch(w);
+        weft_task *t = pick(w);
+        if (t) {
+            w->cur = t;
+            w->spawns = 0;
+            ctx_switch(w, NULL, t, false);
+            continue;
+        }
+        if (ld_acq(&rt->done))
+            break;
+        if (steal(w))
+            continue;
+        if (rt->clock == WEFT_CLOCK_VIRTUAL)
+            idle_virtual(w);
+        else
+            idle_real(w);
+    }
+    finish_switch(w);
+    return 0;
+}
+
+/* ---- worker setup --------------------------------------------------------------------------- */
+
+void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
+{
+    memset(w, 0, sizeof(*w));
+    w->rt = rt;
+    w->id = id;
+    w->rng = (rt->seed ? rt->seed : 0x9E3779B97F4A7C15ull) +
+             (uint64_t)id * 0xBF58476D1CE4E5B9ull;
+    if (!w->rng)
+        w->rng = 1;
+    w->vnext = WEFT_NEVER;
+    weft__wheel_init(&w->wheel, weft__now(rt));
+    if (dq_init(&w->deque) != 0)
+        weft__fatal("weft: out of memory creating a worker");
+}
+
+void weft__worker_fini(weft_worker *w)
+{
+    dq_fini(&w->deque);
+    free(w->ready);
+    w->ready = NULL;
+}

@@ -1,0 +1,411 @@
+/*
+ * Scopes: structured concurrency, result policies and cancellation.
+ *
+ * The scope tree. Every task is a member of the scope it was spawned into
+ * (its home). A task that opens a scope owns it and the new scope becomes
+ * the task's current scope, a child (a "kid") of the scope that was
+ * current. So the tree links scope -> kid scopes, scope -> member tasks,
+ * and each task knows its innermost open scope (`cur`).
+ *
+ * Cancellation is a flag on each scope, level-triggered (Trio): a blocking
+ * call checks the flag of the task's current scope before it parks, and
+ * keeps failing with -ECANCELED while the task stays inside. Cancelling a
+ * scope sets its flag, wakes its owner and members that are parked
+ * cancellably in a cancelled scope, then does the same for each kid that is
+ * not shielded. Locks are taken parent before child, never the other way,
+ * and no lock is held across a park.
+ *
+ * Race with a task about to park: the task stores its park word, then
+ * reads the flag; the canceller stores the flag, then reads the park word
+ * (both seq_cst). One of them sees the other, so no park is missed.
+ *
+ * Results flow up at join: each finishing child records its status under
+ * the scope's lock as its policy says; the last one wakes the owner parked
+ * in join.
+ */
+#include "internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void scope_lock(const weft_scope *s)
+{
+    weft__lock_acquire((weft__lock *)&s->lock);
+}
+
+static void scope_unlock(const weft_scope *s)
+{
+    weft__lock_release((weft__lock *)&s->lock);
+}
+
+static bool keeps_statuses(const weft_scope *s)
+{
+    return s->policy == WEFT_COLLECT || s->policy == WEFT_FIRST;
+}
+
+/* ---- cancellation ------------------------------------------------------- */
+
+static void cancel_locked(weft_scope *s, int reason)
+{
+    if (ld_rlx(&s->cancelled) != CANCEL_NONE)
+        return; /* the first reason stands; the subtree is done already */
+    /* Pairs with the parker's store of its park word (Dekker). */
+    st_sc(&s->cancelled, reason);
+    if (s->owner)
+        weft__wake_if_cancelled(s->owner);
+    for (weft_task *m = s->members; m; m = m->mnext)
+        weft__wake_if_cancelled(m);
+    for (weft_scope *k = s->kids; k; k = k->sib_next) {
+        if (k->shield)
+            continue;
+        scope_lock(k);
+        cancel_locked(k, CANCEL_PARENT);
+        scope_unlock(k);
+    }
+}
+
+int weft__scope_cancel(weft_scope *s, int reason)
+{
+    scope_lock(s);
+    int rc = 0;
+    if (s->joined)
+        rc = -ESHUTDOWN;
+    else
+        cancel_locked(s, reason);
+    scope_unlock(s);
+    return rc;
+}
+
+static void deadline_fired(weft__timer *tm)
+{
+    weft_scope *s =
+        (weft_scope *)((char *)tm - offsetof(weft_scope, deadline_timer));
+    weft__scope_cancel(s, CANCEL_DEADLINE);
+}
+
+/* ---- children ----------------------------------------------------------- */
+
+static int grow_statuses(weft_scope *s)
+{
+    if (s->spawned < s->capstatuses)
+        return 0;
+    int cap = s->capstatuses ? s->capstatuses * 2 : 16;
+    int64_t *n = realloc(s->statuses, (size_t)cap * sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    s->statuses = n;
+    s->capstatuses = cap;
+    return 0;
+}
+
+int weft__scope_add_child(weft_scope *s, weft_task *t)
+{
+    int rc;
+    scope_lock(s);
+    if (s->joined)
+        rc = -ESHUTDOWN;
+    else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
+        rc = -ECANCELED;
+    else if (s->spawned == INT_MAX)
+        rc = -EOVERFLOW;
+    else if (keeps_statuses(s) && (rc = grow_statuses(s)) != 0)
+        ;
+    else {
+        rc = s->spawned++;
+        if (keeps_statuses(s))
+            s->statuses[rc] = INT64_MIN;
+        s->live++;
+        t->home = s;
+        atomic_store_explicit(&t->cur, s, memory_order_relaxed);
+        t->index = rc;
+        t->mprev = NULL;
+        t->mnext = s->members;
+        if (s->members)
+            s->members->mprev = t;
+        s->members = t;
+    }
+    scope_unlock(s);
+    return rc;
+}
+
+static void record_status(weft_scope *s, weft_task *t)
+{
+    int st = t->status;
+    bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
+    if (st < 0)
+        s->failed++;
+    if (keeps_statuses(s))
+        s->statuses[t->index] = st;
+    switch (s->policy) {
+    case WEFT_FAIL_FAST:
+        if (st < 0 && !cancelled) {
+            s->first_error = st;
+            cancel_locked(s, CANCEL_POLICY);
+        }
+        break;
+    case WEFT_FIRST:
+        if (st >= 0 && s->winner < 0 && !cancelled) {
+            s->winner = t->index;
+            cancel_locked(s, CANCEL_POLICY);
+        } else if (st < 0 && s->first_error == 0) {
+            s->first_error = st;
+        }
+        break;
+    case WEFT_COLLECT:
+        break;
+    }
+}
+
+void weft__scope_child_done(weft_scope *s, weft_task *t)
+{
+    weft_runtime *rt = t->worker->rt;
+    bool all_done = false;
+    scope_lock(s);
+    if (t->mprev)
+        t->mprev->mnext = t->mnext;
+    else
+        s->members = t->mnext;
+    if (t->mnext)
+        t->mnext->mprev = t->mprev;
+    if (s->is_root && t->index == 0)
+        rt->root_status = t->status;
+    record_status(s, t);
+    if (--s->live == 0) {
+        if (s->joiner)
+            weft__wake(s->joiner, s->join_token, 0);
+        all_done = s->is_root;
+    }
+    scope_unlock(s);
+    if (all_done) {
+        /* The root scope is empty: every task has finished. */
+        st_rel(&rt->done, 1);
+        for (int i = 0; i < rt->nworkers; i++)
+            weft__worker_notify(&rt->workers[i]);
+    }
+}
+
+int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
+{
+    WEFT_UNUSED(rt);
+    memset(s, 0, sizeof(*s));
+    s->policy = WEFT_FAIL_FAST;
+    s->winner = -1;
+    s->is_root = true;
+    s->deadline = WEFT_NEVER;
+    return 0;
+}
+
+/* ---- the public scope API ------------------------------------------------ */
+
+static int arm_deadline(weft_scope *s, weft_time deadline)
+{
+    weft_worker *w = s->owner->worker;
+    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    s->deadline = deadline;
+    if (deadline == 0 || deadline == WEFT_NEVER) {
+        s->deadline = WEFT_NEVER;
+        return 0;
+    }
+    if (deadline <= weft__now(w->rt))
+        return weft__scope_cancel(s, CANCEL_DEADLINE);
+    weft__wheel_arm(&w->wheel, &s->deadline_timer, deadline);
+    return 0;
+}
+
+int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
+{
+    if (!out)
+        return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    weft_policy policy = opts ? opts->policy : WEFT_FAIL_FAST;
+    if (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT &&
+        policy != WEFT_FIRST)
+        return -EINVAL;
+    if (opts && opts->deadline < 0)
+        return -EINVAL;
+    weft_scope *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    weft_scope *parent = ld_rlx(&t->cur);
+    s->policy = policy;
+    s->winner = -1;
+    s->shield = opts && opts->shield;
+    s->owner = t;
+    s->parent = parent;
+    s->deadline = WEFT_NEVER;
+    s->deadline_timer.fn = deadline_fired;
+    scope_lock(parent);
+    s->sib_next = parent->kids;
+    if (parent->kids)
+        parent->kids->sib_prev = s;
+    parent->kids = s;
+    if (!s->shield && ld_rlx(&parent->cancelled) != CANCEL_NONE)
+        atomic_store(&s->cancelled, CANCEL_PARENT);
+    scope_unlock(parent);
+    atomic_store_explicit(&t->cur, s, memory_order_release);
+    if (opts && opts->deadline)
+        arm_deadline(s, opts->deadline);
+    *out = s;
+    return 0;
+}
+
+static int scope_result(const weft_scope *s)
+{
+    int reason = ld_rlx((atomic_int *)&s->cancelled);
+    int by_cancel = reason == CANCEL_DEADLINE ? -ETIMEDOUT
+                    : reason == CANCEL_USER || reason == CANCEL_PARENT
+                        ? -ECANCELED
+                        : 0;
+    switch (s->policy) {
+    case WEFT_FAIL_FAST:
+        return s->first_error ? s->first_error : by_cancel;
+    case WEFT_COLLECT:
+        return by_cancel;
+    case WEFT_FIRST:
+        if (s->winner >= 0)
+            return 0;
+        if (by_cancel)
+            return by_cancel;
+        return s->spawned == 0 ? -ENOENT : s->first_error;
+    }
+    return -EINVAL;
+}
+
+int weft_scope_join(weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    if (s->owner != t)
+        return -EPERM;
+    if (s->joined || ld_rlx(&t->cur) != s)
+        return -EINVAL;
+    weft_worker *w = t->worker;
+    scope_lock(s);
+    while (s->live > 0) {
+        s->joiner = t;
+        s->join_token = weft__park_prepare(t, false);
+        scope_unlock(s);
+        weft__park_commit(w, t, WEFT_NEVER);
+        scope_lock(s);
+    }
+    s->joiner = NULL;
+    s->joined = true;
+    scope_unlock(s);
+    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    weft_scope *parent = s->parent;
+    scope_lock(parent);
+    if (s->sib_prev)
+        s->sib_prev->sib_next = s->sib_next;
+    else
+        parent->kids = s->sib_next;
+    if (s->sib_next)
+        s->sib_next->sib_prev = s->sib_prev;
+    scope_unlock(parent);
+    atomic_store_explicit(&t->cur, parent, memory_order_release);
+    return scope_result(s);
+}
+
+void weft__scope_join_leftovers(weft_task *t)
+{
+    weft_scope *s;
+    while ((s = ld_rlx(&t->cur)) != t->home)
+        weft_scope_join(s);
+}
+
+int weft_scope_cancel(weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    return weft__scope_cancel(s, CANCEL_USER);
+}
+
+int weft_scope_free(weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t || s->owner != t)
+        return -EPERM;
+    if (!s->joined)
+        return -EBUSY;
+    free(s->statuses);
+    free(s);
+    return 0;
+}
+
+int weft_scope_set_deadline(weft_scope *s, weft_time deadline)
+{
+    if (!s || deadline < 0)
+        return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t || s->owner != t)
+        return -EPERM;
+    if (s->joined)
+        return -ESHUTDOWN;
+    return arm_deadline(s, deadline);
+}
+
+int weft_scope_cancelled(const weft_scope *s)
+{
+    return s ? weft__scope_is_cancelled(s) : 0;
+}
+
+int weft_scope_spawned(const weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    scope_lock(s);
+    int n = s->spawned;
+    scope_unlock(s);
+    return n;
+}
+
+int weft_scope_failed(const weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    scope_lock(s);
+    int n = s->failed;
+    scope_unlock(s);
+    return n;
+}
+
+int weft_scope_status(const weft_scope *s, int child, int *status)
+{
+    if (!s || !status)
+        return -EINVAL;
+    int rc = 0;
+    scope_lock(s);
+    if (child < 0 || child >= s->spawned)
+        rc = -ENOENT;
+    else if (!keeps_statuses(s))
+        rc = -ENODATA;
+    else if (s->statuses[child] == INT64_MIN)
+        rc = -EAGAIN;
+    else
+        *status = (int)s->statuses[child];
+    scope_unlock(s);
+    return rc;
+}
+
+int weft_scope_winner(const weft_scope *s)
+{
+    if (!s)
+        return -EINVAL;
+    scope_lock(s);
+    int w = s->winner;
+    scope_unlock(s);
+    return w >= 0 ? w : -ENOENT;
+}
+
+weft_scope *weft_scope_current(void)
+{
+    weft_task *t = weft__current();
+    return t ? ld_rlx(&t->cur) : NULL;
+}

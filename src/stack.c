@@ -1,0 +1,412 @@
+/*
+ * Task slots: a stack and, at its top, the task struct.
+ *
+ * Memory is mapped in chunks of many slots (MAP_NORESERVE, committed page by
+ * page as it is touched) and never on the steady-state spawn path: a worker
+ * takes slots from its own LIFO free list (warm: the pages are resident and
+ * likely cached), then from the runtime's shared list, then carves a fresh
+ * slot from its current chunk, and only when that is used up maps a new
+ * chunk. A finished task's slot goes back on the free list of the worker it
+ * ran on; a worker with too many hands the surplus to the shared list, and
+ * an idle worker gives the memory of slots beyond a warm reserve back to
+ * the kernel (madvise), keeping the address range for reuse.
+ *
+ * Overflow: while the kernel's mapping budget allows (vm.max_map_count;
+ * every guard page splits a mapping in two), each slot gets a PROT_NONE
+ * guard page below its stack and a SIGSEGV handler on an alternate stack
+ * reports the task by name. Past the budget (a million tasks), slots have
+ * no guard. Every slot's last word (on the page the task struct already
+ * occupies) holds a canary; an overflowing stack runs into the top of the
+ * slot below it first, so at every switch away from a task without a guard
+ * the canary of the slot below is checked (a zero there means that slot's
+ * memory was given back: nothing in use). A slot at the start of a chunk
+ * has no slot below; it keeps a canary at its own stack's bottom instead.
+ * Either way the process aborts with the task's name and spawn site. A
+ * canary is a best effort: a frame that jumps over it without writing it
+ * escapes; guard pages do not have that hole.
+ */
+#include "internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(WEFT_HAVE_VALGRIND_H)
+#include <valgrind/valgrind.h>
+#endif
+
+#define SLOTS_PER_CHUNK 64
+#define LOCAL_HIGH 256  /* a worker keeps at most this many free slots */
+#define LOCAL_BATCH 64  /* moved to/from the shared list at a time */
+#define GLOBAL_WARM 512 /* shared slots kept resident when trimming */
+#define CANARY 0x77656674C0FFEE11ull
+
+static size_t page_size(void)
+{
+    static size_t ps;
+    if (!ps)
+        ps = (size_t)sysconf(_SC_PAGESIZE);
+    return ps;
+}
+
+static size_t round_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+/* Room reserved at the top of a slot: the task struct, then the canary in
+ * the slot's last word. */
+static size_t task_area(void)
+{
+    return round_up(sizeof(weft_task) + sizeof(uint64_t), WEFT_CACHELINE);
+}
+
+static long guard_budget(void)
+{
+    long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1)
+            max = 65530;
+        fclose(f);
+    }
+    /* Each guarded slot costs two mappings; leave half the budget to the
+     * program (malloc arenas, libraries, its own mmaps). */
+    long n = max / 4;
+    return n > 0 ? n : 0;
+}
+
+int weft__pool_init(weft__pool_global *g, size_t stack_size)
+{
+    memset(g, 0, sizeof(*g));
+    pthread_mutex_init(&g->mu, NULL);
+    atomic_init(&g->guards_left, guard_budget());
+    g->slot_size = round_up(stack_size + task_area(), page_size());
+    return 0;
+}
+
+static int remember_chunk(weft__pool_global *g, void *p, size_t len)
+{
+    /* Chunk records are (address, length) pairs. */
+    if (g->nchunks + 2 > g->capchunks) {
+        size_t cap = g->capchunks ? g->capchunks * 2 : 64;
+        void **n = realloc(g->chunks, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        g->chunks = n;
+        g->capchunks = cap;
+    }
+    g->chunks[g->nchunks++] = p;
+    g->chunks[g->nchunks++] = (void *)len;
+    return 0;
+}
+
+void weft__pool_fini(weft__pool_global *g)
+{
+    for (size_t i = 0; i < g->nchunks; i += 2) {
+#if defined(WEFT_HAVE_VALGRIND_H)
+        /* Stacks were registered per slot; valgrind forgets them with the
+         * mapping. */
+#endif
+        munmap(g->chunks[i], (size_t)g->chunks[i + 1]);
+    }
+    free(g->chunks);
+    free(g->cold);
+    pthread_mutex_destroy(&g->mu);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Lays a task struct out at the top of the slot [lo, lo + size). below:
+ * another slot of ours ends at lo. */
+static weft_task *slot_init(char *lo, size_t size, bool guarded, bool custom,
+                            bool below)
+{
+    weft_task *t = (weft_task *)(lo + size - task_area());
+    memset(t, 0, sizeof(*t));
+    t->slot_lo = lo;
+    t->slot_size = size;
+    t->stack_lo = guarded ? lo + page_size() : lo;
+    t->flags = (guarded ? TASK_GUARDED : 0) | (custom ? TASK_CUSTOM : 0);
+    *(uint64_t *)(lo + size - sizeof(uint64_t)) = CANARY;
+    if (!guarded) {
+        t->flags |= below ? TASK_CHECK_BELOW : TASK_CHECK_OWN;
+        if (!below)
+            *(uint64_t *)t->stack_lo = CANARY;
+    }
+#if defined(WEFT_HAVE_VALGRIND_H)
+    VALGRIND_STACK_REGISTER(t->stack_lo, (char *)t);
+#endif
+    return t;
+}
+
+/* Takes a guard page for a slot if the budget allows. */
+static bool take_guard(weft__pool_global *g, char *lo)
+{
+    if (atomic_fetch_sub(&g->guards_left, 1) <= 0) {
+        atomic_fetch_add(&g->guards_left, 1);
+        return false;
+    }
+    if (mprotect(lo, page_size(), PROT_NONE) != 0) {
+        atomic_fetch_add(&g->guards_left, 1);
+        return false;
+    }
+    return true;
+}
+
+static void *map_region(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static int new_chunk(weft_worker *w)
+{
+    weft__pool_global *g = &w->rt->pool;
+    size_t len = g->slot_size * SLOTS_PER_CHUNK;
+    char *p = map_region(len);
+    if (!p)
+        return -ENOMEM;
+    pthread_mutex_lock(&g->mu);
+    int rc = remember_chunk(g, p, len);
+    pthread_mutex_unlock(&g->mu);
+    if (rc) {
+        munmap(p, len);
+        return rc;
+    }
+    w->pool.carve = w->pool.carve_start = p;
+    w->pool.carve_end = p + len;
+    return 0;
+}
+
+static weft_task *take_shared(weft_worker *w)
+{
+    weft__pool_global *g = &w->rt->pool;
+    weft_task *t = NULL;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < LOCAL_BATCH && g->free; i++) {
+        weft_task *x = g->free;
+        g->free = x->next;
+        g->nfree--;
+        x->next = w->pool.free;
+        w->pool.free = x;
+        w->pool.nfree++;
+    }
+    if (!w->pool.free && g->ncold) {
+        /* Memory given back earlier: re-lay the slot (first touch again). */
+        uintptr_t rec = (uintptr_t)g->cold[--g->ncold];
+        char *lo = (char *)(rec & ~(uintptr_t)3);
+        t = slot_init(lo, g->slot_size, rec & 1u, false, rec & 2u);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!t && w->pool.free) {
+        t = w->pool.free;
+        w->pool.free = t->next;
+        w->pool.nfree--;
+    }
+    return t;
+}
+
+static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
+{
+    size_t len = round_up(stack_size + task_area(), page_size()) + page_size();
+    char *p = map_region(len);
+    if (!p)
+        return NULL;
+    bool guarded = take_guard(&rt->pool, p);
+    return slot_init(p, len, guarded, true, false);
+}
+
+weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
+{
+    weft__pool_global *g = &w->rt->pool;
+    if (stack_size && round_up(stack_size + task_area(), page_size()) !=
+                          g->slot_size)
+        return alloc_custom(w->rt, stack_size);
+    weft_task *t = w->pool.free;
+    if (WEFT_LIKELY(t != NULL)) {
+        w->pool.free = t->next;
+        w->pool.nfree--;
+        return t;
+    }
+    if ((t = take_shared(w)) != NULL)
+        return t;
+    if (w->pool.carve == w->pool.carve_end && new_chunk(w) != 0)
+        return NULL;
+    char *lo = w->pool.carve;
+    bool below = w->pool.carve != w->pool.carve_start;
+    w->pool.carve += g->slot_size;
+    bool guarded = take_guard(g, lo);
+    return slot_init(lo, g->slot_size, guarded, false, below);
+}
+
+static void release_custom(weft_runtime *rt, weft_task *t)
+{
+    if (t->flags & TASK_GUARDED)
+        atomic_fetch_add(&rt->pool.guards_left, 1);
+    munmap(t->slot_lo, t->slot_size);
+}
+
+void weft__task_free(weft_worker *w, weft_task *t)
+{
+    if (WEFT_UNLIKELY(t->flags & TASK_CUSTOM)) {
+        release_custom(w->rt, t);
+        return;
+    }
+    t->next = w->pool.free;
+    w->pool.free = t;
+    if (++w->pool.nfree <= LOCAL_HIGH)
+        return;
+    /* Too many: hand a batch to the shared list for other workers. */
+    weft__pool_global *g = &w->rt->pool;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < LOCAL_BATCH; i++) {
+        weft_task *x = w->pool.free;
+        w->pool.free = x->next;
+        w->pool.nfree--;
+        x->next = g->free;
+        g->free = x;
+        g->nfree++;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int cold_push(weft__pool_global *g, weft_task *t)
+{
+    if (g->ncold == g->capcold) {
+        size_t cap = g->capcold ? g->capcold * 2 : 1024;
+        void **n = realloc(g->cold, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        g->cold = n;
+        g->capcold = cap;
+    }
+    uintptr_t rec = (uintptr_t)t->slot_lo;
+    rec |= (t->flags & TASK_GUARDED) ? 1u : 0u;
+    rec |= (t->flags & TASK_CHECK_BELOW) ? 2u : 0u;
+    g->cold[g->ncold++] = (void *)rec;
+    return 0;
+}
+
+void weft__pool_trim(weft_worker *w)
+{
+    weft__pool_global *g = &w->rt->pool;
+    if (g->nfree <= GLOBAL_WARM)
+        return;
+    pthread_mutex_lock(&g->mu);
+    while (g->nfree > GLOBAL_WARM) {
+        weft_task *t = g->free;
+        if (cold_push(g, t) != 0)
+            break;
+        g->free = t->next;
+        g->nfree--;
+        char *lo = (t->flags & TASK_GUARDED) ? t->stack_lo : t->slot_lo;
+        madvise(lo, (size_t)(t->slot_lo + t->slot_size - lo), MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- overflow ------------------------------------------------------------- */
+
+static void write_str(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t k = write(2, s, n);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+void weft__stack_report_overflow(const weft_task *t)
+{
+    char line[32];
+    write_str("weft: stack overflow in task '");
+    write_str(t->name ? t->name : "(unnamed)");
+    write_str("' spawned at ");
+    write_str(t->file ? t->file : "?");
+    snprintf(line, sizeof(line), ":%d", t->line);
+    write_str(line);
+    snprintf(line, sizeof(line), " (stack %zu bytes)",
+             (size_t)((const char *)t - t->stack_lo));
+    write_str(line);
+    write_str(": raise the stack size (weft_config.stack_size or "
+              "weft_spawn_opts.stack_size)\n");
+}
+
+void weft__stack_check_slow(weft_task *t)
+{
+    uint64_t v = CANARY;
+    if (t->flags & TASK_CHECK_BELOW) {
+        v = *(const uint64_t *)(t->slot_lo - sizeof(uint64_t));
+        if (v == 0) /* the slot below is cold: nothing in use was hit */
+            v = CANARY;
+    } else if (t->flags & TASK_CHECK_OWN) {
+        v = *(const uint64_t *)t->stack_lo;
+    }
+    if (WEFT_UNLIKELY(v != CANARY ||
+                      (char *)__builtin_frame_address(0) < t->stack_lo)) {
+        weft__stack_report_overflow(t);
+        abort();
+    }
+}
+
+static pthread_mutex_t handler_mu = PTHREAD_MUTEX_INITIALIZER;
+static int handler_users;
+static struct sigaction old_segv, old_bus;
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+    weft_worker *w = weft__tl_worker;
+    weft_task *t = w ? w->cur : NULL;
+    char *addr = si->si_addr;
+    if (t && (t->flags & TASK_GUARDED) && addr >= t->slot_lo &&
+        addr < t->stack_lo + 64) {
+        weft__stack_report_overflow(t);
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    /* Not ours: hand it to whoever handled it before us. */
+    struct sigaction *old = sig == SIGSEGV ? &old_segv : &old_bus;
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL); /* re-executing the access faults again: default */
+}
+
+int weft__overflow_handler_install(void)
+{
+    pthread_mutex_lock(&handler_mu);
+    if (handler_users++ == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &old_segv);
+        sigaction(SIGBUS, &sa, &old_bus);
+    }
+    pthread_mutex_unlock(&handler_mu);
+    return 0;
+}
+
+void weft__overflow_handler_remove(void)
+{
+    pthread_mutex_lock(&handler_mu);
+    if (--handler_users == 0) {
+        sigaction(SIGSEGV, &old_segv, NULL);
+        sigaction(SIGBUS, &old_bus, NULL);
+    }
+    pthread_mutex_unlock(&handler_mu);
+}

@@ -1,0 +1,86 @@
+/*
+ * A tiny test harness: one program per module, one process per test.
+ *
+ *   TEST(name) { ... ASSERT(x); ASSERT_EQ(a, b); ... }
+ *
+ * `prog` lists the tests; `prog NAME` runs one. CMake finds the TEST(...)
+ * lines in the source and registers each as its own ctest test, so a crash
+ * or a hang names itself and cannot take the suite down.
+ *
+ * WEFT_TEST_SCALE (an integer percentage, default 100) scales stress sizes:
+ * the sanitizer builds run them smaller. Use T_SCALE(n).
+ */
+#ifndef WEFT_T_H
+#define WEFT_T_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*t_fn)(void);
+struct t_case {
+    const char *name;
+    t_fn fn;
+};
+#define T_MAX 256
+static struct t_case t_cases[T_MAX];
+static int t_ncases;
+
+#define TEST(name)                                                             \
+    static void test_##name(void);                                             \
+    __attribute__((constructor)) static void t_reg_##name(void)               \
+    {                                                                          \
+        if (t_ncases < T_MAX)                                                  \
+            t_cases[t_ncases++] = (struct t_case){#name, test_##name};        \
+    }                                                                          \
+    static void test_##name(void)
+
+#define T_FAIL(...)                                                            \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fprintf(stderr, "\n");                                                 \
+        abort();                                                               \
+    } while (0)
+
+#define ASSERT(c)                                                              \
+    do {                                                                       \
+        if (!(c))                                                              \
+            T_FAIL("assertion failed: %s", #c);                                \
+    } while (0)
+
+#define ASSERT_EQ(a, b)                                                        \
+    do {                                                                       \
+        long long t_a_ = (long long)(a), t_b_ = (long long)(b);                \
+        if (t_a_ != t_b_)                                                      \
+            T_FAIL("%s == %s failed: %lld != %lld", #a, #b, t_a_, t_b_);       \
+    } while (0)
+
+static inline long t_scale(long n)
+{
+    const char *s = getenv("WEFT_TEST_SCALE");
+    long pct = s ? atol(s) : 100;
+    long v = n * (pct > 0 ? pct : 100) / 100;
+    return v > 0 ? v : 1;
+}
+#define T_SCALE(n) t_scale(n)
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        for (int i = 0; i < t_ncases; i++)
+            printf("%s\n", t_cases[i].name);
+        return 0;
+    }
+    for (int i = 0; i < t_ncases; i++) {
+        if (strcmp(t_cases[i].name, argv[1]) == 0) {
+            t_cases[i].fn();
+            return 0;
+        }
+    }
+    fprintf(stderr, "no test named %s\n", argv[1]);
+    return 2;
+}
+
+#endif
