@@ -221,7 +221,7 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
     char *carve_start;       /* that chunk's first slot */
 } weft__pool_local;
 
-struct weft_worker {
+struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* --- touched by other threads --- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
     atomic_int sleeping;         /* 1 while in (or entering) futex sleep */
@@ -238,7 +238,7 @@ struct weft_worker {
     weft__queue runq;    /* woken tasks, FIFO */
     weft__queue yieldq;  /* tasks that yielded: after everything else */
     weft_task *dead;     /* finished task to recycle after the switch */
-    unsigned tick;       /* scheduling decisions taken */
+    atomic_uint tick;    /* scheduling decisions taken; thieves read it */
     unsigned spawns;     /* spawns by the running task since it resumed */
     uint64_t rng;        /* xorshift state: victims, seeded picks */
     weft__ctx sched_ctx; /* the scheduler loop's context */
@@ -247,6 +247,7 @@ struct weft_worker {
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
     size_t nready, capready;
+    unsigned *seen;      /* each victim's tick when this thief last looked */
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
@@ -334,6 +335,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
 
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
 void weft__pool_fini(weft__pool_global *g);
+void weft__pool_fini_local(weft_worker *w);
 /* A fresh task in a slot with a stack of stack_size (0: default). */
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
 void weft__task_free(weft_worker *w, weft_task *t);

@@ -44,6 +44,22 @@
 #define GLOBAL_WARM 512 /* shared slots kept resident when trimming */
 #define CANARY 0x77656674C0FFEE11ull
 
+#if defined(WEFT_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/* A slot's TSan fiber lives as long as the slot's memory. */
+static void slot_forget(weft_task *t)
+{
+#if defined(WEFT_TSAN)
+    if (t->tsan_fiber)
+        __tsan_destroy_fiber(t->tsan_fiber);
+    t->tsan_fiber = NULL;
+#else
+    WEFT_UNUSED(t);
+#endif
+}
+
 static size_t page_size(void)
 {
     static size_t ps;
@@ -104,8 +120,18 @@ static int remember_chunk(weft__pool_global *g, void *p, size_t len)
     return 0;
 }
 
+void weft__pool_fini_local(weft_worker *w)
+{
+    for (weft_task *t = w->pool.free; t; t = t->next)
+        slot_forget(t);
+    w->pool.free = NULL;
+    w->pool.nfree = 0;
+}
+
 void weft__pool_fini(weft__pool_global *g)
 {
+    for (weft_task *t = g->free; t; t = t->next)
+        slot_forget(t);
     for (size_t i = 0; i < g->nchunks; i += 2) {
 #if defined(WEFT_HAVE_VALGRIND_H)
         /* Stacks were registered per slot; valgrind forgets them with the
@@ -245,6 +271,7 @@ weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
 
 static void release_custom(weft_runtime *rt, weft_task *t)
 {
+    slot_forget(t);
     if (t->flags & TASK_GUARDED)
         atomic_fetch_add(&rt->pool.guards_left, 1);
     munmap(t->slot_lo, t->slot_size);
@@ -294,15 +321,14 @@ static int cold_push(weft__pool_global *g, weft_task *t)
 void weft__pool_trim(weft_worker *w)
 {
     weft__pool_global *g = &w->rt->pool;
-    if (g->nfree <= GLOBAL_WARM)
-        return;
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->mu); /* idle path only: the lock is cheap here */
     while (g->nfree > GLOBAL_WARM) {
         weft_task *t = g->free;
         if (cold_push(g, t) != 0)
             break;
         g->free = t->next;
         g->nfree--;
+        slot_forget(t);
         char *lo = (t->flags & TASK_GUARDED) ? t->stack_lo : t->slot_lo;
         madvise(lo, (size_t)(t->slot_lo + t->slot_size - lo), MADV_DONTNEED);
     }
