@@ -127,9 +127,8 @@ size_t weft__wheel_advance(weft__wheel *wh, int64_t now);
 /* Earliest time at which a timer may be due (a lower bound, exact at level
  * 0), or WEFT_NEVER if none is armed. */
 int64_t weft__wheel_next(const weft__wheel *wh);
-/* Exact earliest deadline: moves higher-level timers down without firing
- * (valid only while no time passes, as in the virtual clock's idle step). */
-int64_t weft__wheel_next_exact(weft__wheel *wh);
+/* Exact earliest deadline, or WEFT_NEVER: O(1) plus a scan of one slot. */
+int64_t weft__wheel_next_exact(const weft__wheel *wh);
 
 static inline bool weft__timer_armed(const weft__timer *t)
 {
@@ -318,6 +317,8 @@ bool weft__wake(weft_task *t, uint64_t token, int code);
 /* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
 void weft__wake_if_cancelled(weft_task *t);
 void weft__worker_notify(weft_worker *w);
+/* Queues t on worker w, from w's own thread (or before w runs). */
+void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
 int weft__spawn(weft_scope *s, weft_fn fn, void *arg,

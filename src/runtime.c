@@ -212,10 +212,7 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
     static const weft_spawn_opts root_opts = {.name = "root"};
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
     weft__scope_add_child(rt->root, t);
-    /* Worker 0 starts it first. */
-    t->next = NULL;
-    w0->runq.head = w0->runq.tail = t;
-    w0->runq.len = 1;
+    weft__make_ready(w0, t); /* worker 0 starts it first */
     return 0;
 }
 

@@ -255,6 +255,11 @@ static void make_ready_local(weft_worker *w, weft_task *t, bool next)
     }
 }
 
+void weft__make_ready(weft_worker *w, weft_task *t)
+{
+    make_ready_local(w, t, false);
+}
+
 static void inbox_push(weft_worker *w, weft_task *t)
 {
     weft_task *old = ld_rlx(&w->inbox);

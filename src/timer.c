@@ -163,16 +163,21 @@ size_t weft__wheel_advance(weft__wheel *wh, int64_t now)
     return fired;
 }
 
-int64_t weft__wheel_next_exact(weft__wheel *wh)
+int64_t weft__wheel_next_exact(const weft__wheel *wh)
 {
     unsigned l, s;
     int64_t start;
-    while (wh->count && next_slot(wh, &l, &s, &start)) {
-        if (l == 0)
-            return start;
-        if (start > wh->elapsed)
-            wh->elapsed = start;
-        cascade(wh, l, s);
-    }
-    return WEFT_NEVER;
+    if (!wh->count || !next_slot(wh, &l, &s, &start))
+        return WEFT_NEVER;
+    if (l == 0)
+        return start; /* a level-0 slot holds one exact deadline */
+    /* The earliest timer is in this slot (every later level is later):
+     * read the minimum without moving anything, since another worker's
+     * clock may settle on an earlier time than this slot's start. */
+    const weft__timer *head = &wh->slots[l][s];
+    int64_t min = WEFT_NEVER;
+    for (const weft__timer *t = head->next; t != head; t = t->next)
+        if (t->when < min)
+            min = t->when;
+    return min;
 }
