@@ -154,10 +154,11 @@ WEFT_EXTERN int weft_worker_id(void);
  * policy.
  *
  * Ownership: the task that opens a scope owns it. Only the owner may join
- * and free it; any task (or any thread) may cancel it; any task may spawn
- * into it while it is open. A task that returns while scopes it opened are
- * still unjoined has them joined (waited for) at its exit, so no child
- * outlives its parent; the owner must still free them.
+ * and free it; any task (or any thread) may cancel it while it is not yet
+ * freed; any task may spawn into it while it is open. A task that returns
+ * while scopes it opened are still unjoined has them joined (waited for)
+ * at its exit, so no child outlives its parent; such a scope may then be
+ * freed by any task.
  * ---------------------------------------------------------------------- */
 
 typedef struct weft_scope weft_scope;
@@ -214,7 +215,8 @@ WEFT_EXTERN int weft_scope_join(weft_scope *s);
 WEFT_EXTERN int weft_scope_cancel(weft_scope *s);
 
 /* Frees a joined scope. Returns 0, -EINVAL (NULL), -EBUSY (not joined yet:
- * nothing is freed), -EPERM (not the owner). Never blocks. */
+ * nothing is freed), -EPERM (not the owner, and the owner has not exited).
+ * Never blocks. */
 WEFT_EXTERN int weft_scope_free(weft_scope *s);
 
 /* Sets or moves the scope's deadline (absolute; WEFT_NEVER: none). A

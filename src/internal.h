@@ -203,6 +203,7 @@ typedef struct weft__queue { /* FIFO of tasks, owner only */
 typedef struct weft__dqbuf {
     int64_t mask;                   /* capacity - 1 */
     struct weft__dqbuf *retired;    /* older buffers, freed with the deque */
+    atomic_uint *stamp;             /* owner's tick when each was pushed */
     _Atomic(weft_task *) a[];
 } weft__dqbuf;
 
@@ -246,7 +247,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
     size_t nready, capready;
-    unsigned *seen;      /* each victim's tick when this thief last looked */
+    unsigned *seen;      /* per victim: its tick, and the spin round that
+                          * tick was first seen in (stealing heuristic) */
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
@@ -370,6 +372,7 @@ struct weft_scope {
     weft_policy policy;
     bool joined;           /* join has completed: closed for spawns */
     bool shield;           /* enclosing cancellation stops here */
+    bool orphaned;         /* joined at its owner's exit: anyone may free */
     weft_scope *parent;    /* enclosing scope (NULL for the root) */
     weft_scope *kids;      /* scopes opened inside this one */
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */

@@ -17,12 +17,18 @@
  * Every FAIR_EVERY decisions the order starts with the inbox, timers,
  * yieldq and the deque instead, so nothing waits forever.
  *
- * Stealing: an idle worker spins a little before it sleeps, and steals
- * half of a victim's deque only if the victim has a backlog (STEAL_BACKLOG
- * tasks) or has taken no scheduling decision since the thief last looked
- * (it is stuck in a long task). A victim that is getting through its queue
- * keeps it: on these machines moving a task's cache lines to another core
- * costs more than running a short task where it was spawned.
+ * Stealing: an idle worker spins for SPIN_ROUNDS rounds (about 90 us)
+ * before it sleeps, and steals half of a victim's deque if its oldest task
+ * has waited STEAL_AGE of the victim's scheduling decisions (the victim
+ * will not get to it soon: in a tree, that task is a whole subtree), if
+ * the victim has a backlog (STEAL_BACKLOG tasks), or if it has taken no
+ * decision for STUCK_ROUNDS rounds (about 40 us: it is in a long task).
+ * A victim that is getting through its queue keeps it: moving a task's
+ * cache lines
+ * to another core costs more than running a short task where it was
+ * spawned (a cache-line transfer is ~250 ns on the 2-core VMs we measure
+ * on, a short task's whole life ~60 ns), and a worker stalled for a page
+ * fault or a syscall is not worth robbing.
  *
  * A task switches straight to the next task (no detour through the
  * scheduler's stack): one context switch per park or yield. Only when
@@ -59,8 +65,11 @@
 #define FAIR_EVERY 61
 #define SPAWN_BUDGET 32 /* spawns before a spawner lets others run: less
                           * than FAIR_EVERY, so its children keep up */
-#define SPIN_ROUNDS 64
+#define SPIN_ROUNDS 32
+#define SPIN_PAUSES 128 /* pauses between looks: ~2.7 us on AMD EPYC */
+#define STUCK_ROUNDS 16
 #define STEAL_BACKLOG 64
+#define STEAL_AGE 128
 #define DEQUE_INITIAL 256
 
 WEFT_TLS weft_worker *weft__tl_worker;
@@ -129,10 +138,12 @@ static inline weft_task *q_pop(weft__queue *q)
 
 static weft__dqbuf *dq_buf_new(int64_t cap)
 {
-    weft__dqbuf *b = malloc(sizeof(*b) + (size_t)cap * sizeof(b->a[0]));
+    size_t head = sizeof(weft__dqbuf) + (size_t)cap * sizeof(weft_task *);
+    weft__dqbuf *b = malloc(head + (size_t)cap * sizeof(atomic_uint));
     if (b) {
         b->mask = cap - 1;
         b->retired = NULL;
+        b->stamp = (atomic_uint *)((char *)b + head);
     }
     return b;
 }
@@ -158,7 +169,7 @@ static void dq_fini(weft__deque *d)
     }
 }
 
-static int dq_push(weft__deque *d, weft_task *t)
+static int dq_push(weft__deque *d, weft_task *t, unsigned stamp)
 {
     int64_t b = ld_rlx(&d->bottom);
     int64_t top = ld_acq(&d->top);
@@ -169,13 +180,17 @@ static int dq_push(weft__deque *d, weft_task *t)
         weft__dqbuf *nb = dq_buf_new((buf->mask + 1) * 2);
         if (!nb)
             return -ENOMEM;
-        for (int64_t i = top; i < b; i++)
+        for (int64_t i = top; i < b; i++) {
             st_rlx(&nb->a[i & nb->mask], ld_rlx(&buf->a[i & buf->mask]));
+            st_rlx(&nb->stamp[i & nb->mask],
+                   ld_rlx(&buf->stamp[i & buf->mask]));
+        }
         nb->retired = buf;
         st_rel(&d->buf, nb);
         buf = nb;
     }
     st_rlx(&buf->a[b & buf->mask], t);
+    st_rlx(&buf->stamp[b & buf->mask], stamp);
     /* Pairs with the load of nsleeping in wake_idle_worker (Dekker). */
     st_sc(&d->bottom, b + 1);
     return 0;
@@ -218,6 +233,17 @@ static weft_task *dq_steal(weft__deque *d, bool *lost)
         return NULL;
     }
     return t;
+}
+
+/* How many of the owner's scheduling decisions ago the oldest task was
+ * pushed (0 if empty). Racy by nature: only a hint for thieves. */
+static unsigned dq_oldest_age(weft__deque *d, unsigned now_tick)
+{
+    int64_t top = ld_acq(&d->top);
+    if (top >= ld_acq(&d->bottom))
+        return 0;
+    weft__dqbuf *buf = ld_acq(&d->buf);
+    return now_tick - ld_rlx(&buf->stamp[top & buf->mask]);
 }
 
 static inline bool dq_nonempty(weft__deque *d)
@@ -596,7 +622,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
     }
     if (w->rt->seeded) {
         ready_push(w, t);
-    } else if (dq_push(&w->deque, t) != 0) {
+    } else if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0) {
         q_push(&w->runq, t); /* no memory to grow: runs here, unstealable */
     } else {
         wake_idle_worker(w->rt, w);
@@ -608,8 +634,9 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
 
 /* ---- the worker's own loop ---------------------------------------------------------------- */
 
-/* gated: take only from a victim with a backlog or one that is stuck. */
-static bool steal(weft_worker *w, bool gated)
+/* round >= 0: take only from a victim with a backlog or one whose tick has
+ * not moved for STUCK_ROUNDS rounds; round < 0: take from anyone. */
+static bool steal(weft_worker *w, int round)
 {
     weft_runtime *rt = w->rt;
     int n = rt->nworkers;
@@ -621,11 +648,20 @@ static bool steal(weft_worker *w, bool gated)
         if (v == w)
             continue;
         int64_t avail = ld_sc(&v->deque.bottom) - ld_sc(&v->deque.top);
-        unsigned vtick = ld_rlx(&v->tick);
-        bool stuck = vtick == w->seen[v->id];
-        w->seen[v->id] = vtick;
-        if (avail <= 0 || (gated && avail < STEAL_BACKLOG && !stuck))
+        if (avail <= 0)
             continue;
+        unsigned vtick = ld_rlx(&v->tick);
+        if (round >= 0 && avail < STEAL_BACKLOG &&
+            dq_oldest_age(&v->deque, vtick) < STEAL_AGE) {
+            unsigned *seen = &w->seen[2 * v->id]; /* tick, round seen */
+            if (vtick != seen[0]) {
+                seen[0] = vtick;
+                seen[1] = (unsigned)round;
+                continue;
+            }
+            if ((unsigned)round - seen[1] < STUCK_ROUNDS)
+                continue;
+        }
         int64_t want = avail > 1 ? avail / 2 : 1;
         int got = 0;
         for (int64_t k = 0; k < want; k++) {
@@ -638,7 +674,7 @@ static bool steal(weft_worker *w, bool gated)
                 }
                 break;
             }
-            if (dq_push(&w->deque, t) != 0)
+            if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0)
                 q_push(&w->runq, t);
             got++;
         }
@@ -666,14 +702,16 @@ static void idle_real(weft_worker *w)
     if (rt->nworkers > 1) {
         add_sc(&rt->nspinning, 1);
         bool found = false;
-        for (int i = 0; i < rt->nworkers; i++)
-            w->seen[i] = ld_rlx(&rt->workers[i].tick);
-        for (int i = 0; i < SPIN_ROUNDS && !found; i++) {
-            for (int k = 0; k < 32; k++)
+        for (int i = 0; i < rt->nworkers; i++) {
+            w->seen[2 * i] = ld_rlx(&rt->workers[i].tick);
+            w->seen[2 * i + 1] = 0;
+        }
+        for (int i = 1; i <= SPIN_ROUNDS && !found; i++) {
+            for (int k = 0; k < SPIN_PAUSES; k++)
                 cpu_relax();
             if (ld_rlx(&w->inbox) || ld_acq(&rt->done))
                 found = true;
-            else if (steal(w, true))
+            else if (steal(w, i))
                 found = true;
         }
         add_sc(&rt->nspinning, -1);
@@ -753,7 +791,7 @@ int weft__worker_loop(weft_worker *w)
         if (ld_acq(&rt->done))
             break;
         if (rt->clock == WEFT_CLOCK_VIRTUAL) {
-            if (!steal(w, false))
+            if (!steal(w, -1))
                 idle_virtual(w);
         } else {
             idle_real(w); /* spins, stealing where it pays, then sleeps */
@@ -775,7 +813,7 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     if (!w->rng)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
-    w->seen = calloc((size_t)rt->nworkers, sizeof(*w->seen));
+    w->seen = calloc(2 * (size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");
     weft__wheel_init(&w->wheel, weft__now(rt));

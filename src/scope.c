@@ -314,8 +314,10 @@ int weft_scope_join(weft_scope *s)
 void weft__scope_join_leftovers(weft_task *t)
 {
     weft_scope *s;
-    while ((s = ld_rlx(&t->cur)) != t->home)
+    while ((s = ld_rlx(&t->cur)) != t->home) {
         weft_scope_join(s);
+        s->orphaned = true;
+    }
 }
 
 int weft_scope_cancel(weft_scope *s)
@@ -330,7 +332,7 @@ int weft_scope_free(weft_scope *s)
     if (!s)
         return -EINVAL;
     weft_task *t = weft__current();
-    if (!t || s->owner != t)
+    if (!t || (s->owner != t && !s->orphaned))
         return -EPERM;
     if (!s->joined)
         return -EBUSY;
