@@ -9,6 +9,10 @@
  *
  * WEFT_TEST_SCALE (an integer percentage, default 100) scales stress sizes:
  * the sanitizer builds run them smaller. Use T_SCALE(n).
+ *
+ * Seeds: a test that runs a seeded schedule says so with T_SEED(seed) (it
+ * returns the seed); if the test then fails, the harness prints the seed
+ * and how to re-run with it (WEFT_SEED=... overrides the config's seed).
  */
 #ifndef WEFT_T_H
 #define WEFT_T_H
@@ -26,6 +30,25 @@ struct t_case {
 #define T_MAX 256
 static struct t_case t_cases[T_MAX];
 static int t_ncases;
+static const char *t_current = "";
+static unsigned long long t_seed;
+static int t_seeded;
+
+static inline unsigned long long t_seed_note(unsigned long long seed)
+{
+    t_seed = seed;
+    t_seeded = 1;
+    return seed;
+}
+#define T_SEED(seed) t_seed_note(seed)
+
+static inline void t_print_seed(void)
+{
+    if (t_seeded)
+        fprintf(stderr,
+                "seed=%llu: reproduce with WEFT_SEED=%llu <test program> %s\n",
+                t_seed, t_seed, t_current);
+}
 
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \
@@ -41,6 +64,7 @@ static int t_ncases;
         fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
         fprintf(stderr, __VA_ARGS__);                                          \
         fprintf(stderr, "\n");                                                 \
+        t_print_seed();                                                        \
         abort();                                                               \
     } while (0)
 
@@ -75,6 +99,10 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < t_ncases; i++) {
         if (strcmp(t_cases[i].name, argv[1]) == 0) {
+            const char *env = getenv("WEFT_SEED");
+            if (env && *env)
+                T_SEED(strtoull(env, NULL, 0));
+            t_current = t_cases[i].name;
             t_cases[i].fn();
             return 0;
         }
