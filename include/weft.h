@@ -158,7 +158,8 @@ WEFT_EXTERN int weft_worker_id(void);
  * freed; any task may spawn into it while it is open. A task that returns
  * while scopes it opened are still unjoined has them joined (waited for)
  * at its exit, so no child outlives its parent; such a scope may then be
- * freed by any task.
+ * freed by any task, and if none does, weft_run frees it before it
+ * returns (so its pointer must not be used after weft_run).
  * ---------------------------------------------------------------------- */
 
 typedef struct weft_scope weft_scope;

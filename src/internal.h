@@ -288,6 +288,8 @@ struct weft_runtime {
     int nvidle;
     weft_scope *root;
     int root_status;
+    pthread_mutex_t orphan_mu;
+    weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
     weft__pool_global pool;
 };
 
@@ -397,6 +399,8 @@ int weft__scope_add_child(weft_scope *s, weft_task *t);
 void weft__scope_child_done(weft_scope *s, weft_task *t);
 /* Joins, at the task's exit, the scopes it left open. */
 void weft__scope_join_leftovers(weft_task *t);
+/* Frees the orphans nobody freed; at the end of the runtime. */
+void weft__scope_free_orphans(weft_runtime *rt);
 int weft__scope_cancel(weft_scope *s, int reason);
 static inline bool weft__scope_is_cancelled(const weft_scope *s)
 {

@@ -170,8 +170,10 @@ static void runtime_free(weft_runtime *rt)
         free(rt->workers);
     }
     weft__pool_fini(&rt->pool);
+    weft__scope_free_orphans(rt);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
+    pthread_mutex_destroy(&rt->orphan_mu);
     free(rt);
 }
 
@@ -183,6 +185,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
         return NULL;
     }
     pthread_mutex_init(&rt->vmu, NULL);
+    pthread_mutex_init(&rt->orphan_mu, NULL);
     rt->nworkers = c->workers ? c->workers : online_cpus();
     rt->clock = c->clock;
     rt->seed = seed_from_env(c->seed);

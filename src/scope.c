@@ -313,10 +313,21 @@ int weft_scope_join(weft_scope *s)
 
 void weft__scope_join_leftovers(weft_task *t)
 {
+    weft_runtime *rt = t->worker->rt;
     weft_scope *s;
     while ((s = ld_rlx(&t->cur)) != t->home) {
         weft_scope_join(s);
+        /* The owner is gone: any task may free it; if none does, the
+         * runtime does at its end. It is off its parent's kid list, so
+         * the sibling links can hold the orphan list. */
+        pthread_mutex_lock(&rt->orphan_mu);
         s->orphaned = true;
+        s->sib_prev = NULL;
+        s->sib_next = rt->orphans;
+        if (rt->orphans)
+            rt->orphans->sib_prev = s;
+        rt->orphans = s;
+        pthread_mutex_unlock(&rt->orphan_mu);
     }
 }
 
@@ -336,9 +347,30 @@ int weft_scope_free(weft_scope *s)
         return -EPERM;
     if (!s->joined)
         return -EBUSY;
+    if (s->orphaned) {
+        weft_runtime *rt = t->worker->rt;
+        pthread_mutex_lock(&rt->orphan_mu);
+        if (s->sib_prev)
+            s->sib_prev->sib_next = s->sib_next;
+        else
+            rt->orphans = s->sib_next;
+        if (s->sib_next)
+            s->sib_next->sib_prev = s->sib_prev;
+        pthread_mutex_unlock(&rt->orphan_mu);
+    }
     free(s->statuses);
     free(s);
     return 0;
+}
+
+void weft__scope_free_orphans(weft_runtime *rt)
+{
+    while (rt->orphans) {
+        weft_scope *s = rt->orphans;
+        rt->orphans = s->sib_next;
+        free(s->statuses);
+        free(s);
+    }
 }
 
 int weft_scope_set_deadline(weft_scope *s, weft_time deadline)

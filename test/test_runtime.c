@@ -1,0 +1,487 @@
+/*
+ * Runtime: weft_run, workers, version and errors, task names and stacks,
+ * and the idle cost of a parked runtime.
+ */
+#include "t.h"
+#include "weft.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+static int run(int workers, weft_clock_kind clock, weft_fn fn, void *arg)
+{
+    weft_config cfg = {0};
+    cfg.workers = workers;
+    cfg.clock = clock;
+    return weft_run(&cfg, fn, arg);
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
+/* ---- weft_run: status, arguments, nesting ---------------------------- */
+
+static int return_arg(void *arg)
+{
+    return (int)(intptr_t)arg;
+}
+
+TEST(run_returns_root_status)
+{
+    ASSERT_EQ(weft_run(NULL, return_arg, (void *)(intptr_t)0), 0);
+    ASSERT_EQ(weft_run(NULL, return_arg, (void *)(intptr_t)-ENOENT), -ENOENT);
+    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, return_arg, (void *)(intptr_t)-EIO),
+              -EIO);
+    ASSERT_EQ(
+        run(2, WEFT_CLOCK_MONOTONIC, return_arg, (void *)(intptr_t)-EPIPE),
+        -EPIPE);
+}
+
+static atomic_int children_done;
+
+static int child_sleep_inc(void *arg)
+{
+    int r = weft_sleep((int64_t)(intptr_t)arg);
+    atomic_fetch_add(&children_done, 1);
+    return r;
+}
+
+static int root_spawns_and_returns(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 10; i++)
+        ASSERT(weft_spawn(NULL, child_sleep_inc,
+                          (void *)(intptr_t)(i * WEFT_MSEC)) >= 0);
+    return -EXDEV;
+}
+
+/* weft_run returns when the root and every task of the root scope are done,
+ * and still returns the root's status. */
+TEST(run_waits_for_root_scope_children)
+{
+    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, root_spawns_and_returns, NULL),
+              -EXDEV);
+    ASSERT_EQ(atomic_load(&children_done), 10);
+    atomic_store(&children_done, 0);
+    ASSERT_EQ(run(2, WEFT_CLOCK_VIRTUAL, root_spawns_and_returns, NULL),
+              -EXDEV);
+    ASSERT_EQ(atomic_load(&children_done), 10);
+}
+
+TEST(run_null_fn_is_einval)
+{
+    ASSERT_EQ(weft_run(NULL, NULL, NULL), -EINVAL);
+    weft_config cfg = {0};
+    ASSERT_EQ(weft_run(&cfg, NULL, NULL), -EINVAL);
+}
+
+static atomic_int bad_cfg_ran;
+
+static int mark_ran(void *arg)
+{
+    (void)arg;
+    atomic_store(&bad_cfg_ran, 1);
+    return 0;
+}
+
+TEST(run_bad_config_is_einval)
+{
+    weft_config cfg = {0};
+    cfg.workers = -1;
+    ASSERT_EQ(weft_run(&cfg, mark_ran, NULL), -EINVAL);
+    cfg.workers = 1;
+    cfg.clock = (weft_clock_kind)77;
+    ASSERT_EQ(weft_run(&cfg, mark_ran, NULL), -EINVAL);
+    ASSERT_EQ(atomic_load(&bad_cfg_ran), 0);
+}
+
+static atomic_int nested_ran;
+
+static int nested_fn(void *arg)
+{
+    (void)arg;
+    atomic_store(&nested_ran, 1);
+    return 0;
+}
+
+static int try_nested_run(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_run(NULL, nested_fn, NULL), -EBUSY);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    ASSERT_EQ(weft_run(&cfg, nested_fn, NULL), -EBUSY);
+    return 0;
+}
+
+static int root_nested(void *arg)
+{
+    (void)arg;
+    try_nested_run(NULL);
+    /* And from a spawned task, on any worker. */
+    for (int i = 0; i < 8; i++)
+        ASSERT(weft_spawn(NULL, try_nested_run, NULL) >= 0);
+    return 0;
+}
+
+TEST(run_inside_task_is_ebusy)
+{
+    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, root_nested, NULL), 0);
+    ASSERT_EQ(run(4, WEFT_CLOCK_MONOTONIC, root_nested, NULL), 0);
+    ASSERT_EQ(atomic_load(&nested_ran), 0);
+    /* The runtime is usable again afterwards. */
+    ASSERT_EQ(weft_run(NULL, nested_fn, NULL), 0);
+    ASSERT_EQ(atomic_load(&nested_ran), 1);
+}
+
+/* ---- task APIs outside a runtime ------------------------------------- */
+
+static int never_run(void *arg)
+{
+    (void)arg;
+    T_FAIL("a task spawned outside a runtime ran");
+    return 0;
+}
+
+static void check_outside_runtime(void)
+{
+    weft_scope *s = (weft_scope *)0x1;
+    ASSERT_EQ(weft_spawn(NULL, never_run, NULL), -EPERM);
+    ASSERT_EQ(weft_yield(), -EPERM);
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), -EPERM);
+    ASSERT_EQ(weft_sleep(0), -EPERM);
+    ASSERT_EQ(weft_sleep_until(WEFT_NEVER), -EPERM);
+    ASSERT_EQ(weft_scope_open(&s, NULL), -EPERM);
+    ASSERT(s == (weft_scope *)0x1); /* *out untouched on failure */
+    ASSERT_EQ(weft_workers(), -EPERM);
+    ASSERT_EQ(weft_worker_id(), -EPERM);
+    ASSERT_EQ(weft_with_timeout(WEFT_SEC, never_run, NULL), -EPERM);
+    ASSERT_EQ(weft_cancelled(), 0);
+    ASSERT(weft_scope_current() == NULL);
+    ASSERT(weft_task_name() != NULL);
+}
+
+static void *outside_thread(void *arg)
+{
+    (void)arg;
+    check_outside_runtime();
+    return NULL;
+}
+
+static int root_starts_plain_thread(void *arg)
+{
+    (void)arg;
+    /* A plain thread is outside the runtime even while it runs. */
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, outside_thread, NULL), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    return 0;
+}
+
+TEST(task_apis_outside_runtime_are_eperm)
+{
+    check_outside_runtime();
+    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, root_starts_plain_thread, NULL), 0);
+    check_outside_runtime(); /* and after a runtime has come and gone */
+}
+
+TEST(now_outside_runtime_is_monotonic)
+{
+    int64_t a = clock_ns(CLOCK_MONOTONIC);
+    int64_t n = weft_now();
+    int64_t b = clock_ns(CLOCK_MONOTONIC);
+    ASSERT(a <= n && n <= b);
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+struct wk {
+    int workers;
+    atomic_int ran;
+    atomic_int bad_id;
+    atomic_int per_worker[8];
+};
+
+static int wk_child(void *arg)
+{
+    struct wk *w = arg;
+    int id = weft_worker_id();
+    if (id < 0 || id >= w->workers || weft_workers() != w->workers)
+        atomic_fetch_add(&w->bad_id, 1);
+    else
+        atomic_fetch_add(&w->per_worker[id], 1);
+    for (int i = 0; i < 10; i++)
+        ASSERT_EQ(weft_yield(), 0);
+    atomic_fetch_add(&w->ran, 1);
+    return 0;
+}
+
+static int wk_root(void *arg)
+{
+    struct wk *w = arg;
+    ASSERT_EQ(weft_workers(), w->workers);
+    int id = weft_worker_id();
+    ASSERT(id >= 0 && id < w->workers);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < 1000; i++)
+        ASSERT_EQ(weft_spawn(s, wk_child, w), i);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(atomic_load(&w->ran), 1000);
+    return 0;
+}
+
+TEST(workers_1_2_4_all_work)
+{
+    int counts[] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        struct wk w = {.workers = counts[k]};
+        ASSERT_EQ(run(counts[k], WEFT_CLOCK_MONOTONIC, wk_root, &w), 0);
+        ASSERT_EQ(atomic_load(&w.ran), 1000);
+        ASSERT_EQ(atomic_load(&w.bad_id), 0);
+        int sum = 0;
+        for (int i = 0; i < counts[k]; i++)
+            sum += atomic_load(&w.per_worker[i]);
+        ASSERT_EQ(sum, 1000);
+    }
+}
+
+static int check_default_workers(void *arg)
+{
+    (void)arg;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ASSERT_EQ(weft_workers(), cpus);
+    return 0;
+}
+
+TEST(workers_zero_means_one_per_cpu)
+{
+    ASSERT_EQ(weft_run(NULL, check_default_workers, NULL), 0);
+    ASSERT_EQ(run(0, WEFT_CLOCK_MONOTONIC, check_default_workers, NULL), 0);
+}
+
+/* A started task never changes worker (nor OS thread): check its worker
+ * id, pthread_self() and the address of a __thread variable across many
+ * yields and sleeps, for many tasks on 4 workers. */
+static __thread int tls_probe;
+static atomic_int moved, stable_done;
+
+static int stay_put(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+    int id = weft_worker_id();
+    pthread_t self = pthread_self();
+    int *tls = &tls_probe;
+    for (int i = 0; i < 100; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (x % 3 == 0)
+            ASSERT_EQ(weft_sleep((int64_t)(x % 1000) * WEFT_USEC), 0);
+        else
+            ASSERT_EQ(weft_yield(), 0);
+        if (weft_worker_id() != id || !pthread_equal(self, pthread_self()) ||
+            &tls_probe != tls)
+            atomic_fetch_add(&moved, 1);
+    }
+    atomic_fetch_add(&stable_done, 1);
+    return 0;
+}
+
+static int stay_put_root(void *arg)
+{
+    int n = (int)(intptr_t)arg;
+    for (int i = 0; i < n; i++)
+        ASSERT(weft_spawn(NULL, stay_put, (void *)(intptr_t)i) >= 0);
+    return 0;
+}
+
+TEST(worker_id_stable_across_yields_and_sleeps)
+{
+    int n = (int)T_SCALE(2000);
+    ASSERT_EQ(run(4, WEFT_CLOCK_VIRTUAL, stay_put_root, (void *)(intptr_t)n),
+              0);
+    ASSERT_EQ(atomic_load(&stable_done), n);
+    ASSERT_EQ(atomic_load(&moved), 0);
+    atomic_store(&stable_done, 0);
+    ASSERT_EQ(
+        run(4, WEFT_CLOCK_MONOTONIC, stay_put_root, (void *)(intptr_t)(n / 4)),
+        0);
+    ASSERT_EQ(atomic_load(&stable_done), n / 4);
+    ASSERT_EQ(atomic_load(&moved), 0);
+}
+
+/* ---- seed ------------------------------------------------------------- */
+
+static int check_seed(void *arg)
+{
+    ASSERT_EQ(weft_seed(), (uint64_t)(uintptr_t)arg);
+    return 0;
+}
+
+TEST(seed_from_config_and_env)
+{
+    unsetenv("WEFT_SEED");
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    ASSERT_EQ(weft_run(&cfg, check_seed, (void *)(uintptr_t)0), 0);
+    cfg.seed = 1234;
+    ASSERT_EQ(weft_run(&cfg, check_seed, (void *)(uintptr_t)1234), 0);
+    setenv("WEFT_SEED", "77", 1);
+    ASSERT_EQ(weft_run(&cfg, check_seed, (void *)(uintptr_t)77), 0);
+    cfg.seed = 0;
+    ASSERT_EQ(weft_run(&cfg, check_seed, (void *)(uintptr_t)77), 0);
+    unsetenv("WEFT_SEED");
+}
+
+/* ---- version and errors ---------------------------------------------- */
+
+TEST(version_matches_header)
+{
+    ASSERT_EQ(weft_version(), WEFT_VERSION_HEX);
+    ASSERT_EQ(WEFT_VERSION_HEX, 0x000100);
+}
+
+TEST(strerror_never_null)
+{
+    int codes[] = {0,       -ECANCELED, -ETIMEDOUT, -EINVAL,    -EPERM,  -EBUSY,
+                   -ENOMEM, -ESHUTDOWN, -ENODATA,   -ENOENT,    -EAGAIN, -12345,
+                   12345,   INT_MIN,    INT_MAX,    -EOVERFLOW, 1};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *s = weft_strerror(codes[i]);
+        ASSERT(s != NULL);
+        ASSERT(s[0] != '\0');
+    }
+    ASSERT(strcmp(weft_strerror(-ECANCELED), weft_strerror(-ETIMEDOUT)) != 0);
+    ASSERT(strcmp(weft_strerror(0), weft_strerror(-ECANCELED)) != 0);
+    ASSERT(strstr(weft_strerror(-ECANCELED), "cancel") != NULL);
+}
+
+/* ---- names and stacks ------------------------------------------------- */
+
+static atomic_int names_checked;
+
+static int check_name(void *arg)
+{
+    const char *want = arg;
+    const char *got = weft_task_name();
+    ASSERT(got != NULL);
+    if (strcmp(got, want) != 0)
+        T_FAIL("weft_task_name() = \"%s\", want \"%s\"", got, want);
+    ASSERT_EQ(weft_yield(), 0);
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT(strcmp(weft_task_name(), want) == 0); /* survives blocking */
+    atomic_fetch_add(&names_checked, 1);
+    return 0;
+}
+
+static int names_root(void *arg)
+{
+    (void)arg;
+    ASSERT(weft_task_name() != NULL);
+    static const char *names[] = {"alpha", "beta-2", "a longer task name"};
+    for (int i = 0; i < 3; i++) {
+        weft_spawn_opts o = {.name = names[i]};
+        ASSERT(weft_spawn_ex(NULL, check_name, (void *)names[i], &o) >= 0);
+    }
+    /* No name, or no opts at all: "". */
+    weft_spawn_opts none = {0};
+    ASSERT(weft_spawn_ex(NULL, check_name, "", &none) >= 0);
+    ASSERT(weft_spawn(NULL, check_name, "") >= 0);
+    return 0;
+}
+
+TEST(task_name_from_spawn_opts)
+{
+    ASSERT_EQ(run(2, WEFT_CLOCK_VIRTUAL, names_root, NULL), 0);
+    ASSERT_EQ(atomic_load(&names_checked), 5);
+    ASSERT(weft_task_name() != NULL); /* outside a task: "" or similar */
+}
+
+/* Each frame holds 1 KiB the compiler cannot elide. */
+__attribute__((noinline)) static int recurse(int depth)
+{
+    volatile char buf[1024];
+    buf[0] = (char)depth;
+    buf[sizeof buf - 1] = (char)(depth >> 8);
+    if (depth == 0)
+        return buf[0];
+    int r = recurse(depth - 1);
+    return r + (buf[0] == (char)depth);
+}
+
+static int deep_task(void *arg)
+{
+    int depth = (int)(intptr_t)arg;
+    /* recurse() returns depth (one per frame that saw its own byte). */
+    ASSERT_EQ(recurse(depth), depth);
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* block with a deep stack used */
+    ASSERT_EQ(recurse(depth), depth);
+    return 0;
+}
+
+static int big_stack_root(void *arg)
+{
+    (void)arg;
+    weft_spawn_opts o = {.name = "deep", .stack_size = 1024 * 1024};
+    /* ~600 KiB of frames: far beyond the 64 KiB default. */
+    ASSERT(weft_spawn_ex(NULL, deep_task, (void *)(intptr_t)560, &o) >= 0);
+    return 0;
+}
+
+TEST(large_stack_size_in_spawn_opts)
+{
+    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, big_stack_root, NULL), 0);
+    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, big_stack_root, NULL), 0);
+}
+
+static int deep_root(void *arg)
+{
+    /* The root and its children get the configured default. */
+    ASSERT_EQ(deep_task(arg), 0);
+    ASSERT(weft_spawn(NULL, deep_task, arg) >= 0);
+    return 0;
+}
+
+TEST(large_default_stack_size_in_config)
+{
+    weft_config cfg = {0};
+    cfg.workers = 2;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    cfg.stack_size = 2 * 1024 * 1024;
+    ASSERT_EQ(weft_run(&cfg, deep_root, (void *)(intptr_t)1200), 0);
+}
+
+/* ---- idle cost -------------------------------------------------------- */
+
+static int idle_root(void *arg)
+{
+    (void)arg;
+    /* Let the runtime settle (other worker parks), then measure. */
+    ASSERT_EQ(weft_sleep(20 * WEFT_MSEC), 0);
+    int64_t cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    int64_t real0 = clock_ns(CLOCK_MONOTONIC);
+    weft_time now0 = weft_now();
+    ASSERT_EQ(weft_sleep(300 * WEFT_MSEC), 0);
+    int64_t real = clock_ns(CLOCK_MONOTONIC) - real0;
+    int64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    ASSERT(weft_now() - now0 >= 300 * WEFT_MSEC);
+    ASSERT(real >= 300 * WEFT_MSEC);
+    if (cpu >= 30 * WEFT_MSEC)
+        T_FAIL("idle runtime used %.1f ms of CPU in %.1f ms", cpu / 1e6,
+               real / 1e6);
+    return 0;
+}
+
+TEST(idle_runtime_uses_no_cpu)
+{
+    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, idle_root, NULL), 0);
+}

@@ -1,0 +1,599 @@
+/*
+ * Scheduler: seeded determinism, fairness of yield, wake-up storms across
+ * workers, a million blocked tasks, and spawn-heavy loops.
+ */
+#include "t.h"
+#include "weft.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+
+/* Under TSan every task is a TSan fiber, which costs about what a thread
+ * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
+ * cap the number of tasks alive at the same time. */
+#if defined(WEFT_TSAN)
+#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
+#else
+#define T_LIVE(n) T_SCALE(n)
+#endif
+
+static int run_cfg(int workers, weft_clock_kind clock, uint64_t seed,
+                   weft_fn fn, void *arg)
+{
+    weft_config cfg = {0};
+    cfg.workers = workers;
+    cfg.clock = clock;
+    cfg.seed = seed;
+    return weft_run(&cfg, fn, arg);
+}
+
+/* ---- seeded determinism ----------------------------------------------- */
+
+#define TR_TASKS 20
+#define TR_STEPS 6
+#define TR_LEN (TR_TASKS * TR_STEPS)
+
+static int trace[TR_LEN];
+static atomic_int trace_len;
+
+static void trace_add(int id)
+{
+    int i = atomic_fetch_add(&trace_len, 1);
+    ASSERT(i < TR_LEN);
+    trace[i] = id;
+}
+
+static int tracer(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    for (int k = 0; k < TR_STEPS; k++) {
+        trace_add(id);
+        /* Yields, and short sleeps with many equal deadlines, so both the
+         * ready order and the order of simultaneous wake-ups matter. */
+        if ((id + k) % 3 == 0)
+            ASSERT_EQ(weft_sleep((id + k) % 2), 0);
+        else
+            ASSERT_EQ(weft_yield(), 0);
+    }
+    return 0;
+}
+
+static int tracer_root(void *arg)
+{
+    uint64_t seed = (uint64_t)(uintptr_t)arg;
+    ASSERT_EQ(weft_seed(), seed);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < TR_TASKS; i++)
+        ASSERT_EQ(weft_spawn(s, tracer, (void *)(intptr_t)i), i);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static void record(uint64_t seed, int out[TR_LEN])
+{
+    atomic_store(&trace_len, 0);
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), tracer_root,
+                      (void *)(uintptr_t)seed),
+              0);
+    ASSERT_EQ(atomic_load(&trace_len), TR_LEN);
+    memcpy(out, trace, sizeof trace);
+    /* Each task appears exactly TR_STEPS times. */
+    int count[TR_TASKS] = {0};
+    for (int i = 0; i < TR_LEN; i++) {
+        ASSERT(out[i] >= 0 && out[i] < TR_TASKS);
+        count[out[i]]++;
+    }
+    for (int i = 0; i < TR_TASKS; i++)
+        ASSERT_EQ(count[i], TR_STEPS);
+}
+
+TEST(same_seed_same_trace)
+{
+    unsetenv("WEFT_SEED");
+    static int a[TR_LEN], b[TR_LEN];
+    uint64_t seeds[] = {1, 42, 0xdeadbeefcafeull};
+    for (int i = 0; i < 3; i++) {
+        record(seeds[i], a);
+        record(seeds[i], b);
+        if (memcmp(a, b, sizeof a) != 0)
+            T_FAIL("seed %" PRIu64 " gave two different traces", seeds[i]);
+    }
+}
+
+TEST(different_seeds_different_traces)
+{
+    unsetenv("WEFT_SEED");
+    static int first[TR_LEN], other[TR_LEN];
+    record(1, first);
+    int differ = 0;
+    for (uint64_t seed = 2; seed <= 9; seed++) {
+        record(seed, other);
+        differ += memcmp(first, other, sizeof first) != 0;
+    }
+    /* 20 tasks: distinct seeds agreeing on all of them would be absurd. */
+    ASSERT(differ >= 1);
+    ASSERT(differ >= 6);
+}
+
+/* Seed 0 is ordinary scheduling, not a shuffle: a worker runs the tasks it
+ * spawned that have not started yet newest first (so trees are walked
+ * depth first, see sched.c), so 20 tasks spawned together first run in
+ * exactly the reverse of spawn order; and the run is repeatable. */
+TEST(seed_zero_runs_newest_first)
+{
+    unsetenv("WEFT_SEED");
+    static int t0[TR_LEN], t1[TR_LEN];
+    record(0, t0);
+    int first[TR_TASKS], n = 0, seen[TR_TASKS] = {0};
+    for (int i = 0; i < TR_LEN; i++)
+        if (!seen[t0[i]]++)
+            first[n++] = t0[i];
+    ASSERT_EQ(n, TR_TASKS);
+    int backward = 1;
+    for (int i = 0; i < TR_TASKS; i++)
+        backward &= first[i] == TR_TASKS - 1 - i;
+    if (!backward) {
+        fprintf(stderr, "first runs:");
+        for (int i = 0; i < TR_TASKS; i++)
+            fprintf(stderr, " %d", first[i]);
+        T_FAIL("seed 0: tasks did not first run newest first");
+    }
+    record(0, t1);
+    ASSERT(memcmp(t0, t1, sizeof t0) == 0);
+}
+
+TEST(env_seed_overrides_config)
+{
+    static int a[TR_LEN], b[TR_LEN];
+    unsetenv("WEFT_SEED");
+    record(7, a);
+    setenv("WEFT_SEED", "7", 1);
+    /* The config says 3, the environment says 7: the run is seed 7's. */
+    atomic_store(&trace_len, 0);
+    ASSERT_EQ(
+        run_cfg(1, WEFT_CLOCK_VIRTUAL, 3, tracer_root, (void *)(uintptr_t)7),
+        0);
+    memcpy(b, trace, sizeof trace);
+    ASSERT(memcmp(a, b, sizeof a) == 0);
+    unsetenv("WEFT_SEED");
+}
+
+/* ---- fairness of weft_yield ------------------------------------------- */
+
+#define FAIR_ROUNDS 200
+static int fair_trace[3 * FAIR_ROUNDS];
+static atomic_int fair_len;
+
+static int fair_task(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    for (int i = 0; i < FAIR_ROUNDS; i++) {
+        fair_trace[atomic_fetch_add(&fair_len, 1)] = id;
+        ASSERT_EQ(weft_yield(), 0);
+    }
+    return 0;
+}
+
+static int fair_root(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++)
+        ASSERT(weft_spawn(NULL, fair_task, (void *)(intptr_t)i) >= 0);
+    return 0;
+}
+
+TEST(yield_is_round_robin)
+{
+    unsetenv("WEFT_SEED");
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_MONOTONIC, 0, fair_root, NULL), 0);
+    ASSERT_EQ(atomic_load(&fair_len), 3 * FAIR_ROUNDS);
+    ASSERT(fair_trace[0] != fair_trace[1]);
+    ASSERT(fair_trace[1] != fair_trace[2]);
+    ASSERT(fair_trace[0] != fair_trace[2]);
+    for (int i = 3; i < 3 * FAIR_ROUNDS; i++)
+        if (fair_trace[i] != fair_trace[i - 3])
+            T_FAIL("turn %d went to task %d, not %d", i, fair_trace[i],
+                   fair_trace[i - 3]);
+}
+
+/* A yielding task does not starve a task woken by a timer, and vice
+ * versa: with the virtual clock, a spinning yielder keeps the clock still,
+ * so the sleeper wakes only after the spinner stops. */
+static atomic_int spins_done;
+
+static int spinner(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000; i++)
+        ASSERT_EQ(weft_yield(), 0);
+    atomic_store(&spins_done, 1);
+    return 0;
+}
+
+static int waiter(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_sleep(1), 0);
+    ASSERT_EQ(atomic_load(&spins_done), 1);
+    ASSERT_EQ(weft_now(), 1);
+    return 0;
+}
+
+static int spin_root(void *arg)
+{
+    (void)arg;
+    ASSERT(weft_spawn(NULL, waiter, NULL) >= 0);
+    ASSERT(weft_spawn(NULL, spinner, NULL) >= 0);
+    return 0;
+}
+
+TEST(yielding_keeps_virtual_clock_still)
+{
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, spin_root, NULL), 0);
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 99, spin_root, NULL), 0);
+}
+
+/* ---- cross-worker wake-up storms --------------------------------------- */
+
+#define STORM_K 8
+
+struct group {
+    _Atomic(weft_scope *) s; /* published once open */
+};
+
+struct storm {
+    int m;
+    struct group *g;
+    atomic_long sleeper_cancelled, sleeper_wrong;
+    atomic_int join_cancelled, cancels_ok, groups_done;
+    atomic_int worker_seen[4];
+};
+static struct storm storm;
+
+static int storm_sleeper(void *arg)
+{
+    (void)arg;
+    int r = weft_sleep(3600 * WEFT_SEC);
+    if (r == -ECANCELED)
+        atomic_fetch_add(&storm.sleeper_cancelled, 1);
+    else
+        atomic_fetch_add(&storm.sleeper_wrong, 1);
+    return r;
+}
+
+static void storm_cancel(int g)
+{
+    weft_scope *s;
+    while ((s = atomic_load(&storm.g[g].s)) == NULL)
+        ASSERT_EQ(weft_yield(), 0);
+    if (weft_scope_cancel(s) == 0)
+        atomic_fetch_add(&storm.cancels_ok, 1);
+}
+
+static int storm_group(void *arg)
+{
+    int g = (int)(intptr_t)arg;
+    atomic_store(&storm.worker_seen[weft_worker_id()], 1);
+    weft_scope *s;
+    weft_scope_opts o = {.policy = WEFT_COLLECT};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    for (int i = 0; i < STORM_K; i++)
+        ASSERT(weft_spawn(s, storm_sleeper, NULL) >= 0);
+    atomic_store(&storm.g[g].s, s);
+    /* Only group (g-1)/2 cancels s; then s's owner joins and frees it
+     * while the canceller may still be returning from the call. */
+    if (weft_scope_join(s) == -ECANCELED)
+        atomic_fetch_add(&storm.join_cancelled, 1);
+    ASSERT_EQ(weft_scope_failed(s), STORM_K);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    for (int c = 2 * g + 1; c <= 2 * g + 2 && c < storm.m; c++)
+        storm_cancel(c);
+    atomic_fetch_add(&storm.groups_done, 1);
+    return 0;
+}
+
+static int storm_root(void *arg)
+{
+    (void)arg;
+    for (int g = 0; g < storm.m; g++)
+        ASSERT(weft_spawn(NULL, storm_group, (void *)(intptr_t)g) >= 0);
+    storm_cancel(0);
+    return 0;
+}
+
+TEST(cross_worker_cancel_tree_storm)
+{
+    storm.m = (int)(T_LIVE(4000 * (STORM_K + 1)) / (STORM_K + 1));
+    storm.g = calloc((size_t)storm.m, sizeof *storm.g);
+    ASSERT(storm.g != NULL);
+    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, storm_root, NULL), 0);
+    ASSERT_EQ(atomic_load(&storm.groups_done), storm.m);
+    ASSERT_EQ(atomic_load(&storm.join_cancelled), storm.m);
+    ASSERT_EQ(atomic_load(&storm.cancels_ok), storm.m);
+    ASSERT_EQ(atomic_load(&storm.sleeper_cancelled), (long)storm.m * STORM_K);
+    ASSERT_EQ(atomic_load(&storm.sleeper_wrong), 0);
+    int seen = 0;
+    for (int i = 0; i < 4; i++)
+        seen += atomic_load(&storm.worker_seen[i]);
+    ASSERT(seen >= 2);
+    free(storm.g);
+}
+
+/* Many tasks on 4 workers cancel the same scope at once while its sleepers
+ * park and wake: every cancel succeeds (idempotent), every sleeper returns
+ * -ECANCELED exactly once. Repeated for several rounds. */
+struct race {
+    weft_scope *target;
+    atomic_long woke, wrong, cancels;
+    atomic_int turn;
+};
+
+static int race_sleeper(void *arg)
+{
+    struct race *r = arg;
+    int rc = weft_sleep(3600 * WEFT_SEC);
+    atomic_fetch_add(rc == -ECANCELED ? &r->woke : &r->wrong, 1);
+    return 0;
+}
+
+static int race_canceller(void *arg)
+{
+    struct race *r = arg;
+    int n = atomic_fetch_add(&r->turn, 1) % 7;
+    for (int i = 0; i < n; i++)
+        weft_yield();
+    if (weft_scope_cancel(r->target) == 0)
+        atomic_fetch_add(&r->cancels, 1);
+    return 0;
+}
+
+static int race_root(void *arg)
+{
+    long *totals = arg;
+    int sleepers = (int)T_LIVE(2000), cancellers = 64;
+    for (int round = 0; round < 20; round++) {
+        struct race r = {0};
+        weft_scope *s, *c;
+        weft_scope_opts o = {.policy = WEFT_COLLECT};
+        ASSERT_EQ(weft_scope_open(&s, &o), 0);
+        r.target = s;
+        for (int i = 0; i < sleepers; i++)
+            ASSERT(weft_spawn(s, race_sleeper, &r) >= 0);
+        /* The cancellers' scope is nested in s but shielded, so spawning
+         * into it keeps working after the first cancel, and s outlives
+         * every cancel call. */
+        weft_scope_opts so = {.policy = WEFT_COLLECT, .shield = 1};
+        ASSERT_EQ(weft_scope_open(&c, &so), 0);
+        for (int i = 0; i < cancellers; i++)
+            ASSERT(weft_spawn(c, race_canceller, &r) >= 0);
+        ASSERT_EQ(weft_scope_join(c), 0);
+        ASSERT_EQ(weft_scope_free(c), 0);
+        ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        ASSERT_EQ(atomic_load(&r.woke), sleepers);
+        ASSERT_EQ(atomic_load(&r.wrong), 0);
+        ASSERT_EQ(atomic_load(&r.cancels), cancellers);
+        totals[0] += atomic_load(&r.woke);
+    }
+    return 0;
+}
+
+TEST(cross_worker_concurrent_cancels_of_one_scope)
+{
+    long total = 0;
+    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, race_root, &total), 0);
+    ASSERT_EQ(total, 20 * T_LIVE(2000));
+}
+
+/* Ping-pong across workers through scopes: two tasks, each in turn opens a
+ * scope, publishes it and sleeps in it until the other cancels it. */
+struct pingpong {
+    _Atomic(weft_scope *) slot[2];
+    atomic_int rounds[2];
+    int n;
+};
+
+static int pp_player(void *arg)
+{
+    struct pingpong *p = (struct pingpong *)((uintptr_t)arg & ~(uintptr_t)1);
+    int me = (int)((uintptr_t)arg & 1), other = !me;
+    for (int i = 0; i < p->n; i++) {
+        weft_scope *s;
+        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        atomic_store(&p->slot[me], s);
+        ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+        /* Player 0 cancels player 1's round i; player 1 cancels player
+         * 0's round i + 1, if there is one. */
+        if (me == 0 || i + 1 < p->n) {
+            weft_scope *o;
+            while ((o = atomic_exchange(&p->slot[other], NULL)) == NULL)
+                ASSERT_EQ(weft_yield(), 0);
+            ASSERT_EQ(weft_scope_cancel(o), 0);
+        }
+        ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        atomic_fetch_add(&p->rounds[me], 1);
+    }
+    return 0;
+}
+
+static int pp_root(void *arg)
+{
+    struct pingpong *p = arg;
+    ASSERT(weft_spawn(NULL, pp_player, (void *)((uintptr_t)p | 0)) >= 0);
+    ASSERT(weft_spawn(NULL, pp_player, (void *)((uintptr_t)p | 1)) >= 0);
+    /* Kick off: cancel player 0's first scope. */
+    weft_scope *o;
+    while ((o = atomic_exchange(&p->slot[0], NULL)) == NULL)
+        ASSERT_EQ(weft_yield(), 0);
+    ASSERT_EQ(weft_scope_cancel(o), 0);
+    return 0;
+}
+
+TEST(cross_worker_pingpong_through_cancellation)
+{
+    static struct pingpong p;
+    p.n = (int)T_SCALE(2000);
+    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, pp_root, &p), 0);
+    ASSERT_EQ(atomic_load(&p.rounds[0]), p.n);
+    ASSERT_EQ(atomic_load(&p.rounds[1]), p.n);
+}
+
+/* ---- a million blocked tasks ------------------------------------------- */
+
+struct million {
+    long n;
+    atomic_long blocked, woke, wrong;
+};
+
+static int million_task(void *arg)
+{
+    struct million *m = arg;
+    atomic_fetch_add(&m->blocked, 1);
+    int r = weft_sleep_until(WEFT_SEC);
+    /* Nobody wakes before every task has blocked. */
+    if (r != 0 || weft_now() != WEFT_SEC || atomic_load(&m->blocked) != m->n)
+        atomic_fetch_add(&m->wrong, 1);
+    atomic_fetch_add(&m->woke, 1);
+    return 0;
+}
+
+static int million_root(void *arg)
+{
+    struct million *m = arg;
+    weft_scope *s;
+    weft_scope_opts o = {.policy = WEFT_COLLECT};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    for (long i = 0; i < m->n; i++)
+        ASSERT_EQ(weft_spawn(s, million_task, m), i);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_spawned(s), m->n);
+    ASSERT_EQ(weft_scope_failed(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    return 0;
+}
+
+TEST(one_million_blocked_tasks)
+{
+    static struct million m;
+    m.n = T_LIVE(1000000);
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, million_root, &m), 0);
+    ASSERT_EQ(atomic_load(&m.blocked), m.n);
+    ASSERT_EQ(atomic_load(&m.woke), m.n);
+    ASSERT_EQ(atomic_load(&m.wrong), 0);
+}
+
+/* The same on 2 workers, released by cancelling the scope. */
+static int million_cancel_task(void *arg)
+{
+    struct million *m = arg;
+    atomic_fetch_add(&m->blocked, 1);
+    int r = weft_sleep(1000L * 86400 * WEFT_SEC);
+    if (r != -ECANCELED || weft_now() != WEFT_SEC)
+        atomic_fetch_add(&m->wrong, 1);
+    atomic_fetch_add(&m->woke, 1);
+    return 0;
+}
+
+static int million_cancel_root(void *arg)
+{
+    struct million *m = arg;
+    weft_scope *s;
+    weft_scope_opts o = {.policy = WEFT_COLLECT};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    for (long i = 0; i < m->n; i++)
+        ASSERT(weft_spawn(s, million_cancel_task, m) >= 0);
+    /* The clock reaches 1 s only once every task is parked. */
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(atomic_load(&m->blocked), m->n);
+    ASSERT_EQ(atomic_load(&m->woke), 0);
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(many_blocked_tasks_released_by_cancel_2_workers)
+{
+    static struct million m;
+    m.n = T_LIVE(250000);
+    ASSERT_EQ(run_cfg(2, WEFT_CLOCK_VIRTUAL, 0, million_cancel_root, &m), 0);
+    ASSERT_EQ(atomic_load(&m.woke), m.n);
+    ASSERT_EQ(atomic_load(&m.wrong), 0);
+}
+
+/* ---- spawn-heavy loops --------------------------------------------------- */
+
+struct heavy {
+    long n;
+    atomic_uchar *ran;
+    atomic_long finished;
+    long max_outstanding;
+};
+
+static struct heavy *heavy_cur;
+
+static int heavy_leaf(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    atomic_fetch_add(&heavy_cur->ran[i], 1);
+    atomic_fetch_add(&heavy_cur->finished, 1);
+    return 0;
+}
+
+static int heavy_spawner(void *arg)
+{
+    struct heavy *h = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (long i = 0; i < h->n; i++) {
+        ASSERT_EQ(weft_spawn(s, heavy_leaf, (void *)(intptr_t)i), i);
+        long out = i + 1 - atomic_load(&h->finished);
+        if (out > h->max_outstanding)
+            h->max_outstanding = out;
+    }
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_spawned(s), h->n);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static int heavy_root(void *arg)
+{
+    /* The spawner is a task of its own, not the root. */
+    ASSERT(weft_spawn(NULL, heavy_spawner, arg) >= 0);
+    return 0;
+}
+
+static void heavy_run(int workers)
+{
+    static struct heavy h;
+    h.n = T_SCALE(200000);
+    h.ran = calloc((size_t)h.n, 1);
+    ASSERT(h.ran != NULL);
+    atomic_store(&h.finished, 0);
+    h.max_outstanding = 0;
+    heavy_cur = &h;
+    ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_MONOTONIC, 0, heavy_root, &h), 0);
+    ASSERT_EQ(atomic_load(&h.finished), h.n);
+    for (long i = 0; i < h.n; i++)
+        if (atomic_load(&h.ran[i]) != 1)
+            T_FAIL("child %ld ran %d times", i, (int)atomic_load(&h.ran[i]));
+    /* Spawning yields every so often: children ran during the loop. */
+    if (workers == 1 && h.max_outstanding > h.n / 2)
+        T_FAIL("%ld children waited to start", h.max_outstanding);
+    free(h.ran);
+}
+
+TEST(spawn_heavy_loop_one_worker)
+{
+    heavy_run(1);
+}
+
+TEST(spawn_heavy_loop_four_workers)
+{
+    heavy_run(4);
+}

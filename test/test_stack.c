@@ -1,0 +1,271 @@
+/*
+ * Stacks: overflow detection and reporting, reuse of stacks, and lazy
+ * commit of stack memory.
+ */
+#include "t.h"
+#include "weft.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+/* TSan's shadow memory and per-fiber state (about 1 MB a task) swamp the
+ * figures: the memory checks are not made under TSan. */
+#if defined(WEFT_TSAN)
+#define CHECK_RSS 0
+#else
+#define CHECK_RSS 1
+#endif
+
+/* Under TSan every task is a TSan fiber, which costs about what a thread
+ * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
+ * cap the number of tasks alive at the same time. */
+#if defined(WEFT_TSAN)
+#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
+#else
+#define T_LIVE(n) T_SCALE(n)
+#endif
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    ASSERT_EQ(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
+}
+
+/* ---- overflow --------------------------------------------------------- */
+
+/* Unbounded recursion with 1 KiB a frame (the limit is never reached, but
+ * the compiler cannot know); the use of buf after the call keeps it from
+ * becoming a loop or a tail call. */
+static volatile int overflow_limit = 0x7fffffff;
+
+__attribute__((noinline)) static int overflow(int depth)
+{
+    volatile char buf[1024];
+    if (depth >= overflow_limit)
+        return 0;
+    buf[0] = (char)depth;
+    buf[sizeof buf - 1] = (char)depth;
+    return overflow(depth + 1) + buf[0] + buf[sizeof buf - 1];
+}
+
+static int overflower(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* overflow after a switch */
+    return overflow(0);
+}
+
+struct ovf {
+    int workers;
+    size_t stack_size;
+    const char *name;
+};
+
+static int only_named_root(void *arg)
+{
+    struct ovf *o = arg;
+    weft_spawn_opts so = {.name = o->name, .stack_size = o->stack_size};
+    ASSERT(weft_spawn_ex(NULL, overflower, NULL, &so) >= 0);
+    return 0;
+}
+
+/* Runs fn in a child process with stderr piped back; returns the wait
+ * status and fills out (NUL-terminated). */
+static int run_in_child(weft_fn fn, struct ovf *o, char *out, size_t cap)
+{
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        close(fds[1]);
+        alarm(60); /* a hang is a failure too (SIGALRM, checked below) */
+        weft_config cfg = {0};
+        cfg.workers = o->workers;
+        cfg.clock = WEFT_CLOCK_VIRTUAL;
+        int r = weft_run(&cfg, fn, o);
+        fprintf(stderr, "weft_run returned %d after an overflow\n", r);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fds[0], out + len, cap - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == cap - 1) {
+            char sink[256]; /* keep draining so the child cannot block */
+            while (read(fds[0], sink, sizeof sink) > 0)
+                ;
+            break;
+        }
+    }
+    out[len] = '\0';
+    close(fds[0]);
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void expect_overflow_report(weft_fn fn, struct ovf *o)
+{
+    static char out[1 << 16];
+    int status = run_in_child(fn, o, out, sizeof out);
+    int abnormal =
+        WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    if (!abnormal || strstr(out, "stack overflow") == NULL ||
+        strstr(out, o->name) == NULL ||
+        (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM))
+        T_FAIL("child status %#x (signal %d, exit %d); stderr:\n%s", status,
+               WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+}
+
+TEST(stack_overflow_reported_with_task_name)
+{
+    struct ovf o = {.workers = 1, .name = "overflower"};
+    expect_overflow_report(only_named_root, &o);
+}
+
+TEST(stack_overflow_custom_stack_size_two_workers)
+{
+    struct ovf o = {
+        .workers = 2, .stack_size = 128 * 1024, .name = "overflower-128k"};
+    expect_overflow_report(only_named_root, &o);
+}
+
+/* ---- stacks are reused ------------------------------------------------- */
+
+/* Touches about 24 KiB of stack, so a fresh stack per task would cost
+ * RSS. */
+__attribute__((noinline)) static int touch_stack(int depth)
+{
+    volatile char buf[1024];
+    buf[0] = 1;
+    buf[sizeof buf - 1] = 1;
+    if (depth == 0)
+        return buf[0];
+    return touch_stack(depth - 1) + buf[sizeof buf - 1];
+}
+
+static atomic_long short_ran;
+
+static int short_task(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(touch_stack(23), 24);
+    atomic_fetch_add(&short_ran, 1);
+    return 0;
+}
+
+static void spawn_join(int n)
+{
+    for (int i = 0; i < n; i++) {
+        weft_scope *s;
+        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        ASSERT_EQ(weft_spawn(s, short_task, NULL), 0);
+        ASSERT_EQ(weft_scope_join(s), 0);
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+}
+
+static int reuse_root(void *arg)
+{
+    long *growth = arg;
+    spawn_join(200); /* warm up pools */
+    long before = max_rss_kib();
+    spawn_join(10000);
+    *growth = max_rss_kib() - before;
+    return 0;
+}
+
+TEST(stacks_are_reused)
+{
+    long growth = -1;
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    ASSERT_EQ(weft_run(&cfg, reuse_root, &growth), 0);
+    ASSERT_EQ(atomic_load(&short_ran), 10200);
+    long limit = SANITIZED ? 32 * 1024 : 4 * 1024; /* KiB */
+    if (CHECK_RSS && (growth < 0 || growth >= limit))
+        T_FAIL("peak RSS grew by %ld KiB over 10,000 tasks", growth);
+}
+
+TEST(stacks_are_reused_two_workers)
+{
+    long growth = -1;
+    weft_config cfg = {0};
+    cfg.workers = 2;
+    ASSERT_EQ(weft_run(&cfg, reuse_root, &growth), 0);
+    ASSERT_EQ(atomic_load(&short_ran), 10200);
+    long limit = SANITIZED ? 32 * 1024 : 4 * 1024;
+    if (CHECK_RSS && (growth < 0 || growth >= limit))
+        T_FAIL("peak RSS grew by %ld KiB over 10,000 tasks", growth);
+}
+
+/* ---- stacks are committed lazily -------------------------------------- */
+
+struct lazy {
+    long n;
+    atomic_long parked;
+    long growth;
+};
+
+static int lazy_task(void *arg)
+{
+    struct lazy *l = arg;
+    ASSERT_EQ(touch_stack(1), 2); /* ~2 KiB of stack */
+    atomic_fetch_add(&l->parked, 1);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    return 0;
+}
+
+static int lazy_root(void *arg)
+{
+    struct lazy *l = arg;
+    long before = max_rss_kib();
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (long i = 0; i < l->n; i++)
+        ASSERT(weft_spawn(s, lazy_task, l) >= 0);
+    /* Virtual clock: by 1 ms every task is parked on its sleep. */
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(atomic_load(&l->parked), l->n);
+    l->growth = max_rss_kib() - before;
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(stacks_are_committed_lazily)
+{
+    static struct lazy l;
+    l.n = T_LIVE(20000);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    ASSERT_EQ(weft_run(&cfg, lazy_root, &l), 0);
+    /* 64 KiB stacks fully committed would be 64 KiB a task; a lazily
+     * committed one that used ~2 KiB costs a page or two plus the task. */
+    long per_task = l.growth * 1024 / l.n;
+    long limit = SANITIZED ? 64 * 1024 : 24 * 1024; /* bytes a task */
+    if (CHECK_RSS && per_task >= limit)
+        T_FAIL("%ld bytes of RSS per parked task (%ld tasks)", per_task, l.n);
+}
