@@ -1,8 +1,9 @@
 /*
  * parked: N tasks each block; once all are parked, peak RSS (VmHWM) is
  * read; then all are released and joined. One worker. Value: (peak RSS -
- * RSS before spawning) / N, in bytes/task. See ../shared/bench/SPEC.md; the peers are
- * Go goroutines and Tokio tasks each receiving from their own channel.
+ * RSS before spawning) / N, in bytes/task. See ../shared/bench/SPEC.md; the
+ * peers are Go goroutines and Tokio tasks each receiving from their own
+ * channel.
  *
  * Stand-in until weft has channels: the spec has each task block receiving
  * from its own channel and be released by a send. weft has no channels yet

@@ -34,11 +34,11 @@ static inline void weft__ctx_make(weft__ctx *c, char *lo, char *hi,
      * weft__ctx_start's call. */
     sp = (uintptr_t *)(hi - 16) - 8;
     sp[0] = 0x1F80u | ((uintptr_t)0x037Fu << 32); /* MXCSR, x87 CW */
-    sp[1] = sp[2] = sp[3] = 0;                     /* r15 r14 r13 */
-    sp[4] = (uintptr_t)arg;                        /* r12 */
-    sp[5] = (uintptr_t)entry;                      /* rbx */
-    sp[6] = 0;                                     /* rbp */
-    sp[7] = (uintptr_t)weft__ctx_start;            /* return address */
+    sp[1] = sp[2] = sp[3] = 0;                    /* r15 r14 r13 */
+    sp[4] = (uintptr_t)arg;                       /* r12 */
+    sp[5] = (uintptr_t)entry;                     /* rbx */
+    sp[6] = 0;                                    /* rbp */
+    sp[7] = (uintptr_t)weft__ctx_start;           /* return address */
 #elif defined(__aarch64__)
     sp = (uintptr_t *)hi - 22;
     for (int i = 0; i < 22; i++)
@@ -47,7 +47,8 @@ static inline void weft__ctx_make(weft__ctx *c, char *lo, char *hi,
     sp[1] = (uintptr_t)arg;              /* x20 */
     sp[11] = (uintptr_t)weft__ctx_start; /* x30 */
 #else
-#error "no assembly context for this architecture: build with WEFT_CONTEXT=ucontext"
+#error                                                                         \
+    "no assembly context for this architecture: build with WEFT_CONTEXT=ucontext"
 #endif
     c->sp = sp;
 }
@@ -61,8 +62,7 @@ static inline void ctx_jump(weft__ctx *from, weft__ctx *to)
 static void ctx_uc_entry(unsigned hi_, unsigned lo_, unsigned fhi, unsigned flo)
 {
     void *arg = (void *)(((uintptr_t)hi_ << 32) | lo_);
-    void (*entry)(void *) =
-        (void (*)(void *))(((uintptr_t)fhi << 32) | flo);
+    void (*entry)(void *) = (void (*)(void *))(((uintptr_t)fhi << 32) | flo);
     entry(arg);
     __builtin_trap();
 }

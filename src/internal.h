@@ -2,9 +2,9 @@
  * weft internals: the structures shared by the runtime's modules.
  *
  * Layers (bottom up) and their files:
- *   ctx.h        register save/restore (src/arch/ assembly, or ucontext) and the
+ *   ctx.h        register save/restore (src/arch/ or ucontext) and the
  *                sanitizer fiber hooks
- *   stack.c      task slots: a stack with the task struct at its top, pooled
+ *   stack.c      task slots: a stack with the task struct at its top
  *   timer.c      per-worker hierarchical timing wheel
  *   sched.c      workers, run queues, stealing, park/wake, spawn
  *   scope.c      structured concurrency: scopes, policies, cancellation
@@ -113,9 +113,9 @@ struct weft__timer {
  * Invariant: every armed timer has when >= elapsed, and sits at a slot at or
  * after elapsed's slot at its level. */
 typedef struct weft__wheel {
-    int64_t elapsed;                          /* time the wheel has reached */
-    size_t count;                             /* armed timers */
-    uint64_t occupied[WEFT_WHEEL_LEVELS];     /* bit s: slot s not empty */
+    int64_t elapsed;                      /* time the wheel has reached */
+    size_t count;                         /* armed timers */
+    uint64_t occupied[WEFT_WHEEL_LEVELS]; /* bit s: slot s not empty */
     weft__timer slots[WEFT_WHEEL_LEVELS][WEFT_WHEEL_SLOTS]; /* sentinels */
 } weft__wheel;
 
@@ -148,9 +148,9 @@ enum {
 #define PARK_STATE(w) ((unsigned)((w)&3u))
 
 enum {
-    TASK_STARTED = 1u << 0, /* has run: pinned to `worker` */
-    TASK_GUARDED = 1u << 1, /* its stack has a guard page below it */
-    TASK_CUSTOM = 1u << 2,  /* slot mmap'd for this task alone */
+    TASK_STARTED = 1u << 0,     /* has run: pinned to `worker` */
+    TASK_GUARDED = 1u << 1,     /* its stack has a guard page below it */
+    TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
     TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
     TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
 };
@@ -159,20 +159,20 @@ enum {
  * of the slot and the stack grows down from just below it, so a parked task
  * that used little stack costs one page. */
 struct weft_task {
-    weft__ctx ctx;      /* owner: saved registers while not running */
-    weft_worker *worker; /* set when first run; never changes afterwards */
-    weft_task *next;     /* owner: link in a run queue, inbox or free list */
+    weft__ctx ctx;         /* owner: saved registers while not running */
+    weft_worker *worker;   /* set when first run; never changes afterwards */
+    weft_task *next;       /* owner: link in a run queue, inbox or free list */
     _Atomic uint64_t park; /* park word (see above); any thread CASes it */
-    int wake_code;       /* result of the last park, set by the winning waker */
-    unsigned flags;      /* TASK_* */
+    int wake_code;  /* result of the last park, set by the winning waker */
+    unsigned flags; /* TASK_* */
 
-    weft__timer timer;   /* owner: deadline of the current park */
+    weft__timer timer; /* owner: deadline of the current park */
 
-    weft_scope *home;            /* scope it was spawned into */
-    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
-    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
-    int index;                   /* child index in home */
-    int status;                  /* fn's return value */
+    weft_scope *home;          /* scope it was spawned into */
+    _Atomic(weft_scope *) cur; /* innermost open scope (home if none) */
+    weft_task *mprev, *mnext;  /* home's member list, under home's lock */
+    int index;                 /* child index in home */
+    int status;                /* fn's return value */
 
     weft_fn fn;
     void *arg;
@@ -180,9 +180,9 @@ struct weft_task {
     const char *file; /* spawn site */
     int line;
 
-    char *stack_lo;    /* lowest usable stack byte (above the guard page) */
-    char *slot_lo;     /* start of the slot's mapping (the guard, if any) */
-    size_t slot_size;  /* bytes from slot_lo to the slot's end */
+    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
+    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
+    size_t slot_size; /* bytes from slot_lo to the slot's end */
 
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
@@ -201,14 +201,14 @@ typedef struct weft__queue { /* FIFO of tasks, owner only */
  * and trees are walked depth first), thieves take from the top (oldest,
  * usually the largest piece of work). */
 typedef struct weft__dqbuf {
-    int64_t mask;                   /* capacity - 1 */
-    struct weft__dqbuf *retired;    /* older buffers, freed with the deque */
-    atomic_uint *stamp;             /* owner's tick when each was pushed */
+    int64_t mask;                /* capacity - 1 */
+    struct weft__dqbuf *retired; /* older buffers, freed with the deque */
+    atomic_uint *stamp;          /* owner's tick when each was pushed */
     _Atomic(weft_task *) a[];
 } weft__dqbuf;
 
 typedef struct weft__deque {
-    _Atomic int64_t top;        /* thieves CAS it */
+    _Atomic int64_t top; /* thieves CAS it */
     char pad1[WEFT_CACHELINE - sizeof(int64_t)];
     _Atomic int64_t bottom;     /* owner only writes it */
     _Atomic(weft__dqbuf *) buf; /* owner replaces it when growing */
@@ -224,16 +224,16 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* --- touched by other threads --- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
-    atomic_int sleeping;         /* 1 while in (or entering) futex sleep */
+    atomic_int sleeping;        /* 1 while in (or entering) futex sleep */
     char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
-    weft__deque deque;           /* not-started tasks; thieves steal */
+    weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
     /* --- owner only --- */
     weft_runtime *rt;
     int id;
-    weft_task *cur;      /* running task, NULL in the scheduler loop */
-    weft_task *runnext;  /* woken by the running task: runs next */
+    weft_task *cur;     /* running task, NULL in the scheduler loop */
+    weft_task *runnext; /* woken by the running task: runs next */
     unsigned runnext_streak;
     weft__queue runq;    /* woken tasks, FIFO */
     weft__queue yieldq;  /* tasks that yielded: after everything else */
@@ -247,8 +247,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
     size_t nready, capready;
-    unsigned *seen;      /* per victim: its tick, and the spin round that
-                          * tick was first seen in (stealing heuristic) */
+    unsigned *seen; /* per victim: its tick, and the spin round that
+                     * tick was first seen in (stealing heuristic) */
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
@@ -266,9 +266,9 @@ typedef struct weft__pool_global {
     pthread_mutex_t mu;
     weft_task *free; /* warm slots handed back by workers */
     size_t nfree;
-    void **cold;     /* slots whose memory was given back (madvise) */
+    void **cold; /* slots whose memory was given back (madvise) */
     size_t ncold, capcold;
-    void **chunks;   /* every mapping, unmapped at the end */
+    void **chunks; /* every mapping, unmapped at the end */
     size_t nchunks, capchunks;
     atomic_long guards_left; /* guard pages we may still create */
     size_t slot_size;        /* default slot size (stack + task) */
@@ -293,7 +293,8 @@ struct weft_runtime {
     weft__pool_global pool;
 };
 
-/* ---- the current worker ---------------------------------------------------- */
+/* ---- the current worker ----------------------------------------------------
+ */
 
 extern WEFT_TLS weft_worker *weft__tl_worker;
 
@@ -303,7 +304,8 @@ static inline weft_task *weft__current(void)
     return w ? w->cur : NULL;
 }
 
-/* ---- sched.c --------------------------------------------------------------- */
+/* ---- sched.c ---------------------------------------------------------------
+ */
 
 /* Parks the running task. Before calling, the caller has taken a token with
  * weft__park_prepare() and published it where wakers find it (under the
@@ -325,8 +327,8 @@ void weft__worker_notify(weft_worker *w);
 void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
-                const weft_spawn_opts *o, const char *file, int line);
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
+                const char *file, int line);
 int weft__yield(weft_worker *w);
 int64_t weft__now(weft_runtime *rt);
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
@@ -336,7 +338,8 @@ void weft__task_main(void *arg);
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line);
 
-/* ---- stack.c ----------------------------------------------------------------- */
+/* ---- stack.c
+ * ----------------------------------------------------------------- */
 
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
 void weft__pool_fini(weft__pool_global *g);
@@ -358,7 +361,8 @@ int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
 
-/* ---- scope.c ------------------------------------------------------------------ */
+/* ---- scope.c
+ * ------------------------------------------------------------------ */
 
 enum {
     CANCEL_NONE = 0,
@@ -370,22 +374,22 @@ enum {
 
 struct weft_scope {
     weft__lock lock;
-    atomic_int cancelled;  /* CANCEL_*, the first reason; read lock-free */
+    atomic_int cancelled; /* CANCEL_*, the first reason; read lock-free */
     weft_policy policy;
-    bool joined;           /* join has completed: closed for spawns */
-    bool shield;           /* enclosing cancellation stops here */
-    bool orphaned;         /* joined at its owner's exit: anyone may free */
-    weft_scope *parent;    /* enclosing scope (NULL for the root) */
-    weft_scope *kids;      /* scopes opened inside this one */
+    bool joined;        /* join has completed: closed for spawns */
+    bool shield;        /* enclosing cancellation stops here */
+    bool orphaned;      /* joined at its owner's exit: anyone may free */
+    weft_scope *parent; /* enclosing scope (NULL for the root) */
+    weft_scope *kids;   /* scopes opened inside this one */
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */
-    weft_task *owner;      /* task that opened it (NULL for the root) */
-    weft_task *members;    /* children still running */
+    weft_task *owner;   /* task that opened it (NULL for the root) */
+    weft_task *members; /* children still running */
     int spawned, live, failed;
-    int first_error;       /* first failure (FAIL_FAST, FIRST), else 0 */
-    int winner;            /* FIRST: winning child, else -1 */
-    int64_t *statuses;     /* COLLECT, FIRST: per child, INT64_MIN running */
+    int first_error;   /* first failure (FAIL_FAST, FIRST), else 0 */
+    int winner;        /* FIRST: winning child, else -1 */
+    int64_t *statuses; /* COLLECT, FIRST: per child, INT64_MIN running */
     int capstatuses;
-    weft_task *joiner;     /* owner parked in join, with its token */
+    weft_task *joiner; /* owner parked in join, with its token */
     uint64_t join_token;
     weft__timer deadline_timer; /* on the owner's worker */
     int64_t deadline;
@@ -407,8 +411,10 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
     return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
 }
 
-/* ---- small helpers ---------------------------------------------------------- */
+/* ---- small helpers ----------------------------------------------------------
+ */
 
-void weft__fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void weft__fatal(const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 1, 2)));
 
 #endif

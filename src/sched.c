@@ -66,8 +66,9 @@
 
 #define RUNNEXT_STREAK 16
 #define FAIR_EVERY 61
-#define SPAWN_BUDGET 32 /* spawns before a spawner lets others run: less
-                          * than FAIR_EVERY, so its children keep up */
+#define SPAWN_BUDGET                                                           \
+    32 /* spawns before a spawner lets others run: less                        \
+        * than FAIR_EVERY, so its children keep up */
 #define SPIN_ROUNDS 12
 #define SPIN_PAUSES 512 /* pauses between looks: ~11 us on AMD EPYC */
 #define STUCK_ROUNDS 4
@@ -77,7 +78,8 @@
 
 WEFT_TLS weft_worker *weft__tl_worker;
 
-/* ---- clock ---------------------------------------------------------------- */
+/* ---- clock ----------------------------------------------------------------
+ */
 
 int64_t weft__now(weft_runtime *rt)
 {
@@ -88,7 +90,8 @@ int64_t weft__now(weft_runtime *rt)
     return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
 }
 
-/* ---- futex ------------------------------------------------------------------- */
+/* ---- futex
+ * ------------------------------------------------------------------- */
 
 static void futex_wait(atomic_int *addr, int val, int64_t timeout_ns)
 {
@@ -108,7 +111,8 @@ static void futex_wake(atomic_int *addr)
     syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* ---- FIFO queues (owner only) ------------------------------------------------- */
+/* ---- FIFO queues (owner only)
+ * ------------------------------------------------- */
 
 static inline void q_push(weft__queue *q, weft_task *t)
 {
@@ -133,11 +137,11 @@ static inline weft_task *q_pop(weft__queue *q)
     return t;
 }
 
-/* ---- Chase-Lev deque ------------------------------------------------------------
- * After Le, Pop, Cohen and Zappa Nardelli, "Correct and efficient
- * work-stealing for weak memory models" (PPoPP 2013), with the fences
- * folded into seq_cst accesses of top and bottom, which ThreadSanitizer
- * understands. */
+/* ---- Chase-Lev deque
+ * ------------------------------------------------------------ After Le, Pop,
+ * Cohen and Zappa Nardelli, "Correct and efficient work-stealing for weak
+ * memory models" (PPoPP 2013), with the fences folded into seq_cst accesses of
+ * top and bottom, which ThreadSanitizer understands. */
 
 static weft__dqbuf *dq_buf_new(int64_t cap)
 {
@@ -254,7 +258,8 @@ static inline bool dq_nonempty(weft__deque *d)
     return ld_sc(&d->top) < ld_sc(&d->bottom);
 }
 
-/* ---- making tasks runnable -------------------------------------------------------- */
+/* ---- making tasks runnable
+ * -------------------------------------------------------- */
 
 static void ready_push(weft_worker *w, weft_task *t)
 {
@@ -376,7 +381,8 @@ static void park_timeout(weft__timer *tm)
     wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false);
 }
 
-/* ---- choosing the next task ------------------------------------------------------- */
+/* ---- choosing the next task
+ * ------------------------------------------------------- */
 
 static void start_task(weft_worker *w, weft_task *t)
 {
@@ -470,7 +476,8 @@ static inline weft_task *pick(weft_worker *w)
     return t;
 }
 
-/* ---- switching ------------------------------------------------------------------------ */
+/* ---- switching
+ * ------------------------------------------------------------------------ */
 
 static void recycle(weft_worker *w, weft_task *t)
 {
@@ -518,13 +525,14 @@ void weft__task_main(void *arg)
     weft__fatal("weft: a finished task was resumed");
 }
 
-/* ---- park ------------------------------------------------------------------------------ */
+/* ---- park
+ * ------------------------------------------------------------------------------
+ */
 
 uint64_t weft__park_prepare(weft_task *t, bool cancellable)
 {
     uint64_t gen = (ld_rlx(&t->park) >> 2) + 1;
-    uint64_t token =
-        (gen << 2) | (cancellable ? PARK_CANCELLABLE : PARK_FIRM);
+    uint64_t token = (gen << 2) | (cancellable ? PARK_CANCELLABLE : PARK_FIRM);
     /* Pairs with the canceller's store of the cancelled flag (Dekker). */
     st_sc(&t->park, token);
     return token;
@@ -567,7 +575,9 @@ int weft__yield(weft_worker *w)
     return 0;
 }
 
-/* ---- spawn ----------------------------------------------------------------------------- */
+/* ---- spawn
+ * -----------------------------------------------------------------------------
+ */
 
 static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
 {
@@ -586,8 +596,7 @@ static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line)
 {
-    t->flags &=
-        TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
+    t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
     t->worker = NULL;
     t->next = NULL;
     t->wake_code = 0;
@@ -603,8 +612,8 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
 }
 
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
-                const weft_spawn_opts *o, const char *file, int line)
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
+                const char *file, int line)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)
@@ -635,7 +644,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg,
     return idx;
 }
 
-/* ---- the worker's own loop ---------------------------------------------------------------- */
+/* ---- the worker's own loop
+ * ---------------------------------------------------------------- */
 
 /* round >= 0: take only from a victim with a backlog or one whose tick has
  * not moved for STUCK_ROUNDS rounds; round < 0: take from anyone. */
@@ -761,8 +771,7 @@ static void idle_virtual(weft_worker *w)
             pthread_mutex_unlock(&rt->vmu);
             for (int i = 0; i < rt->nworkers; i++) {
                 weft_worker *v = &rt->workers[i];
-                if (v != w && ld_sc(&v->sleeping) &&
-                    xchg_sc(&v->sleeping, 0))
+                if (v != w && ld_sc(&v->sleeping) && xchg_sc(&v->sleeping, 0))
                     futex_wake(&v->sleeping);
             }
             return;
@@ -804,7 +813,9 @@ int weft__worker_loop(weft_worker *w)
     return 0;
 }
 
-/* ---- worker setup --------------------------------------------------------------------------- */
+/* ---- worker setup
+ * ---------------------------------------------------------------------------
+ */
 
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
 {

@@ -249,8 +249,8 @@ static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
 {
     weft__pool_global *g = &w->rt->pool;
-    if (stack_size && round_up(stack_size + task_area(), page_size()) !=
-                          g->slot_size)
+    if (stack_size &&
+        round_up(stack_size + task_area(), page_size()) != g->slot_size)
         return alloc_custom(w->rt, stack_size);
     weft_task *t = w->pool.free;
     if (WEFT_LIKELY(t != NULL)) {
@@ -335,7 +335,8 @@ void weft__pool_trim(weft_worker *w)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* ---- overflow ------------------------------------------------------------- */
+/* ---- overflow -------------------------------------------------------------
+ */
 
 static void write_str(const char *s)
 {

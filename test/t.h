@@ -52,10 +52,10 @@ static inline void t_print_seed(void)
 
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \
-    __attribute__((constructor)) static void t_reg_##name(void)               \
+    __attribute__((constructor)) static void t_reg_##name(void)                \
     {                                                                          \
         if (t_ncases < T_MAX)                                                  \
-            t_cases[t_ncases++] = (struct t_case){#name, test_##name};        \
+            t_cases[t_ncases++] = (struct t_case){#name, test_##name};         \
     }                                                                          \
     static void test_##name(void)
 

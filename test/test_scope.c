@@ -11,7 +11,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-
 /* Under TSan every task is a TSan fiber, which costs about what a thread
  * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
  * cap the number of tasks alive at the same time. */
