@@ -50,7 +50,7 @@ typedef struct weft_task weft_task;
 typedef struct weft_worker weft_worker;
 typedef struct weft_runtime weft_runtime;
 
-/* ---- context ----------------------------------------------------------- */
+/* ---- context ---- */
 
 typedef struct weft__ctx {
 #if defined(WEFT_UCONTEXT)
@@ -60,7 +60,7 @@ typedef struct weft__ctx {
 #endif
 } weft__ctx;
 
-/* ---- spinlock: short critical sections only, never held across a park -- */
+/* ---- spinlock: short sections only, never held across a park ---- */
 
 typedef struct weft__lock {
     atomic_int held;
@@ -87,7 +87,7 @@ static inline void weft__lock_release(weft__lock *l)
     st_rel(&l->held, 0);
 }
 
-/* ---- timers ------------------------------------------------------------ */
+/* ---- timers ---- */
 
 typedef struct weft__timer weft__timer;
 typedef void (*weft__timer_fn)(weft__timer *t);
@@ -135,7 +135,7 @@ static inline bool weft__timer_armed(const weft__timer *t)
     return t->next != NULL;
 }
 
-/* ---- tasks --------------------------------------------------------------- */
+/* ---- tasks ---- */
 
 /* The park word of a task: (generation << 2) | state. A park takes a new
  * generation, so a waker holding the token of an older park can never wake
@@ -189,7 +189,7 @@ struct weft_task {
 #endif
 };
 
-/* ---- scheduler ----------------------------------------------------------- */
+/* ---- scheduler ---- */
 
 typedef struct weft__queue { /* FIFO of tasks, owner only */
     weft_task *head, *tail;
@@ -222,14 +222,14 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 } weft__pool_local;
 
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
-    /* --- touched by other threads --- */
+    /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
     atomic_int sleeping;        /* 1 while in (or entering) futex sleep */
     char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
-    /* --- owner only --- */
+    /* ---- owner only ---- */
     weft_runtime *rt;
     int id;
     weft_task *cur;     /* running task, NULL in the scheduler loop */
@@ -293,8 +293,7 @@ struct weft_runtime {
     weft__pool_global pool;
 };
 
-/* ---- the current worker ----------------------------------------------------
- */
+/* ---- the current worker ---- */
 
 extern WEFT_TLS weft_worker *weft__tl_worker;
 
@@ -304,8 +303,7 @@ static inline weft_task *weft__current(void)
     return w ? w->cur : NULL;
 }
 
-/* ---- sched.c ---------------------------------------------------------------
- */
+/* ---- sched.c ---- */
 
 /* Parks the running task. Before calling, the caller has taken a token with
  * weft__park_prepare() and published it where wakers find it (under the
@@ -338,8 +336,7 @@ void weft__task_main(void *arg);
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line);
 
-/* ---- stack.c
- * ----------------------------------------------------------------- */
+/* ---- stack.c ---- */
 
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
 void weft__pool_fini(weft__pool_global *g);
@@ -361,8 +358,7 @@ int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
 
-/* ---- scope.c
- * ------------------------------------------------------------------ */
+/* ---- scope.c ---- */
 
 enum {
     CANCEL_NONE = 0,
@@ -411,8 +407,7 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
     return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
 }
 
-/* ---- small helpers ----------------------------------------------------------
- */
+/* ---- small helpers ---- */
 
 void weft__fatal(const char *fmt, ...)
     __attribute__((noreturn, format(printf, 1, 2)));

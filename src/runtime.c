@@ -49,8 +49,7 @@ void weft__fatal(const char *fmt, ...)
     abort();
 }
 
-/* ---- versions and errors --------------------------------------------------
- */
+/* ---- versions and errors ---- */
 
 unsigned weft_version(void)
 {
@@ -94,8 +93,7 @@ const char *weft_strerror(int err)
     return "unknown error";
 }
 
-/* ---- thread setup
- * ------------------------------------------------------------- */
+/* ---- thread setup ---- */
 
 static void thread_enter(weft_worker *w)
 {
@@ -135,8 +133,7 @@ void *weft__worker_thread(void *arg)
     return NULL;
 }
 
-/* ---- weft_run
- * ------------------------------------------------------------------- */
+/* ---- weft_run ---- */
 
 static int check_config(const weft_config *c)
 {
@@ -288,8 +285,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     return rt;
 }
 
-/* ---- weft_main: graceful shutdown on SIGINT/SIGTERM
- * ---------------------------------- */
+/* ---- weft_main: graceful shutdown on SIGINT/SIGTERM ---- */
 
 struct sigctl {
     int sfd, efd;
@@ -392,8 +388,7 @@ int weft_main(weft_fn fn, void *arg)
     return weft_main_cfg(NULL, fn, arg);
 }
 
-/* ---- small public entry points
- * ---------------------------------------------------------- */
+/* ---- small public entry points ---- */
 
 uint64_t weft_seed(void)
 {

@@ -78,8 +78,7 @@
 
 WEFT_TLS weft_worker *weft__tl_worker;
 
-/* ---- clock ----------------------------------------------------------------
- */
+/* ---- clock ---- */
 
 int64_t weft__now(weft_runtime *rt)
 {
@@ -90,8 +89,7 @@ int64_t weft__now(weft_runtime *rt)
     return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
 }
 
-/* ---- futex
- * ------------------------------------------------------------------- */
+/* ---- futex ---- */
 
 static void futex_wait(atomic_int *addr, int val, int64_t timeout_ns)
 {
@@ -111,8 +109,7 @@ static void futex_wake(atomic_int *addr)
     syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* ---- FIFO queues (owner only)
- * ------------------------------------------------- */
+/* ---- FIFO queues (owner only) ---- */
 
 static inline void q_push(weft__queue *q, weft_task *t)
 {
@@ -137,11 +134,11 @@ static inline weft_task *q_pop(weft__queue *q)
     return t;
 }
 
-/* ---- Chase-Lev deque
- * ------------------------------------------------------------ After Le, Pop,
- * Cohen and Zappa Nardelli, "Correct and efficient work-stealing for weak
- * memory models" (PPoPP 2013), with the fences folded into seq_cst accesses of
- * top and bottom, which ThreadSanitizer understands. */
+/* ---- Chase-Lev deque ----
+ * After Le, Pop, Cohen and Zappa Nardelli, "Correct and efficient
+ * work-stealing for weak memory models" (PPoPP 2013), with the fences
+ * folded into seq_cst accesses of top and bottom, which ThreadSanitizer
+ * understands. */
 
 static weft__dqbuf *dq_buf_new(int64_t cap)
 {
@@ -258,8 +255,7 @@ static inline bool dq_nonempty(weft__deque *d)
     return ld_sc(&d->top) < ld_sc(&d->bottom);
 }
 
-/* ---- making tasks runnable
- * -------------------------------------------------------- */
+/* ---- making tasks runnable ---- */
 
 static void ready_push(weft_worker *w, weft_task *t)
 {
@@ -381,8 +377,7 @@ static void park_timeout(weft__timer *tm)
     wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false);
 }
 
-/* ---- choosing the next task
- * ------------------------------------------------------- */
+/* ---- choosing the next task ---- */
 
 static void start_task(weft_worker *w, weft_task *t)
 {
@@ -476,8 +471,7 @@ static inline weft_task *pick(weft_worker *w)
     return t;
 }
 
-/* ---- switching
- * ------------------------------------------------------------------------ */
+/* ---- switching ---- */
 
 static void recycle(weft_worker *w, weft_task *t)
 {
@@ -525,9 +519,7 @@ void weft__task_main(void *arg)
     weft__fatal("weft: a finished task was resumed");
 }
 
-/* ---- park
- * ------------------------------------------------------------------------------
- */
+/* ---- park ---- */
 
 uint64_t weft__park_prepare(weft_task *t, bool cancellable)
 {
@@ -575,9 +567,7 @@ int weft__yield(weft_worker *w)
     return 0;
 }
 
-/* ---- spawn
- * -----------------------------------------------------------------------------
- */
+/* ---- spawn ---- */
 
 static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
 {
@@ -644,8 +634,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     return idx;
 }
 
-/* ---- the worker's own loop
- * ---------------------------------------------------------------- */
+/* ---- the worker's own loop ---- */
 
 /* round >= 0: take only from a victim with a backlog or one whose tick has
  * not moved for STUCK_ROUNDS rounds; round < 0: take from anyone. */
@@ -813,9 +802,7 @@ int weft__worker_loop(weft_worker *w)
     return 0;
 }
 
-/* ---- worker setup
- * ---------------------------------------------------------------------------
- */
+/* ---- worker setup ---- */
 
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
 {

@@ -44,7 +44,7 @@ static bool keeps_statuses(const weft_scope *s)
     return s->policy == WEFT_COLLECT || s->policy == WEFT_FIRST;
 }
 
-/* ---- cancellation ------------------------------------------------------- */
+/* ---- cancellation ---- */
 
 static void cancel_locked(weft_scope *s, int reason)
 {
@@ -84,7 +84,7 @@ static void deadline_fired(weft__timer *tm)
     weft__scope_cancel(s, CANCEL_DEADLINE);
 }
 
-/* ---- children ----------------------------------------------------------- */
+/* ---- children ---- */
 
 static int grow_statuses(weft_scope *s)
 {
@@ -196,7 +196,7 @@ int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
     return 0;
 }
 
-/* ---- the public scope API ------------------------------------------------ */
+/* ---- the public scope API ---- */
 
 static int arm_deadline(weft_scope *s, weft_time deadline)
 {

@@ -335,8 +335,7 @@ void weft__pool_trim(weft_worker *w)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* ---- overflow -------------------------------------------------------------
- */
+/* ---- overflow ---- */
 
 static void write_str(const char *s)
 {
