@@ -55,6 +55,10 @@
 #include "ctx.h"
 #include "internal.h"
 
+#if defined(WEFT_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -599,6 +603,12 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->name = o ? o->name : NULL;
     t->file = file;
     t->line = line;
+#if defined(WEFT_ASAN)
+    /* The slot's previous task left through a switch, not by returning, so
+     * ASan still marks its frames' redzones: clear them for the new life. */
+    __asan_unpoison_memory_region(t->stack_lo,
+                                  (size_t)((char *)t - t->stack_lo));
+#endif
     weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
 }
 

@@ -1,0 +1,122 @@
+# weft: the make targets a C user expects, wrapping CMake.
+#
+#   make             release build of the library, tests, benchmarks and
+#                    examples, in build/release
+#   make test        release build, then the whole test suite (ctest)
+#   make bench       builds and runs the benchmarks (bench/run, in
+#                    build/bench); BENCH="switch spawn" picks some
+#   make demo        builds and runs examples/demo
+#   make install     installs into $(PREFIX) (default /usr/local): weft.h,
+#                    libweft.a, libweft.so, weft.pc, the CMake package
+#   make asan        ASan+UBSan build of the tests in build/asan, runs them
+#   make tsan        TSan build of the tests in build/tsan, runs them
+#   make format      clang-format -i on src include test bench examples
+#   make clean       removes build/
+#
+# Variables (make VAR=value ...):
+#   PREFIX=/usr/local   install prefix (baked into weft.pc at configure time)
+#   JOBS=2              parallel build jobs and ctest jobs
+#   WEFT_WERROR=OFF     ON turns warnings into errors (CI does)
+#   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
+#   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
+#                       empty: CMake's default (gcc on Debian); with
+#                       SAN_CC the build dir is build/tsan-clang etc.
+#   CMAKE_ARGS=         extra CMake options, e.g. -DWEFT_CONTEXT=ucontext
+#
+# Every target first runs scripts/deps.sh, which installs cmake and a
+# compiler if (and only if) they are missing.
+
+PREFIX ?= /usr/local
+JOBS ?= 2
+WEFT_WERROR ?= OFF
+SAN_SCALE ?= 10
+SAN_CC ?=
+CMAKE_ARGS ?=
+BENCH ?=
+ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=1
+UBSAN_OPTIONS ?= halt_on_error=1:print_stacktrace=1
+TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
+
+# cmake --build runs make again: keep its "Entering directory" noise out.
+MAKEFLAGS += --no-print-directory
+
+B := build
+REL := $(B)/release
+# Sanitizer build dirs: build/asan, build/tsan; build/tsan-clang etc. with
+# SAN_CC, since CMake cannot change the compiler of an existing build dir.
+SAN_SUFFIX := $(if $(SAN_CC),-$(notdir $(SAN_CC)))
+ASAN_DIR := $(B)/asan$(SAN_SUFFIX)
+TSAN_DIR := $(B)/tsan$(SAN_SUFFIX)
+# $(call cmake_configure,DIR,OPTIONS): configures DIR quietly (the log is kept in
+# DIR/configure.log and shown if CMake fails).
+cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
+	cmake -S . -B $(1) $(2) >$(1)/configure.log 2>&1 || \
+	{ cat $(1)/configure.log; exit 1; }
+COMMON := -DWEFT_WERROR=$(WEFT_WERROR) $(CMAKE_ARGS)
+SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
+	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
+	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
+CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
+FORMAT_DIRS := src include test bench examples
+
+.PHONY: all release configure test bench demo install asan tsan format \
+	clean deps san-deps help
+
+all: release
+
+help:
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
+
+deps:
+	@scripts/deps.sh build
+
+# Configuring again is cheap and keeps the options (PREFIX, WEFT_WERROR)
+# in step with this command line.
+configure: deps
+	$(call cmake_configure,$(REL),-DCMAKE_BUILD_TYPE=Release \
+		-DCMAKE_INSTALL_PREFIX=$(PREFIX) $(COMMON))
+
+release: configure
+	cmake --build $(REL) -j$(JOBS)
+
+test: release
+	cd $(REL) && $(CTEST)
+
+# bench/run builds its own Release tree in build/bench (no tests).
+bench: deps
+	bench/run $(BENCH)
+
+demo: configure
+	@cmake --build $(REL) -j$(JOBS) --target demo
+	@echo "--- running examples/demo ---"
+	@$(REL)/demo
+
+install: release
+	cmake --install $(REL) --prefix $(PREFIX)
+
+# With SAN_CC=clang, clang and its sanitizer runtimes are installed too.
+san-deps:
+	@scripts/deps.sh build $(if $(findstring clang,$(SAN_CC)),clang)
+
+asan: san-deps
+	$(call cmake_configure,$(ASAN_DIR),-DWEFT_SANITIZE=address $(SAN_COMMON) \
+		$(COMMON))
+	cmake --build $(ASAN_DIR) -j$(JOBS)
+	cd $(ASAN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
+		ASAN_OPTIONS=$(ASAN_OPTIONS) UBSAN_OPTIONS=$(UBSAN_OPTIONS) \
+		$(CTEST)
+
+tsan: san-deps
+	$(call cmake_configure,$(TSAN_DIR),-DWEFT_SANITIZE=thread $(SAN_COMMON) \
+		$(COMMON))
+	cmake --build $(TSAN_DIR) -j$(JOBS)
+	cd $(TSAN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
+		TSAN_OPTIONS=$(TSAN_OPTIONS) $(CTEST)
+
+format:
+	@scripts/deps.sh format
+	find $(FORMAT_DIRS) -name '*.[ch]' -print0 2>/dev/null | \
+		xargs -0 -r clang-format -i
+
+clean:
+	rm -rf $(B)

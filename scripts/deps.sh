@@ -1,0 +1,85 @@
+#!/bin/sh
+# Installs what building weft needs, only when something is missing.
+#
+#   scripts/deps.sh [need...]
+#
+# A need is one of: build (cmake, make, a C compiler: the default),
+# format (clang-format), clang (clang and its sanitizer runtimes),
+# pkg-config. When everything asked for is present this is a few
+# `command -v` calls and exits 0 at once, so the Makefile runs it before
+# every target. Otherwise it runs apt-get (Debian/Ubuntu) as root, or
+# through sudo when not root.
+set -eu
+
+[ $# -gt 0 ] || set -- build
+
+missing=""
+add() { missing="$missing $*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+for need in "$@"; do
+    case "$need" in
+    build)
+        have make || add make
+        have cmake || add cmake
+        if ! have cc && ! have gcc; then
+            add gcc libc6-dev
+        elif [ ! -e /usr/include/stdio.h ]; then
+            add libc6-dev
+        fi
+        ;;
+    format) have clang-format || add clang-format ;;
+    clang)
+        have clang || add clang
+        # clang's TSan/ASan runtimes live in libclang-rt-NN-dev.
+        if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.tsan-*.a \
+            >/dev/null 2>&1; then
+            add libclang-rt-14-dev
+        fi
+        ;;
+    pkg-config) have pkg-config || add pkg-config ;;
+    *)
+        echo "deps.sh: unknown need '$need'" >&2
+        exit 2
+        ;;
+    esac
+done
+
+if [ -n "$missing" ]; then
+    echo "deps.sh: installing:$missing" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        sudo=""
+    elif have sudo; then
+        sudo="sudo"
+    else
+        echo "deps.sh: not root and no sudo; install:$missing" >&2
+        exit 1
+    fi
+    if ! have apt-get; then
+        echo "deps.sh: no apt-get; install by hand:$missing" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq </dev/null
+    # shellcheck disable=SC2086 # word splitting of the list is wanted
+    $sudo apt-get install -y -qq --no-install-recommends $missing </dev/null
+fi
+
+# CMakeLists.txt needs 3.20; Debian 12 ships 3.25, older systems do not.
+case " $* " in
+*" build "*)
+    if ! have cmake; then
+        echo "deps.sh: cmake is still missing" >&2
+        exit 1
+    fi
+    v=$(cmake --version | sed -n '1s/[^0-9]*\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+    # shellcheck disable=SC2086 # split "3 25" into two fields
+    set -- $v
+    if [ "${1:-0}" -lt 3 ] || { [ "${1:-0}" -eq 3 ] && [ "${2:-0}" -lt 20 ]; }
+    then
+        echo "deps.sh: cmake >= 3.20 is needed, found $1.$2" >&2
+        exit 1
+    fi
+    ;;
+esac
+exit 0
