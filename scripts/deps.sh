@@ -5,10 +5,10 @@
 #
 # A need is one of: build (cmake, make, a C compiler: the default),
 # format (clang-format), clang (clang and its sanitizer runtimes),
-# pkg-config. When everything asked for is present this is a few
-# `command -v` calls and exits 0 at once, so the Makefile runs it before
-# every target. Otherwise it runs apt-get (Debian/Ubuntu) as root, or
-# through sudo when not root.
+# pkg-config, aarch64 (a cross compiler and qemu-user). When everything
+# asked for is present this is a few `command -v` calls and exits 0 at
+# once, so the Makefile runs it before every target. Otherwise it runs
+# apt-get (Debian/Ubuntu) as root, or through sudo when not root.
 set -eu
 
 [ $# -gt 0 ] || set -- build
@@ -38,6 +38,12 @@ for need in "$@"; do
         fi
         ;;
     pkg-config) have pkg-config || add pkg-config ;;
+    aarch64)
+        have qemu-aarch64 || add qemu-user
+        have aarch64-linux-gnu-gcc || add gcc-aarch64-linux-gnu
+        [ -e /usr/aarch64-linux-gnu/include/stdio.h ] ||
+            add libc6-dev-arm64-cross
+        ;;
     *)
         echo "deps.sh: unknown need '$need'" >&2
         exit 2
