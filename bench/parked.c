@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "weft.h"
 
 static atomic_long parked;    /* tasks that have started (and so block) */
@@ -37,22 +38,6 @@ struct bench {
     int64_t before; /* VmHWM before the first spawn, bytes */
     int64_t after;  /* VmHWM with every task parked, bytes */
 };
-
-static long n_arg(int argc, char **argv, long def)
-{
-    char *end;
-    long n;
-
-    if (argc < 2)
-        return def;
-    errno = 0;
-    n = strtol(argv[1], &end, 10);
-    if (errno || end == argv[1] || *end || n <= 0) {
-        fprintf(stderr, "bad N \"%s\"\n", argv[1]);
-        exit(2);
-    }
-    return n;
-}
 
 /* VmHWM from /proc/self/status in bytes, or -1. */
 static int64_t peak_rss(void)
@@ -110,7 +95,7 @@ static int root(void *arg)
 
 int main(int argc, char **argv)
 {
-    struct bench b = {.n = n_arg(argc, argv, 100000)};
+    struct bench b = {.n = bench_n(argc, argv, 100000)};
     weft_config cfg = {.workers = 1};
     long long want = (long long)b.n * (b.n - 1) / 2;
     int err = weft_run(&cfg, root, &b);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench.h"
 #include "weft.h"
 
 struct node {
@@ -35,30 +36,6 @@ struct bench {
     int64_t sum;        /* the top node's sum */
     int64_t elapsed_ns; /* from before the top spawn to after its join */
 };
-
-static long n_arg(int argc, char **argv, long def)
-{
-    char *end;
-    long n;
-
-    if (argc < 2)
-        return def;
-    errno = 0;
-    n = strtol(argv[1], &end, 10);
-    if (errno || end == argv[1] || *end || n <= 0) {
-        fprintf(stderr, "bad N \"%s\"\n", argv[1]);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t clock_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int skynet(void *arg)
 {
@@ -100,17 +77,17 @@ static int root(void *arg)
     err = weft_scope_open(&s, NULL);
     if (err < 0)
         return err;
-    start = clock_ns();
+    start = bench_clock_ns();
     err = weft_spawn(s, skynet, &top);
     join = weft_scope_join(s);
-    b->elapsed_ns = clock_ns() - start;
+    b->elapsed_ns = bench_clock_ns() - start;
     weft_scope_free(s);
     return err < 0 ? err : join;
 }
 
 int main(int argc, char **argv)
 {
-    long n = n_arg(argc, argv, 1000000);
+    long n = bench_n(argc, argv, 1000000);
     struct bench b = {.leaves = 1, .sum = -1};
     weft_config cfg = {.workers = 0}; /* one per online CPU */
     int64_t want;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench.h"
 #include "weft.h"
 
 struct yielder {
@@ -26,30 +27,6 @@ struct bench {
     struct yielder t[2]; /* the two tasks' arguments */
     int64_t elapsed_ns;  /* from before the first spawn to after the join */
 };
-
-static long n_arg(int argc, char **argv, long def)
-{
-    char *end;
-    long n;
-
-    if (argc < 2)
-        return def;
-    errno = 0;
-    n = strtol(argv[1], &end, 10);
-    if (errno || end == argv[1] || *end || n <= 0) {
-        fprintf(stderr, "bad N \"%s\"\n", argv[1]);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t clock_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int yielder(void *arg)
 {
@@ -74,20 +51,20 @@ static int root(void *arg)
     err = weft_scope_open(&s, NULL);
     if (err < 0)
         return err;
-    start = clock_ns();
+    start = bench_clock_ns();
     for (int i = 0; i < 2 && err >= 0; i++) {
         b->t[i].n = b->n;
         err = weft_spawn(s, yielder, &b->t[i]);
     }
     join = weft_scope_join(s);
-    b->elapsed_ns = clock_ns() - start;
+    b->elapsed_ns = bench_clock_ns() - start;
     weft_scope_free(s);
     return err < 0 ? err : join;
 }
 
 int main(int argc, char **argv)
 {
-    struct bench b = {.n = n_arg(argc, argv, 10000000)};
+    struct bench b = {.n = bench_n(argc, argv, 10000000)};
     weft_config cfg = {.workers = 1};
     int err = weft_run(&cfg, root, &b);
 
