@@ -13,14 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int run(int workers, weft_clock_kind clock, weft_fn fn, void *arg)
-{
-    weft_config cfg = {0};
-    cfg.workers = workers;
-    cfg.clock = clock;
-    return weft_run(&cfg, fn, arg);
-}
-
 static int64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -39,10 +31,11 @@ TEST(run_returns_root_status)
 {
     ASSERT_EQ(weft_run(NULL, return_arg, (void *)(intptr_t)0), 0);
     ASSERT_EQ(weft_run(NULL, return_arg, (void *)(intptr_t)-ENOENT), -ENOENT);
-    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, return_arg, (void *)(intptr_t)-EIO),
-              -EIO);
     ASSERT_EQ(
-        run(2, WEFT_CLOCK_MONOTONIC, return_arg, (void *)(intptr_t)-EPIPE),
+        t_run(1, WEFT_CLOCK_VIRTUAL, 0, return_arg, (void *)(intptr_t)-EIO),
+        -EIO);
+    ASSERT_EQ(
+        t_run(2, WEFT_CLOCK_MONOTONIC, 0, return_arg, (void *)(intptr_t)-EPIPE),
         -EPIPE);
 }
 
@@ -68,11 +61,11 @@ static int root_spawns_and_returns(void *arg)
  * and still returns the root's status. */
 TEST(run_waits_for_root_scope_children)
 {
-    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, root_spawns_and_returns, NULL),
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, root_spawns_and_returns, NULL),
               -EXDEV);
     ASSERT_EQ(atomic_load(&children_done), 10);
     atomic_store(&children_done, 0);
-    ASSERT_EQ(run(2, WEFT_CLOCK_VIRTUAL, root_spawns_and_returns, NULL),
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_VIRTUAL, 0, root_spawns_and_returns, NULL),
               -EXDEV);
     ASSERT_EQ(atomic_load(&children_done), 10);
 }
@@ -135,8 +128,8 @@ static int root_nested(void *arg)
 
 TEST(run_inside_task_is_ebusy)
 {
-    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, root_nested, NULL), 0);
-    ASSERT_EQ(run(4, WEFT_CLOCK_MONOTONIC, root_nested, NULL), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, root_nested, NULL), 0);
+    ASSERT_EQ(t_run(4, WEFT_CLOCK_MONOTONIC, 0, root_nested, NULL), 0);
     ASSERT_EQ(atomic_load(&nested_ran), 0);
     /* The runtime is usable again afterwards. */
     ASSERT_EQ(weft_run(NULL, nested_fn, NULL), 0);
@@ -190,7 +183,8 @@ static int root_starts_plain_thread(void *arg)
 TEST(task_apis_outside_runtime_are_eperm)
 {
     check_outside_runtime();
-    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, root_starts_plain_thread, NULL), 0);
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_MONOTONIC, 0, root_starts_plain_thread, NULL),
+              0);
     check_outside_runtime(); /* and after a runtime has come and gone */
 }
 
@@ -246,7 +240,7 @@ TEST(workers_1_2_4_all_work)
     int counts[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         struct wk w = {.workers = counts[k]};
-        ASSERT_EQ(run(counts[k], WEFT_CLOCK_MONOTONIC, wk_root, &w), 0);
+        ASSERT_EQ(t_run(counts[k], WEFT_CLOCK_MONOTONIC, 0, wk_root, &w), 0);
         ASSERT_EQ(atomic_load(&w.ran), 1000);
         ASSERT_EQ(atomic_load(&w.bad_id), 0);
         int sum = 0;
@@ -267,7 +261,8 @@ static int check_default_workers(void *arg)
 TEST(workers_zero_means_one_per_cpu)
 {
     ASSERT_EQ(weft_run(NULL, check_default_workers, NULL), 0);
-    ASSERT_EQ(run(0, WEFT_CLOCK_MONOTONIC, check_default_workers, NULL), 0);
+    ASSERT_EQ(t_run(0, WEFT_CLOCK_MONOTONIC, 0, check_default_workers, NULL),
+              0);
 }
 
 /* A started task never changes worker (nor OS thread): check its worker
@@ -307,14 +302,14 @@ static int stay_put_root(void *arg)
 TEST(worker_id_stable_across_yields_and_sleeps)
 {
     int n = (int)T_SCALE(2000);
-    ASSERT_EQ(run(4, WEFT_CLOCK_VIRTUAL, stay_put_root, (void *)(intptr_t)n),
-              0);
+    ASSERT_EQ(
+        t_run(4, WEFT_CLOCK_VIRTUAL, 0, stay_put_root, (void *)(intptr_t)n), 0);
     ASSERT_EQ(atomic_load(&stable_done), n);
     ASSERT_EQ(atomic_load(&moved), 0);
     atomic_store(&stable_done, 0);
-    ASSERT_EQ(
-        run(4, WEFT_CLOCK_MONOTONIC, stay_put_root, (void *)(intptr_t)(n / 4)),
-        0);
+    ASSERT_EQ(t_run(4, WEFT_CLOCK_MONOTONIC, 0, stay_put_root,
+                    (void *)(intptr_t)(n / 4)),
+              0);
     ASSERT_EQ(atomic_load(&stable_done), n / 4);
     ASSERT_EQ(atomic_load(&moved), 0);
 }
@@ -402,7 +397,7 @@ static int names_root(void *arg)
 
 TEST(task_name_from_spawn_opts)
 {
-    ASSERT_EQ(run(2, WEFT_CLOCK_VIRTUAL, names_root, NULL), 0);
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_VIRTUAL, 0, names_root, NULL), 0);
     ASSERT_EQ(atomic_load(&names_checked), 5);
     ASSERT(weft_task_name() != NULL); /* outside a task: "" or similar */
 }
@@ -440,8 +435,8 @@ static int big_stack_root(void *arg)
 
 TEST(large_stack_size_in_spawn_opts)
 {
-    ASSERT_EQ(run(1, WEFT_CLOCK_VIRTUAL, big_stack_root, NULL), 0);
-    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, big_stack_root, NULL), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, big_stack_root, NULL), 0);
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_MONOTONIC, 0, big_stack_root, NULL), 0);
 }
 
 static int deep_root(void *arg)
@@ -484,7 +479,7 @@ static int idle_root(void *arg)
 
 TEST(idle_runtime_uses_no_cpu)
 {
-    ASSERT_EQ(run(2, WEFT_CLOCK_MONOTONIC, idle_root, NULL), 0);
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_MONOTONIC, 0, idle_root, NULL), 0);
 }
 
 /* ---- floating-point state belongs to each task ----------------------- */
@@ -535,7 +530,7 @@ TEST(fp_rounding_mode_is_per_task)
 {
     for (int workers = 1; workers <= 2; workers++) {
         atomic_store(&fp_wrong, 0);
-        ASSERT_EQ(run(workers, WEFT_CLOCK_MONOTONIC, fp_root, NULL), 0);
+        ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, fp_root, NULL), 0);
         ASSERT_EQ(atomic_load(&fp_wrong), 0);
     }
 }

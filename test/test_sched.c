@@ -8,25 +8,6 @@
 #include <errno.h>
 #include <stdatomic.h>
 
-/* Under TSan every task is a TSan fiber, which costs about what a thread
- * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
- * cap the number of tasks alive at the same time. */
-#if defined(WEFT_TSAN)
-#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
-#else
-#define T_LIVE(n) T_SCALE(n)
-#endif
-
-static int run_cfg(int workers, weft_clock_kind clock, uint64_t seed,
-                   weft_fn fn, void *arg)
-{
-    weft_config cfg = {0};
-    cfg.workers = workers;
-    cfg.clock = clock;
-    cfg.seed = seed;
-    return weft_run(&cfg, fn, arg);
-}
-
 /* ---- seeded determinism ----------------------------------------------- */
 
 #define TR_TASKS 20
@@ -74,8 +55,8 @@ static int tracer_root(void *arg)
 static void record(uint64_t seed, int out[TR_LEN])
 {
     atomic_store(&trace_len, 0);
-    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), tracer_root,
-                      (void *)(uintptr_t)seed),
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), tracer_root,
+                    (void *)(uintptr_t)seed),
               0);
     ASSERT_EQ(atomic_load(&trace_len), TR_LEN);
     memcpy(out, trace, sizeof trace);
@@ -153,8 +134,7 @@ TEST(env_seed_overrides_config)
     /* The config says 3, the environment says 7: the run is seed 7's. */
     atomic_store(&trace_len, 0);
     ASSERT_EQ(
-        run_cfg(1, WEFT_CLOCK_VIRTUAL, 3, tracer_root, (void *)(uintptr_t)7),
-        0);
+        t_run(1, WEFT_CLOCK_VIRTUAL, 3, tracer_root, (void *)(uintptr_t)7), 0);
     memcpy(b, trace, sizeof trace);
     ASSERT(memcmp(a, b, sizeof a) == 0);
     unsetenv("WEFT_SEED");
@@ -187,7 +167,7 @@ static int fair_root(void *arg)
 TEST(yield_is_round_robin)
 {
     unsetenv("WEFT_SEED");
-    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_MONOTONIC, 0, fair_root, NULL), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_MONOTONIC, 0, fair_root, NULL), 0);
     ASSERT_EQ(atomic_load(&fair_len), 3 * FAIR_ROUNDS);
     ASSERT(fair_trace[0] != fair_trace[1]);
     ASSERT(fair_trace[1] != fair_trace[2]);
@@ -231,8 +211,8 @@ static int spin_root(void *arg)
 
 TEST(yielding_keeps_virtual_clock_still)
 {
-    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, spin_root, NULL), 0);
-    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 99, spin_root, NULL), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, spin_root, NULL), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 99, spin_root, NULL), 0);
 }
 
 /* ---- cross-worker wake-up storms --------------------------------------- */
@@ -308,7 +288,7 @@ TEST(cross_worker_cancel_tree_storm)
     storm.m = (int)(T_LIVE(4000 * (STORM_K + 1)) / (STORM_K + 1));
     storm.g = calloc((size_t)storm.m, sizeof *storm.g);
     ASSERT(storm.g != NULL);
-    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, storm_root, NULL), 0);
+    ASSERT_EQ(t_run(4, WEFT_CLOCK_MONOTONIC, 0, storm_root, NULL), 0);
     ASSERT_EQ(atomic_load(&storm.groups_done), storm.m);
     ASSERT_EQ(atomic_load(&storm.join_cancelled), storm.m);
     ASSERT_EQ(atomic_load(&storm.cancels_ok), storm.m);
@@ -383,7 +363,7 @@ static int race_root(void *arg)
 TEST(cross_worker_concurrent_cancels_of_one_scope)
 {
     long total = 0;
-    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, race_root, &total), 0);
+    ASSERT_EQ(t_run(4, WEFT_CLOCK_MONOTONIC, 0, race_root, &total), 0);
     ASSERT_EQ(total, 20 * T_LIVE(2000));
 }
 
@@ -436,7 +416,7 @@ TEST(cross_worker_pingpong_through_cancellation)
 {
     static struct pingpong p;
     p.n = (int)T_SCALE(2000);
-    ASSERT_EQ(run_cfg(4, WEFT_CLOCK_MONOTONIC, 0, pp_root, &p), 0);
+    ASSERT_EQ(t_run(4, WEFT_CLOCK_MONOTONIC, 0, pp_root, &p), 0);
     ASSERT_EQ(atomic_load(&p.rounds[0]), p.n);
     ASSERT_EQ(atomic_load(&p.rounds[1]), p.n);
 }
@@ -480,7 +460,7 @@ TEST(one_million_blocked_tasks)
 {
     static struct million m;
     m.n = T_LIVE(1000000);
-    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, million_root, &m), 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, million_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.blocked), m.n);
     ASSERT_EQ(atomic_load(&m.woke), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
@@ -520,7 +500,7 @@ TEST(many_blocked_tasks_released_by_cancel_2_workers)
 {
     static struct million m;
     m.n = T_LIVE(250000);
-    ASSERT_EQ(run_cfg(2, WEFT_CLOCK_VIRTUAL, 0, million_cancel_root, &m), 0);
+    ASSERT_EQ(t_run(2, WEFT_CLOCK_VIRTUAL, 0, million_cancel_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.woke), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
 }
@@ -577,7 +557,7 @@ static void heavy_run(int workers)
     atomic_store(&h.finished, 0);
     h.max_outstanding = 0;
     heavy_cur = &h;
-    ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_MONOTONIC, 0, heavy_root, &h), 0);
+    ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, heavy_root, &h), 0);
     ASSERT_EQ(atomic_load(&h.finished), h.n);
     for (long i = 0; i < h.n; i++)
         if (atomic_load(&h.ran[i]) != 1)

@@ -11,30 +11,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-/* Under TSan every task is a TSan fiber, which costs about what a thread
- * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
- * cap the number of tasks alive at the same time. */
-#if defined(WEFT_TSAN)
-#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
-#else
-#define T_LIVE(n) T_SCALE(n)
-#endif
-
-static int run_virtual(int workers, weft_fn fn, void *arg)
-{
-    weft_config cfg = {0};
-    cfg.workers = workers;
-    cfg.clock = WEFT_CLOCK_VIRTUAL;
-    return weft_run(&cfg, fn, arg);
-}
-
-static int run_mono(int workers, weft_fn fn, void *arg)
-{
-    weft_config cfg = {0};
-    cfg.workers = workers;
-    return weft_run(&cfg, fn, arg);
-}
-
 static weft_scope *open_scope(weft_policy policy, weft_time deadline,
                               int shield)
 {
@@ -98,7 +74,7 @@ static int deadline_root(void *arg)
 
 TEST(deadline_cancels_children_at_exactly_t)
 {
-    ASSERT_EQ(run_virtual(1, deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, deadline_root, NULL), 0);
     ASSERT_EQ(dl_kids[0].got, 0);
     ASSERT_EQ(dl_kids[0].at, 1 * WEFT_SEC);
     for (int i = 1; i < 3; i++) {
@@ -122,7 +98,7 @@ static int deadline_empty_root(void *arg)
 
 TEST(deadline_cancels_owner_sleep)
 {
-    ASSERT_EQ(run_virtual(1, deadline_empty_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, deadline_empty_root, NULL), 0);
 }
 
 /* An inner deadline earlier than the outer one; then an inner deadline
@@ -155,7 +131,7 @@ static int nested_deadline_root(void *arg)
 
 TEST(nested_deadlines)
 {
-    ASSERT_EQ(run_virtual(1, nested_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, nested_deadline_root, NULL), 0);
     ASSERT_EQ(nd_kids[0].got, -ECANCELED);
     ASSERT_EQ(nd_kids[0].at, 3 * WEFT_SEC);
     ASSERT_EQ(nd_kids[1].got, -ECANCELED);
@@ -195,7 +171,7 @@ static int set_deadline_root(void *arg)
 
 TEST(set_deadline_moves_and_past_deadline_cancels)
 {
-    ASSERT_EQ(run_virtual(1, set_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, set_deadline_root, NULL), 0);
     ASSERT_EQ(sd_kids[0].at, 4 * WEFT_SEC);
     ASSERT_EQ(sd_kids[0].got, -ECANCELED);
     ASSERT_EQ(sd_kids[1].at, 4 * WEFT_SEC);
@@ -230,7 +206,7 @@ static int fail_fast_root(void *arg)
 
 TEST(fail_fast_first_error_cancels_siblings)
 {
-    ASSERT_EQ(run_virtual(1, fail_fast_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, fail_fast_root, NULL), 0);
     ASSERT_EQ(ff_kids[0].got, 0);
     ASSERT_EQ(ff_kids[0].at, 1 * WEFT_SEC);
     ASSERT_EQ(ff_kids[1].got, 0);
@@ -272,7 +248,7 @@ static int fail_fast_by_time_root(void *arg)
 
 TEST(fail_fast_first_error_is_by_time)
 {
-    ASSERT_EQ(run_virtual(1, fail_fast_by_time_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, fail_fast_by_time_root, NULL), 0);
     ASSERT_EQ(ff2_kids[0].got, -ECANCELED);
     ASSERT_EQ(ff2_kids[1].got, -ECANCELED);
     ASSERT_EQ(ff2_kids[2].got, 0);
@@ -297,7 +273,7 @@ static int fail_fast_beats_deadline_root(void *arg)
 
 TEST(fail_fast_error_beats_later_deadline)
 {
-    ASSERT_EQ(run_virtual(1, fail_fast_beats_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, fail_fast_beats_deadline_root, NULL), 0);
 }
 
 static int collect_root(void *arg)
@@ -343,7 +319,7 @@ static int collect_root(void *arg)
 
 TEST(collect_keeps_every_status)
 {
-    ASSERT_EQ(run_virtual(1, collect_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, collect_root, NULL), 0);
 }
 
 /* Collect with a deadline: unfinished children are cancelled and join
@@ -369,7 +345,7 @@ static int collect_deadline_root(void *arg)
 
 TEST(collect_with_deadline)
 {
-    ASSERT_EQ(run_virtual(1, collect_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, collect_deadline_root, NULL), 0);
 }
 
 static int first_root(void *arg)
@@ -407,7 +383,7 @@ static int first_root(void *arg)
 
 TEST(first_winner_and_losers_cancelled)
 {
-    ASSERT_EQ(run_virtual(1, first_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, first_root, NULL), 0);
 }
 
 static int first_all_fail_root(void *arg)
@@ -437,7 +413,7 @@ static int first_all_fail_root(void *arg)
 
 TEST(first_all_fail_returns_first_failure)
 {
-    ASSERT_EQ(run_virtual(1, first_all_fail_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, first_all_fail_root, NULL), 0);
 }
 
 /* A winner before the deadline: join returns 0, not -ETIMEDOUT. */
@@ -465,7 +441,7 @@ static int first_beats_deadline_root(void *arg)
 
 TEST(first_with_deadline)
 {
-    ASSERT_EQ(run_virtual(1, first_beats_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, first_beats_deadline_root, NULL), 0);
 }
 
 /* ---- level-triggered cancellation ------------------------------------ */
@@ -522,7 +498,7 @@ static int level_root(void *arg)
 
 TEST(cancellation_is_level_triggered)
 {
-    ASSERT_EQ(run_virtual(1, level_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, level_root, NULL), 0);
     ASSERT_EQ(atomic_load(&lt_checked), 3);
 }
 
@@ -549,7 +525,7 @@ static int leave_cancelled_root(void *arg)
 
 TEST(leaving_cancelled_scope_allows_blocking_again)
 {
-    ASSERT_EQ(run_virtual(1, leave_cancelled_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, leave_cancelled_root, NULL), 0);
 }
 
 /* ---- cancellation through nested levels ------------------------------ */
@@ -602,7 +578,7 @@ static int nest_root(void *arg)
 
 TEST(cancellation_flows_through_nested_levels)
 {
-    ASSERT_EQ(run_virtual(1, nest_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, nest_root, NULL), 0);
     ASSERT_EQ(atomic_load(&nest_cancelled_sleeps),
               NEST_DEPTH * (NEST_LEAVES + 1));
     ASSERT_EQ(atomic_load(&nest_join_ecanceled), NEST_DEPTH);
@@ -610,7 +586,7 @@ TEST(cancellation_flows_through_nested_levels)
 
 TEST(cancellation_flows_through_nested_levels_4_workers)
 {
-    ASSERT_EQ(run_virtual(4, nest_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(4, nest_root, NULL), 0);
     ASSERT_EQ(atomic_load(&nest_cancelled_sleeps),
               NEST_DEPTH * (NEST_LEAVES + 1));
     ASSERT_EQ(atomic_load(&nest_join_ecanceled), NEST_DEPTH);
@@ -641,7 +617,7 @@ static int inner_only_root(void *arg)
 
 TEST(cancel_inner_does_not_reach_outer)
 {
-    ASSERT_EQ(run_virtual(1, inner_only_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, inner_only_root, NULL), 0);
 }
 
 /* ---- shields ---------------------------------------------------------- */
@@ -715,7 +691,7 @@ static int shield_root(void *arg)
 
 TEST(shield_lets_cleanup_block_after_cancel)
 {
-    ASSERT_EQ(run_virtual(1, shield_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, shield_root, NULL), 0);
     ASSERT_EQ(atomic_load(&shield_steps), 3);
 }
 
@@ -739,7 +715,7 @@ static int shield_in_cancelled_root(void *arg)
 
 TEST(shield_opened_in_cancelled_scope)
 {
-    ASSERT_EQ(run_virtual(1, shield_in_cancelled_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, shield_in_cancelled_root, NULL), 0);
     ASSERT_EQ(atomic_load(&shield_steps), 1);
 }
 
@@ -771,7 +747,7 @@ static int misuse_join_twice_root(void *arg)
 
 TEST(misuse_join_twice)
 {
-    ASSERT_EQ(run_virtual(1, misuse_join_twice_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_join_twice_root, NULL), 0);
 }
 
 struct foreign {
@@ -819,8 +795,8 @@ static int misuse_owner_root(void *arg)
 TEST(misuse_join_or_free_by_non_owner)
 {
     struct foreign f = {0};
-    ASSERT_EQ(run_virtual(1, misuse_owner_root, &f), 0);
-    ASSERT_EQ(run_virtual(2, misuse_owner_root, &f), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_owner_root, &f), 0);
+    ASSERT_EQ(t_run_virtual(2, misuse_owner_root, &f), 0);
 }
 
 static atomic_int late_ran;
@@ -850,7 +826,7 @@ static int misuse_free_early_root(void *arg)
 
 TEST(misuse_free_before_join_is_ebusy)
 {
-    ASSERT_EQ(run_virtual(1, misuse_free_early_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_free_early_root, NULL), 0);
 }
 
 static int misuse_joined_root(void *arg)
@@ -868,7 +844,7 @@ static int misuse_joined_root(void *arg)
 
 TEST(misuse_joined_scope_is_shutdown)
 {
-    ASSERT_EQ(run_virtual(1, misuse_joined_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_joined_root, NULL), 0);
 }
 
 static int misuse_cancelled_spawn_root(void *arg)
@@ -889,7 +865,7 @@ static int misuse_cancelled_spawn_root(void *arg)
 
 TEST(misuse_spawn_into_cancelled_scope)
 {
-    ASSERT_EQ(run_virtual(1, misuse_cancelled_spawn_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_cancelled_spawn_root, NULL), 0);
 }
 
 static int misuse_null_root(void *arg)
@@ -916,7 +892,7 @@ static int misuse_null_root(void *arg)
 
 TEST(misuse_null_arguments_are_einval)
 {
-    ASSERT_EQ(run_virtual(1, misuse_null_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_null_root, NULL), 0);
 }
 
 static int misuse_bad_opts_root(void *arg)
@@ -933,7 +909,7 @@ static int misuse_bad_opts_root(void *arg)
 
 TEST(misuse_bad_policy_is_einval)
 {
-    ASSERT_EQ(run_virtual(1, misuse_bad_opts_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_bad_opts_root, NULL), 0);
 }
 
 static int misuse_order_root(void *arg)
@@ -954,7 +930,7 @@ static int misuse_order_root(void *arg)
 
 TEST(misuse_join_not_innermost_is_einval)
 {
-    ASSERT_EQ(run_virtual(1, misuse_order_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, misuse_order_root, NULL), 0);
 }
 
 /* ---- weft_with_timeout ------------------------------------------------ */
@@ -1044,7 +1020,7 @@ static int with_timeout_root(void *arg)
 
 TEST(with_timeout_fast_slow_exact)
 {
-    ASSERT_EQ(run_virtual(1, with_timeout_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, with_timeout_root, NULL), 0);
 }
 
 /* ---- a task returning with unjoined scopes ---------------------------- */
@@ -1098,19 +1074,19 @@ static int unjoined_root(void *arg)
 
 TEST(task_exit_waits_for_unjoined_scope)
 {
-    ASSERT_EQ(run_virtual(1, unjoined_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, unjoined_root, NULL), 0);
     atomic_store(&unjoined_done, 0);
-    ASSERT_EQ(run_virtual(4, unjoined_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(4, unjoined_root, NULL), 0);
 }
 
 /* The root itself returns with an open scope: weft_run waits. */
 TEST(root_exit_waits_for_unjoined_scope)
 {
-    ASSERT_EQ(run_virtual(1, returns_without_join, (void *)(intptr_t)WEFT_SEC),
-              0);
+    ASSERT_EQ(
+        t_run_virtual(1, returns_without_join, (void *)(intptr_t)WEFT_SEC), 0);
     ASSERT_EQ(atomic_load(&unjoined_done), UNJOINED_KIDS);
     atomic_store(&unjoined_ran, 0);
-    ASSERT_EQ(run_mono(2, returns_without_join, (void *)(intptr_t)1000), 0);
+    ASSERT_EQ(t_run_mono(2, returns_without_join, (void *)(intptr_t)1000), 0);
     ASSERT_EQ(atomic_load(&unjoined_ran), UNJOINED_KIDS);
 }
 
@@ -1151,7 +1127,7 @@ static int unjoined_cancel_root(void *arg)
 
 TEST(cancel_reaches_scope_left_unjoined_by_exited_task)
 {
-    ASSERT_EQ(run_virtual(1, unjoined_cancel_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, unjoined_cancel_root, NULL), 0);
 }
 
 /* ---- cross-worker cancellation ---------------------------------------- */
@@ -1213,7 +1189,7 @@ TEST(cross_worker_mass_cancel_100k)
 {
     static struct mass m;
     m.n = T_LIVE(100000);
-    ASSERT_EQ(run_virtual(4, mass_root, &m), 0);
+    ASSERT_EQ(t_run_virtual(4, mass_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.cancelled_ok), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
     ASSERT(workers_used(&m) >= 2); /* spread over the workers */
@@ -1246,7 +1222,7 @@ TEST(cancel_from_another_worker)
 {
     static struct mass m;
     m.n = T_LIVE(20000);
-    ASSERT_EQ(run_virtual(4, cancel_other_worker_root, &m), 0);
+    ASSERT_EQ(t_run_virtual(4, cancel_other_worker_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.cancelled_ok), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
     workers_used(&m);
@@ -1297,7 +1273,7 @@ TEST(cancel_from_plain_pthread)
 {
     static struct mass m;
     m.n = T_LIVE(10000);
-    ASSERT_EQ(run_mono(4, pthread_cancel_root, &m), 0);
+    ASSERT_EQ(t_run_mono(4, pthread_cancel_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.cancelled_ok), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
 }
@@ -1336,7 +1312,7 @@ TEST(cancel_from_plain_pthread_virtual_clock)
 {
     static struct mass m;
     m.n = T_LIVE(20000);
-    ASSERT_EQ(run_virtual(4, pthread_cancel_virtual_root, &m), 0);
+    ASSERT_EQ(t_run_virtual(4, pthread_cancel_virtual_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.cancelled_ok), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
 }

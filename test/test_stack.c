@@ -25,15 +25,6 @@
 #define CHECK_RSS 1
 #endif
 
-/* Under TSan every task is a TSan fiber, which costs about what a thread
- * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
- * cap the number of tasks alive at the same time. */
-#if defined(WEFT_TSAN)
-#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
-#else
-#define T_LIVE(n) T_SCALE(n)
-#endif
-
 static long max_rss_kib(void)
 {
     struct rusage ru;

@@ -9,23 +9,6 @@
 #include <stdatomic.h>
 #include <time.h>
 
-/* Under TSan every task is a TSan fiber, which costs about what a thread
- * does (near 1 MB, milliseconds to create; 8128 at most at once): there,
- * cap the number of tasks alive at the same time. */
-#if defined(WEFT_TSAN)
-#define T_LIVE(n) (T_SCALE(n) < 1000 ? T_SCALE(n) : 1000)
-#else
-#define T_LIVE(n) T_SCALE(n)
-#endif
-
-static int run_virtual(int workers, weft_fn fn, void *arg)
-{
-    weft_config cfg = {0};
-    cfg.workers = workers;
-    cfg.clock = WEFT_CLOCK_VIRTUAL;
-    return weft_run(&cfg, fn, arg);
-}
-
 static uint64_t xorshift(uint64_t *x)
 {
     *x ^= *x << 13;
@@ -81,11 +64,11 @@ static int still_root(void *arg)
 
 TEST(virtual_now_starts_at_zero_and_stands_still)
 {
-    ASSERT_EQ(run_virtual(1, still_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, still_root, NULL), 0);
     ASSERT_EQ(atomic_load(&still_done), 10);
     /* A second runtime starts at 0 again. */
     atomic_store(&still_done, 0);
-    ASSERT_EQ(run_virtual(1, still_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, still_root, NULL), 0);
     ASSERT_EQ(atomic_load(&still_done), 10);
 }
 
@@ -108,7 +91,7 @@ static int sleep_seq_root(void *arg)
 
 TEST(sleep_advances_virtual_now_exactly)
 {
-    ASSERT_EQ(run_virtual(1, sleep_seq_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, sleep_seq_root, NULL), 0);
 }
 
 /* The clock jumps to the NEXT deadline, not past it: a timer armed by a
@@ -154,7 +137,7 @@ static int jump_root(void *arg)
 
 TEST(virtual_clock_jumps_to_next_deadline_only)
 {
-    ASSERT_EQ(run_virtual(1, jump_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, jump_root, NULL), 0);
     ASSERT_EQ(atomic_load(&jump_step), 3);
 }
 
@@ -203,7 +186,7 @@ static int order_root(void *arg)
 
 TEST(sleepers_wake_in_deadline_order_at_deadlines)
 {
-    ASSERT_EQ(run_virtual(1, order_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, order_root, NULL), 0);
     ASSERT_EQ(atomic_load(&order_next), ORDER_N);
     for (int i = 0; i < ORDER_N; i++) {
         ASSERT_EQ(order_tasks[i].woke, order_tasks[i].d);
@@ -237,7 +220,7 @@ static int same_instant_root(void *arg)
 
 TEST(timers_armed_at_different_times_same_deadline)
 {
-    ASSERT_EQ(run_virtual(1, same_instant_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, same_instant_root, NULL), 0);
 }
 
 /* ---- past deadlines, zero and negative sleeps ------------------------- */
@@ -267,7 +250,7 @@ static int past_root(void *arg)
 
 TEST(sleep_until_past_and_zero_negative_sleeps_return_at_once)
 {
-    ASSERT_EQ(run_virtual(1, past_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, past_root, NULL), 0);
 }
 
 /* While another task holds a timer for 1 s, a past/zero sleep must not let
@@ -295,7 +278,7 @@ static int zero_with_pending_root(void *arg)
 
 TEST(zero_sleep_does_not_advance_clock_past_pending_timer)
 {
-    ASSERT_EQ(run_virtual(1, zero_with_pending_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, zero_with_pending_root, NULL), 0);
 }
 
 /* sleep(<= 0) still checks for cancellation. */
@@ -318,7 +301,7 @@ static int zero_cancelled_root(void *arg)
 
 TEST(zero_sleep_is_a_cancellation_point)
 {
-    ASSERT_EQ(run_virtual(1, zero_cancelled_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, zero_cancelled_root, NULL), 0);
 }
 
 /* ---- 100,000 sleepers with random durations --------------------------- */
@@ -379,7 +362,7 @@ static int exact_root(void *arg)
 TEST(many_sleepers_random_durations_exact)
 {
     long n = T_LIVE(100000);
-    ASSERT_EQ(run_virtual(1, exact_root, (void *)(intptr_t)n), 0);
+    ASSERT_EQ(t_run_virtual(1, exact_root, (void *)(intptr_t)n), 0);
     ASSERT_EQ(atomic_load(&exact_woken), n);
     ASSERT_EQ(atomic_load(&exact_wrong), 0);
 }
@@ -387,7 +370,7 @@ TEST(many_sleepers_random_durations_exact)
 TEST(virtual_clock_two_workers_exact)
 {
     long n = T_LIVE(20000);
-    ASSERT_EQ(run_virtual(2, exact_root, (void *)(intptr_t)n), 0);
+    ASSERT_EQ(t_run_virtual(2, exact_root, (void *)(intptr_t)n), 0);
     ASSERT_EQ(atomic_load(&exact_woken), n);
     ASSERT_EQ(atomic_load(&exact_wrong), 0);
 }
@@ -430,7 +413,7 @@ static void check_chains(int workers)
 {
     atomic_store(&chain_done, 0);
     atomic_store(&chain_wrong, 0);
-    ASSERT_EQ(run_virtual(workers, chain_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(workers, chain_root, NULL), 0);
     ASSERT_EQ(atomic_load(&chain_done), 200);
     if (atomic_load(&chain_wrong) != 0)
         T_FAIL("%d wrong wake-ups; first: start %" PRId64 " + %" PRId64
@@ -482,7 +465,7 @@ static int far_root(void *arg)
 
 TEST(far_future_timers_fire_exactly)
 {
-    ASSERT_EQ(run_virtual(1, far_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, far_root, NULL), 0);
     ASSERT_EQ(atomic_load(&far_done), NFAR);
 }
 
@@ -502,7 +485,7 @@ static int far_seq_root(void *arg)
 
 TEST(far_future_sequential_sleeps_exact)
 {
-    ASSERT_EQ(run_virtual(1, far_seq_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, far_seq_root, NULL), 0);
 }
 
 /* ---- cancellation of a sleep ------------------------------------------ */
@@ -538,7 +521,7 @@ static int cancel_sleep_root(void *arg)
 TEST(sleep_cancelled_returns_ecanceled_at_cancel_time)
 {
     struct cancelled_sleep c = {1, -1};
-    ASSERT_EQ(run_virtual(1, cancel_sleep_root, &c), 0);
+    ASSERT_EQ(t_run_virtual(1, cancel_sleep_root, &c), 0);
     ASSERT_EQ(c.r, -ECANCELED);
     ASSERT_EQ(c.at, 2 * WEFT_SEC);
 }
@@ -559,7 +542,7 @@ static int deadline_sleep_root(void *arg)
 TEST(sleep_cancelled_by_scope_deadline_at_deadline)
 {
     struct cancelled_sleep c = {1, -1};
-    ASSERT_EQ(run_virtual(1, deadline_sleep_root, &c), 0);
+    ASSERT_EQ(t_run_virtual(1, deadline_sleep_root, &c), 0);
     ASSERT_EQ(c.r, -ECANCELED);
     ASSERT_EQ(c.at, 3 * WEFT_SEC);
 }
@@ -578,6 +561,6 @@ static int disarm_root(void *arg)
 TEST(cancelled_sleep_timer_is_disarmed)
 {
     struct cancelled_sleep c = {1, -1};
-    ASSERT_EQ(run_virtual(1, disarm_root, &c), 0);
+    ASSERT_EQ(t_run_virtual(1, disarm_root, &c), 0);
     ASSERT_EQ(c.r, -ECANCELED);
 }
