@@ -8,6 +8,8 @@
  *   2. Runtime
  *   3. Tasks and scopes (structured concurrency, cancellation, deadlines)
  *   4. Time
+ *   5. Channels and select
+ *   6. Task-aware synchronisation
  *
  * Conventions
  * - Every function that can fail returns 0 (or a non-negative count/index)
@@ -304,6 +306,218 @@ WEFT_EXTERN int weft_sleep(int64_t ns);
 
 /* Suspends the task until the clock reaches t. Like weft_sleep. Blocks. */
 WEFT_EXTERN int weft_sleep_until(weft_time t);
+
+/* ------------------------------------------------------------------------
+ * 5. Channels and select
+ *
+ * A channel carries values of a fixed size, copied in and out. Capacity 0
+ * is a rendezvous (a send waits for a receiver, as in Go); capacity N is a
+ * bounded buffer, and a full buffer makes senders wait: backpressure.
+ * Blocked senders and receivers are served in arrival order, and values
+ * from one sender arrive in the order sent.
+ *
+ * Cancel safety: a send that returns anything but 0 did not deliver its
+ * value (the caller still owns it); a receive that returns anything but 0
+ * took nothing. This holds for -ECANCELED, -ETIMEDOUT and -EPIPE alike.
+ * As for every blocking call in this section and the next, a call that
+ * can complete at once does so even in a cancelled scope (a buffered
+ * channel can be drained during cleanup); one that would have to wait
+ * returns -ECANCELED instead.
+ *
+ * Ownership: weft_chan_new returns a channel holding one reference;
+ * weft_chan_ref takes another, weft_chan_unref drops one and the last
+ * drop frees the channel. Every task or thread that uses a channel should
+ * hold its own reference for as long as it does. Any task may call any
+ * channel function; the try and close variants may also be called from
+ * plain threads (for example a foreign library's callback).
+ * ---------------------------------------------------------------------- */
+
+typedef struct weft_chan weft_chan;
+
+/* Creates a channel of values of elem_size bytes (1 to 65536) with room for
+ * capacity buffered values (0: rendezvous). Returns 0 and sets *out, or
+ * -EINVAL, -ENOMEM. Any thread; never blocks. */
+WEFT_EXTERN int weft_chan_new(weft_chan **out, size_t elem_size,
+                              size_t capacity);
+
+/* Takes a reference; returns c. Any thread; never blocks. */
+WEFT_EXTERN weft_chan *weft_chan_ref(weft_chan *c);
+
+/* Drops a reference; the last one frees the channel and any values still
+ * buffered. Returns 0, or -EINVAL (NULL, or not a live channel: a debug
+ * build keeps freed channels poisoned so that a late call says so). Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_chan_unref(weft_chan *c);
+
+/* Closes the channel: sends fail with -EPIPE from now on; receivers get the
+ * buffered values, then -EPIPE. Blocked senders are woken with -EPIPE
+ * (their values not delivered), blocked receivers with -EPIPE.
+ * Returns 0, -EPIPE (already closed), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_chan_close(weft_chan *c);
+
+/* Sends a copy of *elem, waiting while the channel is full (capacity 0:
+ * until a receiver takes it). Returns 0 (delivered), -EPIPE (closed),
+ * -ECANCELED, -EINVAL, -EPERM (not in a task). Cancellation point: on any
+ * error the value was not delivered. Blocks. */
+WEFT_EXTERN int weft_chan_send(weft_chan *c, const void *elem);
+
+/* weft_chan_send with an absolute deadline: -ETIMEDOUT (not delivered) if
+ * it passes first. Cancellation point. Blocks. */
+WEFT_EXTERN int weft_chan_send_until(weft_chan *c, const void *elem,
+                                     weft_time deadline);
+
+/* Sends only if that needs no waiting: -EAGAIN (not delivered) if the
+ * buffer is full, or, for capacity 0, no receiver is waiting. Returns 0,
+ * -EPIPE, -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_chan_try_send(weft_chan *c, const void *elem);
+
+/* Receives a value into *out, waiting while the channel is empty. Returns
+ * 0, -EPIPE (closed and drained), -ECANCELED, -EINVAL, -EPERM.
+ * Cancellation point: on any error nothing was taken. Blocks. */
+WEFT_EXTERN int weft_chan_recv(weft_chan *c, void *out);
+
+/* weft_chan_recv with an absolute deadline: -ETIMEDOUT (nothing taken) if
+ * it passes first. Cancellation point. Blocks. */
+WEFT_EXTERN int weft_chan_recv_until(weft_chan *c, void *out,
+                                     weft_time deadline);
+
+/* Receives only if a value is there now: -EAGAIN (nothing taken) if not.
+ * Returns 0, -EPIPE (closed and drained), -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_chan_try_recv(weft_chan *c, void *out);
+
+/* Buffered values now, and the capacity. Any thread; never block. */
+WEFT_EXTERN size_t weft_chan_len(const weft_chan *c);
+WEFT_EXTERN size_t weft_chan_cap(const weft_chan *c);
+
+typedef enum weft_op {
+    WEFT_OP_SEND = 1, /* send *elem */
+    WEFT_OP_RECV = 2, /* receive into *elem */
+} weft_op;
+
+/* One case of a select. A case whose chan is NULL is never ready (Go's nil
+ * channel), so cases can be switched off without rebuilding the array. */
+typedef struct weft_case {
+    weft_chan *chan;
+    weft_op op;
+    void *elem; /* the value to send, or where to store the received one */
+    int rc;     /* out, for the chosen case: 0, or -EPIPE (closed) */
+} weft_case;
+
+/* Waits until one of the n cases can proceed, performs it, and returns its
+ * index; that case's rc is 0, or -EPIPE if its channel was closed (a
+ * receive from a closed, drained channel, or a send to a closed one, is
+ * ready at once and chosen like any other). When several are ready, the
+ * choice is uniformly random. Returns -ETIMEDOUT at the deadline
+ * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. Cancellation point: on
+ * any error no case happened (nothing sent, nothing taken, no waiter left
+ * on any channel). Blocks. */
+WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
+
+/* weft_select with a default case: if no case is ready now, returns
+ * -EAGAIN at once. When exactly one case is ready, it is always taken.
+ * Never blocks. */
+WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
+
+/* ------------------------------------------------------------------------
+ * 6. Task-aware synchronisation
+ *
+ * These suspend the task, never its OS thread, and work across workers.
+ * They are plain values: zero-initialise them (or use the _INIT macro) and
+ * they are ready; they need no destroy while nothing waits on them. Every
+ * waiting call is a cancellation point, served in arrival order.
+ * ---------------------------------------------------------------------- */
+
+/* A fair mutex: a waiter is handed the lock in arrival order. */
+typedef struct weft_mutex {
+    _Alignas(8) unsigned char opaque[40];
+} weft_mutex;
+#define WEFT_MUTEX_INIT                                                        \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+
+/* Locks, waiting in line if it is held. Returns 0, -ECANCELED (not
+ * locked), -EDEADLK (the calling task holds it already), -EINVAL, -EPERM.
+ * Cancellation point. Blocks. */
+WEFT_EXTERN int weft_mutex_lock(weft_mutex *m);
+/* weft_mutex_lock with a deadline: -ETIMEDOUT (not locked). Blocks. */
+WEFT_EXTERN int weft_mutex_lock_until(weft_mutex *m, weft_time deadline);
+/* Locks if free and nobody waits: 0 or -EBUSY. Never blocks. */
+WEFT_EXTERN int weft_mutex_trylock(weft_mutex *m);
+/* Unlocks, handing the lock to the first waiter if any. Returns 0, or
+ * -EPERM (the calling task does not hold it). Never blocks. */
+WEFT_EXTERN int weft_mutex_unlock(weft_mutex *m);
+
+/* A counting semaphore. */
+typedef struct weft_sem {
+    _Alignas(8) unsigned char opaque[40];
+} weft_sem;
+/* Sets the count (permits); do this before any task uses it. Returns 0 or
+ * -EINVAL (negative). Never blocks. */
+WEFT_EXTERN int weft_sem_init(weft_sem *s, long permits);
+/* Takes n permits, waiting in line until they are there (a large request
+ * is not overtaken by later small ones). Returns 0, -ECANCELED (none
+ * taken), -EINVAL (n < 1). Cancellation point. Blocks. */
+WEFT_EXTERN int weft_sem_acquire(weft_sem *s, long n);
+/* weft_sem_acquire with a deadline: -ETIMEDOUT (none taken). Blocks. */
+WEFT_EXTERN int weft_sem_acquire_until(weft_sem *s, long n, weft_time deadline);
+/* Takes n permits if they are there now and nobody waits: 0 or -EAGAIN.
+ * Never blocks. */
+WEFT_EXTERN int weft_sem_try_acquire(weft_sem *s, long n);
+/* Returns n permits, waking waiters whose turn it is. Returns 0 or
+ * -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_sem_release(weft_sem *s, long n);
+/* Permits available now. Never blocks. */
+WEFT_EXTERN long weft_sem_available(weft_sem *s);
+
+/* An event: waiters wait until it is set; set wakes them all and lets
+ * later waits through until reset. */
+typedef struct weft_event {
+    _Alignas(8) unsigned char opaque[40];
+} weft_event;
+#define WEFT_EVENT_INIT                                                        \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+/* Waits until the event is set. Returns 0, -ECANCELED, -EINVAL, -EPERM.
+ * Cancellation point. Blocks. */
+WEFT_EXTERN int weft_event_wait(weft_event *e);
+/* weft_event_wait with a deadline: -ETIMEDOUT. Blocks. */
+WEFT_EXTERN int weft_event_wait_until(weft_event *e, weft_time deadline);
+/* Sets the event and wakes every waiter. Returns 0 or -EINVAL. Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_event_set(weft_event *e);
+/* Clears the event: later waits wait again. Any thread; never blocks. */
+WEFT_EXTERN int weft_event_reset(weft_event *e);
+/* Non-zero if set. Never blocks. */
+WEFT_EXTERN int weft_event_is_set(weft_event *e);
+
+/* A wait group (Go's sync.WaitGroup): add before starting work, done when
+ * a piece finishes, wait until the count is back to zero. */
+typedef struct weft_wg {
+    _Alignas(8) unsigned char opaque[40];
+} weft_wg;
+#define WEFT_WG_INIT                                                           \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+/* Adds delta (may be negative) to the count. Returns 0, or -EINVAL if the
+ * count would go below zero (nothing changed). Any thread; never blocks. */
+WEFT_EXTERN int weft_wg_add(weft_wg *wg, long delta);
+/* weft_wg_add(wg, -1). */
+WEFT_EXTERN int weft_wg_done(weft_wg *wg);
+/* Waits until the count is zero. Returns 0, -ECANCELED, -EINVAL, -EPERM.
+ * Cancellation point. Blocks. */
+WEFT_EXTERN int weft_wg_wait(weft_wg *wg);
+/* weft_wg_wait with a deadline: -ETIMEDOUT. Blocks. */
+WEFT_EXTERN int weft_wg_wait_until(weft_wg *wg, weft_time deadline);
 
 #ifdef __cplusplus
 }

@@ -318,6 +318,15 @@ int weft__park_sleep(int64_t deadline);
  * true if this call woke it, false if the park was already over (someone
  * else won). Any thread. */
 bool weft__wake(weft_task *t, uint64_t token, int code);
+/* weft__wake in two steps, for wakers that must hand data over between
+ * winning the race and letting the task run: claim (true: this caller won;
+ * the task stays parked until finish), then finish (sets the wake code and
+ * queues it). Any thread. */
+bool weft__wake_claim(weft_task *t, uint64_t token);
+void weft__wake_finish(weft_task *t, int code);
+/* A random number from the calling worker's generator (seeded runs stay
+ * reproducible), or a thread-local one outside a runtime. */
+uint64_t weft__rand(void);
 /* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
 void weft__wake_if_cancelled(weft_task *t);
 void weft__worker_notify(weft_worker *w);
@@ -406,6 +415,76 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
 {
     return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
 }
+
+/* ---- wait queues: channels and sync primitives ---- */
+
+/* A task waiting on a primitive, on the waiting task's own stack. Guarded by
+ * the primitive's lock; a waker pops it, claims its task (a waiter whose
+ * claim fails was woken otherwise: skip it) and finishes the wake after
+ * it has handed over whatever the waiter waited for. */
+typedef struct weft__waiter {
+    struct weft__waiter *next, *prev;
+    weft_task *task;
+    uint64_t token; /* the task's park token */
+    void *elem;     /* channels: the value to send, or where to receive */
+    long n;         /* semaphores: permits wanted */
+    int index;      /* select: this waiter's case */
+    int *fired;     /* select: where the waker writes the case that fired */
+    bool queued;
+} weft__waiter;
+
+typedef struct weft__waitq {
+    weft__waiter *head, *tail;
+} weft__waitq;
+
+static inline void weft__waitq_push(weft__waitq *q, weft__waiter *w)
+{
+    w->next = NULL;
+    w->prev = q->tail;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        q->head = w;
+    q->tail = w;
+    w->queued = true;
+}
+
+static inline void weft__waitq_remove(weft__waitq *q, weft__waiter *w)
+{
+    if (!w->queued)
+        return;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        q->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        q->tail = w->prev;
+    w->queued = false;
+}
+
+/* Pops waiters until one is claimed; returns it, or NULL. */
+static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
+{
+    weft__waiter *w;
+    while ((w = q->head) != NULL) {
+        weft__waitq_remove(q, w);
+        if (weft__wake_claim(w->task, w->token)) {
+            if (w->fired)
+                *w->fired = w->index;
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* Parks the running task as waiter w on q, whose lock l the caller holds;
+ * returns with l released, and with the park's result: 0 (or the code the
+ * waker finished with) once handed what it waited for, or -ETIMEDOUT /
+ * -ECANCELED with w off the queue and nothing handed over. */
+int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
+                     int64_t deadline);
 
 /* ---- small helpers ---- */
 

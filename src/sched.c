@@ -344,19 +344,34 @@ void weft__worker_notify(weft_worker *w)
         futex_wake(&w->sleeping);
 }
 
-static bool wake_ex(weft_task *t, uint64_t token, int code, bool next)
+bool weft__wake_claim(weft_task *t, uint64_t token)
 {
     if (PARK_STATE(token) == PARK_RUNNING)
         return false;
     uint64_t expected = token;
-    if (!cas_sc(&t->park, &expected, token & ~(uint64_t)3))
-        return false;
+    return cas_sc(&t->park, &expected, token & ~(uint64_t)3);
+}
+
+static void wake_finish(weft_task *t, int code, bool next)
+{
     t->wake_code = code;
     weft_worker *w = weft__tl_worker, *tw = t->worker;
     if (w == tw)
         make_ready_local(w, t, next && w->cur != NULL);
     else
         inbox_push(tw, t);
+}
+
+void weft__wake_finish(weft_task *t, int code)
+{
+    wake_finish(t, code, true);
+}
+
+static bool wake_ex(weft_task *t, uint64_t token, int code, bool next)
+{
+    if (!weft__wake_claim(t, token))
+        return false;
+    wake_finish(t, code, next);
     return true;
 }
 
@@ -399,6 +414,20 @@ static void poll_timers(weft_worker *w)
 {
     if (w->wheel.count)
         weft__wheel_advance(&w->wheel, weft__now(w->rt));
+}
+
+static uint64_t rng_next(weft_worker *w);
+
+uint64_t weft__rand(void)
+{
+    static WEFT_TLS uint64_t fallback = 0x853C49E6748FEA9Bull;
+    weft_worker *w = weft__tl_worker;
+    if (w)
+        return rng_next(w);
+    fallback ^= fallback << 13; /* plain threads: xorshift64 */
+    fallback ^= fallback >> 7;
+    fallback ^= fallback << 17;
+    return fallback;
 }
 
 static uint64_t rng_next(weft_worker *w)
