@@ -297,7 +297,10 @@ TEST(cross_worker_cancel_tree_storm)
     int seen = 0;
     for (int i = 0; i < 4; i++)
         seen += atomic_load(&storm.worker_seen[i]);
-    ASSERT(seen >= 2);
+    /* The storm really crossed workers (idle workers steal only work that
+     * waits; at a tiny scale, say 1% under valgrind, there may be none). */
+    if (T_SCALE(100) >= 10)
+        ASSERT(seen >= 2);
     free(storm.g);
 }
 
