@@ -311,6 +311,10 @@ static inline weft_task *weft__current(void)
  * the waker's code for an event, -ETIMEDOUT for the deadline, -ECANCELED for
  * cancellation (only if the token is cancellable). */
 uint64_t weft__park_prepare(weft_task *t, bool cancellable);
+/* Decides, once per process, how parkers and cancellers fence. */
+void weft__fence_init(void);
+/* The canceller's side of the park/cancel Dekker pair. */
+void weft__cancel_fence(void);
 int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline);
 /* Parks with nothing to wake it but the deadline or a cancel. */
 int weft__park_sleep(int64_t deadline);

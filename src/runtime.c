@@ -254,6 +254,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     }
     if ((*err = check_config(cfg)) != 0)
         return NULL;
+    weft__fence_init();
     weft_runtime *rt = runtime_new(cfg, err);
     if (!rt)
         return NULL;

@@ -16,8 +16,9 @@
  * and no lock is held across a park.
  *
  * Race with a task about to park: the task stores its park word, then
- * reads the flag; the canceller stores the flag, then reads the park word
- * (both seq_cst). One of them sees the other, so no park is missed.
+ * reads the flag; the canceller stores every flag of the subtree, passes
+ * weft__cancel_fence, then reads park words. One of them sees the other,
+ * so no park is missed (see the fence's comment in sched.c).
  *
  * Results flow up at join: each finishing child records its status under
  * the scope's lock as its policy says; the last one wakes the owner parked
@@ -46,12 +47,26 @@ static bool keeps_statuses(const weft_scope *s)
 
 /* ---- cancellation ---- */
 
-static void cancel_locked(weft_scope *s, int reason)
+/* Sets the flag of s and of every scope below it that is not shielded;
+ * returns false if s was cancelled already (so was its subtree). */
+static bool mark_locked(weft_scope *s, int reason)
 {
     if (ld_rlx(&s->cancelled) != CANCEL_NONE)
-        return; /* the first reason stands; the subtree is done already */
-    /* Pairs with the parker's store of its park word (Dekker). */
+        return false; /* the first reason stands */
     st_sc(&s->cancelled, reason);
+    for (weft_scope *k = s->kids; k; k = k->sib_next) {
+        if (k->shield)
+            continue;
+        weft__lock_acquire(&k->lock);
+        mark_locked(k, CANCEL_PARENT);
+        weft__lock_release(&k->lock);
+    }
+    return true;
+}
+
+/* Wakes the tasks of s and below that are parked in a cancelled scope. */
+static void wake_locked(weft_scope *s)
+{
     if (s->owner)
         weft__wake_if_cancelled(s->owner);
     for (weft_task *m = s->members; m; m = m->mnext)
@@ -59,10 +74,20 @@ static void cancel_locked(weft_scope *s, int reason)
     for (weft_scope *k = s->kids; k; k = k->sib_next) {
         if (k->shield)
             continue;
-        scope_lock(k);
-        cancel_locked(k, CANCEL_PARENT);
-        scope_unlock(k);
+        weft__lock_acquire(&k->lock);
+        wake_locked(k);
+        weft__lock_release(&k->lock);
     }
+}
+
+static void cancel_locked(weft_scope *s, int reason)
+{
+    if (!mark_locked(s, reason))
+        return;
+    /* Every flag is set: make sure each parker either sees its flag or
+     * has its park word seen below (pairs with weft__park_prepare). */
+    weft__cancel_fence();
+    wake_locked(s);
 }
 
 int weft__scope_cancel(weft_scope *s, int reason)
