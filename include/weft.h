@@ -319,10 +319,10 @@ WEFT_EXTERN int weft_sleep_until(weft_time t);
  * Cancel safety: a send that returns anything but 0 did not deliver its
  * value (the caller still owns it); a receive that returns anything but 0
  * took nothing. This holds for -ECANCELED, -ETIMEDOUT and -EPIPE alike.
- * As for every blocking call in this section and the next, a call that
- * can complete at once does so even in a cancelled scope (a buffered
- * channel can be drained during cleanup); one that would have to wait
- * returns -ECANCELED instead.
+ * Like every blocking call (a checkpoint, as in Trio), the blocking calls
+ * of this section and the next return -ECANCELED at once in a cancelled
+ * scope, even when they could complete without waiting; to drain a
+ * channel during cleanup use the try variants or a shielded scope.
  *
  * Ownership: weft_chan_new returns a channel holding one reference;
  * weft_chan_ref takes another, weft_chan_unref drops one and the last

@@ -180,17 +180,12 @@ static void finish(weft__waiter *w, int code)
 
 /* ---- send and receive ---- */
 
-static int blocking_task(void)
-{
-    return weft__current() ? 0 : -EPERM;
-}
-
 static int chan_send(weft_chan *c, const void *elem, int64_t deadline,
                      bool wait)
 {
     if (!chan_ok(c) || !elem)
         return -EINVAL;
-    int rc = wait ? blocking_task() : 0;
+    int rc = wait ? weft__checkpoint() : 0;
     if (rc)
         return rc;
     weft__waiter *woken = NULL;
@@ -209,7 +204,7 @@ static int chan_recv(weft_chan *c, void *out, int64_t deadline, bool wait)
 {
     if (!chan_ok(c) || !out)
         return -EINVAL;
-    int rc = wait ? blocking_task() : 0;
+    int rc = wait ? weft__checkpoint() : 0;
     if (rc)
         return rc;
     weft__waiter *woken = NULL;
@@ -359,7 +354,7 @@ static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
     int rc = check_cases(cases, n);
     if (rc)
         return rc;
-    if (wait && (rc = blocking_task()) != 0)
+    if (wait && (rc = weft__checkpoint()) != 0)
         return rc;
     weft_chan *order_small[SELECT_STACK_CASES];
     int perm_small[SELECT_STACK_CASES];

@@ -490,6 +490,18 @@ static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
 int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
                      int64_t deadline);
 
+/* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
+ * cancelled scope (every blocking call is a checkpoint, as in Trio, even
+ * one that could complete at once), else 0. */
+static inline int weft__checkpoint(void)
+{
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    weft_scope *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    return weft__scope_is_cancelled(cur) ? -ECANCELED : 0;
+}
+
 /* ---- small helpers ---- */
 
 void weft__fatal(const char *fmt, ...)

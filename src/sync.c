@@ -36,11 +36,6 @@ int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
     return rc;
 }
 
-static int need_task(void)
-{
-    return weft__current() ? 0 : -EPERM;
-}
-
 /* ---- mutex ---- */
 
 enum { M_FREE = 0, M_LOCKED = 1, M_WAITERS = 2 };
@@ -62,15 +57,17 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
+    if (wait && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+        return -ECANCELED;
     int expected = M_FREE;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &expected, M_LOCKED))) {
         st_rlx(&m->owner, t);
         return 0;
     }
-    if (ld_rlx(&m->owner) == t)
-        return -EDEADLK;
     if (!wait)
         return -EBUSY;
+    if (ld_rlx(&m->owner) == t)
+        return -EDEADLK;
     weft__lock_acquire(&m->lock);
     for (;;) { /* take it if it was just freed, else mark "waiters" */
         int s = ld_acq(&m->state);
@@ -189,7 +186,7 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
 {
     if (!ss || n < 1)
         return -EINVAL;
-    int rc = wait ? need_task() : 0;
+    int rc = wait ? weft__checkpoint() : 0;
     if (rc)
         return rc;
     sem_impl *s = (sem_impl *)ss;
@@ -278,7 +275,7 @@ static weft__waiter *claim_all(weft__waitq *q)
 /* Waits until value == want (event: 1, wait group: 0). */
 static int cond_wait(cond_impl *c, long want, int64_t deadline)
 {
-    int rc = need_task();
+    int rc = weft__checkpoint();
     if (rc)
         return rc;
     weft__lock_acquire(&c->lock);
