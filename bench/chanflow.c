@@ -1,0 +1,169 @@
+/*
+ * chanflow: 4 producers and 4 consumers share one channel of int64 with
+ * capacity 1024; N messages in all (each producer sends N/4 values); when
+ * every producer has finished, the channel is closed, and the consumers
+ * receive until it is drained. All cores. Value: messages / elapsed, in
+ * Mmsg/s. See ../shared/bench/SPEC.md; the peers are Go (chan int64 of
+ * capacity 1024, closed after a WaitGroup of the producers) and Tokio
+ * (async_channel::bounded(1024), closed when the last Sender drops).
+ *
+ * Producer p sends p*per .. p*per + per-1, so every value 0 .. total-1 is
+ * sent once; each consumer adds up what it receives and counts it, and the
+ * totals are checked against total(total-1)/2 and total, as the peers do.
+ *
+ * The scopes do what the peers' wait groups do: the consumers are spawned
+ * into an outer scope, the producers into a scope nested in it; joining
+ * the producers' scope, then weft_chan_close(), is Go's pwg.Wait() and
+ * close(ch); joining the consumers' scope is cwg.Wait(). If a task fails,
+ * the fail-fast policy cancels the others, and the channel is closed
+ * anyway so that no consumer waits for ever.
+ *
+ * main() makes the channel before weft_run and drops its reference after it;
+ * the tasks borrow it, as the root joins them first. The clock runs inside the
+ * root task, from before the first spawn to after the consumers' join. The
+ * first argument overrides N, the number of messages in all (rounded down to a
+ * multiple of 4, as the peers do).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+#include "weft.h"
+
+#define PRODUCERS 4
+#define CONSUMERS 4
+
+struct consumer {
+    weft_chan *ch; /* the shared channel, borrowed */
+    int64_t sum;   /* sum of the values received, written at the end */
+    int64_t count; /* values received, written at the end */
+};
+
+struct producer {
+    weft_chan *ch; /* the shared channel, borrowed */
+    int64_t base;  /* first value to send */
+    int64_t per;   /* values to send */
+};
+
+struct bench {
+    int64_t per;                  /* messages per producer */
+    weft_chan *ch;                /* the channel, capacity 1024 */
+    struct producer p[PRODUCERS]; /* the producers' arguments */
+    struct consumer c[CONSUMERS]; /* the consumers' arguments and results */
+    int64_t elapsed_ns;           /* from the first spawn to the last join */
+};
+
+static int consume(void *arg)
+{
+    struct consumer *c = arg;
+    int64_t sum = 0, count = 0, v;
+    int err;
+
+    while ((err = weft_chan_recv(c->ch, &v)) == 0) {
+        sum += v;
+        count++;
+    }
+    c->sum = sum;
+    c->count = count;
+    return err == -EPIPE ? 0 : err;
+}
+
+static int produce(void *arg)
+{
+    struct producer *p = arg;
+
+    for (int64_t i = 0; i < p->per; i++) {
+        int64_t v = p->base + i;
+        int err = weft_chan_send(p->ch, &v);
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+/* Spawns the producers into a scope of their own, waits for them, and
+ * closes the channel whatever happened. */
+static int run_producers(struct bench *b)
+{
+    weft_scope *s;
+    int err, join;
+
+    err = weft_scope_open(&s, NULL);
+    if (err < 0) {
+        weft_chan_close(b->ch);
+        return err;
+    }
+    for (int i = 0; i < PRODUCERS && err >= 0; i++) {
+        b->p[i] = (struct producer){b->ch, i * b->per, b->per};
+        err = weft_spawn(s, produce, &b->p[i]);
+    }
+    join = weft_scope_join(s);
+    weft_scope_free(s);
+    weft_chan_close(b->ch);
+    return err < 0 ? err : join;
+}
+
+static int root(void *arg)
+{
+    struct bench *b = arg;
+    weft_scope *s;
+    int err, join;
+    int64_t start;
+
+    err = weft_scope_open(&s, NULL);
+    if (err < 0)
+        return err;
+    start = bench_clock_ns();
+    for (int i = 0; i < CONSUMERS && err >= 0; i++) {
+        b->c[i].ch = b->ch;
+        err = weft_spawn(s, consume, &b->c[i]);
+    }
+    if (err >= 0)
+        err = run_producers(b);
+    else
+        weft_chan_close(b->ch);
+    join = weft_scope_join(s);
+    b->elapsed_ns = bench_clock_ns() - start;
+    weft_scope_free(s);
+    return err < 0 ? err : join;
+}
+
+int main(int argc, char **argv)
+{
+    static struct bench b;
+    weft_config cfg = {.workers = 0}; /* one per online CPU */
+    int64_t total, want, sum = 0, count = 0;
+    int err;
+
+    b.per = bench_n(argc, argv, 10000000) / PRODUCERS;
+    total = b.per * PRODUCERS;
+    want = total * (total - 1) / 2;
+    err = weft_chan_new(&b.ch, sizeof(int64_t), 1024);
+    if (err < 0) {
+        fprintf(stderr, "chanflow: %s\n", weft_strerror(err));
+        return 1;
+    }
+    err = weft_run(&cfg, root, &b);
+    weft_chan_unref(b.ch);
+    if (err < 0) {
+        fprintf(stderr, "chanflow: %s\n", weft_strerror(err));
+        return 1;
+    }
+    for (int i = 0; i < CONSUMERS; i++) {
+        sum += b.c[i].sum;
+        count += b.c[i].count;
+    }
+    if (sum != want || count != total) {
+        fprintf(stderr,
+                "checksum failed: sum %" PRId64 " (want %" PRId64
+                "), count %" PRId64 " (want %" PRId64 ")\n",
+                sum, want, count, total);
+        return 1;
+    }
+    printf("BENCH chanflow weft %.2f Mmsg/s\n",
+           (double)total / ((double)b.elapsed_ns / 1e9) / 1e6);
+    return 0;
+}
