@@ -485,7 +485,8 @@ typedef struct weft_event {
         }                                                                      \
     }
 /* Waits until the event is set. Returns 0, -ECANCELED, -EINVAL, -EPERM.
- * Cancellation point. Blocks. */
+ * Cancellation point: a cancelled wait leaves nothing behind (the event is
+ * not changed, no waiter stays queued). Blocks. */
 WEFT_EXTERN int weft_event_wait(weft_event *e);
 /* weft_event_wait with a deadline: -ETIMEDOUT. Blocks. */
 WEFT_EXTERN int weft_event_wait_until(weft_event *e, weft_time deadline);
@@ -514,7 +515,8 @@ WEFT_EXTERN int weft_wg_add(weft_wg *wg, long delta);
 /* weft_wg_add(wg, -1). */
 WEFT_EXTERN int weft_wg_done(weft_wg *wg);
 /* Waits until the count is zero. Returns 0, -ECANCELED, -EINVAL, -EPERM.
- * Cancellation point. Blocks. */
+ * Cancellation point: a cancelled wait leaves nothing behind (the count is
+ * not changed, no waiter stays queued). Blocks. */
 WEFT_EXTERN int weft_wg_wait(weft_wg *wg);
 /* weft_wg_wait with a deadline: -ETIMEDOUT. Blocks. */
 WEFT_EXTERN int weft_wg_wait_until(weft_wg *wg, weft_time deadline);

@@ -172,6 +172,19 @@ static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
     return c->closed ? -EPIPE : -EAGAIN;
 }
 
+/* Either move, by the case's direction. */
+static int op_locked(weft_chan *c, weft_op op, void *elem, weft__waiter **woken)
+{
+    return op == WEFT_OP_SEND ? send_locked(c, elem, woken)
+                              : recv_locked(c, elem, woken);
+}
+
+/* Where a task waiting to do op on c queues. */
+static weft__waitq *queue_of(weft_chan *c, weft_op op)
+{
+    return op == WEFT_OP_SEND ? &c->sendq : &c->recvq;
+}
+
 static void finish(weft__waiter *w, int code)
 {
     if (w)
@@ -180,8 +193,10 @@ static void finish(weft__waiter *w, int code)
 
 /* ---- send and receive ---- */
 
-static int chan_send(weft_chan *c, const void *elem, int64_t deadline,
-                     bool wait)
+/* A send (elem is the value) or a receive (elem is the buffer); waits
+ * unless wait is false, when it returns -EAGAIN instead. */
+static int chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline,
+                   bool wait)
 {
     if (!chan_ok(c) || !elem)
         return -EINVAL;
@@ -190,63 +205,44 @@ static int chan_send(weft_chan *c, const void *elem, int64_t deadline,
         return rc;
     weft__waiter *woken = NULL;
     weft__lock_acquire(&c->lock);
-    rc = send_locked(c, elem, &woken);
+    rc = op_locked(c, op, elem, &woken);
     if (rc != -EAGAIN || !wait) {
         weft__lock_release(&c->lock);
         finish(woken, 0);
         return rc;
     }
-    weft__waiter self = {.elem = (void *)elem};
-    return weft__waitq_wait(&c->lock, &c->sendq, &self, deadline);
-}
-
-static int chan_recv(weft_chan *c, void *out, int64_t deadline, bool wait)
-{
-    if (!chan_ok(c) || !out)
-        return -EINVAL;
-    int rc = wait ? weft__checkpoint() : 0;
-    if (rc)
-        return rc;
-    weft__waiter *woken = NULL;
-    weft__lock_acquire(&c->lock);
-    rc = recv_locked(c, out, &woken);
-    if (rc != -EAGAIN || !wait) {
-        weft__lock_release(&c->lock);
-        finish(woken, 0);
-        return rc;
-    }
-    weft__waiter self = {.elem = out};
-    return weft__waitq_wait(&c->lock, &c->recvq, &self, deadline);
+    weft__waiter self = {.elem = elem};
+    return weft__waitq_wait(&c->lock, queue_of(c, op), &self, deadline);
 }
 
 int weft_chan_send(weft_chan *c, const void *elem)
 {
-    return chan_send(c, elem, WEFT_NEVER, true);
+    return chan_op(c, WEFT_OP_SEND, (void *)elem, WEFT_NEVER, true);
 }
 
 int weft_chan_send_until(weft_chan *c, const void *elem, weft_time deadline)
 {
-    return chan_send(c, elem, deadline, true);
+    return chan_op(c, WEFT_OP_SEND, (void *)elem, deadline, true);
 }
 
 int weft_chan_try_send(weft_chan *c, const void *elem)
 {
-    return chan_send(c, elem, WEFT_NEVER, false);
+    return chan_op(c, WEFT_OP_SEND, (void *)elem, WEFT_NEVER, false);
 }
 
 int weft_chan_recv(weft_chan *c, void *out)
 {
-    return chan_recv(c, out, WEFT_NEVER, true);
+    return chan_op(c, WEFT_OP_RECV, out, WEFT_NEVER, true);
 }
 
 int weft_chan_recv_until(weft_chan *c, void *out, weft_time deadline)
 {
-    return chan_recv(c, out, deadline, true);
+    return chan_op(c, WEFT_OP_RECV, out, deadline, true);
 }
 
 int weft_chan_try_recv(weft_chan *c, void *out)
 {
-    return chan_recv(c, out, WEFT_NEVER, false);
+    return chan_op(c, WEFT_OP_RECV, out, WEFT_NEVER, false);
 }
 
 int weft_chan_close(weft_chan *c)
@@ -338,9 +334,7 @@ static int select_ready(weft_case *cases, int n, int *perm,
         weft_case *cs = &cases[perm[k]];
         if (!cs->chan)
             continue;
-        int rc = cs->op == WEFT_OP_SEND
-                     ? send_locked(cs->chan, cs->elem, woken)
-                     : recv_locked(cs->chan, cs->elem, woken);
+        int rc = op_locked(cs->chan, cs->op, cs->elem, woken);
         if (rc != -EAGAIN) {
             cs->rc = rc;
             return perm[k];
@@ -393,9 +387,7 @@ static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
                                .elem = cases[i].elem,
                                .index = i,
                                .fired = &fired};
-        weft_chan *c = cases[i].chan;
-        weft__waitq_push(cases[i].op == WEFT_OP_SEND ? &c->sendq : &c->recvq,
-                         &ws[i]);
+        weft__waitq_push(queue_of(cases[i].chan, cases[i].op), &ws[i]);
     }
     unlock_all(order, k);
     int code = weft__park_commit(wk, t, deadline);
@@ -403,9 +395,7 @@ static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
     for (int i = 0; i < n; i++) {
         if (!cases[i].chan)
             continue;
-        weft_chan *c = cases[i].chan;
-        weft__waitq_remove(cases[i].op == WEFT_OP_SEND ? &c->sendq : &c->recvq,
-                           &ws[i]);
+        weft__waitq_remove(queue_of(cases[i].chan, cases[i].op), &ws[i]);
     }
     unlock_all(order, k);
     if (fired >= 0 && code != -ETIMEDOUT && code != -ECANCELED) {

@@ -132,13 +132,8 @@ void weft__pool_fini(weft__pool_global *g)
 {
     for (weft_task *t = g->free; t; t = t->next)
         slot_forget(t);
-    for (size_t i = 0; i < g->nchunks; i += 2) {
-#if defined(WEFT_HAVE_VALGRIND_H)
-        /* Stacks were registered per slot; valgrind forgets them with the
-         * mapping. */
-#endif
+    for (size_t i = 0; i < g->nchunks; i += 2)
         munmap(g->chunks[i], (size_t)g->chunks[i + 1]);
-    }
     free(g->chunks);
     free(g->cold);
     pthread_mutex_destroy(&g->mu);
