@@ -434,6 +434,7 @@ typedef struct weft__waiter {
     long n;         /* semaphores: permits wanted */
     int index;      /* select: this waiter's case */
     int *fired;     /* select: where the waker writes the case that fired */
+    int64_t since;  /* mutex: when it first queued (starvation) */
     bool queued;
 } weft__waiter;
 
@@ -450,6 +451,19 @@ static inline void weft__waitq_push(weft__waitq *q, weft__waiter *w)
     else
         q->head = w;
     q->tail = w;
+    w->queued = true;
+}
+
+/* Queues w first in line (a woken mutex waiter that lost keeps its turn). */
+static inline void weft__waitq_push_front(weft__waitq *q, weft__waiter *w)
+{
+    w->prev = NULL;
+    w->next = q->head;
+    if (q->head)
+        q->head->prev = w;
+    else
+        q->tail = w;
+    q->head = w;
     w->queued = true;
 }
 
@@ -489,6 +503,12 @@ static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
  * -ECANCELED with w off the queue and nothing handed over. */
 int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
                      int64_t deadline);
+
+/* Locks m ignoring cancellation (condition variables re-lock with it
+ * before returning, whatever ended the wait). Returns 0. Blocks. */
+int weft__mutex_relock(weft_mutex *m);
+/* 1 if the calling task holds m, else 0. */
+int weft__mutex_held_by_me(weft_mutex *m);
 
 /* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
  * cancelled scope (every blocking call is a checkpoint, as in Trio, even

@@ -8,10 +8,7 @@
  * it waited for (the lock, permits), so a waiter that leaves with
  * -ETIMEDOUT or -ECANCELED was handed nothing.
  *
- * The mutex hands the lock to the first waiter on unlock (no barging while
- * anyone waits, so no starvation); uncontended, lock and unlock are one
- * compare-and-swap each. Its state word says whether anyone waits, so the
- * uncontended unlock does not take the spinlock.
+ * The mutex is described at its section below.
  */
 #include "internal.h"
 
@@ -36,20 +33,124 @@ int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
     return rc;
 }
 
-/* ---- mutex ---- */
+/* ---- mutex ----
+ *
+ * Go's sync.Mutex design, in weft's terms. Uncontended, lock and unlock
+ * are one compare-and-swap each. Under contention the lock is not handed
+ * over: unlock frees it and wakes the first waiter, which competes for it
+ * with tasks that are running (a running task that locks again at once
+ * keeps its cache lines warm; a strict hand-off would move the lock to
+ * another worker on every unlock, ~250 ns a transfer here). Waiters stay
+ * in arrival order: one that loses keeps its place at the front. No
+ * starvation: once the first waiter has waited STARVE_NS, unlock hands the
+ * lock to it directly, and nobody can take it in between. Unlike Go, a
+ * locker does not spin before queueing: measured here, watching the lock
+ * from another core slows its holder so much (every read pulls the line
+ * away) that 4 tasks on 2 workers took 300 ns a lock instead of 40.
+ *
+ * State word: M_LOCKED (held), M_WAITERS (the queue is not empty; changed
+ * only under the spinlock), M_WOKEN (a woken waiter is on its way to
+ * compete, so unlock need not wake another), M_DEAD (destroyed). */
 
-enum { M_FREE = 0, M_LOCKED = 1, M_WAITERS = 2 };
+enum { M_LOCKED = 1, M_WAITERS = 2, M_WOKEN = 4, M_DEAD = 8 };
+enum { WAKE_OWNER = 1, WAKE_RETRY = 2 }; /* park results from unlock */
+
+#define STARVE_NS (1 * WEFT_MSEC)
 
 typedef struct mutex_impl {
-    atomic_int state;           /* M_FREE, M_LOCKED or M_WAITERS */
-    weft__lock lock;            /* guards q, and state's M_WAITERS moves */
+    atomic_int state;
+    weft__lock lock;            /* guards q and changes of M_WAITERS */
     _Atomic(weft_task *) owner; /* read by others only for -EDEADLK */
     weft__waitq q;
 } mutex_impl;
 _Static_assert(sizeof(mutex_impl) <= sizeof(weft_mutex), "weft_mutex size");
 _Static_assert(_Alignof(mutex_impl) <= _Alignof(weft_mutex), "weft_mutex");
 
-static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait)
+/* Takes the lock if it is free: from s, setting M_LOCKED and clearing
+ * `clear`. Returns true if taken; false once s shows it held. */
+static bool mutex_take(mutex_impl *m, int *s, int clear)
+{
+    while (!(*s & M_LOCKED)) {
+        if (cas_acq_rel(&m->state, s, (*s | M_LOCKED) & ~clear))
+            return true;
+    }
+    return false;
+}
+
+static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
+                           bool cancellable)
+{
+    weft_worker *wk = weft__tl_worker;
+    if (ld_rlx(&m->state) & M_DEAD)
+        return -EINVAL;
+    if (ld_rlx(&m->owner) == t)
+        return -EDEADLK;
+    weft__waiter self = {.task = t};
+    int woken = 0; /* M_WOKEN while we hold it, so we clear it */
+    for (;;) {
+        weft__lock_acquire(&m->lock);
+        int s = ld_rlx(&m->state);
+        if (mutex_take(m, &s, woken)) {
+            weft__lock_release(&m->lock);
+            goto locked;
+        }
+        while (!cas_acq_rel(&m->state, &s, (s | M_WAITERS) & ~woken)) {
+            if (mutex_take(m, &s, woken)) {
+                weft__lock_release(&m->lock);
+                goto locked;
+            }
+        }
+        if (!self.since)
+            self.since = weft__now(wk->rt);
+        self.token = weft__park_prepare(t, cancellable);
+        if (woken)
+            weft__waitq_push_front(&m->q, &self);
+        else
+            weft__waitq_push(&m->q, &self);
+        weft__lock_release(&m->lock);
+        woken = 0;
+        int rc = weft__park_commit(wk, t, deadline);
+        if (rc == WAKE_OWNER)
+            return 0; /* handed over: the unlocker set the owner */
+        if (rc != WAKE_RETRY) {
+            /* Deadline or cancel; nobody claimed us, so we were handed
+             * nothing. Leave the queue; if it is now empty, say so. */
+            weft__lock_acquire(&m->lock);
+            weft__waitq_remove(&m->q, &self);
+            if (!m->q.head)
+                atomic_fetch_and_explicit(&m->state, ~M_WAITERS,
+                                          memory_order_acq_rel);
+            weft__lock_release(&m->lock);
+            return rc;
+        }
+        /* Woken to compete; M_WOKEN is ours until we lock or queue. */
+        woken = M_WOKEN;
+        s = ld_rlx(&m->state);
+        if (mutex_take(m, &s, M_WOKEN))
+            goto locked;
+        rc = 0;
+        if (cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+            rc = -ECANCELED;
+        else if (deadline != WEFT_NEVER && weft__now(wk->rt) >= deadline)
+            rc = -ETIMEDOUT;
+        if (rc) {
+            /* Give M_WOKEN back while the lock is held, so its holder's
+             * unlock wakes the next waiter; or take the lock if it was
+             * freed meanwhile (then we were not too late after all). */
+            while (!cas_acq_rel(&m->state, &s, s & ~M_WOKEN)) {
+                if (mutex_take(m, &s, M_WOKEN))
+                    goto locked;
+            }
+            return rc;
+        }
+    }
+locked:
+    st_rlx(&m->owner, t);
+    return 0;
+}
+
+static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
+                      bool cancellable)
 {
     if (!mm)
         return -EINVAL;
@@ -57,57 +158,79 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (wait && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+    if (wait && cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
         return -ECANCELED;
-    int expected = M_FREE;
-    if (WEFT_LIKELY(cas_acq_rel(&m->state, &expected, M_LOCKED))) {
+    int s = 0;
+    if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {
         st_rlx(&m->owner, t);
         return 0;
     }
-    if (!wait)
-        return -EBUSY;
-    if (ld_rlx(&m->owner) == t)
-        return -EDEADLK;
-    weft__lock_acquire(&m->lock);
-    for (;;) { /* take it if it was just freed, else mark "waiters" */
-        int s = ld_acq(&m->state);
-        if (s == M_FREE) {
-            if (cas_acq_rel(&m->state, &s, M_LOCKED)) {
-                weft__lock_release(&m->lock);
-                st_rlx(&m->owner, t);
-                return 0;
-            }
-        } else if (s == M_WAITERS || cas_acq_rel(&m->state, &s, M_WAITERS)) {
-            break;
-        }
+    if (!wait) {
+        if (s & M_DEAD)
+            return -EINVAL;
+        /* Free but waited on: take it as a running locker would (Go's
+         * TryLock); a starving waiter's hand-off never leaves it free. */
+        if (!mutex_take(m, &s, 0))
+            return -EBUSY;
+        st_rlx(&m->owner, t);
+        return 0;
     }
-    weft__waiter self = {0};
-    int rc = weft__waitq_wait(&m->lock, &m->q, &self, deadline);
-    if (rc == 0)
-        return 0; /* handed over: owner already set by the unlocker */
-    /* Left the queue: if it is now empty, unlock must not look for us. */
-    weft__lock_acquire(&m->lock);
-    if (!m->q.head) {
-        int s = M_WAITERS;
-        cas_acq_rel(&m->state, &s, M_LOCKED);
-    }
-    weft__lock_release(&m->lock);
-    return rc;
+    return mutex_lock_slow(m, t, deadline, cancellable);
 }
 
 int weft_mutex_lock(weft_mutex *m)
 {
-    return mutex_lock(m, WEFT_NEVER, true);
+    return mutex_lock(m, WEFT_NEVER, true, true);
 }
 
 int weft_mutex_lock_until(weft_mutex *m, weft_time deadline)
 {
-    return mutex_lock(m, deadline, true);
+    return mutex_lock(m, deadline, true, true);
 }
 
 int weft_mutex_trylock(weft_mutex *m)
 {
-    return mutex_lock(m, WEFT_NEVER, false);
+    return mutex_lock(m, WEFT_NEVER, false, true);
+}
+
+int weft__mutex_relock(weft_mutex *m)
+{
+    return mutex_lock(m, WEFT_NEVER, true, false);
+}
+
+int weft__mutex_held_by_me(weft_mutex *mm)
+{
+    mutex_impl *m = (mutex_impl *)mm;
+    weft_task *t = weft__current();
+    return m && t && ld_rlx(&m->owner) == t;
+}
+
+/* Unlock with someone queued and nobody woken: wake the first waiter to
+ * compete, or hand it the lock if it has waited long enough. */
+static void mutex_unlock_slow(mutex_impl *m)
+{
+    weft_runtime *rt = weft__tl_worker->rt;
+    weft__lock_acquire(&m->lock);
+    weft__waiter *w = weft__waitq_claim(&m->q);
+    int clear = m->q.head ? 0 : M_WAITERS;
+    int code = WAKE_RETRY;
+    int s = ld_rlx(&m->state);
+    if (!w) {
+        while (!cas_acq_rel(&m->state, &s, s & ~(M_LOCKED | clear)))
+            ;
+    } else if (weft__now(rt) - w->since >= STARVE_NS) {
+        code = WAKE_OWNER; /* stays locked: nobody can barge in */
+        st_rlx(&m->owner, w->task);
+        if (clear)
+            atomic_fetch_and_explicit(&m->state, ~clear, memory_order_acq_rel);
+    } else {
+        while (!cas_acq_rel(&m->state, &s,
+                            ((s & ~(M_LOCKED | clear)) | M_WOKEN)))
+            ;
+    }
+    weft__lock_release(&m->lock);
+    if (w)
+        weft__wake_finish(w->task, code);
 }
 
 int weft_mutex_unlock(weft_mutex *mm)
@@ -119,23 +242,28 @@ int weft_mutex_unlock(weft_mutex *mm)
     if (!t || ld_rlx(&m->owner) != t)
         return -EPERM;
     st_rlx(&m->owner, NULL);
-    int expected = M_LOCKED;
-    if (WEFT_LIKELY(cas_acq_rel(&m->state, &expected, M_FREE)))
+    int s = M_LOCKED;
+    if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, 0)))
         return 0;
-    /* Someone waits: hand the lock to the first one still waiting. */
-    weft__lock_acquire(&m->lock);
-    weft__waiter *w = weft__waitq_claim(&m->q);
-    if (w) {
-        st_rlx(&m->owner, w->task);
-        if (!m->q.head)
-            st_rel(&m->state, M_LOCKED);
-    } else {
-        st_rel(&m->state, M_FREE);
+    for (;;) {
+        if ((s & (M_WAITERS | M_WOKEN)) == M_WAITERS) {
+            mutex_unlock_slow(m);
+            return 0;
+        }
+        if (cas_acq_rel(&m->state, &s, s & ~M_LOCKED))
+            return 0;
     }
-    weft__lock_release(&m->lock);
-    if (w)
-        weft__wake_finish(w->task, 0);
-    return 0;
+}
+
+int weft_mutex_destroy(weft_mutex *mm)
+{
+    if (!mm)
+        return -EINVAL;
+    mutex_impl *m = (mutex_impl *)mm;
+    int s = 0;
+    if (cas_acq_rel(&m->state, &s, M_DEAD))
+        return 0;
+    return (s & M_DEAD) ? -EINVAL : -EBUSY;
 }
 
 /* ---- semaphore ---- */
@@ -365,3 +493,4 @@ int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
     return wg ? cond_wait((cond_impl *)wg, 0, deadline) : -EINVAL;
 }
+

@@ -274,6 +274,158 @@ TEST(mutex_misuse_errors)
     ASSERT_EQ(t_run_virtual(1, misuse_root, NULL), 0);
 }
 
+/* ---- barging, and the starvation bound ------------------------------- */
+
+/* A hog holds the mutex for 100 us at a time and locks it again at once
+ * after each unlock. Waiters are woken to compete and lose (the hog runs
+ * on, and relocks before they run): that is the barging that keeps a lock
+ * on one worker. But once the first waiter has waited 1 ms, unlock hands
+ * the lock to it directly. On the virtual clock every time is exact. */
+#define HOG_HOLD (100 * WEFT_USEC)
+
+struct hog {
+    weft_mutex m;
+    atomic_int stop;
+    int holds;         /* the hog's lock acquisitions */
+    weft_time got[3];  /* when each waiter got the lock */
+    int holds_at[3];   /* the hog's holds by then */
+    int rc[3];
+    weft_time dl[3];   /* waiters' deadlines (0: none) */
+    weft_time late;    /* how long the root's lock took */
+};
+
+static int hog_task(void *arg)
+{
+    struct hog *h = arg;
+    ASSERT_EQ(weft_mutex_lock(&h->m), 0);
+    h->holds++;
+    while (!atomic_load(&h->stop)) {
+        ASSERT_EQ(weft_sleep(HOG_HOLD), 0);
+        ASSERT_EQ(weft_mutex_unlock(&h->m), 0);
+        ASSERT_EQ(weft_mutex_lock(&h->m), 0);
+        h->holds++;
+    }
+    ASSERT_EQ(weft_mutex_unlock(&h->m), 0);
+    return 0;
+}
+
+static struct hog *hog_of;
+
+static int hog_waiter(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    struct hog *h = hog_of;
+    ASSERT_EQ(weft_sleep(i * WEFT_USEC), 0); /* arrive in order 1, 2 */
+    h->rc[i] = h->dl[i] ? weft_mutex_lock_until(&h->m, h->dl[i])
+                        : weft_mutex_lock(&h->m);
+    h->got[i] = weft_now();
+    h->holds_at[i] = h->holds;
+    if (h->rc[i] == 0) {
+        atomic_store(&h->stop, 1);
+        ASSERT_EQ(weft_mutex_unlock(&h->m), 0);
+    }
+    return 0;
+}
+
+static int hog_root(void *arg)
+{
+    struct hog *h = arg;
+    hog_of = h;
+    weft_scope *s = scope_open();
+    spawn(hog_task, h);
+    ASSERT_EQ(weft_sleep(0), 0);
+    weft_scope *w = scope_open();
+    spawn(hog_waiter, (void *)(intptr_t)1);
+    spawn(hog_waiter, (void *)(intptr_t)2);
+    scope_end(w);
+    /* A late locker is served within the bound too, so no waiter that
+     * left kept the wake-up that unlock owes the queue. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_mutex_lock(&h->m), 0);
+    h->late = weft_now() - t0;
+    atomic_store(&h->stop, 1);
+    ASSERT_EQ(weft_mutex_unlock(&h->m), 0);
+    scope_end(s);
+    return 0;
+}
+
+TEST(mutex_barging_bounded_by_starvation_handoff)
+{
+    /* No deadlines: the hog barges for 1 ms, then hands over. */
+    static struct hog h;
+    memset(&h, 0, sizeof h);
+    ASSERT_EQ(t_run_virtual(1, hog_root, &h), 0);
+    ASSERT_EQ(h.rc[1], 0);
+    /* Waiter 1 queued at 1 us; unlocks come every 100 us; the first one at
+     * or after 1.001 ms is the one at 1.1 ms. */
+    ASSERT_EQ(h.got[1], 1100 * WEFT_USEC);
+    ASSERT_EQ(h.holds_at[1], 11); /* the hog barged in 10 times */
+    /* Waiter 2 was behind it: served next, by hand-off too. */
+    ASSERT_EQ(h.rc[2], 0);
+    ASSERT(h.got[2] >= h.got[1]);
+
+    /* The first waiter gives up at 450 us (between two unlocks), the
+     * second at 500 us (at an unlock); then the root queues, and is handed
+     * the lock 1 ms later, at the unlock at 1.5 ms. */
+    for (uint64_t seed = 0; seed <= 4; seed++) {
+        memset(&h, 0, sizeof h);
+        h.dl[1] = 450 * WEFT_USEC;
+        h.dl[2] = 500 * WEFT_USEC;
+        if (seed == 0)
+            ASSERT_EQ(t_run_virtual(1, hog_root, &h), 0);
+        else
+            ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), hog_root,
+                            &h),
+                      0);
+        ASSERT_EQ(h.rc[1], -ETIMEDOUT);
+        ASSERT_EQ(h.got[1], 450 * WEFT_USEC);
+        ASSERT_EQ(h.rc[2], -ETIMEDOUT);
+        ASSERT_EQ(h.got[2], 500 * WEFT_USEC);
+        ASSERT_EQ(h.late, 1000 * WEFT_USEC);
+    }
+}
+
+/* ---- destroy ----------------------------------------------------------- */
+
+static int destroy_waiter(void *arg)
+{
+    weft_mutex *m = arg;
+    ASSERT_EQ(weft_mutex_lock(m), 0);
+    ASSERT_EQ(weft_mutex_unlock(m), 0);
+    return 0;
+}
+
+static int destroy_root(void *arg)
+{
+    (void)arg;
+    weft_mutex m = WEFT_MUTEX_INIT;
+    ASSERT_EQ(weft_mutex_lock(&m), 0);
+    ASSERT_EQ(weft_mutex_destroy(&m), -EBUSY); /* held */
+    weft_scope *s = scope_open();
+    spawn(destroy_waiter, &m);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    ASSERT_EQ(weft_mutex_destroy(&m), -EBUSY); /* handed to the waiter */
+    scope_end(s);
+    ASSERT_EQ(weft_mutex_destroy(&m), 0);
+    ASSERT_EQ(weft_mutex_lock(&m), -EINVAL);
+    ASSERT_EQ(weft_mutex_lock_until(&m, weft_now() + 1), -EINVAL);
+    ASSERT_EQ(weft_mutex_trylock(&m), -EINVAL);
+    ASSERT_EQ(weft_mutex_unlock(&m), -EPERM);
+    ASSERT_EQ(weft_mutex_destroy(&m), -EINVAL);
+    ASSERT_EQ(weft_mutex_destroy(NULL), -EINVAL);
+    weft_mutex fresh = WEFT_MUTEX_INIT;
+    m = fresh; /* initialised again: usable */
+    ASSERT_EQ(weft_mutex_lock(&m), 0);
+    ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    return 0;
+}
+
+TEST(mutex_destroy_held_or_waited_is_ebusy)
+{
+    ASSERT_EQ(t_run_virtual(1, destroy_root, NULL), 0);
+}
+
 /* ---- lock_until times out exactly; cancel while waiting --------------- */
 
 struct lw {
