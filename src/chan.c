@@ -124,7 +124,23 @@ size_t weft_chan_cap(const weft_chan *c)
 
 static unsigned char *slot(weft_chan *c, size_t i)
 {
-    return c->buf + ((c->head + i) % c->cap) * c->elem;
+    size_t k = c->head + i; /* head < cap and i <= cap: one wrap at most */
+    return c->buf + (k >= c->cap ? k - c->cap : k) * c->elem;
+}
+
+/* Copies one value; the common sizes without a call to memcpy. */
+static inline void copy_elem(const weft_chan *c, void *dst, const void *src)
+{
+    switch (c->elem) {
+    case 8:
+        memcpy(dst, src, 8);
+        break;
+    case 4:
+        memcpy(dst, src, 4);
+        break;
+    default:
+        memcpy(dst, src, c->elem);
+    }
 }
 
 /* Sends if no waiting is needed. Returns 0 (sent), -EPIPE or -EAGAIN;
@@ -135,12 +151,12 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
         return -EPIPE;
     weft__waiter *w = weft__waitq_claim(&c->recvq);
     if (w) {
-        memcpy(w->elem, elem, c->elem);
+        copy_elem(c, w->elem, elem);
         *woken = w;
         return 0;
     }
     if (c->len < c->cap) {
-        memcpy(slot(c, c->len), elem, c->elem);
+        copy_elem(c, slot(c, c->len), elem);
         c->len++;
         return 0;
     }
@@ -152,12 +168,12 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
 static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
 {
     if (c->len > 0) {
-        memcpy(out, slot(c, 0), c->elem);
-        c->head = (c->head + 1) % c->cap;
+        copy_elem(c, out, slot(c, 0));
+        c->head = c->head + 1 == c->cap ? 0 : c->head + 1;
         c->len--;
         weft__waiter *w = weft__waitq_claim(&c->sendq);
         if (w) { /* the ring had been full: the sender's value joins it */
-            memcpy(slot(c, c->len), w->elem, c->elem);
+            copy_elem(c, slot(c, c->len), w->elem);
             c->len++;
             *woken = w;
         }
@@ -165,7 +181,7 @@ static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
     }
     weft__waiter *w = weft__waitq_claim(&c->sendq);
     if (w) { /* rendezvous: straight from the sender */
-        memcpy(out, w->elem, c->elem);
+        copy_elem(c, out, w->elem);
         *woken = w;
         return 0;
     }
