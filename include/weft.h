@@ -424,8 +424,10 @@ WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
  *
  * These suspend the task, never its OS thread, and work across workers.
  * They are plain values: zero-initialise them (or use the _INIT macro) and
- * they are ready; they need no destroy while nothing waits on them. Every
- * waiting call is a cancellation point, served in arrival order.
+ * they are ready. Each has a _destroy that reports misuse (-EBUSY while
+ * it is held or waited on) before its memory is reused; calling it is
+ * optional, as nothing is allocated. Every waiting call is a cancellation
+ * point, served in arrival order.
  * ---------------------------------------------------------------------- */
 
 /* A mutex that is fast under contention and never starves a waiter (Go's
@@ -485,6 +487,10 @@ WEFT_EXTERN int weft_sem_try_acquire(weft_sem *s, long n);
 WEFT_EXTERN int weft_sem_release(weft_sem *s, long n);
 /* Permits available now. Never blocks. */
 WEFT_EXTERN long weft_sem_available(weft_sem *s);
+/* Checks that nobody waits and zeroes the semaphore (no permits; its memory
+ * may then be reused). Returns 0, -EBUSY (a task waits: nothing changed),
+ * -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_sem_destroy(weft_sem *s);
 
 /* An event: waiters wait until it is set; set wakes them all and lets
  * later waits through until reset. */
@@ -510,6 +516,10 @@ WEFT_EXTERN int weft_event_set(weft_event *e);
 WEFT_EXTERN int weft_event_reset(weft_event *e);
 /* Non-zero if set. Never blocks. */
 WEFT_EXTERN int weft_event_is_set(weft_event *e);
+/* Checks that nobody waits and resets the event to WEFT_EVENT_INIT.
+ * Returns 0, -EBUSY (a task waits: nothing changed), -EINVAL. Any thread;
+ * never blocks. */
+WEFT_EXTERN int weft_event_destroy(weft_event *e);
 
 /* A wait group (Go's sync.WaitGroup): add before starting work, done when
  * a piece finishes, wait until the count is back to zero. */
@@ -533,6 +543,160 @@ WEFT_EXTERN int weft_wg_done(weft_wg *wg);
 WEFT_EXTERN int weft_wg_wait(weft_wg *wg);
 /* weft_wg_wait with a deadline: -ETIMEDOUT. Blocks. */
 WEFT_EXTERN int weft_wg_wait_until(weft_wg *wg, weft_time deadline);
+/* Checks that nobody waits and resets the group to WEFT_WG_INIT (count
+ * 0). Returns 0, -EBUSY (a task waits: nothing changed), -EINVAL. Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_wg_destroy(weft_wg *wg);
+
+/* A readers-writer lock: many readers or one writer. Waiters are served in
+ * arrival order, readers and writers in one line; once a writer waits,
+ * readers that arrive later wait behind it (Go's RWMutex rule), so a
+ * stream of readers cannot starve a writer. When a writer unlocks, the
+ * readers that queued before the next writer enter together. Readers are
+ * counted, not named: a task must not read-lock again while it holds a
+ * read lock (a writer waiting between would deadlock them both). */
+typedef struct weft_rwlock {
+    _Alignas(8) unsigned char opaque[40];
+} weft_rwlock;
+#define WEFT_RWLOCK_INIT                                                       \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+/* Locks for reading, waiting while a writer holds it or anyone waits.
+ * Returns 0, -ECANCELED (not locked), -EDEADLK (the calling task holds it
+ * for writing), -EINVAL, -EPERM. Cancellation point: a cancelled wait
+ * holds nothing, leaves no waiter queued, and lets in the waiters it was
+ * keeping out. Blocks. */
+WEFT_EXTERN int weft_rwlock_rdlock(weft_rwlock *l);
+/* weft_rwlock_rdlock with a deadline: -ETIMEDOUT (not locked, nothing left
+ * behind). Cancellation point. Blocks. */
+WEFT_EXTERN int weft_rwlock_rdlock_until(weft_rwlock *l, weft_time deadline);
+/* Locks for reading if no writer holds it and nobody waits: 0, -EBUSY,
+ * -EINVAL, -EPERM. Never blocks. */
+WEFT_EXTERN int weft_rwlock_tryrdlock(weft_rwlock *l);
+/* Drops one read hold; the last reader out lets the next writer in.
+ * Returns 0, -EPERM (no read hold: the count is 0), -EINVAL. Any task may
+ * drop a read hold, since readers are not named. Never blocks. */
+WEFT_EXTERN int weft_rwlock_rdunlock(weft_rwlock *l);
+/* Locks for writing, waiting while anyone holds it or waits ahead. Returns
+ * 0, -ECANCELED (not locked), -EDEADLK (the calling task holds it for
+ * writing), -EINVAL, -EPERM. Cancellation point: a cancelled wait holds
+ * nothing, leaves no waiter queued, and lets in the readers queued behind
+ * it if readers hold the lock. Blocks. */
+WEFT_EXTERN int weft_rwlock_wrlock(weft_rwlock *l);
+/* weft_rwlock_wrlock with a deadline: -ETIMEDOUT (not locked, nothing left
+ * behind). Cancellation point. Blocks. */
+WEFT_EXTERN int weft_rwlock_wrlock_until(weft_rwlock *l, weft_time deadline);
+/* Locks for writing if nobody holds it or waits: 0, -EBUSY, -EINVAL,
+ * -EPERM. Never blocks. */
+WEFT_EXTERN int weft_rwlock_trywrlock(weft_rwlock *l);
+/* Drops the write hold, letting in the next writer or the readers queued
+ * before it. Returns 0, -EPERM (the calling task does not hold it for
+ * writing), -EINVAL. Never blocks. */
+WEFT_EXTERN int weft_rwlock_wrunlock(weft_rwlock *l);
+/* Checks that nobody holds or waits on the lock and resets it to
+ * WEFT_RWLOCK_INIT (its memory may then be reused). Returns 0, -EBUSY
+ * (held or waited on: nothing changed), -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_rwlock_destroy(weft_rwlock *l);
+
+/* A condition variable, used with a weft_mutex (pthread_cond_t's rules,
+ * with no spurious wake-ups: a wait returns 0 only when a signal or a
+ * broadcast chose it; still re-check the predicate in a loop, as another
+ * task may lock the mutex first and change it). */
+typedef struct weft_cond {
+    _Alignas(8) unsigned char opaque[40];
+} weft_cond;
+#define WEFT_COND_INIT                                                         \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+/* Called holding m: queues, unlocks m, and waits for a signal, atomically
+ * with respect to signal and broadcast (one sent after the unlock is not
+ * missed); then locks m again. Returns, always holding m again: 0
+ * (signalled), -ECANCELED, -EPERM (m is not held by the calling task, or
+ * not in a task: nothing done), -EINVAL. Cancellation point: a cancelled
+ * wait was not signalled (the signal went to another waiter) and left no
+ * waiter queued; it still waits for m before returning. Blocks. */
+WEFT_EXTERN int weft_cond_wait(weft_cond *c, weft_mutex *m);
+/* weft_cond_wait with a deadline: -ETIMEDOUT (not signalled, no waiter
+ * left, m held again; re-locking m may take past the deadline).
+ * Cancellation point. Blocks. */
+WEFT_EXTERN int weft_cond_wait_until(weft_cond *c, weft_mutex *m,
+                                     weft_time deadline);
+/* Wakes the task that has waited longest, if any. Returns 0 or -EINVAL.
+ * Any thread (also a plain one); never blocks. */
+WEFT_EXTERN int weft_cond_signal(weft_cond *c);
+/* Wakes every waiting task. Returns 0 or -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_cond_broadcast(weft_cond *c);
+/* Checks that nobody waits and resets it to WEFT_COND_INIT. Returns 0,
+ * -EBUSY (a task waits: nothing changed), -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_cond_destroy(weft_cond *c);
+
+/* Once: runs an initialisation exactly once. A failed one (negative
+ * status) does not count, and the next caller tries again with its own
+ * function (Tokio's OnceCell::get_or_try_init). */
+typedef struct weft_once {
+    _Alignas(8) unsigned char opaque[40];
+} weft_once;
+#define WEFT_ONCE_INIT                                                         \
+    {                                                                          \
+        {                                                                      \
+            0                                                                  \
+        }                                                                      \
+    }
+/* If the once is done, returns the status its successful fn returned, at
+ * once, from any thread (not a cancellation point then). Otherwise, if no
+ * fn is running, runs fn(arg) on the calling task and returns its status:
+ * a status >= 0 makes the once done; a negative one leaves it not done.
+ * If another caller's fn is running, waits for it: when it succeeds,
+ * returns its status; when it fails, the first waiter runs its own fn(arg)
+ * as above and the others keep waiting. Returns also -EINVAL (o or fn
+ * NULL), -EDEADLK (called from the running fn), -EPERM. Cancellation
+ * point while not done: -ECANCELED on entry in a cancelled scope, or if
+ * cancelled while waiting; fn was then not run by this caller, and the
+ * running fn keeps running (a waiter cancelled just as its turn came hands
+ * the turn to the next waiter). Blocks. */
+WEFT_EXTERN int weft_once_do(weft_once *o, weft_fn fn, void *arg);
+/* weft_once_do with a deadline on the waiting only (it does not limit a fn
+ * this caller runs): -ETIMEDOUT, fn not run by this caller. Blocks. */
+WEFT_EXTERN int weft_once_do_until(weft_once *o, weft_fn fn, void *arg,
+                                   weft_time deadline);
+/* 1 if the once is done (a fn succeeded), else 0 (also for NULL). Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_once_done(weft_once *o);
+
+/* A barrier for n tasks, reusable: each generation releases its n tasks
+ * together and the barrier starts the next one. */
+typedef struct weft_barrier {
+    _Alignas(8) unsigned char opaque[40];
+} weft_barrier;
+/* Sets the number of tasks per generation (n >= 1); do this before any
+ * task uses it. Returns 0 or -EINVAL (NULL, n < 1). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_barrier_init(weft_barrier *b, int n);
+/* Arrives and waits until n tasks have arrived in this generation, then
+ * all n are released. Returns 1 to exactly one task of each generation
+ * (the last to arrive, the leader, as PTHREAD_BARRIER_SERIAL_THREAD), 0
+ * to the others, or -ECANCELED, -EINVAL (NULL, or not initialised),
+ * -EPERM. Cancellation point: a cancelled wait withdraws its arrival (the
+ * generation needs another one) and leaves no waiter queued; a wait whose
+ * generation completed returns 0 even if a cancel raced. Blocks. */
+WEFT_EXTERN int weft_barrier_wait(weft_barrier *b);
+/* weft_barrier_wait with a deadline: -ETIMEDOUT (arrival withdrawn, as for
+ * a cancel). Cancellation point. Blocks. */
+WEFT_EXTERN int weft_barrier_wait_until(weft_barrier *b, weft_time deadline);
+/* Checks that nobody waits and resets the barrier to uninitialised (waits
+ * return -EINVAL until weft_barrier_init). Returns 0, -EBUSY (a task waits
+ * in the current generation: nothing changed), -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
 
 #ifdef __cplusplus
 }

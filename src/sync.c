@@ -224,8 +224,8 @@ static void mutex_unlock_slow(mutex_impl *m)
         if (clear)
             atomic_fetch_and_explicit(&m->state, ~clear, memory_order_acq_rel);
     } else {
-        while (!cas_acq_rel(&m->state, &s,
-                            ((s & ~(M_LOCKED | clear)) | M_WOKEN)))
+        while (
+            !cas_acq_rel(&m->state, &s, ((s & ~(M_LOCKED | clear)) | M_WOKEN)))
             ;
     }
     weft__lock_release(&m->lock);
@@ -368,6 +368,27 @@ int weft_sem_release(weft_sem *ss, long n)
     return 0;
 }
 
+/* -EBUSY if anyone waits on q (guarded by l), else clears the whole value (n
+ * bytes at v) and returns 0. */
+static int destroy_idle(weft__lock *l, weft__waitq *q, void *v, size_t n)
+{
+    weft__lock_acquire(l);
+    bool busy = q->head != NULL;
+    weft__lock_release(l);
+    if (busy)
+        return -EBUSY;
+    memset(v, 0, n);
+    return 0;
+}
+
+int weft_sem_destroy(weft_sem *ss)
+{
+    if (!ss)
+        return -EINVAL;
+    sem_impl *s = (sem_impl *)ss;
+    return destroy_idle(&s->lock, &s->q, ss, sizeof(*ss));
+}
+
 long weft_sem_available(weft_sem *ss)
 {
     if (!ss)
@@ -460,6 +481,22 @@ int weft_event_is_set(weft_event *ee)
     return set;
 }
 
+int weft_event_destroy(weft_event *e)
+{
+    if (!e)
+        return -EINVAL;
+    cond_impl *c = (cond_impl *)e;
+    return destroy_idle(&c->lock, &c->q, e, sizeof(*e));
+}
+
+int weft_wg_destroy(weft_wg *wg)
+{
+    if (!wg)
+        return -EINVAL;
+    cond_impl *c = (cond_impl *)wg;
+    return destroy_idle(&c->lock, &c->q, wg, sizeof(*wg));
+}
+
 int weft_wg_add(weft_wg *wg, long delta)
 {
     if (!wg)
@@ -493,4 +530,3 @@ int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
     return wg ? cond_wait((cond_impl *)wg, 0, deadline) : -EINVAL;
 }
-

@@ -286,12 +286,12 @@ TEST(mutex_misuse_errors)
 struct hog {
     weft_mutex m;
     atomic_int stop;
-    int holds;         /* the hog's lock acquisitions */
-    weft_time got[3];  /* when each waiter got the lock */
-    int holds_at[3];   /* the hog's holds by then */
+    int holds;        /* the hog's lock acquisitions */
+    weft_time got[3]; /* when each waiter got the lock */
+    int holds_at[3];  /* the hog's holds by then */
     int rc[3];
-    weft_time dl[3];   /* waiters' deadlines (0: none) */
-    weft_time late;    /* how long the root's lock took */
+    weft_time dl[3]; /* waiters' deadlines (0: none) */
+    weft_time late;  /* how long the root's lock took */
 };
 
 static int hog_task(void *arg)
@@ -374,8 +374,7 @@ TEST(mutex_barging_bounded_by_starvation_handoff)
         if (seed == 0)
             ASSERT_EQ(t_run_virtual(1, hog_root, &h), 0);
         else
-            ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), hog_root,
-                            &h),
+            ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), hog_root, &h),
                       0);
         ASSERT_EQ(h.rc[1], -ETIMEDOUT);
         ASSERT_EQ(h.got[1], 450 * WEFT_USEC);
@@ -1389,4 +1388,69 @@ TEST(wg_across_workers)
         used = workers_used(x.per_worker);
     }
     ASSERT(used >= 2);
+}
+
+/* ---- destroy of the other primitives: -EBUSY while waited on --------- */
+
+struct dw {
+    weft_sem s;
+    weft_event e;
+    weft_wg wg;
+};
+
+static int dw_sem(void *arg)
+{
+    struct dw *d = arg;
+    ASSERT_EQ(weft_sem_acquire(&d->s, 1), 0);
+    return 0;
+}
+
+static int dw_event(void *arg)
+{
+    struct dw *d = arg;
+    ASSERT_EQ(weft_event_wait(&d->e), 0);
+    return 0;
+}
+
+static int dw_wg(void *arg)
+{
+    struct dw *d = arg;
+    ASSERT_EQ(weft_wg_wait(&d->wg), 0);
+    return 0;
+}
+
+static int destroy_others_root(void *arg)
+{
+    (void)arg;
+    struct dw d;
+    memset(&d, 0, sizeof d);
+    ASSERT_EQ(weft_sem_init(&d.s, 0), 0);
+    ASSERT_EQ(weft_wg_add(&d.wg, 1), 0);
+    weft_scope *s = scope_open();
+    spawn(dw_sem, &d);
+    spawn(dw_event, &d);
+    spawn(dw_wg, &d);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* all three wait */
+    ASSERT_EQ(weft_sem_destroy(&d.s), -EBUSY);
+    ASSERT_EQ(weft_event_destroy(&d.e), -EBUSY);
+    ASSERT_EQ(weft_wg_destroy(&d.wg), -EBUSY);
+    /* Nothing changed: each wait completes normally. */
+    ASSERT_EQ(weft_sem_release(&d.s, 1), 0);
+    ASSERT_EQ(weft_event_set(&d.e), 0);
+    ASSERT_EQ(weft_wg_done(&d.wg), 0);
+    scope_end(s);
+    ASSERT_EQ(weft_sem_destroy(&d.s), 0);
+    ASSERT_EQ(weft_sem_available(&d.s), 0);
+    ASSERT_EQ(weft_event_destroy(&d.e), 0);
+    ASSERT_EQ(weft_event_is_set(&d.e), 0);
+    ASSERT_EQ(weft_wg_destroy(&d.wg), 0);
+    ASSERT_EQ(weft_sem_destroy(NULL), -EINVAL);
+    ASSERT_EQ(weft_event_destroy(NULL), -EINVAL);
+    ASSERT_EQ(weft_wg_destroy(NULL), -EINVAL);
+    return 0;
+}
+
+TEST(sem_event_wg_destroy_waited_is_ebusy)
+{
+    ASSERT_EQ(t_run_virtual(1, destroy_others_root, NULL), 0);
 }
