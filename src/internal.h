@@ -239,6 +239,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     weft__queue yieldq;  /* tasks that yielded: after everything else */
     weft_task *dead;     /* finished task to recycle after the switch */
     atomic_uint tick;    /* scheduling decisions taken; thieves read it */
+    atomic_uint spawned; /* spawns, progress too (thieves read it) */
+    unsigned rounds;     /* this worker's stealing rounds, ever */
     unsigned spawns;     /* spawns by the running task since it resumed */
     uint64_t rng;        /* xorshift state: victims, seeded picks */
     weft__ctx sched_ctx; /* the scheduler loop's context */
