@@ -434,8 +434,10 @@ WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
  * sync.Mutex rules): waiters queue in arrival order; unlock wakes the first
  * one, which competes with running tasks (a task that locks again at once
  * keeps the lock on its worker, so no cache-line transfer per lock); a
- * waiter that loses keeps its place, and once the first waiter has waited
- * 1 ms, unlock hands the lock to it directly and nobody else can take it.
+ * waiter that loses keeps its place (one woken from another worker looks
+ * again every 10 us rather than be woken by each unlock), and once the
+ * first waiter has waited 1 ms, unlock hands the lock to it directly and
+ * nobody else can take it.
  * Uncontended, lock and unlock are one compare-and-swap each. */
 typedef struct weft_mutex {
     _Alignas(8) unsigned char opaque[40];

@@ -382,6 +382,30 @@ TEST(mutex_barging_bounded_by_starvation_handoff)
         ASSERT_EQ(h.got[2], 500 * WEFT_USEC);
         ASSERT_EQ(h.late, 1000 * WEFT_USEC);
     }
+
+    /* Two workers: a waiter woken from the other worker that loses does
+     * not queue again but looks every 10 us, keeping the wake-up; the
+     * bounds and the deadlines hold all the same, to the nanosecond. */
+    for (int round = 0; round < 4; round++) {
+        memset(&h, 0, sizeof h);
+        ASSERT_EQ(t_run_virtual(2, hog_root, &h), 0);
+        ASSERT_EQ(h.rc[1], 0);
+        ASSERT_EQ(h.got[1], 1100 * WEFT_USEC);
+        ASSERT_EQ(h.holds_at[1], 11);
+        ASSERT_EQ(h.rc[2], 0);
+        memset(&h, 0, sizeof h);
+        h.dl[1] = 450 * WEFT_USEC;
+        h.dl[2] = 500 * WEFT_USEC;
+        ASSERT_EQ(t_run_virtual(2, hog_root, &h), 0);
+        ASSERT_EQ(h.rc[1], -ETIMEDOUT);
+        ASSERT_EQ(h.got[1], 450 * WEFT_USEC);
+        ASSERT_EQ(h.rc[2], -ETIMEDOUT);
+        ASSERT_EQ(h.got[2], 500 * WEFT_USEC);
+        /* Handed over at the first unlock after 1 ms of waiting: 1.5 ms,
+         * or the one after if the 10 us looks and the unlock at 1.5 ms
+         * fall on the same instant and the unlock goes first. */
+        ASSERT(h.late == 1000 * WEFT_USEC || h.late == 1100 * WEFT_USEC);
+    }
 }
 
 /* ---- destroy ----------------------------------------------------------- */
