@@ -1,22 +1,15 @@
 /*
- * parked: N tasks each block; once all are parked, peak RSS (VmHWM) is
- * read; then all are released and joined. One worker. Value: (peak RSS -
- * RSS before spawning) / N, in bytes/task. See ../shared/bench/SPEC.md; the
- * peers are Go goroutines and Tokio tasks each receiving from their own
- * channel.
+ * parked: N tasks each block receiving from their own channel; once all
+ * are parked, peak RSS (VmHWM) is read; then the root sends each its
+ * ordinal and joins them all. One worker. Value: (peak RSS - RSS before
+ * spawning) / N, in bytes/task, so the channels count, as in the peers
+ * (Go goroutines and Tokio tasks each receiving from their own channel).
+ * See ../shared/bench/SPEC.md.
  *
- * Stand-in until weft has channels: the spec has each task block receiving
- * from its own channel and be released by a send. weft has no channels yet
- * (a later issue), so each task blocks in weft_sleep_until(WEFT_NEVER) and
- * all are released by one weft_scope_cancel() of their scope; each then
- * adds its ordinal (its spawn argument, the value the peers send it) to a
- * sum, which is checked as the peers check theirs. The channel version
- * replaces this when channels land; until then the figure leaves out the
- * memory of a channel per task, which the peers' figures include.
- *
- * Peak RSS is read inside the root task, before the first spawn and once
- * every task is parked, as the peers read it. The first argument overrides
- * N, the number of tasks.
+ * Each task adds what it received to a sum, checked as the peers check
+ * theirs. Peak RSS is read inside the root task, before the first channel
+ * and spawn and once every task is parked, as the peers read it. The
+ * first argument overrides N, the number of tasks.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,14 +22,14 @@
 #include "bench.h"
 #include "weft.h"
 
-static atomic_long parked;    /* tasks that have started (and so block) */
-static atomic_llong sum;      /* sum of the released tasks' ordinals */
-static atomic_long bad_wakes; /* tasks whose sleep ended otherwise */
+static atomic_long parked; /* tasks that have started (and so block) */
+static atomic_llong sum;   /* sum of the values the tasks received */
 
 struct bench {
-    long n;         /* tasks to park */
-    int64_t before; /* VmHWM before the first spawn, bytes */
-    int64_t after;  /* VmHWM with every task parked, bytes */
+    long n;            /* tasks to park */
+    weft_chan **chans; /* one per task, rendezvous */
+    int64_t before;    /* VmHWM before the first spawn, bytes */
+    int64_t after;     /* VmHWM with every task parked, bytes */
 };
 
 /* VmHWM from /proc/self/status in bytes, or -1. */
@@ -56,16 +49,17 @@ static int64_t peak_rss(void)
     return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-static int sleeper(void *arg)
+static int receiver(void *arg)
 {
+    weft_chan *ch = arg;
+    int64_t v;
     int err;
 
     atomic_fetch_add_explicit(&parked, 1, memory_order_relaxed);
-    err = weft_sleep_until(WEFT_NEVER);
-    if (err == -ECANCELED)
-        atomic_fetch_add_explicit(&sum, (intptr_t)arg, memory_order_relaxed);
-    else
-        atomic_fetch_add_explicit(&bad_wakes, 1, memory_order_relaxed);
+    err = weft_chan_recv(ch, &v);
+    if (err < 0)
+        return err;
+    atomic_fetch_add_explicit(&sum, v, memory_order_relaxed);
     return 0;
 }
 
@@ -74,23 +68,41 @@ static int root(void *arg)
     struct bench *b = arg;
     weft_scope *s;
     int err, join;
+    long made = 0;
 
     b->before = peak_rss();
+    b->chans = calloc((size_t)b->n, sizeof(*b->chans));
+    if (!b->chans)
+        return -ENOMEM;
     err = weft_scope_open(&s, NULL);
-    if (err < 0)
+    if (err < 0) {
+        free(b->chans);
         return err;
-    for (long i = 0; i < b->n && err >= 0; i++)
-        err = weft_spawn(s, sleeper, (void *)(intptr_t)i);
+    }
+    for (; made < b->n && err >= 0; made++) {
+        err = weft_chan_new(&b->chans[made], sizeof(int64_t), 0);
+        if (err >= 0)
+            err = weft_spawn(s, receiver, b->chans[made]);
+        else
+            break;
+    }
     while (err >= 0 && atomic_load(&parked) < b->n)
         weft_yield();
-    weft_yield(); /* let a task caught between its add and its sleep block */
+    weft_yield(); /* let a task caught between its add and its recv block */
     b->after = peak_rss();
-    weft_scope_cancel(s);
+    for (long i = 0; i < made; i++) {
+        int64_t v = i;
+        if (err >= 0)
+            err = weft_chan_send(b->chans[i], &v);
+        else
+            weft_chan_close(b->chans[i]); /* failed: release the rest */
+    }
     join = weft_scope_join(s);
     weft_scope_free(s);
-    if (err < 0)
-        return err;
-    return join == -ECANCELED ? 0 : join;
+    for (long i = 0; i < made; i++)
+        weft_chan_unref(b->chans[i]);
+    free(b->chans);
+    return err < 0 ? err : join;
 }
 
 int main(int argc, char **argv)
@@ -108,11 +120,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "parked: cannot read VmHWM from /proc/self/status\n");
         return 1;
     }
-    if (atomic_load(&bad_wakes) != 0 || atomic_load(&sum) != want) {
-        fprintf(stderr,
-                "checksum failed: sum %lld != %lld (%ld woken other than "
-                "by cancellation)\n",
-                (long long)atomic_load(&sum), want, atomic_load(&bad_wakes));
+    if (atomic_load(&sum) != want) {
+        fprintf(stderr, "checksum failed: sum %lld != %lld\n",
+                (long long)atomic_load(&sum), want);
         return 1;
     }
     printf("BENCH parked weft %.0f bytes/task\n",
