@@ -673,6 +673,10 @@ WEFT_EXTERN int weft_once_do_until(weft_once *o, weft_fn fn, void *arg,
 /* 1 if the once is done (a fn succeeded), else 0 (also for NULL). Any
  * thread; never blocks. */
 WEFT_EXTERN int weft_once_done(weft_once *o);
+/* Checks that no fn is running and nobody waits, and resets the once to
+ * WEFT_ONCE_INIT (not done). Returns 0, -EBUSY (a fn runs or a task
+ * waits: nothing changed), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_once_destroy(weft_once *o);
 
 /* A barrier for n tasks, reusable: each generation releases its n tasks
  * together and the barrier starts the next one. */

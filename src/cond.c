@@ -259,6 +259,20 @@ int weft_once_done(weft_once *oo)
     return ld_acq(&((once_impl *)oo)->state) == ONCE_DONE;
 }
 
+int weft_once_destroy(weft_once *oo)
+{
+    if (!oo)
+        return -EINVAL;
+    once_impl *o = (once_impl *)oo;
+    weft__lock_acquire(&o->lock);
+    bool busy = ld_rlx(&o->state) == ONCE_RUNNING || o->q.head;
+    weft__lock_release(&o->lock);
+    if (busy)
+        return -EBUSY;
+    memset(oo, 0, sizeof(*oo));
+    return 0;
+}
+
 /* ---- barrier ---- */
 
 typedef struct barrier_impl {

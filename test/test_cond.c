@@ -888,6 +888,8 @@ static int retry_root(void *arg)
     spawn(oa_task, &c);
     spawn(oa_task, &b);
     spawn(oa_task, &a);
+    ASSERT_EQ(weft_sleep(TICK), 0); /* a's fn runs, b waits */
+    ASSERT_EQ(weft_once_destroy(&o), -EBUSY);
     scope_end(s);
     ASSERT_EQ(a.rc, -EIO);
     ASSERT_EQ(a.at, 2 * TICK);
@@ -916,6 +918,12 @@ static int retry_root(void *arg)
     ASSERT(weft_once_done(&o2));
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &e), 0);
     ASSERT_EQ(e.ran + f.ran, 3);
+    /* Destroyed when idle: reset to not done, so it runs again. */
+    ASSERT_EQ(weft_once_destroy(&o2), 0);
+    ASSERT(!weft_once_done(&o2));
+    ASSERT_EQ(weft_once_do(&o2, oa_fn, &f), 0);
+    ASSERT_EQ(f.ran, 2);
+    ASSERT_EQ(weft_once_destroy(NULL), -EINVAL);
     return 0;
 }
 
