@@ -17,7 +17,9 @@
 #ifndef WEFT_T_H
 #define WEFT_T_H
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +137,46 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "no test named %s\n", argv[1]);
     return 2;
+}
+
+/* ---- helpers for test bodies (inside a task) ---- */
+
+/* splitmix64: fine with any seed, 0 included. */
+static inline uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Opens a scope with the defaults, or fails the test. */
+static inline weft_scope *scope_open(void)
+{
+    weft_scope *s = NULL;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    return s;
+}
+
+/* Joins (expecting 0) and frees s. */
+static inline void scope_end(weft_scope *s)
+{
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+}
+
+/* Cancels s, which the caller opened and in which it does not block. */
+static inline void scope_cancel_end(weft_scope *s)
+{
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    ASSERT_EQ(weft_scope_free(s), 0);
+}
+
+/* Spawns fn(arg) into the current scope, or fails the test. */
+static inline void spawn(weft_fn fn, void *arg)
+{
+    ASSERT(weft_spawn(NULL, fn, arg) >= 0);
 }
 
 #endif

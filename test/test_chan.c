@@ -18,15 +18,6 @@
 static const size_t caps[] = {0, 1, 2, 5, 16, 100};
 #define NCAPS ((int)(sizeof caps / sizeof caps[0]))
 
-/* splitmix64: fine with any seed, 0 included. */
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static weft_chan *mkchan(size_t elem_size, size_t cap)
 {
     weft_chan *c = NULL;
@@ -45,24 +36,6 @@ static void fill(weft_chan *c, size_t n)
         ASSERT_EQ(weft_chan_try_send(c, &v), 0);
     }
     ASSERT_EQ(weft_chan_len(c), n);
-}
-
-static weft_scope *scope_open(void)
-{
-    weft_scope *s = NULL;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
-    return s;
-}
-
-static void scope_end(weft_scope *s)
-{
-    ASSERT_EQ(weft_scope_join(s), 0);
-    ASSERT_EQ(weft_scope_free(s), 0);
-}
-
-static void spawn(weft_fn fn, void *arg)
-{
-    ASSERT(weft_spawn(NULL, fn, arg) >= 0);
 }
 
 /* A task that sends or receives one int and records how it went. */

@@ -15,41 +15,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* splitmix64: fine with any seed, 0 included. */
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static weft_scope *scope_open(void)
-{
-    weft_scope *s = NULL;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
-    return s;
-}
-
-static void scope_end(weft_scope *s)
-{
-    ASSERT_EQ(weft_scope_join(s), 0);
-    ASSERT_EQ(weft_scope_free(s), 0);
-}
-
-/* Cancels s, which the caller opened and in which it does not block. */
-static void scope_cancel_end(weft_scope *s)
-{
-    ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
-    ASSERT_EQ(weft_scope_free(s), 0);
-}
-
-static void spawn(weft_fn fn, void *arg)
-{
-    ASSERT(weft_spawn(NULL, fn, arg) >= 0);
-}
-
 static void run_seeds(weft_fn fn)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
