@@ -224,7 +224,7 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
-    atomic_int sleeping;        /* 1 while in (or entering) futex sleep */
+    atomic_int sleeping; /* SLEEP_FUTEX/SLEEP_EPOLL while (about to be) asleep */
     char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
@@ -254,6 +254,12 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
+
+    /* reactor (io.c): made on the first wait for a descriptor */
+    int epfd, evfd;  /* epoll set; eventfd that wakes it from elsewhere */
+    uint32_t *fdreg; /* per descriptor: generation + 1 it is added for */
+    int nfdreg;
+    int nio; /* tasks of this worker waiting for a descriptor */
 
     pthread_t thread;
     void *stack_lo; /* the thread's own stack, for ASan */
@@ -293,6 +299,10 @@ struct weft_runtime {
     pthread_mutex_t orphan_mu;
     weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
     weft__pool_global pool;
+    /* blocking.c: the pool for weft_blocking, made on first use */
+    pthread_mutex_t blocking_mu;
+    struct weft__blocking *blocking;
+    int blocking_threads, blocking_queue; /* from the config, 0: default */
 };
 
 /* ---- the current worker ---- */
@@ -372,6 +382,22 @@ static inline void weft__stack_check(weft_task *t)
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
+
+/* ---- io.c ---- */
+
+/* Reads w's ready events (waiting up to timeout ns, 0: not at all,
+ * WEFT_NEVER: until one comes or weft__io_wake) and wakes their tasks.
+ * Returns how many events it read. w's thread only. */
+int weft__io_poll(weft_worker *w, int64_t timeout);
+/* Interrupts weft__io_poll sleeping on w. Any thread. */
+void weft__io_wake(weft_worker *w);
+void weft__io_fini(weft_worker *w);
+
+/* ---- blocking.c ---- */
+
+/* Waits for the pool's threads (each finishes the call it runs) and frees
+ * the pool; at the end of weft_run, after the workers have stopped. */
+void weft__blocking_fini(weft_runtime *rt);
 
 /* ---- scope.c ---- */
 

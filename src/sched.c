@@ -92,6 +92,7 @@
 #define STEAL_BACKLOG 64
 #define STEAL_AGE 128
 #define DEQUE_EVERY 8
+#define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
 #define DEQUE_INITIAL 256
 
 WEFT_TLS weft_worker *weft__tl_worker;
@@ -349,13 +350,37 @@ static void virtual_unidle(weft_runtime *rt, weft_worker *w)
     pthread_mutex_unlock(&rt->vmu);
 }
 
+/* How an idle worker sleeps: on its futex, or (when its tasks wait for
+ * descriptors) in epoll_wait, which its eventfd interrupts. */
+enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_EPOLL = 2 };
+
+static void wake_sleeper(weft_worker *w)
+{
+    /* Pairs with the sleeper's store of `sleeping` (Dekker). */
+    if (!ld_sc(&w->sleeping))
+        return;
+    int was = xchg_sc(&w->sleeping, SLEEP_NONE);
+    if (was == SLEEP_FUTEX)
+        futex_wake(&w->sleeping);
+    else if (was == SLEEP_EPOLL)
+        weft__io_wake(w);
+}
+
+/* Sleeps until woken or `timeout` ns pass (WEFT_NEVER: no limit), the
+ * caller having stored `sleeping` and checked for work. */
+static void sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
+{
+    if (mode == SLEEP_EPOLL)
+        weft__io_poll(w, timeout);
+    else
+        futex_wait(&w->sleeping, SLEEP_FUTEX, timeout);
+}
+
 void weft__worker_notify(weft_worker *w)
 {
     if (w->rt->clock == WEFT_CLOCK_VIRTUAL)
         virtual_unidle(w->rt, w);
-    /* Pairs with the sleeper's store of sleeping = 1 (Dekker). */
-    if (ld_sc(&w->sleeping) && xchg_sc(&w->sleeping, 0))
-        futex_wake(&w->sleeping);
+    wake_sleeper(w);
 }
 
 bool weft__wake_claim(weft_task *t, uint64_t token)
@@ -493,6 +518,8 @@ static weft_task *pick_inner(weft_worker *w)
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
         inbox_drain(w);
         poll_timers(w);
+        if (w->nio)
+            weft__io_poll(w, 0);
         if ((t = q_pop(&w->yieldq)) != NULL)
             return t;
         if ((t = dq_pop(&w->deque)) != NULL)
@@ -509,6 +536,8 @@ static weft_task *pick_inner(weft_worker *w)
         if ((t = take_local(w)) != NULL)
             return t;
     }
+    if (w->nio && weft__io_poll(w, 0) && (t = take_local(w)) != NULL)
+        return t;
     return q_pop(&w->yieldq);
 }
 
@@ -816,6 +845,8 @@ static void idle_real(weft_worker *w)
             }
             if (found || ld_rlx(&w->inbox) || ld_acq(&rt->done))
                 found = true;
+            else if (w->nio && weft__io_poll(w, 0))
+                found = true;
             else if (steal(w, (int)(++w->rounds & INT_MAX)))
                 found = true;
         }
@@ -823,7 +854,8 @@ static void idle_real(weft_worker *w)
         if (found)
             return;
     }
-    st_sc(&w->sleeping, 1);
+    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    st_sc(&w->sleeping, mode);
     add_sc(&rt->nsleeping, 1);
     if (!work_visible(w)) {
         int64_t next = weft__wheel_next(&w->wheel);
@@ -831,9 +863,9 @@ static void idle_real(weft_worker *w)
         if (next != WEFT_NEVER)
             timeout = next - weft__now(rt);
         if (timeout > 0)
-            futex_wait(&w->sleeping, 1, timeout);
+            sleep_until_woken(w, mode, timeout);
     }
-    st_sc(&w->sleeping, 0);
+    st_sc(&w->sleeping, SLEEP_NONE);
     add_sc(&rt->nsleeping, -1);
 }
 
@@ -842,6 +874,12 @@ static void idle_real(weft_worker *w)
 static void idle_virtual(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
+    /* Tasks waiting for descriptors: give the kernel AUTOJUMP_NS of real
+     * time to make one ready before time jumps (Trio's autojump
+     * threshold), so that loopback I/O completes at the virtual instant
+     * it started. */
+    if (w->nio && weft__io_poll(w, AUTOJUMP_NS))
+        return;
     pthread_mutex_lock(&rt->vmu);
     if (work_visible(w)) {
         pthread_mutex_unlock(&rt->vmu);
@@ -861,22 +899,21 @@ static void idle_virtual(weft_worker *w)
                 rt->workers[i].vidle = false;
             rt->nvidle = 0;
             pthread_mutex_unlock(&rt->vmu);
-            for (int i = 0; i < rt->nworkers; i++) {
-                weft_worker *v = &rt->workers[i];
-                if (v != w && ld_sc(&v->sleeping) && xchg_sc(&v->sleeping, 0))
-                    futex_wake(&v->sleeping);
-            }
+            for (int i = 0; i < rt->nworkers; i++)
+                if (&rt->workers[i] != w)
+                    wake_sleeper(&rt->workers[i]);
             return;
         }
         /* Every task waits on something with no deadline: only another
          * thread (a cancel, later an I/O event) can wake one. */
     }
-    st_sc(&w->sleeping, 1);
+    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    st_sc(&w->sleeping, mode);
     add_sc(&rt->nsleeping, 1);
     pthread_mutex_unlock(&rt->vmu);
-    futex_wait(&w->sleeping, 1, WEFT_NEVER);
+    sleep_until_woken(w, mode, WEFT_NEVER);
     virtual_unidle(rt, w);
-    st_sc(&w->sleeping, 0);
+    st_sc(&w->sleeping, SLEEP_NONE);
     add_sc(&rt->nsleeping, -1);
 }
 
@@ -917,6 +954,7 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     if (!w->rng)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
+    w->epfd = w->evfd = -1;
     w->seen = calloc(2 * (size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");
@@ -927,6 +965,7 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
 
 void weft__worker_fini(weft_worker *w)
 {
+    weft__io_fini(w);
     weft__pool_fini_local(w);
     dq_fini(&w->deque);
     free(w->ready);

@@ -1,0 +1,309 @@
+/*
+ * The reactor: one epoll instance per worker, edge-triggered.
+ *
+ * A task that waits for a descriptor registers it (once per worker and
+ * descriptor) in its own worker's epoll and parks there; since a started
+ * task never leaves its worker, the events that wake it are read by the
+ * same thread that runs it. The first wait on a descriptor adds it with
+ * EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET and it stays added: later
+ * waits cost no system call.
+ *
+ * Per descriptor, process-wide, a record (fd_rec) holds the tasks waiting
+ * to read and to write, the readiness edges that arrived while nobody
+ * waited (`ready`: edge-triggered epoll reports each edge once, so an
+ * edge that falls between a call's EAGAIN and the wait must not be lost;
+ * a wait that finds it returns at once and the caller's retry decides),
+ * and a generation that weft_close bumps. Each registration carries the
+ * generation it was made for, so events for a closed descriptor, or a
+ * registration left behind when its number is reused, are recognised and
+ * ignored. Records live in chunks allocated on first use and never freed,
+ * so a lookup is two loads and never races with a free.
+ *
+ * Waking follows the primitives' rule: under the record's lock a waker
+ * claims a waiter before handing it anything, and a waiter that leaves on
+ * a deadline or a cancel takes itself off the queue. Events are read by
+ * the worker when it has nothing else to do, every FAIR_EVERY scheduling
+ * decisions while it is busy, and in its sleep: an idle worker with tasks
+ * waiting on descriptors sleeps in epoll_wait instead of on its futex, and
+ * other threads wake it through an eventfd in its epoll set.
+ *
+ * io_uring later: the interface the rest of weft sees is weft_fd_wait
+ * (readiness) plus the per-worker poll hook (weft__io_poll) and the
+ * sleep hook. A uring backend would keep that shape for readiness
+ * (IORING_OP_POLL_ADD, multishot, in place of epoll_ctl; the completion
+ * queue read in weft__io_poll; io_uring_enter with a timeout as the
+ * sleep, an eventfd or IORING_OP_MSG_RING for cross-thread wakes) and
+ * could add completion-style calls (read/write/accept submitted with the
+ * waiter as user_data, the result handed over by the same claim-then-
+ * finish step) behind the same socket functions, chosen per worker at
+ * start-up when the kernel allows it.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define FD_CHUNK_BITS 10
+#define FD_CHUNK (1 << FD_CHUNK_BITS)
+#define FD_CHUNKS 1024 /* descriptors below 1M */
+#define WAKE_TAG UINT64_MAX
+#define MAX_EVENTS 256
+
+typedef struct fd_rec {
+    weft__lock lock;  /* guards ready and q */
+    atomic_uint gen;  /* bumped by weft_close, under the lock */
+    int ready;        /* WEFT_IO_* edges nobody was waiting for */
+    weft__waitq q[2]; /* tasks waiting to read, to write */
+} fd_rec;
+
+static _Atomic(fd_rec *) fdtab[FD_CHUNKS];
+
+static fd_rec *fd_lookup(int fd, bool create)
+{
+    if (fd < 0 || fd >= FD_CHUNK * FD_CHUNKS)
+        return NULL;
+    _Atomic(fd_rec *) *slot = &fdtab[fd >> FD_CHUNK_BITS];
+    fd_rec *chunk = ld_acq(slot);
+    if (!chunk) {
+        if (!create)
+            return NULL;
+        fd_rec *fresh = calloc(FD_CHUNK, sizeof(*fresh));
+        if (!fresh)
+            return NULL;
+        if (cas_acq_rel(slot, &chunk, fresh))
+            chunk = fresh;
+        else
+            free(fresh); /* another thread made it first */
+    }
+    return &chunk[fd & (FD_CHUNK - 1)];
+}
+
+/* ---- per worker ---- */
+
+static int io_start(weft_worker *w)
+{
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0)
+        return -errno;
+    w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WAKE_TAG};
+    if (w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0) {
+        int err = -errno;
+        if (w->evfd >= 0)
+            close(w->evfd);
+        close(w->epfd);
+        w->epfd = w->evfd = -1;
+        return err;
+    }
+    return 0;
+}
+
+void weft__io_fini(weft_worker *w)
+{
+    if (w->epfd >= 0) {
+        close(w->evfd);
+        close(w->epfd);
+    }
+    w->epfd = w->evfd = -1;
+    free(w->fdreg);
+    w->fdreg = NULL;
+    w->nfdreg = 0;
+}
+
+/* Makes sure fd is in w's epoll for its current generation. Returns 0,
+ * 1 if fd cannot be polled because it is always ready (a regular file),
+ * or a negative errno. */
+static int io_register(weft_worker *w, int fd, uint32_t gen)
+{
+    if (fd < w->nfdreg && w->fdreg[fd] == gen + 1)
+        return 0;
+    if (w->epfd < 0) {
+        int err = io_start(w);
+        if (err)
+            return err;
+    }
+    if (fd >= w->nfdreg) {
+        int n = w->nfdreg ? w->nfdreg : 256;
+        while (n <= fd)
+            n *= 2;
+        uint32_t *g = realloc(w->fdreg, (size_t)n * sizeof(*g));
+        if (!g)
+            return -ENOMEM;
+        memset(g + w->nfdreg, 0, (size_t)(n - w->nfdreg) * sizeof(*g));
+        w->fdreg = g;
+        w->nfdreg = n;
+    }
+    struct epoll_event ev = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .data.u64 = (uint64_t)gen << 32 | (uint32_t)fd,
+    };
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        if (errno == EPERM)
+            return 1; /* regular files and the like: always ready */
+        if (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+            return -errno;
+    }
+    w->fdreg[fd] = gen + 1;
+    return 0;
+}
+
+/* Under r's lock: claims every waiter of queue k; chained through next. */
+static weft__waiter *claim_all(fd_rec *r, int k, weft__waiter *chain)
+{
+    weft__waiter *w;
+    while ((w = weft__waitq_claim(&r->q[k])) != NULL) {
+        w->next = chain;
+        chain = w;
+    }
+    return chain;
+}
+
+static void dispatch(weft_worker *w, const struct epoll_event *ev)
+{
+    if (ev->data.u64 == WAKE_TAG) {
+        uint64_t v;
+        if (read(w->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */
+        }
+        return;
+    }
+    int fd = (int)(uint32_t)ev->data.u64;
+    uint32_t gen = (uint32_t)(ev->data.u64 >> 32);
+    fd_rec *r = fd_lookup(fd, false);
+    if (!r)
+        return;
+    int kinds = 0;
+    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        kinds |= WEFT_IO_READ;
+    if (ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        kinds |= WEFT_IO_WRITE;
+    weft__waiter *woken = NULL;
+    weft__lock_acquire(&r->lock);
+    if (ld_rlx(&r->gen) == gen) {
+        for (int k = 0; k < 2; k++) {
+            if (!(kinds & (1 << k)))
+                continue;
+            weft__waiter *before = woken;
+            woken = claim_all(r, k, woken);
+            if (woken == before)
+                r->ready |= 1 << k; /* nobody took it: keep the edge */
+        }
+    }
+    weft__lock_release(&r->lock);
+    while (woken) {
+        weft__waiter *next = woken->next; /* gone once its task runs */
+        weft__wake_finish(woken->task, 0);
+        woken = next;
+    }
+}
+
+static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
+{
+#if defined(SYS_epoll_pwait2)
+    static atomic_int no_pwait2;
+    if (timeout > 0 && timeout != WEFT_NEVER && !ld_rlx(&no_pwait2)) {
+        struct timespec ts = {timeout / WEFT_SEC, timeout % WEFT_SEC};
+        long n = syscall(SYS_epoll_pwait2, epfd, evs, MAX_EVENTS, &ts, NULL,
+                         (size_t)0);
+        if (n >= 0 || errno != ENOSYS)
+            return (int)n;
+        st_rlx(&no_pwait2, 1);
+    }
+#endif
+    int ms = timeout == WEFT_NEVER ? -1
+             : timeout <= 0        ? 0
+                            : (int)((timeout + WEFT_MSEC - 1) / WEFT_MSEC);
+    if (timeout != WEFT_NEVER && timeout / WEFT_MSEC > INT32_MAX)
+        ms = -1;
+    return epoll_wait(epfd, evs, MAX_EVENTS, ms);
+}
+
+int weft__io_poll(weft_worker *w, int64_t timeout)
+{
+    if (w->epfd < 0)
+        return 0;
+    struct epoll_event evs[MAX_EVENTS];
+    int n = epoll_wait_ns(w->epfd, evs, timeout);
+    for (int i = 0; i < n; i++)
+        dispatch(w, &evs[i]);
+    return n > 0 ? n : 0;
+}
+
+void weft__io_wake(weft_worker *w)
+{
+    uint64_t one = 1;
+    if (write(w->evfd, &one, sizeof one) < 0) { /* full: it is awake */
+    }
+}
+
+/* ---- public ---- */
+
+int weft_fd_wait(int fd, int events, weft_time deadline)
+{
+    if (fd < 0 || !(events & (WEFT_IO_READ | WEFT_IO_WRITE)) ||
+        (events & ~(WEFT_IO_READ | WEFT_IO_WRITE)))
+        return -EINVAL;
+    int rc = weft__checkpoint();
+    if (rc)
+        return rc;
+    fd_rec *r = fd_lookup(fd, true);
+    if (!r)
+        return fd >= FD_CHUNK * FD_CHUNKS ? -EINVAL : -ENOMEM;
+    weft_worker *w = weft__tl_worker;
+    weft_task *t = w->cur;
+    rc = io_register(w, fd, ld_acq(&r->gen));
+    if (rc)
+        return rc > 0 ? 0 : rc;
+    weft__waiter ws[2];
+    memset(ws, 0, sizeof ws);
+    weft__lock_acquire(&r->lock);
+    if (r->ready & events) {
+        r->ready &= ~events;
+        weft__lock_release(&r->lock);
+        return 0;
+    }
+    uint64_t token = weft__park_prepare(t, true);
+    for (int k = 0; k < 2; k++) {
+        if (events & (1 << k)) {
+            ws[k].task = t;
+            ws[k].token = token;
+            weft__waitq_push(&r->q[k], &ws[k]);
+        }
+    }
+    weft__lock_release(&r->lock);
+    w->nio++;
+    rc = weft__park_commit(w, t, deadline);
+    w->nio--;
+    if (rc != 0 || events == (WEFT_IO_READ | WEFT_IO_WRITE)) {
+        weft__lock_acquire(&r->lock); /* take what is left off the queues */
+        weft__waitq_remove(&r->q[0], &ws[0]);
+        weft__waitq_remove(&r->q[1], &ws[1]);
+        weft__lock_release(&r->lock);
+    }
+    return rc;
+}
+
+int weft_close(int fd)
+{
+    if (fd < 0)
+        return -EBADF;
+    fd_rec *r = fd_lookup(fd, false);
+    if (r) {
+        weft__lock_acquire(&r->lock);
+        st_rel(&r->gen, ld_rlx(&r->gen) + 1);
+        r->ready = 0;
+        weft__waiter *woken = claim_all(r, 0, NULL);
+        woken = claim_all(r, 1, woken);
+        weft__lock_release(&r->lock);
+        while (woken) {
+            weft__waiter *next = woken->next;
+            weft__wake_finish(woken->task, -EBADF);
+            woken = next;
+        }
+    }
+    /* Linux closes the descriptor even when close() reports an error. */
+    return close(fd) == 0 || errno == EINTR ? 0 : -errno;
+}
