@@ -10,6 +10,8 @@
  *   4. Time
  *   5. Channels and select
  *   6. Task-aware synchronisation
+ *   7. Blocking work
+ *   8. I/O: file descriptors, sockets
  *
  * Conventions
  * - Every function that can fail returns 0 (or a non-negative count/index)
@@ -114,6 +116,12 @@ typedef struct weft_config {
     /* weft_main only: how long after SIGINT/SIGTERM the tasks have to
      * finish before the process exits. 0: 5 seconds. */
     int64_t shutdown_grace_ns;
+    /* weft_blocking: the most OS threads running blocking calls at once.
+     * 0: 64. Threads start when work arrives. */
+    int blocking_threads;
+    /* weft_blocking: calls that may wait for a thread; a caller beyond
+     * this waits for room (backpressure). 0: 1024. */
+    int blocking_queue;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -703,6 +711,98 @@ WEFT_EXTERN int weft_barrier_wait_until(weft_barrier *b, weft_time deadline);
  * in the current generation: nothing changed), -EINVAL. Any thread; never
  * blocks. */
 WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
+
+/* ------------------------------------------------------------------------
+ * 7. Blocking work
+ *
+ * A bounded pool of OS threads runs calls that would block a worker (file
+ * I/O, getaddrinfo, CPU-heavy work) while the calling task waits.
+ * ---------------------------------------------------------------------- */
+
+/* Runs fn(arg) on a thread of the runtime's blocking pool while the calling
+ * task waits (its worker runs other tasks meanwhile), and returns fn's
+ * status. Pool threads start when work arrives, at most
+ * cfg->blocking_threads of them, are reused, and exit after about 10 s
+ * without work. Calls run in the order they were made; when
+ * cfg->blocking_queue calls already wait for a thread, the caller first
+ * waits for room (backpressure), also in arrival order. fn runs on a plain
+ * thread, not in a task: it may block that thread, but weft functions that
+ * need a task return -EPERM there (the "any thread" ones, such as
+ * weft_event_set and weft_sem_release, work).
+ *
+ * Returns fn's status once fn has returned, or -EINVAL (fn is NULL),
+ * -EPERM (not in a task), -ECANCELED, -ENOMEM, -EAGAIN (no pool thread
+ * could be started). Blocks.
+ *
+ * Cancellation point: -ECANCELED on entry in a cancelled scope (fn not
+ * run). If the task is cancelled while it waits, it returns -ECANCELED at
+ * once. A call still waiting for a thread is then dropped: fn never runs,
+ * nothing is left behind. A call already running cannot be stopped: fn
+ * runs to its end on its thread and its status is discarded. So fn, arg
+ * and whatever arg points to must stay valid until fn returns, not merely
+ * until this call returns: arg must not point into the calling task's
+ * stack (or into memory the task frees on its way out) unless the call
+ * cannot be cancelled (made in a shielded scope without a deadline), and
+ * what fn produces after the caller left (an open fd, memory) is fn's to
+ * clean up. If fn finishes just as the cancel arrives, the call returns
+ * fn's status: -ECANCELED always means fn's status was not delivered.
+ * weft_run returns only after every such abandoned fn has returned.
+ * (Tokio's spawn_blocking cannot even drop a call that has not started:
+ * dropping its JoinHandle detaches the closure, which still runs.) */
+WEFT_EXTERN int weft_blocking(weft_fn fn, void *arg);
+
+/* weft_blocking with a deadline: -ETIMEDOUT, leaving behind what a cancel
+ * does (a call not started is dropped; a running fn finishes and its status
+ * is discarded). A deadline already past returns -ETIMEDOUT at once, fn not
+ * run. With the virtual clock, fn takes no virtual time: when every task
+ * is blocked the clock jumps to the next deadline even while fn runs.
+ * Cancellation point. Blocks. */
+WEFT_EXTERN int weft_blocking_until(weft_fn fn, void *arg,
+                                    weft_time deadline);
+
+/* A snapshot of the current runtime's blocking pool. */
+typedef struct weft_blocking_info {
+    int threads; /* pool threads alive, busy or idle */
+    int running; /* calls whose fn runs now (abandoned ones too) */
+    int queued;  /* calls waiting for a thread (at most blocking_queue) */
+    int waiting; /* callers waiting for room in that queue */
+} weft_blocking_info;
+
+/* Fills *out (all zero before the first weft_blocking). Returns 0,
+ * -EINVAL (out is NULL), -EPERM. Never blocks (it takes the pool's lock
+ * for a moment). */
+WEFT_EXTERN int weft_blocking_stats(weft_blocking_info *out);
+
+/* ------------------------------------------------------------------------
+ * 8. I/O
+ *
+ * Each worker has its own poller (epoll, edge-triggered). A task that
+ * waits for a file descriptor parks on its own worker, which keeps running
+ * other tasks; the kernel's readiness wakes it. File descriptors given to
+ * weft must be non-blocking, and must be closed with weft_close(), which
+ * also forgets them in the pollers (a plain close() would let a reused
+ * descriptor number inherit a stale registration).
+ * ---------------------------------------------------------------------- */
+
+/* Events for weft_fd_wait. */
+#define WEFT_IO_READ 1  /* readable, or the peer closed, or an error */
+#define WEFT_IO_WRITE 2 /* writable, or an error */
+
+/* Waits until the non-blocking descriptor fd may be ready for `events`
+ * (WEFT_IO_READ, WEFT_IO_WRITE or both), or the deadline. Use it after a
+ * call said EAGAIN, then make the call again: readiness is a hint, and the
+ * call may say EAGAIN once more. Returns 0, -ETIMEDOUT, -ECANCELED, -EBADF
+ * (fd was weft_close()d while waiting, or is not open), -EINVAL, -EPERM.
+ * Cancellation point: a cancelled wait leaves nothing behind (the fd stays
+ * registered; a readiness it missed is remembered for the next wait).
+ * Blocks. */
+WEFT_EXTERN int weft_fd_wait(int fd, int events, weft_time deadline);
+
+/* Wakes every task waiting on fd (their waits return -EBADF), forgets fd
+ * in every worker's poller, and closes it. Returns 0, or close()'s error
+ * as a negative errno (the descriptor is closed either way, as with
+ * close()). Any thread, also outside a runtime; never blocks. */
+WEFT_EXTERN int weft_close(int fd);
 
 #ifdef __cplusplus
 }
