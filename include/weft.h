@@ -757,8 +757,7 @@ WEFT_EXTERN int weft_blocking(weft_fn fn, void *arg);
  * run. With the virtual clock, fn takes no virtual time: when every task
  * is blocked the clock jumps to the next deadline even while fn runs.
  * Cancellation point. Blocks. */
-WEFT_EXTERN int weft_blocking_until(weft_fn fn, void *arg,
-                                    weft_time deadline);
+WEFT_EXTERN int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline);
 
 /* A snapshot of the current runtime's blocking pool. */
 typedef struct weft_blocking_info {
@@ -803,6 +802,215 @@ WEFT_EXTERN int weft_fd_wait(int fd, int events, weft_time deadline);
  * as a negative errno (the descriptor is closed either way, as with
  * close()). Any thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_close(int fd);
+
+/* Waits until one of the n signals listed in `signals` (SIGHUP, SIGUSR1,
+ * ...) arrives, and takes it: returns its number, or -ETIMEDOUT,
+ * -ECANCELED, -EINVAL (none listed, a bad number, or one not blocked),
+ * -EPERM. The signals must be blocked in every thread (pthread_sigmask
+ * before weft_run: the workers and the blocking pool inherit the mask),
+ * or the kernel delivers them elsewhere; a signal that arrives while
+ * nobody waits stays pending for the next wait, and each arrival goes to
+ * one waiter. Cancellation point: a cancelled wait takes no signal.
+ * Blocks. */
+WEFT_EXTERN int weft_signal_wait(const int *signals, int n, weft_time deadline);
+
+/* ---- Sockets ----
+ *
+ * Every socket made here is non-blocking and close-on-exec; close it with
+ * weft_close(). A host is a numeric IPv4 or IPv6 address ("127.0.0.1",
+ * "::1"), or a name, looked up with getaddrinfo on a thread of the
+ * blocking pool (section 7) while the task waits; a numeric host never
+ * needs the pool. A port is 0 to 65535 (0 when listening or binding: the
+ * kernel picks one, weft_local_port() tells which).
+ *
+ * The blocking calls take an absolute deadline (WEFT_NEVER: none) and are
+ * cancellation points: -ECANCELED on entry in a cancelled scope, even when
+ * the call could complete at once, and when cancelled while waiting;
+ * -ETIMEDOUT when the deadline passes while waiting (a deadline already
+ * past still lets through a call that needs no waiting). EINTR is retried.
+ * Errors are the system's, negated: -ECONNRESET (the peer reset the
+ * connection), -EPIPE (writing after the peer closed; sockets are written
+ * with MSG_NOSIGNAL, so no SIGPIPE), -EBADF (also: fd was weft_close()d by
+ * another task while this one waited). DNS failures map to -ENOENT (no
+ * such host), -EAGAIN (temporary failure), -EIO (the resolver failed).
+ * Unless a comment says otherwise, call these from a task. */
+
+struct sockaddr;
+struct sockaddr_storage;
+struct iovec;
+
+/* weft_tcp_listen, weft_udp_bind: set SO_REUSEPORT, so that several
+ * sockets (of this process or others) share the port and the kernel
+ * spreads connections, or datagrams, over them. */
+#define WEFT_REUSEPORT 1
+
+/* Resolves host and port to the first address getaddrinfo gives, stores
+ * it in *out and returns its length (> 0). Returns -EINVAL (host or out
+ * NULL, bad port), -ENOENT, -EAGAIN, -EIO, -ENOMEM, -ETIMEDOUT,
+ * -ECANCELED, -EPERM. A name blocks: a cancel or the deadline returns at
+ * once and the lookup, which cannot be stopped, ends on its thread and is
+ * discarded. A numeric host never blocks. Cancellation point. */
+WEFT_EXTERN int weft_resolve(const char *host, int port,
+                             struct sockaddr_storage *out, weft_time deadline);
+
+/* Opens a TCP socket listening on host:port, with SO_REUSEADDR (and
+ * SO_REUSEPORT with WEFT_REUSEPORT, the only flag), and room for backlog
+ * connections not yet accepted (<= 0: SOMAXCONN). host NULL or "": every
+ * local address, IPv6 and IPv4, on one dual-stack socket (IPv4 alone
+ * where there is no IPv6); a name: its first IPv4 address, else its first.
+ * Returns the descriptor, or -EINVAL (port, flags), -EADDRINUSE,
+ * -EADDRNOTAVAIL, -EACCES, -EMFILE, or weft_resolve's errors. With a
+ * numeric host or NULL it never blocks and may be called from any thread,
+ * also before weft_run; a name blocks while it is looked up (a
+ * cancellation point; a scope's deadline bounds it, or resolve it first
+ * with weft_resolve and use weft_tcp_listen_addr). */
+WEFT_EXTERN int weft_tcp_listen(const char *host, int port, int backlog,
+                                int flags);
+
+/* weft_tcp_listen on addr (a struct sockaddr_in or sockaddr_in6 of
+ * addrlen bytes). -EINVAL (NULL, short), -EAFNOSUPPORT (another family).
+ * Any thread; never blocks. */
+WEFT_EXTERN int weft_tcp_listen_addr(const struct sockaddr *addr,
+                                     size_t addrlen, int backlog, int flags);
+
+/* Accepts a connection on the listening socket lfd (TCP or Unix), waiting
+ * for one until the deadline. Returns the new descriptor (TCP: with
+ * TCP_NODELAY, as Go sets it) and, if peer is not NULL, the peer's address
+ * in *peer; or -ETIMEDOUT, -ECANCELED (nothing accepted: a pending
+ * connection stays for the next accept), -EBADF (lfd closed, also while
+ * waiting), -EINVAL (not listening), -ENOTSOCK, -EPERM. Out of descriptors
+ * or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) it neither fails nor spins:
+ * it sleeps 10 ms, then 20, 40, 80, 100, 100, ... ms between tries until
+ * one succeeds or the deadline passes, while the connection waits in the
+ * backlog and the worker runs the other tasks (the connections already
+ * open keep being served). A connection that failed in the backlog
+ * (ECONNABORTED and the network errors of accept(2)) is skipped. Blocks;
+ * cancellation point. */
+WEFT_EXTERN int weft_accept(int lfd, struct sockaddr_storage *peer,
+                            weft_time deadline);
+
+/* Connects to host:port over TCP: resolves host (as weft_resolve) and
+ * tries its addresses in order until one takes the connection, all under
+ * the one deadline. Returns the connected descriptor (with TCP_NODELAY),
+ * or -ECONNREFUSED, -ENETUNREACH, -EHOSTUNREACH (the last address's
+ * error), -ETIMEDOUT, -ECANCELED, -EINVAL (host NULL, bad port), -EMFILE,
+ * -EPERM, weft_resolve's errors. On any error the socket being connected
+ * is closed: a deadline or a cancel leaves nothing behind. Blocks;
+ * cancellation point. */
+WEFT_EXTERN int weft_tcp_connect(const char *host, int port,
+                                 weft_time deadline);
+
+/* weft_tcp_connect to addr (a struct sockaddr_in or sockaddr_in6 of
+ * addrlen bytes): -EINVAL (NULL, short), -EAFNOSUPPORT (another family).
+ * Blocks; cancellation point. */
+WEFT_EXTERN int weft_tcp_connect_addr(const struct sockaddr *addr,
+                                      size_t addrlen, weft_time deadline);
+
+/* Reads up to n bytes (read-some): waits until at least one byte, the end
+ * of the stream, or an error is there. Returns the count (1 to n), 0 at the
+ * end of the stream (the peer shut down its side or closed; also when n is
+ * 0), or -ECONNRESET, -ETIMEDOUT, -ECANCELED (nothing read), -EBADF,
+ * -EINVAL (buf NULL and n > 0), -EPERM, another read(2) error. Any
+ * non-blocking descriptor will do (pipes too). Blocks; cancellation
+ * point. */
+WEFT_EXTERN ptrdiff_t weft_read(int fd, void *buf, size_t n,
+                                weft_time deadline);
+
+/* Reads exactly n bytes, in as many reads as it takes, under one deadline.
+ * Returns 0 (all n bytes read), -EPIPE (the stream ended first), or
+ * weft_read's errors. If done is not NULL, *done is the number of bytes
+ * read into buf, whatever the result: after a cancel, a timeout or an
+ * error they are buf's first *done bytes, taken off the stream (the next
+ * read goes on after them), and the rest of buf is untouched. Blocks;
+ * cancellation point. */
+WEFT_EXTERN int weft_read_exact(int fd, void *buf, size_t n, size_t *done,
+                                weft_time deadline);
+
+/* Writes up to n bytes (write-some): waits until the descriptor takes at
+ * least one. Returns the count (1 to n; 0 when n is 0), or -EPIPE (the
+ * peer closed or reset), -ECONNRESET, -ETIMEDOUT, -ECANCELED (nothing
+ * written), -EBADF, -EINVAL, -EPERM, another error of send(2). Sockets
+ * are written with send(MSG_NOSIGNAL); another descriptor (a pipe) with
+ * write(2), where SIGPIPE's disposition applies. Blocks; cancellation
+ * point. */
+WEFT_EXTERN ptrdiff_t weft_write(int fd, const void *buf, size_t n,
+                                 weft_time deadline);
+
+/* Writes all n bytes, in as many writes as it takes, under one deadline.
+ * Returns 0 or weft_write's errors. If done is not NULL, *done is the
+ * number of bytes written, whatever the result: after a cancel, a timeout
+ * or an error exactly buf's first *done bytes went to the kernel (the peer
+ * can read them) and none of the others did. Blocks; cancellation
+ * point. */
+WEFT_EXTERN int weft_write_all(int fd, const void *buf, size_t n, size_t *done,
+                               weft_time deadline);
+
+/* weft_read and weft_write with iovcnt buffers (0 to IOV_MAX; -EINVAL
+ * otherwise), filled or written in order: read-some and write-some,
+ * returning the total count. Blocks; cancellation points. */
+WEFT_EXTERN ptrdiff_t weft_readv(int fd, const struct iovec *iov, int iovcnt,
+                                 weft_time deadline);
+WEFT_EXTERN ptrdiff_t weft_writev(int fd, const struct iovec *iov, int iovcnt,
+                                  weft_time deadline);
+
+/* Shuts down the reading side (SHUT_RD), the writing side (SHUT_WR: the
+ * peer reads the end of the stream after the data sent before; this side
+ * may still read), or both (SHUT_RDWR). A task waiting in weft_read on fd
+ * then reads the end of the stream. Returns 0, -ENOTCONN, -EBADF,
+ * -ENOTSOCK, -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_shutdown(int fd, int how);
+
+/* Opens a UDP socket bound to host:port, chosen as weft_tcp_listen chooses
+ * (host NULL: every address, dual-stack, so it can send to IPv4 and IPv6
+ * addresses alike; port 0: the kernel picks). flags: WEFT_REUSEPORT.
+ * Returns the descriptor or weft_tcp_listen's errors. Never blocks with a
+ * numeric host or NULL (any thread); a name blocks while it is looked up. */
+WEFT_EXTERN int weft_udp_bind(const char *host, int port, int flags);
+
+/* weft_udp_bind to addr (sockaddr_in or sockaddr_in6). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_udp_bind_addr(const struct sockaddr *addr, size_t addrlen,
+                                   int flags);
+
+/* Sends one datagram of n bytes to `to` (tolen bytes; NULL: to the
+ * connected peer), waiting only while the send buffer is full. Returns n,
+ * or -EMSGSIZE, -ECONNREFUSED (a connected peer refused an earlier
+ * datagram), -ETIMEDOUT, -ECANCELED (nothing sent), -EBADF, -EINVAL,
+ * -EPERM. Blocks; cancellation point. */
+WEFT_EXTERN ptrdiff_t weft_sendto(int fd, const void *buf, size_t n,
+                                  const struct sockaddr *to, size_t tolen,
+                                  weft_time deadline);
+
+/* Receives one datagram, waiting for it, and stores its sender in *from if
+ * from is not NULL. Returns its length (a longer datagram than n is cut to
+ * n bytes, and the rest is lost), or -ETIMEDOUT, -ECANCELED (nothing
+ * taken), -ECONNREFUSED, -EBADF, -EINVAL, -EPERM. Blocks; cancellation
+ * point. */
+WEFT_EXTERN ptrdiff_t weft_recvfrom(int fd, void *buf, size_t n,
+                                    struct sockaddr_storage *from,
+                                    weft_time deadline);
+
+/* Listens on a Unix domain stream socket at path; a path starting with '@'
+ * is an abstract name (Linux: not in the file system, gone with the
+ * socket). A file at path makes it fail with -EADDRINUSE (remove a stale
+ * socket first); removing the file afterwards is the caller's job. Returns
+ * the descriptor (accept with weft_accept), or -EINVAL (NULL or ""),
+ * -ENAMETOOLONG (more than 107 bytes), -EADDRINUSE, -EACCES, -ENOENT.
+ * Any thread; never blocks. */
+WEFT_EXTERN int weft_unix_listen(const char *path, int backlog);
+
+/* Connects to the Unix domain stream socket at path ('@': abstract). While
+ * the listener's backlog is full it tries again, 1 ms, 2, 4, ... up to
+ * 64 ms apart (Linux gives no readiness to wait for), until the deadline.
+ * Returns the descriptor, or -ECONNREFUSED (nobody listens), -ENOENT,
+ * -ETIMEDOUT, -ECANCELED (the socket is closed: nothing left behind),
+ * -EINVAL, -ENAMETOOLONG, -EPERM. Blocks; cancellation point. */
+WEFT_EXTERN int weft_unix_connect(const char *path, weft_time deadline);
+
+/* The local port of an IPv4 or IPv6 socket (e.g. after listening on port
+ * 0), or -EBADF, -ENOTSOCK, -EAFNOSUPPORT (not IP). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_local_port(int fd);
 
 #ifdef __cplusplus
 }

@@ -40,10 +40,12 @@
  */
 #include "internal.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -306,4 +308,46 @@ int weft_close(int fd)
     }
     /* Linux closes the descriptor even when close() reports an error. */
     return close(fd) == 0 || errno == EINTR ? 0 : -errno;
+}
+
+/* ---- signals ---- */
+
+int weft_signal_wait(const int *signals, int n, weft_time deadline)
+{
+    if (!signals || n < 1)
+        return -EINVAL;
+    int rc = weft__checkpoint();
+    if (rc)
+        return rc;
+    /* The kernel keeps a signal for signalfd only while every thread
+     * blocks it; the workers share the mask of weft_run's caller. */
+    sigset_t set, cur;
+    sigemptyset(&set);
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    for (int i = 0; i < n; i++) {
+        if (sigaddset(&set, signals[i]) != 0 ||
+            sigismember(&cur, signals[i]) != 1)
+            return -EINVAL;
+    }
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    for (;;) {
+        struct signalfd_siginfo si;
+        ssize_t got = read(fd, &si, sizeof si);
+        if (got == (ssize_t)sizeof si) {
+            rc = (int)si.ssi_signo;
+            break;
+        }
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && errno != EAGAIN) {
+            rc = -errno;
+            break;
+        }
+        if ((rc = weft_fd_wait(fd, WEFT_IO_READ, deadline)) != 0)
+            break;
+    }
+    weft_close(fd);
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -368,5 +369,74 @@ TEST(regular_file_is_always_ready)
 {
     int before = fd_count();
     ASSERT_EQ(t_run_virtual(1, file_root, NULL), 0);
+    ASSERT_EQ(fd_count(), before);
+}
+
+/* ---- signals ------------------------------------------------------------ */
+
+struct sw {
+    int rc;
+    weft_time at;
+    weft_time deadline;
+};
+
+static int sig_waiter(void *arg)
+{
+    struct sw *w = arg;
+    static const int sigs[] = {SIGUSR1, SIGHUP};
+    w->rc = weft_signal_wait(sigs, 2, w->deadline ? w->deadline : WEFT_NEVER);
+    w->at = weft_now();
+    return 0;
+}
+
+static int signal_root(void *arg)
+{
+    (void)arg;
+    /* Waits, then a signal to the process wakes it at that instant. */
+    struct sw w = {0};
+    weft_scope *s = scope_open();
+    spawn(sig_waiter, &w);
+    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(w.rc, 0);
+    ASSERT_EQ(kill(getpid(), SIGHUP), 0);
+    scope_end(s);
+    ASSERT_EQ(w.rc, SIGHUP);
+    ASSERT_EQ(w.at, 2 * WEFT_SEC);
+    /* One that came while nobody waited is pending for the next wait. */
+    ASSERT_EQ(kill(getpid(), SIGUSR1), 0);
+    static const int usr1[] = {SIGUSR1};
+    ASSERT_EQ(weft_signal_wait(usr1, 1, WEFT_NEVER), SIGUSR1);
+    /* Deadline, and cancel: nothing taken, so the next wait gets it. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_signal_wait(usr1, 1, t0 + WEFT_SEC), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
+    w = (struct sw){0};
+    s = scope_open();
+    spawn(sig_waiter, &w);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    scope_cancel_end(s);
+    ASSERT_EQ(w.rc, -ECANCELED);
+    ASSERT_EQ(kill(getpid(), SIGUSR1), 0);
+    ASSERT_EQ(weft_signal_wait(usr1, 1, WEFT_NEVER), SIGUSR1);
+    /* Misuse: nothing listed, a bad number, a signal not blocked. */
+    static const int term[] = {SIGTERM}, bad[] = {0};
+    ASSERT_EQ(weft_signal_wait(usr1, 0, WEFT_NEVER), -EINVAL);
+    ASSERT_EQ(weft_signal_wait(NULL, 1, WEFT_NEVER), -EINVAL);
+    ASSERT_EQ(weft_signal_wait(bad, 1, WEFT_NEVER), -EINVAL);
+    ASSERT_EQ(weft_signal_wait(term, 1, WEFT_NEVER), -EINVAL);
+    return 0;
+}
+
+TEST(signal_wait_takes_each_signal_once)
+{
+    int before = fd_count();
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGHUP);
+    ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+    ASSERT_EQ(t_run_virtual(1, signal_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, signal_root, NULL), 0);
+    ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
     ASSERT_EQ(fd_count(), before);
 }
