@@ -723,7 +723,7 @@ WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
  * task waits (its worker runs other tasks meanwhile), and returns fn's
  * status. Pool threads start when work arrives, at most
  * cfg->blocking_threads of them, are reused, and exit after about 10 s
- * without work. Calls run in the order they were made; when
+ * without work. Calls start in the order they were made; when
  * cfg->blocking_queue calls already wait for a thread, the caller first
  * waits for room (backpressure), also in arrival order. fn runs on a plain
  * thread, not in a task: it may block that thread, but weft functions that
@@ -742,13 +742,13 @@ WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
  * and whatever arg points to must stay valid until fn returns, not merely
  * until this call returns: arg must not point into the calling task's
  * stack (or into memory the task frees on its way out) unless the call
- * cannot be cancelled (made in a shielded scope without a deadline), and
- * what fn produces after the caller left (an open fd, memory) is fn's to
- * clean up. If fn finishes just as the cancel arrives, the call returns
- * fn's status: -ECANCELED always means fn's status was not delivered.
- * weft_run returns only after every such abandoned fn has returned.
- * (Tokio's spawn_blocking cannot even drop a call that has not started:
- * dropping its JoinHandle detaches the closure, which still runs.) */
+ * cannot be cancelled (it is made in a shielded scope that has no deadline
+ * and that nobody cancels), and what fn produces after the caller left (an
+ * open fd, memory) is fn's to clean up. If fn finishes just as the cancel
+ * arrives, the call returns fn's status: -ECANCELED always means fn's status
+ * was not delivered. weft_run returns only after every such abandoned fn has
+ * returned. (Tokio's spawn_blocking cannot even drop a call that has not
+ * started: dropping its JoinHandle detaches the closure, which still runs.) */
 WEFT_EXTERN int weft_blocking(weft_fn fn, void *arg);
 
 /* weft_blocking with a deadline: -ETIMEDOUT, leaving behind what a cancel

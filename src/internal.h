@@ -398,6 +398,9 @@ void weft__io_fini(weft_worker *w);
 /* Waits for the pool's threads (each finishes the call it runs) and frees
  * the pool; at the end of weft_run, after the workers have stopped. */
 void weft__blocking_fini(weft_runtime *rt);
+/* How long an idle pool thread waits for work before it exits (tests
+ * shorten it). */
+extern int64_t weft__blocking_keepalive_ns;
 
 /* ---- scope.c ---- */
 

@@ -145,6 +145,8 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->shutdown_grace_ns < 0)
         return -EINVAL;
+    if (c->blocking_threads < 0 || c->blocking_queue < 0)
+        return -EINVAL;
     return 0;
 }
 
@@ -164,6 +166,7 @@ static uint64_t seed_from_env(uint64_t seed)
 
 static void runtime_free(weft_runtime *rt)
 {
+    weft__blocking_fini(rt);
     if (rt->workers) {
         for (int i = 0; i < rt->nworkers; i++)
             weft__worker_fini(&rt->workers[i]);
@@ -174,6 +177,7 @@ static void runtime_free(weft_runtime *rt)
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
     pthread_mutex_destroy(&rt->orphan_mu);
+    pthread_mutex_destroy(&rt->blocking_mu);
     free(rt);
 }
 
@@ -186,6 +190,9 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     }
     pthread_mutex_init(&rt->vmu, NULL);
     pthread_mutex_init(&rt->orphan_mu, NULL);
+    pthread_mutex_init(&rt->blocking_mu, NULL);
+    rt->blocking_threads = c->blocking_threads;
+    rt->blocking_queue = c->blocking_queue;
     rt->nworkers = c->workers ? c->workers : online_cpus();
     rt->clock = c->clock;
     rt->seed = seed_from_env(c->seed);
@@ -368,6 +375,11 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     run_hook = NULL;
     run_hook_ctx = NULL;
     pthread_mutex_unlock(&run_hook_mu);
+    /* Blocking calls abandoned by cancelled tasks may still run: wait for
+     * them while the signal thread can still end the process (a second
+     * signal, or the grace period). */
+    if (rt)
+        weft__blocking_fini(rt);
     if (sc.rt) {
         uint64_t one = 1;
         if (write(sc.efd, &one, sizeof(one)) < 0)
