@@ -92,6 +92,7 @@
 #define STEAL_BACKLOG 64
 #define STEAL_AGE 128
 #define DEQUE_EVERY 8
+#define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
 #define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
 #define DEQUE_INITIAL 256
 
@@ -835,7 +836,11 @@ static void idle_real(weft_worker *w)
     if (rt->nworkers > 1) {
         add_sc(&rt->nspinning, 1);
         bool found = false;
-        for (int i = 1; i <= SPIN_ROUNDS && !found; i++) {
+        /* With tasks waiting for descriptors the kernel wakes us through
+         * epoll: spinning then only takes the core from the network stack
+         * and the peers we serve (a client on the same machine). */
+        int rounds = w->nio ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
+        for (int i = 1; i <= rounds && !found; i++) {
             /* Our own inbox is cheap to watch (only wakers write it):
              * look often, so a cross-worker wake is seen in ~0.3 us. */
             for (int k = 0; k < SPIN_PAUSES && !found; k++) {
