@@ -224,7 +224,8 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
-    atomic_int sleeping; /* SLEEP_FUTEX/SLEEP_EPOLL while (about to be) asleep */
+    atomic_int
+        sleeping; /* SLEEP_FUTEX/SLEEP_EPOLL while (about to be) asleep */
     char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
