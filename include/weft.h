@@ -845,8 +845,8 @@ struct iovec;
 #define WEFT_REUSEPORT 1
 
 /* Resolves host and port to the first address getaddrinfo gives, stores
- * it in *out and returns its length (> 0). Returns -EINVAL (host or out
- * NULL, bad port), -ENOENT, -EAGAIN, -EIO, -ENOMEM, -ETIMEDOUT,
+ * it in *out and returns its length (> 0). Returns -EINVAL (host NULL or
+ * "", out NULL, bad port), -ENOENT, -EAGAIN, -EIO, -ENOMEM, -ETIMEDOUT,
  * -ECANCELED, -EPERM. A name blocks: a cancel or the deadline returns at
  * once and the lookup, which cannot be stopped, ends on its thread and is
  * discarded. A numeric host never blocks. Cancellation point. */
@@ -893,7 +893,7 @@ WEFT_EXTERN int weft_accept(int lfd, struct sockaddr_storage *peer,
  * tries its addresses in order until one takes the connection, all under
  * the one deadline. Returns the connected descriptor (with TCP_NODELAY),
  * or -ECONNREFUSED, -ENETUNREACH, -EHOSTUNREACH (the last address's
- * error), -ETIMEDOUT, -ECANCELED, -EINVAL (host NULL, bad port), -EMFILE,
+ * error), -ETIMEDOUT, -ECANCELED, -EINVAL (host NULL or "", bad port), -EMFILE,
  * -EPERM, weft_resolve's errors. On any error the socket being connected
  * is closed: a deadline or a cancel leaves nothing behind. Blocks;
  * cancellation point. */
