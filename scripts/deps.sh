@@ -5,7 +5,8 @@
 #
 # A need is one of: build (cmake, make, a C compiler: the default),
 # format (clang-format), clang (clang and its sanitizer runtimes),
-# pkg-config, aarch64 (a cross compiler and qemu-user). When everything
+# pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
+# cross compiler and qemu-user). When everything
 # asked for is present this is a few `command -v` calls and exits 0 at
 # once, so the Makefile runs it before every target. Otherwise it runs
 # apt-get (Debian/Ubuntu) as root, or through sudo when not root.
@@ -38,6 +39,10 @@ for need in "$@"; do
         fi
         ;;
     pkg-config) have pkg-config || add pkg-config ;;
+    http)
+        have curl || add curl
+        have wrk || add wrk
+        ;;
     aarch64)
         have qemu-aarch64 || add qemu-user
         have aarch64-linux-gnu-gcc || add gcc-aarch64-linux-gnu
