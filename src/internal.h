@@ -393,6 +393,15 @@ int weft__io_poll(weft_worker *w, int64_t timeout);
 /* Interrupts weft__io_poll sleeping on w. Any thread. */
 void weft__io_wake(weft_worker *w);
 void weft__io_fini(weft_worker *w);
+/* TCP reads (see io.c): fd is a TCP socket; the read edges dispatched so
+ * far (take it just before a read); after a read that returned data,
+ * whether it came back short; and, before a read, wait first if the last
+ * one was short and no edge came since (0 if waited or no need, else
+ * weft_fd_wait's error). */
+void weft__fd_set_stream(int fd);
+unsigned weft__fd_read_edges(int fd);
+void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
+int weft__fd_read_wait_first(int fd, weft_time deadline);
 
 /* ---- blocking.c ---- */
 

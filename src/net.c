@@ -123,10 +123,20 @@ static ptrdiff_t io_call(int fd, io_op *op)
 static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
 {
     int events = op->kind < IO_SEND ? WEFT_IO_READ : WEFT_IO_WRITE;
+    bool stream_read = op->kind == IO_READ && op->n > 0;
+    if (stream_read) { /* the last read emptied the queue: wait first */
+        int rc = weft__fd_read_wait_first(fd, deadline);
+        if (rc)
+            return rc;
+    }
     for (;;) {
+        unsigned edges = stream_read ? weft__fd_read_edges(fd) : 0;
         ptrdiff_t r = io_call(fd, op);
-        if (r >= 0)
+        if (r >= 0) {
+            if (stream_read)
+                weft__fd_read_done(fd, edges, r > 0 && (size_t)r < op->n);
             return r;
+        }
         int err = errno;
         if (err == EINTR)
             continue;
@@ -521,8 +531,10 @@ static int set_int(int fd, int level, int name, int value)
  * otherwise meet Nagle and delayed ACKs and wait 40 ms. */
 static void tcp_tune(int fd, int family)
 {
-    if (family == AF_INET || family == AF_INET6)
+    if (family == AF_INET || family == AF_INET6) {
         (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+        weft__fd_set_stream(fd); /* short reads: see io.c */
+    }
 }
 
 /* A socket of `type` bound to sa, with the options a server wants.
