@@ -42,7 +42,6 @@
 #include "internal.h"
 
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -366,7 +365,7 @@ int weft__fd_read_wait_first(int fd, weft_time deadline)
     bool drained = r->stream && r->drained && !r->hup;
     unsigned at = r->drained_at;
     weft__lock_release(&r->lock);
-    if (getenv("NOWF") || !drained || ld_acq(&r->edges[0]) != at)
+    if (!drained || ld_acq(&r->edges[0]) != at)
         return 0;
     return fd_wait(fd, WEFT_IO_READ, deadline, &at);
 }
