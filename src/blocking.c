@@ -292,7 +292,7 @@ void weft__blocking_fini(weft_runtime *rt)
 /* Under the lock: the caller's deadline or a cancel (rc) ended its park.
  * Drops or abandons j (see the essay, step 5) and unlocks. Returns rc, or
  * fn's status if fn finished first. */
-static int leave(pool *p, job *j, int rc)
+static int leave(pool *p, job *j, int rc, bool *abandoned)
 {
     weft_task *granted = NULL;
     bool drop = true;
@@ -307,6 +307,7 @@ static int leave(pool *p, job *j, int rc)
         break;
     case J_RUNNING:
         j->abandoned = true;
+        *abandoned = true;
         drop = false;
         break;
     default: /* J_DONE */
@@ -323,7 +324,8 @@ static int leave(pool *p, job *j, int rc)
 /* Called with the lock held, j in room or queue and the caller's token in
  * j. Parks until fn's status is known or the caller leaves; returns the
  * call's result, unlocked. */
-static int wait_job(pool *p, job *j, weft_worker *wk, int64_t deadline)
+static int wait_job(pool *p, job *j, weft_worker *wk, int64_t deadline,
+                    bool *abandoned)
 {
     weft_task *t = j->w.task;
     for (;;) {
@@ -336,7 +338,7 @@ static int wait_job(pool *p, job *j, weft_worker *wk, int64_t deadline)
         }
         pthread_mutex_lock(&p->rt->blocking_mu);
         if (rc != W_GRANTED || j->state == J_DONE)
-            return leave(p, j, rc);
+            return leave(p, j, rc, abandoned);
         j->w.token = weft__park_prepare(t, true);
     }
 }
@@ -358,8 +360,10 @@ static bool submit(pool *p, job *j)
     return false;
 }
 
-static int blocking_call(weft_fn fn, void *arg, int64_t deadline)
+int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
+                        bool *abandoned)
 {
+    *abandoned = false;
     if (!fn)
         return -EINVAL;
     int rc = weft__checkpoint();
@@ -387,17 +391,19 @@ static int blocking_call(weft_fn fn, void *arg, int64_t deadline)
     /* Published under the lock, after everything that can fail: a park
      * that is prepared must be committed. */
     j->w.token = weft__park_prepare(wk->cur, true);
-    return wait_job(p, j, wk, deadline);
+    return wait_job(p, j, wk, deadline, abandoned);
 }
 
 int weft_blocking(weft_fn fn, void *arg)
 {
-    return blocking_call(fn, arg, WEFT_NEVER);
+    bool abandoned;
+    return weft__blocking_call(fn, arg, WEFT_NEVER, &abandoned);
 }
 
 int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline)
 {
-    return blocking_call(fn, arg, deadline);
+    bool abandoned;
+    return weft__blocking_call(fn, arg, deadline, &abandoned);
 }
 
 int weft_blocking_stats(weft_blocking_info *out)

@@ -408,6 +408,11 @@ int weft__fd_read_wait_first(int fd, weft_time deadline);
 /* Waits for the pool's threads (each finishes the call it runs) and frees
  * the pool; at the end of weft_run, after the workers have stopped. */
 void weft__blocking_fini(weft_runtime *rt);
+/* weft_blocking_until that also says, when the caller left first
+ * (-ECANCELED, -ETIMEDOUT), whether fn still runs (*abandoned: it will
+ * use arg until it returns) or never will (dropped while queued). */
+int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
+                        bool *abandoned);
 /* How long an idle pool thread waits for work before it exits (tests
  * shorten it). */
 extern int64_t weft__blocking_keepalive_ns;

@@ -31,14 +31,8 @@
  * not block; a name is looked up on a thread of weft_blocking's pool. A
  * cancelled or timed-out lookup returns at once while getaddrinfo goes on
  * to its end on its thread, so the request lives on the heap and the side
- * that finishes last frees it. One case needs care: the pool drops a call
- * that is still queued when its caller leaves (the function never runs),
- * but cannot tell the caller whether it dropped the call or started it.
- * Such requests wait in `limbo` until that is known: the function, if it
- * runs, takes its request out of limbo first thing; and once the pool says
- * no call is running, every request still in limbo was dropped and is
- * freed (at the start of the next lookup of the same runtime). See
- * dns_leave and dns_reclaim.
+ * that finishes last frees it; a lookup the pool dropped before it started
+ * is freed by its caller at once (weft__blocking_call says which).
  */
 #include "internal.h"
 
@@ -321,25 +315,17 @@ static int gai_errno(int rc)
 
 /* ---- DNS through the blocking pool ---- */
 
-enum { DNS_NEW, DNS_RUNNING, DNS_DONE, DNS_GONE };
+enum { DNS_PENDING, DNS_DONE, DNS_GONE }; /* dns_req.state */
 
-/* One lookup. `state`, `next` and `prev` are guarded by dns_mu; the rest
- * is written before the call (by the task) or by the lookup while it runs
- * (`rc`, `res`), and read by the task only once state is DNS_DONE. */
+/* One lookup, on the heap: the caller may leave before it ends. */
 typedef struct dns_req {
-    char *host;            /* copy: the caller may leave before the end */
+    char *host;            /* copy, for the same reason */
     char svc[8];           /* port, as a string */
     struct addrinfo hints; /* AI_* flags, socket type */
     struct addrinfo *res;  /* getaddrinfo's answer */
     int rc;                /* 0, or getaddrinfo's error as an errno */
-    int state;             /* DNS_*: see dns_leave */
-    weft_runtime *rt;      /* the runtime whose pool it went to */
-    struct dns_req *next;  /* in limbo (state DNS_GONE, never started) */
-    struct dns_req *prev;
+    atomic_int state;      /* DNS_DONE / DNS_GONE: whoever is second frees */
 } dns_req;
-
-static pthread_mutex_t dns_mu = PTHREAD_MUTEX_INITIALIZER;
-static dns_req *limbo; /* left by their callers before they started */
 
 static void dns_free(dns_req *q)
 {
@@ -349,84 +335,15 @@ static void dns_free(dns_req *q)
     free(q);
 }
 
-/* Under dns_mu. */
-static void limbo_unlink(dns_req *q)
-{
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        limbo = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-}
-
 /* On a pool thread. Always returns 0: the answer is in q. */
 static int dns_lookup(void *arg)
 {
     dns_req *q = arg;
-    pthread_mutex_lock(&dns_mu);
-    bool gone = q->state == DNS_GONE;
-    if (gone)
-        limbo_unlink(q);
-    else
-        q->state = DNS_RUNNING;
-    pthread_mutex_unlock(&dns_mu);
-    if (gone) {
-        dns_free(q);
-        return 0;
-    }
     int rc = getaddrinfo(q->host, q->svc, &q->hints, &q->res);
     q->rc = rc ? gai_errno(rc) : 0; /* EAI_SYSTEM: errno is this thread's */
-    pthread_mutex_lock(&dns_mu);
-    gone = q->state == DNS_GONE;
-    q->state = DNS_DONE;
-    pthread_mutex_unlock(&dns_mu);
-    if (gone)
-        dns_free(q);
+    if (atomic_exchange(&q->state, DNS_DONE) == DNS_GONE)
+        dns_free(q); /* the caller left while it ran */
     return 0;
-}
-
-/* The caller leaves without the answer (rc: why). Whoever finishes last
- * frees q: the caller if the lookup is done; the lookup if it runs; and a
- * lookup that has not started may never start (the pool dropped it), so
- * it goes to limbo, where either it or dns_reclaim finds it. */
-static void dns_leave(dns_req *q)
-{
-    pthread_mutex_lock(&dns_mu);
-    int state = q->state;
-    if (state == DNS_NEW) {
-        q->next = limbo;
-        q->prev = NULL;
-        if (limbo)
-            limbo->prev = q;
-        limbo = q;
-    }
-    q->state = DNS_GONE;
-    pthread_mutex_unlock(&dns_mu);
-    if (state == DNS_DONE)
-        dns_free(q);
-}
-
-/* Frees the requests in limbo that went to this runtime's pool if no call
- * of that pool is running: a lookup in limbo that had started would count
- * as running until it has taken itself out of limbo, so those left were
- * dropped. Held under dns_mu, so no request joins limbo meanwhile. */
-static void dns_reclaim(void)
-{
-    weft_runtime *rt = weft__tl_worker->rt;
-    pthread_mutex_lock(&dns_mu);
-    weft_blocking_info info;
-    if (limbo && weft_blocking_stats(&info) == 0 && info.running == 0) {
-        dns_req *q = limbo, *next;
-        for (; q; q = next) {
-            next = q->next;
-            if (q->rt == rt) {
-                limbo_unlink(q);
-                dns_free(q);
-            }
-        }
-    }
-    pthread_mutex_unlock(&dns_mu);
 }
 
 /* Looks a name up on the pool. Returns 0 and sets *out, or an error. */
@@ -434,9 +351,6 @@ static int dns_blocking(const char *host, const char *svc,
                         const struct addrinfo *hints, weft_time deadline,
                         struct addrinfo **out)
 {
-    dns_reclaim();
-    if (deadline <= weft_now())
-        return -ETIMEDOUT; /* fn would not run: keep it out of limbo */
     dns_req *q = calloc(1, sizeof(*q));
     char *copy = strdup(host);
     if (!q || !copy) {
@@ -447,10 +361,12 @@ static int dns_blocking(const char *host, const char *svc,
     q->host = copy;
     snprintf(q->svc, sizeof q->svc, "%s", svc);
     q->hints = *hints;
-    q->rt = weft__tl_worker->rt;
-    int rc = weft_blocking_until(dns_lookup, q, deadline);
+    bool running;
+    int rc = weft__blocking_call(dns_lookup, q, deadline, &running);
     if (rc != 0) {
-        dns_leave(q);
+        /* Left first: a lookup that still runs frees q when it ends. */
+        if (!running || atomic_exchange(&q->state, DNS_GONE) == DNS_DONE)
+            dns_free(q);
         return rc;
     }
     rc = q->rc;
