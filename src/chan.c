@@ -128,21 +128,6 @@ static unsigned char *slot(weft_chan *c, size_t i)
     return c->buf + (k >= c->cap ? k - c->cap : k) * c->elem;
 }
 
-/* Copies one value; the common sizes without a call to memcpy. */
-static inline void copy_elem(const weft_chan *c, void *dst, const void *src)
-{
-    switch (c->elem) {
-    case 8:
-        memcpy(dst, src, 8);
-        break;
-    case 4:
-        memcpy(dst, src, 4);
-        break;
-    default:
-        memcpy(dst, src, c->elem);
-    }
-}
-
 /* Sends if no waiting is needed. Returns 0 (sent), -EPIPE or -EAGAIN;
  * *woken is a claimed receiver to finish after unlocking. */
 static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
@@ -151,12 +136,12 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
         return -EPIPE;
     weft__waiter *w = weft__waitq_claim(&c->recvq);
     if (w) {
-        copy_elem(c, w->elem, elem);
+        memcpy(w->elem, elem, c->elem);
         *woken = w;
         return 0;
     }
     if (c->len < c->cap) {
-        copy_elem(c, slot(c, c->len), elem);
+        memcpy(slot(c, c->len), elem, c->elem);
         c->len++;
         return 0;
     }
@@ -168,12 +153,12 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
 static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
 {
     if (c->len > 0) {
-        copy_elem(c, out, slot(c, 0));
+        memcpy(out, slot(c, 0), c->elem);
         c->head = c->head + 1 == c->cap ? 0 : c->head + 1;
         c->len--;
         weft__waiter *w = weft__waitq_claim(&c->sendq);
         if (w) { /* the ring had been full: the sender's value joins it */
-            copy_elem(c, slot(c, c->len), w->elem);
+            memcpy(slot(c, c->len), w->elem, c->elem);
             c->len++;
             *woken = w;
         }
@@ -181,7 +166,7 @@ static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
     }
     weft__waiter *w = weft__waitq_claim(&c->sendq);
     if (w) { /* rendezvous: straight from the sender */
-        copy_elem(c, out, w->elem);
+        memcpy(out, w->elem, c->elem);
         *woken = w;
         return 0;
     }
