@@ -217,6 +217,17 @@ static struct snapshot snap(void)
 
 static void assert_nothing_left(struct snapshot before)
 {
+    /* pthread_join returns when a thread is done, but the kernel may list
+     * it in /proc a moment longer (seen under qemu-user): give the count up
+     * to 2 s to settle; a thread really left behind stays counted. */
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        if (count_threads() == before.threads)
+            break;
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - t0.tv_sec < 2);
     ASSERT_EQ(count_threads(), before.threads);
     ASSERT_EQ(count_fds(), before.fds);
 }
