@@ -36,28 +36,6 @@
 
 #include <string.h>
 
-/* Under a primitive's lock: claims every waiter of q; returns them chained
- * through `next` in arrival order. */
-static weft__waiter *claim_all(weft__waitq *q)
-{
-    weft__waiter *all = NULL, **tail = &all, *w;
-    while ((w = weft__waitq_claim(q)) != NULL) {
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
-    return all;
-}
-
-static void wake_chain(weft__waiter *w, int code)
-{
-    while (w) {
-        weft__waiter *next = w->next; /* w's memory is gone once it runs */
-        weft__wake_finish(w->task, code);
-        w = next;
-    }
-}
-
 /* ---- condition variable ---- */
 
 typedef struct condvar_impl {
@@ -133,9 +111,10 @@ int weft_cond_broadcast(weft_cond *cc)
         return -EINVAL;
     condvar_impl *c = (condvar_impl *)cc;
     weft__lock_acquire(&c->lock);
-    weft__waiter *all = claim_all(&c->q);
+    weft__waiter *all = NULL;
+    weft__waitq_claim_all(&c->q, &all);
     weft__lock_release(&c->lock);
-    wake_chain(all, 0);
+    weft__wake_chain(all, 0);
     return 0;
 }
 
@@ -177,9 +156,10 @@ static void once_finish(once_impl *o, int rc)
     if (rc >= 0) {
         o->status = rc;
         st_rel(&o->state, ONCE_DONE);
-        weft__waiter *all = claim_all(&o->q);
+        weft__waiter *all = NULL;
+        weft__waitq_claim_all(&o->q, &all);
         weft__lock_release(&o->lock);
-        wake_chain(all, 0);
+        weft__wake_chain(all, 0);
         return;
     }
     weft__waiter *w = weft__waitq_claim(&o->q);
@@ -322,9 +302,10 @@ static int barrier_wait(weft_barrier *bb, int64_t deadline)
     if (++b->arrived == b->parties) { /* the leader: release them all */
         b->arrived = 0;
         b->gen++;
-        weft__waiter *all = claim_all(&b->q);
+        weft__waiter *all = NULL;
+        weft__waitq_claim_all(&b->q, &all);
         weft__lock_release(&b->lock);
-        wake_chain(all, 0);
+        weft__wake_chain(all, 0);
         return 1;
     }
     unsigned gen = b->gen;

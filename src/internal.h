@@ -224,8 +224,7 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
-    atomic_int
-        sleeping; /* SLEEP_FUTEX/SLEEP_EPOLL while (about to be) asleep */
+    atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
     char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
@@ -541,6 +540,32 @@ static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
         }
     }
     return NULL;
+}
+
+/* Claims every waiter of q (under its primitive's lock) and appends them,
+ * in arrival order, to a chain through `next` whose end is *tail; returns
+ * the chain's new end (tail itself if none was claimed). */
+static inline weft__waiter **weft__waitq_claim_all(weft__waitq *q,
+                                                   weft__waiter **tail)
+{
+    weft__waiter *w;
+    while ((w = weft__waitq_claim(q)) != NULL) {
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    return tail;
+}
+
+/* Finishes the wakes of a chain of claimed waiters (after unlocking), each
+ * with `code`. A waiter's memory is gone once its task runs. */
+static inline void weft__wake_chain(weft__waiter *w, int code)
+{
+    while (w) {
+        weft__waiter *next = w->next;
+        weft__wake_finish(w->task, code);
+        w = next;
+    }
 }
 
 /* Parks the running task as waiter w on q, whose lock l the caller holds;

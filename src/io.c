@@ -159,17 +159,6 @@ static int io_register(weft_worker *w, int fd, uint32_t gen)
     return 0;
 }
 
-/* Under r's lock: claims every waiter of queue k; chained through next. */
-static weft__waiter *claim_all(fd_rec *r, int k, weft__waiter *chain)
-{
-    weft__waiter *w;
-    while ((w = weft__waitq_claim(&r->q[k])) != NULL) {
-        w->next = chain;
-        chain = w;
-    }
-    return chain;
-}
-
 static void dispatch(weft_worker *w, const struct epoll_event *ev)
 {
     if (ev->data.u64 == WAKE_TAG) {
@@ -188,7 +177,7 @@ static void dispatch(weft_worker *w, const struct epoll_event *ev)
         kinds |= WEFT_IO_READ;
     if (ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         kinds |= WEFT_IO_WRITE;
-    weft__waiter *woken = NULL;
+    weft__waiter *woken = NULL, **tail = &woken;
     weft__lock_acquire(&r->lock);
     if (ld_rlx(&r->gen) == gen) {
         if (ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -198,18 +187,14 @@ static void dispatch(weft_worker *w, const struct epoll_event *ev)
                 continue;
             unsigned e = ld_rlx(&r->edges[k]) + 1;
             st_rel(&r->edges[k], e);
-            weft__waiter *before = woken;
-            woken = claim_all(r, k, woken);
-            if (woken != before)
+            weft__waiter **before = tail;
+            tail = weft__waitq_claim_all(&r->q[k], tail);
+            if (tail != before)
                 r->seen[k] = e; /* given to the waiters; else kept */
         }
     }
     weft__lock_release(&r->lock);
-    while (woken) {
-        weft__waiter *next = woken->next; /* gone once its task runs */
-        weft__wake_finish(woken->task, 0);
-        woken = next;
-    }
+    weft__wake_chain(woken, 0);
 }
 
 static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
@@ -381,14 +366,11 @@ int weft_close(int fd)
         r->seen[0] = ld_rlx(&r->edges[0]);
         r->seen[1] = ld_rlx(&r->edges[1]);
         r->stream = r->drained = r->hup = false;
-        weft__waiter *woken = claim_all(r, 0, NULL);
-        woken = claim_all(r, 1, woken);
+        weft__waiter *woken = NULL;
+        weft__waitq_claim_all(&r->q[1],
+                              weft__waitq_claim_all(&r->q[0], &woken));
         weft__lock_release(&r->lock);
-        while (woken) {
-            weft__waiter *next = woken->next;
-            weft__wake_finish(woken->task, -EBADF);
-            woken = next;
-        }
+        weft__wake_chain(woken, -EBADF);
     }
     /* Linux closes the descriptor even when close() reports an error. */
     return close(fd) == 0 || errno == EINTR ? 0 : -errno;

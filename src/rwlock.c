@@ -74,22 +74,13 @@ static weft__waiter *admit(rwlock_impl *l)
     return granted;
 }
 
-static void wake_chain(weft__waiter *w)
-{
-    while (w) {
-        weft__waiter *next = w->next; /* w's memory is gone once it runs */
-        weft__wake_finish(w->task, 0);
-        w = next;
-    }
-}
-
 /* Runs admit() and wakes whoever it let in. */
 static void admit_and_wake(rwlock_impl *l)
 {
     weft__lock_acquire(&l->lock);
     weft__waiter *granted = admit(l);
     weft__lock_release(&l->lock);
-    wake_chain(granted);
+    weft__wake_chain(granted, 0);
 }
 
 static int rw_lock(weft_rwlock *ll, long kind, int64_t deadline, bool wait)
@@ -174,7 +165,7 @@ static int rw_unlock(weft_rwlock *ll, long kind)
         l->readers--;
     weft__waiter *granted = admit(l);
     weft__lock_release(&l->lock);
-    wake_chain(granted);
+    weft__wake_chain(granted, 0);
     return 0;
 }
 

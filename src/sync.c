@@ -315,15 +315,6 @@ static weft__waiter *sem_grant(sem_impl *s)
     return granted;
 }
 
-static void wake_chain(weft__waiter *w)
-{
-    while (w) {
-        weft__waiter *next = w->next;
-        weft__wake_finish(w->task, 0);
-        w = next;
-    }
-}
-
 int weft_sem_init(weft_sem *ss, long permits)
 {
     if (!ss || permits < 0)
@@ -358,7 +349,7 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
         weft__lock_acquire(&s->lock);
         weft__waiter *granted = sem_grant(s);
         weft__lock_release(&s->lock);
-        wake_chain(granted);
+        weft__wake_chain(granted, 0);
     }
     return rc;
 }
@@ -387,7 +378,7 @@ int weft_sem_release(weft_sem *ss, long n)
     s->count += n;
     weft__waiter *granted = sem_grant(s);
     weft__lock_release(&s->lock);
-    wake_chain(granted);
+    weft__wake_chain(granted, 0);
     return 0;
 }
 
@@ -433,17 +424,6 @@ typedef struct cond_impl {
 _Static_assert(sizeof(cond_impl) <= sizeof(weft_event), "weft_event size");
 _Static_assert(sizeof(cond_impl) <= sizeof(weft_wg), "weft_wg size");
 
-/* Under the lock: claims every waiter; returns them chained. */
-static weft__waiter *claim_all(weft__waitq *q)
-{
-    weft__waiter *all = NULL, *w;
-    while ((w = weft__waitq_claim(q)) != NULL) {
-        w->next = all;
-        all = w;
-    }
-    return all;
-}
-
 /* Waits until value == want (event: 1, wait group: 0). */
 static int cond_wait(cond_impl *c, long want, int64_t deadline)
 {
@@ -476,9 +456,10 @@ int weft_event_set(weft_event *ee)
     cond_impl *e = (cond_impl *)ee;
     weft__lock_acquire(&e->lock);
     e->value = 1;
-    weft__waiter *all = claim_all(&e->q);
+    weft__waiter *all = NULL;
+    weft__waitq_claim_all(&e->q, &all);
     weft__lock_release(&e->lock);
-    wake_chain(all);
+    weft__wake_chain(all, 0);
     return 0;
 }
 
@@ -533,9 +514,9 @@ int weft_wg_add(weft_wg *wg, long delta)
     }
     c->value += delta;
     if (c->value == 0)
-        all = claim_all(&c->q);
+        weft__waitq_claim_all(&c->q, &all);
     weft__lock_release(&c->lock);
-    wake_chain(all);
+    weft__wake_chain(all, 0);
     return 0;
 }
 

@@ -17,6 +17,7 @@
 #ifndef WEFT_T_H
 #define WEFT_T_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -137,6 +138,21 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "no test named %s\n", argv[1]);
     return 2;
+}
+
+/* Entries of a /proc directory: t_proc_count("/proc/self/fd") is the
+ * open descriptors, "/proc/self/task" the threads. Compare a count before
+ * and after a run to show it leaked none. */
+static inline int t_proc_count(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ASSERT(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
 }
 
 /* ---- helpers for test bodies (inside a task) ---- */

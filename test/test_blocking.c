@@ -13,7 +13,6 @@
 #include "t.h"
 #include "weft.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -172,26 +171,14 @@ static int in_pool(void)
     return i.running + i.queued + i.waiting;
 }
 
-static int count_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    ASSERT(d != NULL);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 static int count_threads(void)
 {
-    return count_dir("/proc/self/task");
+    return t_proc_count("/proc/self/task");
 }
 
 static int count_fds(void)
 {
-    return count_dir("/proc/self/fd");
+    return t_proc_count("/proc/self/fd");
 }
 
 /* Thread and fd counts, compared before and after runs: a run leaves

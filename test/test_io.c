@@ -9,7 +9,6 @@
 #include "t.h"
 #include "weft.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -18,18 +17,6 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-/* Open descriptors of this process. */
-static int fd_count(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    ASSERT(d != NULL);
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
 
 static void nb_pair(int sv[2])
 {
@@ -73,13 +60,12 @@ struct rw {
     int fd;
     int got;
     weft_time at;
-    weft_time deadline;
 };
 
 static int reader(void *arg)
 {
     struct rw *r = arg;
-    r->got = read_byte(r->fd, r->deadline ? r->deadline : WEFT_NEVER);
+    r->got = read_byte(r->fd, WEFT_NEVER);
     r->at = weft_now();
     return 0;
 }
@@ -113,10 +99,10 @@ static int wake_root(void *arg)
 
 TEST(readiness_wakes_reader_at_the_instant)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, wake_root, NULL), 0);
     ASSERT_EQ(t_run_virtual(2, wake_root, NULL), 0);
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- deadline and cancel leave nothing queued -------------------------- */
@@ -156,9 +142,9 @@ static int deadline_root(void *arg)
 
 TEST(deadline_and_cancel_leave_nothing_queued)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, deadline_root, NULL), 0);
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- weft_close wakes waiters with -EBADF ------------------------------ */
@@ -202,10 +188,10 @@ static int close_root(void *arg)
 
 TEST(close_wakes_waiters_with_ebadf)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, close_root, NULL), 0);
     ASSERT_EQ(t_run_virtual(2, close_root, NULL), 0);
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- a sleeping worker is woken by I/O from a plain thread ------------- */
@@ -266,14 +252,14 @@ static int thread_root(void *arg)
 
 TEST(sleeping_worker_woken_by_io_from_a_thread)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     static struct ping p;
     int workers[] = {1, 2};
     for (int k = 0; k < 2; k++) {
         p.rounds = T_SCALE(2000);
         ASSERT_EQ(t_run_mono(workers[k], thread_root, &p), 0);
     }
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- many descriptors, many waiters, across workers -------------------- */
@@ -337,7 +323,7 @@ static int many_root(void *arg)
 
 TEST(many_descriptors_across_workers_exact)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     static struct many m;
     int workers[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
@@ -349,7 +335,7 @@ TEST(many_descriptors_across_workers_exact)
             want += r % 200;
         ASSERT_EQ(atomic_load(&m.sum), want * NPAIRS);
     }
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- a regular file is always ready ------------------------------------ */
@@ -367,9 +353,9 @@ static int file_root(void *arg)
 
 TEST(regular_file_is_always_ready)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, file_root, NULL), 0);
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
 /* ---- signals ------------------------------------------------------------ */
@@ -377,14 +363,13 @@ TEST(regular_file_is_always_ready)
 struct sw {
     int rc;
     weft_time at;
-    weft_time deadline;
 };
 
 static int sig_waiter(void *arg)
 {
     struct sw *w = arg;
     static const int sigs[] = {SIGUSR1, SIGHUP};
-    w->rc = weft_signal_wait(sigs, 2, w->deadline ? w->deadline : WEFT_NEVER);
+    w->rc = weft_signal_wait(sigs, 2, WEFT_NEVER);
     w->at = weft_now();
     return 0;
 }
@@ -429,7 +414,7 @@ static int signal_root(void *arg)
 
 TEST(signal_wait_takes_each_signal_once)
 {
-    int before = fd_count();
+    int before = t_proc_count("/proc/self/fd");
     sigset_t set, old;
     sigemptyset(&set);
     sigaddset(&set, SIGUSR1);
@@ -438,5 +423,5 @@ TEST(signal_wait_takes_each_signal_once)
     ASSERT_EQ(t_run_virtual(1, signal_root, NULL), 0);
     ASSERT_EQ(t_run_virtual(2, signal_root, NULL), 0);
     ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
-    ASSERT_EQ(fd_count(), before);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
