@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -187,18 +188,30 @@ struct snapshot {
     int threads, fds;
 };
 
-static void *nothing(void *arg)
+static void *note_tid(void *arg)
 {
-    return arg;
+    *(pid_t *)arg = gettid();
+    return NULL;
 }
 
 static struct snapshot snap(void)
 {
     /* A first thread makes the sanitizers start their own helper thread
-     * (TSan's background thread), so it is counted before and after. */
+     * (TSan's background thread), so it is counted before and after.
+     * Joined, it may stay listed in /proc a moment longer (seen under
+     * qemu-user): wait (bounded) until its own entry is gone, so that the
+     * snapshot does not count it. */
     pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, nothing, NULL), 0);
+    pid_t tid = 0;
+    ASSERT_EQ(pthread_create(&th, NULL, note_tid, &tid), 0);
     ASSERT_EQ(pthread_join(th, NULL), 0);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    int64_t end = real_ns() + 10 * WEFT_SEC;
+    while (access(path, F_OK) == 0) {
+        ASSERT(real_ns() < end);
+        sched_yield();
+    }
     return (struct snapshot){count_threads(), count_fds()};
 }
 

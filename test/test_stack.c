@@ -18,8 +18,9 @@
 #define SANITIZED 0
 #endif
 /* TSan's shadow memory and per-fiber state (about 1 MB a task) swamp the
- * figures: the memory checks are not made under TSan. */
-#if defined(WEFT_TSAN)
+ * figures, as does qemu-user's translation cache under emulation: the
+ * memory checks are not made there. */
+#if defined(WEFT_TSAN) || defined(WEFT_TEST_EMULATED)
 #define CHECK_RSS 0
 #else
 #define CHECK_RSS 1
