@@ -12,6 +12,9 @@
  *   6. Task-aware synchronisation
  *   7. Blocking work
  *   8. I/O: file descriptors, sockets
+ *   9. Futures and combinators
+ *  10. Bounded parallelism and pipelines
+ *  11. Resilience: retry, circuit breaker, rate limiter, bulkhead, fallback
  *
  * Conventions
  * - Every function that can fail returns 0 (or a non-negative count/index)
@@ -186,6 +189,10 @@ typedef enum weft_policy {
      * and weft_scope_winner() tells which. If every child fails, join
      * returns the first failure (Promise.any). Statuses are kept. */
     WEFT_FIRST = 2,
+    /* The first child to finish, success or failure, wins and cancels the
+     * rest; join returns the winner's status and weft_scope_winner() tells
+     * which (Promise.race, Go's first-result select). Statuses are kept. */
+    WEFT_RACE = 3,
 } weft_policy;
 
 typedef struct weft_scope_opts {
@@ -251,8 +258,15 @@ WEFT_EXTERN int weft_scope_failed(const weft_scope *s);
  * first error and its failure count). Never blocks. */
 WEFT_EXTERN int weft_scope_status(const weft_scope *s, int child, int *status);
 
-/* WEFT_FIRST: index of the winning child, or -ENOENT if none (yet). */
+/* WEFT_FIRST, WEFT_RACE: index of the winning child, or -ENOENT if none
+ * (yet). */
 WEFT_EXTERN int weft_scope_winner(const weft_scope *s);
+
+/* The earliest deadline of the calling task's scopes, up to the first
+ * shielded one (Trio's current_effective_deadline): when the task will be
+ * cancelled by a deadline if nothing else happens. WEFT_NEVER if none, or
+ * outside a task. Never blocks. */
+WEFT_EXTERN weft_time weft_deadline(void);
 
 /* The calling task's current (innermost) scope, or NULL outside a task. */
 WEFT_EXTERN weft_scope *weft_scope_current(void);
@@ -1011,6 +1025,378 @@ WEFT_EXTERN int weft_unix_connect(const char *path, weft_time deadline);
  * 0), or -EBADF, -ENOTSOCK, -EAFNOSUPPORT (not IP). Any thread; never
  * blocks. */
 WEFT_EXTERN int weft_local_port(int fd);
+
+/* ------------------------------------------------------------------------
+ * 9. Futures and combinators
+ *
+ * A future holds a result that is not there yet: a value of a fixed size
+ * (copied in and out, as for channels) or an error. It is settled exactly
+ * once, by weft_future_resolve or weft_future_reject, from a task, from
+ * another OS thread or from a foreign library's callback: the bridge from
+ * callback-based C libraries into tasks. Any number of tasks may await it.
+ *
+ * A producer may register a canceller: weft_future_cancel (which the
+ * combinators call on the futures they give up on) then asks the producer
+ * to stop, and the future settles when the producer says so. A future with
+ * no canceller is rejected with -ECANCELED at once by weft_future_cancel.
+ * weft_future_spawn runs a task whose status settles a future, and whose
+ * cancel cancels that task.
+ *
+ * Ownership: as for channels, weft_future_new returns one reference;
+ * weft_future_ref takes another, weft_future_unref drops one, the last
+ * drop frees it (settled or not).
+ * ---------------------------------------------------------------------- */
+
+typedef struct weft_future weft_future;
+
+/* Creates an unsettled future whose value is value_size bytes (0 to 65536;
+ * 0: the future carries only success or an error). Returns 0 and sets
+ * *out, or -EINVAL, -ENOMEM. Any thread; never blocks. */
+WEFT_EXTERN int weft_future_new(weft_future **out, size_t value_size);
+
+/* Takes a reference; returns f. Any thread; never blocks. */
+WEFT_EXTERN weft_future *weft_future_ref(weft_future *f);
+
+/* Drops a reference; the last one frees the future. Returns 0 or -EINVAL
+ * (NULL, or not a live future in a debug build). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_future_unref(weft_future *f);
+
+/* Settles f with a copy of *value (value_size bytes; NULL when value_size
+ * is 0) and wakes every task awaiting it. Returns 0, -EALREADY (already
+ * settled: nothing changed, the first result stands), -EINVAL. Any thread,
+ * including a foreign library's callback; never blocks. */
+WEFT_EXTERN int weft_future_resolve(weft_future *f, const void *value);
+
+/* Settles f with the error err (negative). Returns 0, -EALREADY, -EINVAL
+ * (err >= 0, NULL). Any thread; never blocks. */
+WEFT_EXTERN int weft_future_reject(weft_future *f, int err);
+
+/* Registers fn(arg), which weft_future_cancel calls (once, on the
+ * cancelling thread) to ask the producer to stop; the producer then settles
+ * f as it sees fit (typically rejecting it with -ECANCELED). Returns 0,
+ * -EALREADY (settled: fn will never be called), -EBUSY (a canceller is
+ * already set), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_future_set_canceller(weft_future *f, void (*fn)(void *arg),
+                                          void *arg);
+
+/* Asks for f to stop: if it is unsettled, calls its canceller, or without
+ * one rejects it with -ECANCELED. Returns 0, -EALREADY (settled: nothing
+ * done), -EINVAL. Any thread; never blocks (the canceller must not
+ * block). */
+WEFT_EXTERN int weft_future_cancel(weft_future *f);
+
+/* Waits until f is settled, then copies its value to *out (out may be NULL)
+ * and returns 0, or returns the error it was rejected with. Returns
+ * -ETIMEDOUT at the deadline (WEFT_NEVER: none), -ECANCELED, -EINVAL,
+ * -EPERM (not in a task). Cancellation point: a wait that ends in
+ * -ETIMEDOUT or -ECANCELED changes nothing (the future is not cancelled and
+ * other waiters still get its result). Blocks. */
+WEFT_EXTERN int weft_future_await(weft_future *f, void *out,
+                                  weft_time deadline);
+
+/* The result now: 0 (resolved; value copied to *out if out is not NULL),
+ * the rejection error, -EAGAIN (not settled yet), -EINVAL. Any thread;
+ * never blocks. */
+WEFT_EXTERN int weft_future_try(const weft_future *f, void *out);
+
+/* Spawns fn(arg) as a child of scope s (NULL: the current scope), as
+ * weft_spawn does, and sets *out to a new future (value_size sizeof(int))
+ * that the task's status settles: a status >= 0 resolves it with that int,
+ * a negative one rejects it. Cancelling the future cancels the task (it
+ * settles when the task has finished). The caller owns the one reference.
+ * Returns the child's index in s, or weft_spawn's errors (no future then).
+ * Never blocks, as weft_spawn. */
+WEFT_EXTERN int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg,
+                                  weft_future **out);
+
+/* The combinators wait on n futures (1 to 1024) at once, with a deadline
+ * (WEFT_NEVER: none). Each is a cancellation point. When one gives up on
+ * futures (a failure in all, a winner in any and race, its own deadline or
+ * cancel in all four), it calls weft_future_cancel on each of them that is
+ * still unsettled and returns without waiting for them to settle; every
+ * future keeps its own result for weft_future_try. */
+
+/* Waits until every future is resolved (Promise.all, asyncio.gather): returns
+ * 0, or at the first rejection cancels the rest and returns that error
+ * (fail fast). -ETIMEDOUT, -ECANCELED: the unsettled ones are cancelled.
+ * -EINVAL, -EPERM. Blocks. */
+WEFT_EXTERN int weft_future_all(weft_future *const *fs, int n,
+                                weft_time deadline);
+
+/* Waits until every future is settled, whatever the results
+ * (Promise.allSettled, gather(return_exceptions=True)); statuses (may be
+ * NULL) gets each one's result in order (0 or its error). Returns 0, or
+ * -ETIMEDOUT, -ECANCELED (the unsettled ones are cancelled; their entries
+ * say -EAGAIN), -EINVAL, -EPERM. Blocks. */
+WEFT_EXTERN int weft_future_all_settled(weft_future *const *fs, int n,
+                                        int *statuses, weft_time deadline);
+
+/* Waits for the first future to be resolved (Promise.any): cancels the
+ * rest and returns its index. If every one is rejected, returns the first
+ * rejection's error (each future keeps its own). -ETIMEDOUT, -ECANCELED,
+ * -EINVAL, -EPERM. Blocks. */
+WEFT_EXTERN int weft_future_any(weft_future *const *fs, int n,
+                                weft_time deadline);
+
+/* Waits for the first future to be settled, resolved or rejected
+ * (Promise.race): cancels the rest and returns its index (its result is
+ * in the future). -ETIMEDOUT, -ECANCELED, -EINVAL, -EPERM. Blocks. */
+WEFT_EXTERN int weft_future_race(weft_future *const *fs, int n,
+                                 weft_time deadline);
+
+/* Runs fns[i](args[i]) for i < n (1 to 65536) as tasks of a new scope with
+ * the given policy and deadline, and joins it: all (WEFT_FAIL_FAST),
+ * all-settled (WEFT_COLLECT), any (WEFT_FIRST), race (WEFT_RACE) over tasks.
+ * args may be NULL (every arg NULL). statuses (may be NULL) gets each
+ * task's status in order (-ECANCELED for a task cancelled before it
+ * started); winner (may be NULL) the winning index for WEFT_FIRST and
+ * WEFT_RACE, else -1. Returns what weft_scope_join returns under that
+ * policy, or -EINVAL, -ENOMEM, -EPERM. Blocks until every task has
+ * finished (structured: no task outlives the call); not a cancellation
+ * point of its own, but a cancel reaches every task. */
+WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
+                            const weft_fn *fns, void *const *args,
+                            int *statuses, int *winner);
+
+/* ------------------------------------------------------------------------
+ * 10. Bounded parallelism and pipelines
+ * ---------------------------------------------------------------------- */
+
+/* One call of weft_map: works on item i and stores its result where ctx
+ * says (so results come back in input order). Returns >= 0 or an error. */
+typedef int (*weft_map_fn)(void *ctx, size_t i);
+
+/* Calls fn(ctx, i) for every i < n, each in a task, with at most limit of
+ * them running at once (limit <= 0: no limit), starting them in index
+ * order, in a new scope with the given policy and deadline: WEFT_FAIL_FAST
+ * (the first error cancels the running calls and starts no more) or
+ * WEFT_COLLECT (every call runs). statuses (may be NULL, n entries) gets
+ * each call's status, -ECANCELED for a call never started. Returns 0, the
+ * first error (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (other
+ * policies), -ENOMEM, -EPERM. Uses at most limit tasks, whatever n is.
+ * Blocks until every started call has finished; a cancel reaches every
+ * call. */
+WEFT_EXTERN int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx,
+                         weft_policy policy, weft_time deadline, int *statuses);
+
+/* A stage's function returns WEFT_SKIP to drop the value (a filter). */
+#define WEFT_SKIP 1
+
+/* One stage of a pipeline: fn(ctx, in, out) reads one value of the
+ * previous stage (or of the input channel) and writes one value of
+ * out_size bytes to *out. Returns 0 to pass it on, WEFT_SKIP to drop it,
+ * or a negative error, which fails the whole pipeline. */
+typedef int (*weft_stage_fn)(void *ctx, const void *in, void *out);
+
+typedef struct weft_stage {
+    weft_stage_fn fn;
+    void *ctx;       /* shared by the stage's workers */
+    size_t out_size; /* 1 to 65536; the last stage's is the out channel's */
+    int workers;     /* tasks running fn (fan-out); 0 means 1 */
+    int ordered;     /* non-zero: values leave in the order they came in */
+    size_t capacity; /* values buffered after this stage (0: rendezvous) */
+} weft_stage;
+
+/* Runs values from `in` through stages[0 .. n-1] (1 to 64 of them) into
+ * `out`: each stage's workers take values as they come (fan-out), and
+ * their results are merged into the next stage (fan-in), in input order
+ * for an ordered stage. When `in` is closed and drained and everything has
+ * gone through, closes `out` and returns 0. The first stage error cancels
+ * the whole pipeline: values in flight are dropped, `in` and `out` are
+ * closed (a producer's sends then fail with -EPIPE, a consumer sees
+ * -EPIPE), and the error is returned. The deadline (WEFT_NEVER: none) and a
+ * cancel of the calling task do the same, returning -ETIMEDOUT or
+ * -ECANCELED. Returns -EINVAL (NULL, n out of range, a size that does not
+ * match a channel's element size) before touching anything. Blocks until
+ * every stage task has finished. */
+WEFT_EXTERN int weft_pipeline(weft_chan *in, weft_chan *out,
+                              const weft_stage *stages, int n,
+                              weft_time deadline);
+
+/* ------------------------------------------------------------------------
+ * 11. Resilience: retry, circuit breaker, rate limiter, bulkhead, fallback
+ *
+ * All of these run on the runtime's clock, so that with the virtual clock
+ * their timing is exact and their tests take no real time.
+ * ---------------------------------------------------------------------- */
+
+typedef enum weft_jitter {
+    WEFT_JITTER_NONE = 0,  /* min(cap, base * 2^k) */
+    WEFT_JITTER_FULL = 1,  /* uniform in [0, min(cap, base * 2^k)] */
+    WEFT_JITTER_EQUAL = 2, /* half that, plus uniform in [0, half] */
+    /* min(cap, uniform in [base, 3 * previous delay]) */
+    WEFT_JITTER_DECORRELATED = 3,
+} weft_jitter;
+
+typedef struct weft_retry {
+    int max_attempts; /* attempts in all, the first included; 0: 3 */
+    int64_t base_ns;  /* the first delay before jitter; 0: 100 ms */
+    int64_t cap_ns;   /* no delay longer than this; 0: no cap */
+    weft_jitter jitter;
+    int64_t budget_ns; /* no attempt starts later than this after the
+                        * first one started; 0: no budget */
+    /* Whether a failed status is worth another attempt; NULL: every
+     * negative status but -ECANCELED. */
+    int (*retryable)(int status, void *ctx);
+    /* Called before each delay (may be NULL): the attempt that failed
+     * (1, 2, ...), its status and the delay about to be slept. */
+    void (*on_retry)(int attempt, int status, int64_t delay_ns, void *ctx);
+    void *ctx;
+    uint64_t seed; /* jitter seed; 0: drawn from the runtime */
+} weft_retry;
+
+/* The delays of a retry policy, one after another: for loops that retry
+ * by hand, and to know in advance what weft_retry_call will sleep. */
+typedef struct weft_backoff {
+    const weft_retry *policy;
+    int attempt;  /* delays drawn so far */
+    int64_t prev; /* the last delay (decorrelated jitter) */
+    uint64_t rng;
+} weft_backoff;
+
+/* Starts a sequence of delays for policy (which must outlive b). Returns 0
+ * or -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_backoff_init(weft_backoff *b, const weft_retry *policy);
+
+/* The next delay in ns (>= 0), or -EINVAL. Never blocks. */
+WEFT_EXTERN int64_t weft_backoff_next(weft_backoff *b);
+
+/* Calls fn(arg) until it returns >= 0, returns a status that is not
+ * retryable, or max_attempts calls have been made, sleeping the policy's
+ * delays in between (policy NULL: the defaults). Never sleeps past the
+ * budget or the task's deadline (weft_deadline()): when the next delay
+ * would end after either, it returns the last status at once. Returns
+ * fn's last status, or -ECANCELED if the task is cancelled while it
+ * sleeps (fn is not called again), -EINVAL, -EPERM. Blocks; a cancellation
+ * point between attempts. */
+WEFT_EXTERN int weft_retry_call(const weft_retry *policy, weft_fn fn,
+                                void *arg);
+
+typedef enum weft_breaker_state {
+    WEFT_BREAKER_CLOSED = 0,    /* calls go through; failures are counted */
+    WEFT_BREAKER_OPEN = 1,      /* calls are rejected until the cool-down */
+    WEFT_BREAKER_HALF_OPEN = 2, /* a few trial calls decide */
+} weft_breaker_state;
+
+typedef struct weft_breaker weft_breaker;
+
+typedef struct weft_breaker_opts {
+    int failure_threshold; /* consecutive failures that open it; 0: off */
+    int failure_rate;      /* percent of failures in the window that opens
+                            * it (1 to 100); 0: off */
+    int min_calls;         /* calls in the window before the rate counts */
+    int64_t window_ns;     /* sliding window of the rate; 0: 10 s */
+    int64_t cooldown_ns;   /* open -> half-open after this; 0: 5 s */
+    int half_open_calls;   /* trial calls let through half-open; 0: 1.
+                            * All succeed: closed; one fails: open again */
+    /* Whether a status counts as a failure; NULL: status < 0. */
+    int (*is_failure)(int status, void *ctx);
+    /* Called on every state change, on the thread that caused it, with no
+     * lock held (may be NULL). */
+    void (*on_change)(weft_breaker *b, weft_breaker_state from,
+                      weft_breaker_state to, void *ctx);
+    void *ctx;
+} weft_breaker_opts;
+
+typedef struct weft_breaker_stats {
+    weft_breaker_state state;
+    int64_t calls;        /* calls let through */
+    int64_t failures;     /* of them, failures */
+    int64_t rejected;     /* calls refused while open or half-open */
+    int64_t opened;       /* times it opened */
+    weft_time open_until; /* when an open breaker half-opens */
+} weft_breaker_stats;
+
+/* Creates a closed breaker. Returns 0 and sets *out, -EINVAL (a value out
+ * of range; opts NULL: defaults, failure_threshold 5), -ENOMEM. Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_breaker_new(weft_breaker **out,
+                                 const weft_breaker_opts *opts);
+
+/* Frees it. Returns 0, -EBUSY (calls are in flight: nothing freed),
+ * -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_breaker_free(weft_breaker *b);
+
+/* Asks to make one call: 0 (go ahead, then report with
+ * weft_breaker_record), or -EHOSTDOWN (open, or half-open with its trial
+ * calls taken: do not call). Any thread; never blocks. */
+WEFT_EXTERN int weft_breaker_acquire(weft_breaker *b);
+
+/* Reports the status of a call that weft_breaker_acquire let through.
+ * Returns 0, -EINVAL (NULL, or no call in flight). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_breaker_record(weft_breaker *b, int status);
+
+/* acquire, fn(arg), record: returns fn's status, or -EHOSTDOWN (rejected:
+ * fn not called). Blocks as fn does. */
+WEFT_EXTERN int weft_breaker_call(weft_breaker *b, weft_fn fn, void *arg);
+
+/* A snapshot of the state and counters (an open breaker whose cool-down is
+ * over shows as half-open). Returns 0 or -EINVAL. Never blocks. */
+WEFT_EXTERN int weft_breaker_stats_get(weft_breaker *b,
+                                       weft_breaker_stats *out);
+
+typedef struct weft_limiter weft_limiter;
+
+/* A token bucket: `tokens` tokens every `per_ns` nanoseconds (e.g. 100 per
+ * WEFT_SEC), holding at most `burst` (>= 1), full at the start. Returns 0
+ * and sets *out, -EINVAL, -ENOMEM. Any thread; never blocks. */
+WEFT_EXTERN int weft_limiter_new(weft_limiter **out, int64_t tokens,
+                                 int64_t per_ns, int64_t burst);
+
+/* Frees it. Returns 0, -EBUSY (a task waits in it: nothing freed),
+ * -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_limiter_free(weft_limiter *l);
+
+/* Takes n tokens (1 to burst), suspending the task until they are due:
+ * takers are served in arrival order, and each sleeps exactly until its
+ * tokens are due (no polling, no background task). Returns 0, -ETIMEDOUT
+ * at once, taking nothing, if they would come after the deadline
+ * (WEFT_NEVER: none), -ECANCELED, -EINVAL (n out of range), -EPERM.
+ * Cancellation point: a cancelled wait gives its tokens back (as far as
+ * later takers have not counted on them). Blocks. */
+WEFT_EXTERN int weft_limiter_acquire(weft_limiter *l, int64_t n,
+                                     weft_time deadline);
+
+/* Takes n tokens if they are there now: 0, or -EAGAIN (nothing taken),
+ * -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_limiter_try(weft_limiter *l, int64_t n);
+
+typedef struct weft_bulkhead weft_bulkhead;
+
+/* At most max_calls (>= 1) calls at once, and at most max_queue (>= 0)
+ * callers waiting for a turn. Returns 0 and sets *out, -EINVAL, -ENOMEM.
+ * Any thread; never blocks. */
+WEFT_EXTERN int weft_bulkhead_new(weft_bulkhead **out, int max_calls,
+                                  int max_queue);
+
+/* Frees it. Returns 0, -EBUSY (calls in flight or waiting: nothing
+ * freed), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_bulkhead_free(weft_bulkhead *b);
+
+/* Enters: 0 (a turn is held: call weft_bulkhead_leave after), -EBUSY (the
+ * wait queue is full: rejected at once), -ETIMEDOUT, -ECANCELED, -EINVAL,
+ * -EPERM. Waiters are served in arrival order. Cancellation point: a
+ * cancelled or timed-out wait holds no turn and leaves no waiter. Blocks. */
+WEFT_EXTERN int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline);
+
+/* Gives the turn back (to the first waiter). Returns 0 or -EINVAL (no turn
+ * held). Any thread; never blocks. */
+WEFT_EXTERN int weft_bulkhead_leave(weft_bulkhead *b);
+
+/* enter, fn(arg), leave: returns fn's status, or enter's error (fn not
+ * called). Blocks. */
+WEFT_EXTERN int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
+                                   weft_time deadline);
+
+/* Runs fn(arg) with a timeout, as weft_with_timeout; if it fails (times
+ * out, or returns a negative status), runs fallback(fallback_arg) and
+ * returns its status instead (the safe default of "fetch with timeout").
+ * If the calling task itself is cancelled, returns -ECANCELED without the
+ * fallback. Returns -EINVAL (fn or fallback NULL), -EPERM. Blocks. */
+WEFT_EXTERN int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
+                                   weft_fn fallback, void *fallback_arg);
 
 #ifdef __cplusplus
 }

@@ -439,7 +439,7 @@ struct weft_scope {
     weft_task *owner;   /* task that opened it (NULL for the root) */
     weft_task *members; /* children still running */
     int spawned, live, failed;
-    int first_error;   /* first failure (FAIL_FAST, FIRST), else 0 */
+    int first_error;   /* first failure (FAIL_FAST, FIRST); RACE: the winner's status */
     int winner;        /* FIRST: winning child, else -1 */
     int64_t *statuses; /* COLLECT, FIRST: per child, INT64_MIN running */
     int capstatuses;

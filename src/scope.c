@@ -42,7 +42,7 @@ static void scope_unlock(const weft_scope *s)
 
 static bool keeps_statuses(const weft_scope *s)
 {
-    return s->policy == WEFT_COLLECT || s->policy == WEFT_FIRST;
+    return s->policy != WEFT_FAIL_FAST;
 }
 
 /* ---- cancellation ---- */
@@ -177,6 +177,13 @@ static void record_status(weft_scope *s, weft_task *t)
             s->first_error = st;
         }
         break;
+    case WEFT_RACE:
+        if (s->winner < 0 && !cancelled) {
+            s->winner = t->index;
+            s->first_error = st; /* the winner's status, whatever it is */
+            cancel_locked(s, CANCEL_POLICY);
+        }
+        break;
     case WEFT_COLLECT:
         break;
     }
@@ -227,11 +234,13 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
 {
     weft_worker *w = s->owner->worker;
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    if (deadline == 0)
+        deadline = WEFT_NEVER;
+    scope_lock(s); /* weft_deadline() reads it from the children */
     s->deadline = deadline;
-    if (deadline == 0 || deadline == WEFT_NEVER) {
-        s->deadline = WEFT_NEVER;
+    scope_unlock(s);
+    if (deadline == WEFT_NEVER)
         return 0;
-    }
     if (deadline <= weft__now(w->rt))
         return weft__scope_cancel(s, CANCEL_DEADLINE);
     weft__wheel_arm(&w->wheel, &s->deadline_timer, deadline);
@@ -247,7 +256,7 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
         return -EPERM;
     weft_policy policy = opts ? opts->policy : WEFT_FAIL_FAST;
     if (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT &&
-        policy != WEFT_FIRST)
+        policy != WEFT_FIRST && policy != WEFT_RACE)
         return -EINVAL;
     if (opts && opts->deadline < 0)
         return -EINVAL;
@@ -295,6 +304,12 @@ static int scope_result(const weft_scope *s)
         if (by_cancel)
             return by_cancel;
         return s->spawned == 0 ? -ENOENT : s->first_error;
+    case WEFT_RACE:
+        if (s->winner >= 0)
+            return s->first_error;
+        if (by_cancel)
+            return by_cancel;
+        return s->spawned == 0 ? -ENOENT : 0;
     }
     return -EINVAL;
 }
@@ -461,6 +476,26 @@ int weft_scope_winner(const weft_scope *s)
     int w = s->winner;
     scope_unlock(s);
     return w >= 0 ? w : -ENOENT;
+}
+
+weft_time weft_deadline(void)
+{
+    weft_task *t = weft__current();
+    if (!t)
+        return WEFT_NEVER;
+    weft_time d = WEFT_NEVER;
+    /* The scopes on the way up stay open while the task runs inside them
+     * (a scope cannot be joined before its children finish). */
+    for (weft_scope *s = ld_rlx(&t->cur); s; s = s->parent) {
+        scope_lock(s);
+        if (s->deadline < d)
+            d = s->deadline;
+        bool shield = s->shield;
+        scope_unlock(s);
+        if (shield)
+            break;
+    }
+    return d;
 }
 
 weft_scope *weft_scope_current(void)
