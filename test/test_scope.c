@@ -444,6 +444,104 @@ TEST(first_with_deadline)
     ASSERT_EQ(t_run_virtual(1, first_beats_deadline_root, NULL), 0);
 }
 
+/* WEFT_RACE: the first child to finish wins, even with a failure; join
+ * returns its status (positive ones too) and the rest are cancelled. */
+static int race_root(void *arg)
+{
+    (void)arg;
+    struct kid k[3] = {
+        {.sleep = 3 * WEFT_SEC, .ret = 0},
+        {.sleep = 1 * WEFT_SEC, .ret = -EIO},
+        {.sleep = 2 * WEFT_SEC, .ret = 0},
+    };
+    weft_scope *s = open_scope(WEFT_RACE, 0, 0);
+    ASSERT_EQ(weft_scope_winner(s), -ENOENT);
+    spawn_kids(s, k, 3);
+    ASSERT_EQ(weft_scope_join(s), -EIO);
+    ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_winner(s), 1);
+    int want[3] = {-ECANCELED, -EIO, -ECANCELED};
+    for (int i = 0; i < 3; i++) {
+        int st;
+        ASSERT_EQ(weft_scope_status(s, i, &st), 0);
+        ASSERT_EQ(st, want[i]);
+    }
+    ASSERT_EQ(k[0].at, 1 * WEFT_SEC);
+    ASSERT_EQ(k[2].at, 1 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    struct kid k2[2] = {{.sleep = 2 * WEFT_SEC, .ret = -EIO},
+                        {.sleep = 1 * WEFT_SEC, .ret = 7}};
+    s = open_scope(WEFT_RACE, 0, 0);
+    spawn_kids(s, k2, 2);
+    ASSERT_EQ(weft_scope_join(s), 7);
+    ASSERT_EQ(weft_scope_winner(s), 1);
+    ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* Nobody finishes by the deadline: -ETIMEDOUT, no winner. */
+    struct kid k3[2] = {{.sleep = 5 * WEFT_SEC}, {.sleep = 6 * WEFT_SEC}};
+    s = open_scope(WEFT_RACE, 4 * WEFT_SEC, 0);
+    spawn_kids(s, k3, 2);
+    ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
+    ASSERT_EQ(weft_scope_winner(s), -ENOENT);
+    ASSERT_EQ(weft_now(), 4 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* No child at all. */
+    s = open_scope(WEFT_RACE, 0, 0);
+    ASSERT_EQ(weft_scope_join(s), -ENOENT);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(race_first_to_finish_wins)
+{
+    ASSERT_EQ(t_run_virtual(1, race_root, NULL), 0);
+}
+
+/* weft_deadline(): the earliest deadline up the scope chain, stopping at a
+ * shield; children see their parents' deadlines. */
+static int deadline_seen_child(void *arg)
+{
+    *(weft_time *)arg = weft_deadline();
+    return 0;
+}
+
+static int effective_deadline_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_deadline(), WEFT_NEVER);
+    weft_scope *a = open_scope(WEFT_FAIL_FAST, 10 * WEFT_SEC, 0);
+    ASSERT_EQ(weft_deadline(), 10 * WEFT_SEC);
+    weft_scope *b = open_scope(WEFT_FAIL_FAST, 20 * WEFT_SEC, 0);
+    ASSERT_EQ(weft_deadline(), 10 * WEFT_SEC); /* the outer one is earlier */
+    weft_time seen = 0;
+    ASSERT_EQ(weft_spawn(b, deadline_seen_child, &seen), 0);
+    ASSERT_EQ(weft_scope_set_deadline(b, 5 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_deadline(), 5 * WEFT_SEC);
+    weft_scope *sh = open_scope(WEFT_FAIL_FAST, 0, 1);
+    ASSERT_EQ(weft_deadline(), WEFT_NEVER); /* a shield hides the rest */
+    ASSERT_EQ(weft_scope_set_deadline(sh, 30 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_deadline(), 30 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_join(sh), 0);
+    ASSERT_EQ(weft_scope_free(sh), 0);
+    ASSERT_EQ(weft_scope_join(b), 0);
+    ASSERT(seen == 10 * WEFT_SEC || seen == 5 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(b), 0);
+    ASSERT_EQ(weft_deadline(), 10 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_join(a), 0);
+    ASSERT_EQ(weft_scope_free(a), 0);
+    ASSERT_EQ(weft_deadline(), WEFT_NEVER);
+    return 0;
+}
+
+TEST(effective_deadline)
+{
+    ASSERT_EQ(weft_deadline(), WEFT_NEVER); /* outside a runtime */
+    ASSERT_EQ(t_run_virtual(1, effective_deadline_root, NULL), 0);
+}
+
 /* ---- level-triggered cancellation ------------------------------------ */
 
 static atomic_int lt_checked;
