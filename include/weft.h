@@ -276,14 +276,19 @@ typedef struct weft_spawn_opts {
     const char *name;
     /* Stack size of this task; 0: the runtime's default. */
     size_t stack_size;
+    /* 0: the scheduler places the task (where it was spawned, or on an
+     * idle worker that takes it). k >= 1: it starts, and so stays, on
+     * worker k - 1 (weft_worker_id() + 1), e.g. one acceptor per worker
+     * with SO_REUSEPORT. */
+    int worker;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
  * scope). The child starts soon, on this worker or on an idle one.
  * Returns the child's index in the scope (0, 1, 2, ... in spawn order), or
- * -EINVAL (fn is NULL), -EPERM (not called from a task of this runtime),
- * -ESHUTDOWN (the scope was joined), -ECANCELED (the scope is cancelled),
- * -ENOMEM. Never blocks, but may yield: a task that spawns many children
+ * -EINVAL (fn is NULL, or opts->worker is not 0 .. weft_workers()), -EPERM
+ * (not called from a task of this runtime), -ESHUTDOWN (the scope was
+ * joined), -ECANCELED (the scope is cancelled), -ENOMEM. Never blocks, but may yield: a task that spawns many children
  * without blocking lets them run every so often, so a spawning loop cannot
  * fill memory with tasks that have not started. Not a cancellation point.
  * Use the macros, which record the spawn site for diagnostics. */

@@ -739,6 +739,12 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         return -EPERM;
     if (!fn)
         return -EINVAL;
+    weft_worker *pin = NULL; /* the worker the task must start on */
+    if (o && o->worker) {
+        if (o->worker < 0 || o->worker > w->rt->nworkers)
+            return -EINVAL;
+        pin = &w->rt->workers[o->worker - 1];
+    }
     weft_task *self = w->cur;
     if (!s)
         s = ld_rlx(&self->cur);
@@ -753,6 +759,11 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     if (w->rt->seeded) {
         ready_push(w, t);
+    } else if (pin) { /* not in a deque: nobody may steal it */
+        if (pin == w)
+            q_push(&w->runq, t);
+        else
+            inbox_push(pin, t);
     } else if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0) {
         q_push(&w->runq, t); /* no memory to grow: runs here, unstealable */
     } else {

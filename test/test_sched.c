@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
 
 /* ---- seeded determinism ----------------------------------------------- */
 
@@ -579,4 +581,111 @@ TEST(spawn_heavy_loop_one_worker)
 TEST(spawn_heavy_loop_four_workers)
 {
     heavy_run(4);
+}
+
+/* ---- placement: weft_spawn_opts.worker ------------------------------- */
+
+#define PIN_PER_WORKER 50
+
+struct pin {
+    atomic_int wrong;   /* tasks that started elsewhere than asked */
+    atomic_int started; /* pinned tasks that have started */
+    atomic_int hold;    /* worker 0's blocker spins while this is set */
+};
+
+static int pinned_task(void *arg)
+{
+    struct pin *p = arg;
+    int want = (int)(intptr_t)weft_task_name()[0] - '0';
+    if (weft_worker_id() != want)
+        atomic_fetch_add(&p->wrong, 1);
+    atomic_fetch_add(&p->started, 1);
+    /* Block and wake again: a started task stays where it is. */
+    ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+    if (weft_worker_id() != want)
+        atomic_fetch_add(&p->wrong, 1);
+    return 0;
+}
+
+static int blocker(void *arg)
+{
+    struct pin *p = arg;
+    while (atomic_load(&p->hold))
+        ; /* keeps worker 0 busy without a scheduling point */
+    return 0;
+}
+
+/* Waits (yielding) until the blocker has held worker 0 for many steal
+ * rounds of the idle workers, checking that no task pinned there started
+ * elsewhere, then releases it. */
+static int releaser(void *arg)
+{
+    struct pin *p = arg;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        ASSERT_EQ(atomic_load(&p->started), 0);
+        weft_yield();
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - t0.tv_sec) * WEFT_SEC + now.tv_nsec - t0.tv_nsec <
+             5 * WEFT_MSEC);
+    atomic_store(&p->hold, 0);
+    return 0;
+}
+
+static const char *const pin_names[] = {"0", "1", "2", "3"};
+
+static int pin_root(void *arg)
+{
+    struct pin *p = arg;
+    int n = weft_workers();
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int k = 0; k < PIN_PER_WORKER; k++)
+        for (int i = 0; i < n; i++) {
+            weft_spawn_opts o = {.name = pin_names[i], .worker = i + 1};
+            ASSERT(weft_spawn_ex(s, pinned_task, p, &o) >= 0);
+        }
+    /* Out of range: nothing spawned. */
+    weft_spawn_opts bad = {.worker = n + 1};
+    ASSERT_EQ(weft_spawn_ex(s, pinned_task, p, &bad), -EINVAL);
+    bad.worker = -1;
+    ASSERT_EQ(weft_spawn_ex(s, pinned_task, p, &bad), -EINVAL);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_spawned(s), n * PIN_PER_WORKER);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(atomic_load(&p->started), n * PIN_PER_WORKER);
+    ASSERT_EQ(atomic_load(&p->wrong), 0);
+
+    /* Pinned tasks wait for their worker even while it is stuck in a long
+     * task and another is idle: nobody steals them. A releaser on worker
+     * 1 lets the blocker on worker 0 go after a while. */
+    if (n < 2)
+        return 0;
+    atomic_store(&p->started, 0);
+    atomic_store(&p->hold, 1);
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    /* The releaser first: spawning yields now and then, and the blocker
+     * would keep the spawning loop from going on. */
+    weft_spawn_opts r = {.worker = 2};
+    ASSERT(weft_spawn_ex(s, releaser, p, &r) >= 0);
+    weft_spawn_opts b = {.worker = 1};
+    ASSERT(weft_spawn_ex(s, blocker, p, &b) >= 0);
+    for (int k = 0; k < PIN_PER_WORKER; k++) {
+        weft_spawn_opts o = {.name = pin_names[0], .worker = 1};
+        ASSERT(weft_spawn_ex(s, pinned_task, p, &o) >= 0);
+    }
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(atomic_load(&p->started), PIN_PER_WORKER);
+    ASSERT_EQ(atomic_load(&p->wrong), 0);
+    return 0;
+}
+
+TEST(spawn_on_a_worker)
+{
+    for (int workers = 1; workers <= 4; workers *= 2) {
+        struct pin p = {0};
+        ASSERT_EQ(t_run_mono(workers, pin_root, &p), 0);
+    }
 }
