@@ -195,4 +195,13 @@ static inline void spawn(weft_fn fn, void *arg)
     ASSERT(weft_spawn(NULL, fn, arg) >= 0);
 }
 
+/* Spawns fn(arg) into the current scope to start (and stay) on worker
+ * `worker` modulo the number of workers: for tests that need tasks on
+ * several workers for certain. */
+static inline void spawn_on(int worker, weft_fn fn, void *arg)
+{
+    weft_spawn_opts o = {.worker = worker % weft_workers() + 1};
+    ASSERT(weft_spawn_ex(NULL, fn, arg, &o) >= 0);
+}
+
 #endif

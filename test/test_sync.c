@@ -100,7 +100,7 @@ static int mx_root(void *arg)
     struct mx *x = arg;
     weft_scope *s = scope_open();
     for (int i = 0; i < MX_TASKS; i++)
-        spawn(mx_task, x);
+        spawn_on(i, mx_task, x);
     scope_end(s);
     ASSERT_EQ(x->counter, MX_TASKS * x->per_task);
     ASSERT_EQ(weft_mutex_trylock(&x->m), 0); /* left free */
@@ -119,16 +119,9 @@ static int workers_used(atomic_long *per_worker)
 TEST(mutex_exclusion_across_workers)
 {
     static struct mx x;
-    /* Where tasks start is up to the OS scheduler: run again (each run
-     * checked exactly) until one has spread over at least two workers. */
-    int used = 0;
-    for (int attempt = 0; attempt < 10 && used < 2; attempt++) {
-        memset(&x, 0, sizeof x);
-        x.per_task = T_SCALE(5000);
-        ASSERT_EQ(t_run_mono(4, mx_root, &x), 0);
-        used = workers_used(x.per_worker);
-    }
-    ASSERT(used >= 2);
+    x.per_task = T_SCALE(5000);
+    ASSERT_EQ(t_run_mono(4, mx_root, &x), 0);
+    ASSERT_EQ(workers_used(x.per_worker), 4); /* spawned on each */
     /* And with one worker, where every hold spans a yield. */
     memset(&x, 0, sizeof x);
     x.per_task = T_SCALE(5000);
@@ -1349,11 +1342,11 @@ static int wgx_root(void *arg)
         if (rep % 2 == 0) {
             ASSERT_EQ(weft_wg_add(&x->wg, n), 0);
             for (long i = 0; i < n; i++)
-                spawn(wgx_task, x);
+                spawn_on((int)i, wgx_task, x);
         } else {
             for (long i = 0; i < n; i++) {
                 ASSERT_EQ(weft_wg_add(&x->wg, 1), 0);
-                spawn(wgx_task, x);
+                spawn_on((int)i, wgx_task, x);
             }
         }
         ASSERT_EQ(weft_wg_wait(&x->wg), 0);
@@ -1377,13 +1370,8 @@ static int wgx_root(void *arg)
 TEST(wg_across_workers)
 {
     static struct wgx x;
-    int used = 0;
-    for (int attempt = 0; attempt < 10 && used < 2; attempt++) {
-        memset(&x, 0, sizeof x);
-        ASSERT_EQ(t_run_mono(4, wgx_root, &x), 0);
-        used = workers_used(x.per_worker);
-    }
-    ASSERT(used >= 2);
+    ASSERT_EQ(t_run_mono(4, wgx_root, &x), 0);
+    ASSERT_EQ(workers_used(x.per_worker), 4); /* spawned on each */
 }
 
 /* ---- destroy of the other primitives: -EBUSY while waited on --------- */
