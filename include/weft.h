@@ -288,10 +288,11 @@ typedef struct weft_spawn_opts {
  * Returns the child's index in the scope (0, 1, 2, ... in spawn order), or
  * -EINVAL (fn is NULL, or opts->worker is not 0 .. weft_workers()), -EPERM
  * (not called from a task of this runtime), -ESHUTDOWN (the scope was
- * joined), -ECANCELED (the scope is cancelled), -ENOMEM. Never blocks, but may yield: a task that spawns many children
- * without blocking lets them run every so often, so a spawning loop cannot
- * fill memory with tasks that have not started. Not a cancellation point.
- * Use the macros, which record the spawn site for diagnostics. */
+ * joined), -ECANCELED (the scope is cancelled), -ENOMEM. Never blocks, but may
+ * yield: a task that spawns many children without blocking lets them run every
+ * so often, so a spawning loop cannot fill memory with tasks that have not
+ * started. Not a cancellation point. Use the macros, which record the spawn
+ * site for diagnostics. */
 WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
                               const weft_spawn_opts *opts, const char *file,
                               int line);
@@ -1200,7 +1201,8 @@ typedef struct weft_stage {
     size_t out_size; /* 1 to 65536; the last stage's is the out channel's */
     int workers;     /* tasks running fn (fan-out); 0 means 1 */
     int ordered;     /* non-zero: values leave in the order they came in */
-    size_t capacity; /* values buffered after this stage (0: rendezvous) */
+    size_t capacity; /* values buffered after this stage (0: rendezvous);
+                      * the last stage's is the out channel's own */
 } weft_stage;
 
 /* Runs values from `in` through stages[0 .. n-1] (1 to 64 of them) into
@@ -1213,8 +1215,9 @@ typedef struct weft_stage {
  * -EPIPE), and the error is returned. The deadline (WEFT_NEVER: none) and a
  * cancel of the calling task do the same, returning -ETIMEDOUT or
  * -ECANCELED. Returns -EINVAL (NULL, n out of range, a size that does not
- * match a channel's element size) before touching anything. Blocks until
- * every stage task has finished. */
+ * match a channel's element size), -ENOMEM, -EPERM before touching
+ * anything. A consumer that closes `out` early fails it as a stage error
+ * would: -EPIPE. Blocks until every stage task has finished. */
 WEFT_EXTERN int weft_pipeline(weft_chan *in, weft_chan *out,
                               const weft_stage *stages, int n,
                               weft_time deadline);

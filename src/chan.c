@@ -54,6 +54,11 @@ static bool chan_ok(const weft_chan *c)
     return c && c->magic == CHAN_MAGIC;
 }
 
+size_t weft__chan_elem(const weft_chan *c)
+{
+    return chan_ok(c) ? c->elem : 0;
+}
+
 int weft_chan_new(weft_chan **out, size_t elem_size, size_t capacity)
 {
     if (!out || elem_size == 0 || elem_size > MAX_ELEM)

@@ -439,7 +439,7 @@ struct weft_scope {
     weft_task *owner;   /* task that opened it (NULL for the root) */
     weft_task *members; /* children still running */
     int spawned, live, failed;
-    int first_error;   /* first failure (FAIL_FAST, FIRST); RACE: the winner's status */
+    int first_error;   /* first failure (FAIL_FAST, FIRST); RACE: winner's */
     int winner;        /* FIRST: winning child, else -1 */
     int64_t *statuses; /* COLLECT, FIRST: per child, INT64_MIN running */
     int capstatuses;
@@ -577,6 +577,10 @@ int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
 
 /* Locks m ignoring cancellation (condition variables re-lock with it
  * before returning, whatever ended the wait). Returns 0. Blocks. */
+/* The element size of a live channel, or 0 if c is NULL or not one. Any
+ * thread; never blocks. */
+size_t weft__chan_elem(const weft_chan *c);
+
 int weft__mutex_relock(weft_mutex *m);
 /* 1 if the calling task holds m, else 0. */
 int weft__mutex_held_by_me(weft_mutex *m);
