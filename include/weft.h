@@ -1075,7 +1075,8 @@ WEFT_EXTERN int weft_future_unref(weft_future *f);
 WEFT_EXTERN int weft_future_resolve(weft_future *f, const void *value);
 
 /* Settles f with the error err (negative). Returns 0, -EALREADY, -EINVAL
- * (err >= 0, NULL). Any thread; never blocks. */
+ * (err >= 0, err == -EINPROGRESS, which means "not settled yet", or NULL).
+ * Any thread; never blocks. */
 WEFT_EXTERN int weft_future_reject(weft_future *f, int err);
 
 /* Registers fn(arg), which weft_future_cancel calls (once, on the
@@ -1102,8 +1103,8 @@ WEFT_EXTERN int weft_future_await(weft_future *f, void *out,
                                   weft_time deadline);
 
 /* The result now: 0 (resolved; value copied to *out if out is not NULL),
- * the rejection error, -EAGAIN (not settled yet), -EINVAL. Any thread;
- * never blocks. */
+ * the rejection error, -EINPROGRESS (not settled yet), -EINVAL. Any
+ * thread; never blocks. */
 WEFT_EXTERN int weft_future_try(const weft_future *f, void *out);
 
 /* Spawns fn(arg) as a child of scope s (NULL: the current scope), as
@@ -1121,7 +1122,10 @@ WEFT_EXTERN int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg,
  * futures (a failure in all, a winner in any and race, its own deadline or
  * cancel in all four), it calls weft_future_cancel on each of them that is
  * still unsettled and returns without waiting for them to settle; every
- * future keeps its own result for weft_future_try. */
+ * future keeps its own result for weft_future_try. Futures already settled
+ * when a call starts are looked at in index order (race and any return
+ * the lowest such index); later ones count in the order they settle. Over
+ * 8 futures a call allocates, so each may also return -ENOMEM. */
 
 /* Waits until every future is resolved (Promise.all, asyncio.gather): returns
  * 0, or at the first rejection cancels the rest and returns that error
@@ -1134,7 +1138,7 @@ WEFT_EXTERN int weft_future_all(weft_future *const *fs, int n,
  * (Promise.allSettled, gather(return_exceptions=True)); statuses (may be
  * NULL) gets each one's result in order (0 or its error). Returns 0, or
  * -ETIMEDOUT, -ECANCELED (the unsettled ones are cancelled; their entries
- * say -EAGAIN), -EINVAL, -EPERM. Blocks. */
+ * say -EINPROGRESS), -EINVAL, -ENOMEM, -EPERM. Blocks. */
 WEFT_EXTERN int weft_future_all_settled(weft_future *const *fs, int n,
                                         int *statuses, weft_time deadline);
 
@@ -1300,8 +1304,10 @@ typedef struct weft_breaker_opts {
                             * All succeed: closed; one fails: open again */
     /* Whether a status counts as a failure; NULL: status < 0. */
     int (*is_failure)(int status, void *ctx);
-    /* Called on every state change, on the thread that caused it, with no
-     * lock held (may be NULL). */
+    /* Called on every state change, in the order of the changes, with no
+     * lock held (may be NULL): on the thread that caused it, or, when two
+     * changes race, on the thread reporting the earlier one. It may block
+     * and may call the breaker. */
     void (*on_change)(weft_breaker *b, weft_breaker_state from,
                       weft_breaker_state to, void *ctx);
     void *ctx;
@@ -1322,8 +1328,8 @@ typedef struct weft_breaker_stats {
 WEFT_EXTERN int weft_breaker_new(weft_breaker **out,
                                  const weft_breaker_opts *opts);
 
-/* Frees it. Returns 0, -EBUSY (calls are in flight: nothing freed),
- * -EINVAL. Any thread; never blocks. */
+/* Frees it. Returns 0, -EBUSY (calls are in flight, or a state change is
+ * being reported: nothing freed), -EINVAL. Any thread; never blocks. */
 WEFT_EXTERN int weft_breaker_free(weft_breaker *b);
 
 /* Asks to make one call: 0 (go ahead, then report with
@@ -1337,7 +1343,8 @@ WEFT_EXTERN int weft_breaker_acquire(weft_breaker *b);
 WEFT_EXTERN int weft_breaker_record(weft_breaker *b, int status);
 
 /* acquire, fn(arg), record: returns fn's status, or -EHOSTDOWN (rejected:
- * fn not called). Blocks as fn does. */
+ * fn not called). Its record counts against the state its call was let
+ * through in, however late it comes. Any thread; blocks as fn does. */
 WEFT_EXTERN int weft_breaker_call(weft_breaker *b, weft_fn fn, void *arg);
 
 /* A snapshot of the state and counters (an open breaker whose cool-down is

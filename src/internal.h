@@ -581,6 +581,9 @@ int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
  * thread; never blocks. */
 size_t weft__chan_elem(const weft_chan *c);
 
+/* For the tests: how many waiter nodes are on f's list now. */
+int weft__future_nwaiters(const weft_future *f);
+
 int weft__mutex_relock(weft_mutex *m);
 /* 1 if the calling task holds m, else 0. */
 int weft__mutex_held_by_me(weft_mutex *m);

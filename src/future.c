@@ -1,0 +1,750 @@
+/*
+ * Futures and combinators.
+ *
+ * A future is a refcounted heap object, as a channel is: a spinlock, a
+ * state (pending, resolved, rejected), the value bytes inline after the
+ * struct, an optional canceller, and a list of waiter nodes. It settles
+ * once, under its lock, from any thread (a task, a plain pthread, a foreign
+ * library's callback): the settler copies the value in, takes every node
+ * off the list and notifies it, then, after unlocking, finishes the wakes
+ * of the tasks it claimed (as weft_event_set does, so a plain thread can
+ * settle).
+ *
+ * Waiting on n futures at once (weft_future_await is n = 1). A waiting call
+ * has one group on its stack: the waiting task, its current park token
+ * (0 while it is not parked) and the list of the indexes that have fired,
+ * in the order they fired, all under the group's own lock. It puts one node
+ * per future on that future's list, each pointing at the group. A settling
+ * future, still holding its own lock, appends the node's index to its
+ * group's list and, if the group holds a token, claims the task with it.
+ * The waiting task reads the fired indexes under the group's lock and parks
+ * (publishing a new token under that lock) only when it has seen them all,
+ * so no settle can slip between its look and its park. Lock order: a
+ * future's lock, then a group's; a group's lock is never held while a
+ * future's is taken. Before it returns, the call takes every node it
+ * registered off its future (under that future's lock, so a settler that
+ * is still notifying has finished with the group), leaving no trace, as
+ * select does for channels.
+ *
+ * Determinism: futures already settled when a call starts are looked at in
+ * index order, and the call stops at the first that decides it. So when
+ * several are already settled at entry, weft_future_race returns the lowest
+ * index among them, weft_future_any the lowest resolved one, and
+ * weft_future_all the lowest-indexed rejection. Futures that settle while
+ * the call waits count in the order they settled, and one already taken
+ * in when the deadline or a cancel wakes the call still counts (a result
+ * that is there wins over a deadline at the same instant). The calls look
+ * at a future's state, not at a code: "not settled yet" is -EINPROGRESS,
+ * which weft_future_reject refuses, so no result can be mistaken for it.
+ *
+ * Giving up: every combinator, whatever ended it (a decision, its deadline,
+ * a cancel of its task), calls weft_future_cancel on every future whose
+ * settling it has not seen; on a settled one that is a no-op (-EALREADY).
+ * weft_future_await never cancels its future.
+ *
+ * weft_future_spawn runs a wrapper task that opens its own scope, runs
+ * fn(arg) inline in it, joins it, and settles the future with fn's status.
+ * The future's canceller cancels that scope; the scope pointer is published
+ * and withdrawn under the future's lock, and the canceller uses it only
+ * under that lock, so a cancel racing with the wrapper's exit never touches
+ * a freed scope. A cancel that comes before the scope exists is remembered
+ * and applied when it opens. A wrapper whose scope is cancelled before fn
+ * starts does not call fn (the future is rejected with -ECANCELED); so
+ * does each task of weft_gather, which records its status itself (a
+ * WEFT_FAIL_FAST scope keeps only its first error, and a task that was
+ * never spawned, its scope cancelled first, has none: -ECANCELED).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FUT_MAGIC 0x66757475u /* "futu" */
+#define FUT_DEAD 0x64656164u  /* "dead": freed (kept in debug builds) */
+#define MAX_VALUE 65536
+#define MAX_WAIT 1024    /* futures per combinator call */
+#define MAX_GATHER 65536 /* tasks per weft_gather */
+#define STACK_NODES 8    /* combinators this small need no malloc */
+
+enum { F_PENDING = 0, F_RESOLVED = 1, F_REJECTED = 2 };
+
+typedef struct fut_group fut_group;
+
+/* One future of one waiting call, on that future's list. */
+typedef struct fut_node {
+    struct fut_node *next, *prev; /* the future's list, under its lock */
+    fut_group *g;
+    int index;    /* the future's place in the call's array */
+    bool queued;  /* on the list (under the future's lock) */
+    bool reg;     /* the call put it there (owner only) */
+    bool settled; /* the call has taken in its result (owner only) */
+} fut_node;
+
+/* The waiting call: everything below is under `lock`. */
+struct fut_group {
+    weft__lock lock;
+    weft_task *task;
+    uint64_t token;   /* the park token while parked and unclaimed, else 0 */
+    int *fired;       /* indexes of the futures settled, in settle order */
+    int nfired;       /* entries in fired (each node fires at most once) */
+    int seen;         /* entries the waiting task has taken in */
+    fut_group *wnext; /* a settler's chain of groups it claimed */
+};
+
+struct weft_future {
+    uint32_t magic;  /* FUT_MAGIC while alive */
+    weft__lock lock; /* guards everything below but refs */
+    atomic_long refs;
+    int state; /* F_* */
+    int err;   /* F_REJECTED: the error */
+    size_t size;
+    void (*cancel_fn)(void *arg);
+    void *cancel_arg;
+    bool cancel_called;    /* the canceller has been called (once) */
+    fut_node *head, *tail; /* waiter nodes, in arrival order */
+    /* weft_future_spawn only */
+    bool task_cancel;       /* cancel asked: cancel the scope when open */
+    weft_scope *task_scope; /* the wrapper's scope while it exists */
+    weft_fn task_fn;
+    void *task_arg;
+    unsigned char value[]; /* size bytes */
+};
+
+static bool fut_ok(const weft_future *f)
+{
+    return f && f->magic == FUT_MAGIC;
+}
+
+static void fut_lock(const weft_future *f)
+{
+    weft__lock_acquire((weft__lock *)&f->lock);
+}
+
+static void fut_unlock(const weft_future *f)
+{
+    weft__lock_release((weft__lock *)&f->lock);
+}
+
+int weft_future_new(weft_future **out, size_t value_size)
+{
+    if (!out || value_size > MAX_VALUE)
+        return -EINVAL;
+    weft_future *f = calloc(1, sizeof(*f) + value_size);
+    if (!f)
+        return -ENOMEM;
+    f->magic = FUT_MAGIC;
+    f->size = value_size;
+    f->state = F_PENDING;
+    atomic_init(&f->refs, 1);
+    *out = f;
+    return 0;
+}
+
+weft_future *weft_future_ref(weft_future *f)
+{
+    if (fut_ok(f))
+        add_rlx(&f->refs, 1);
+    return f;
+}
+
+int weft_future_unref(weft_future *f)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    if (add_acq_rel(&f->refs, -1) != 1)
+        return 0;
+#if !defined(NDEBUG) && !defined(WEFT_ASAN)
+    /* Debug builds keep the husk (as for channels), so a call on a freed
+     * future finds FUT_DEAD and returns -EINVAL instead of touching freed
+     * memory. (ASan builds free it: ASan reports such a use itself.) */
+    f->magic = FUT_DEAD;
+#else
+    f->magic = FUT_DEAD;
+    free(f);
+#endif
+    return 0;
+}
+
+/* ---- settling ---- */
+
+static void node_remove(weft_future *f, fut_node *nd)
+{
+    if (!nd->queued)
+        return;
+    if (nd->prev)
+        nd->prev->next = nd->next;
+    else
+        f->head = nd->next;
+    if (nd->next)
+        nd->next->prev = nd->prev;
+    else
+        f->tail = nd->prev;
+    nd->queued = false;
+}
+
+/* Appends: a settling future notifies its nodes in arrival order, so one
+ * call's nodes on one future fire in index order. */
+static void node_push(weft_future *f, fut_node *nd)
+{
+    nd->next = NULL;
+    nd->prev = f->tail;
+    if (f->tail)
+        f->tail->next = nd;
+    else
+        f->head = nd;
+    f->tail = nd;
+    nd->queued = true;
+}
+
+/* Under f's lock: settles f and notifies every node; returns the groups
+ * whose tasks it claimed, to finish after unlocking. */
+static fut_group *settle_locked(weft_future *f, int state, int err,
+                                const void *value)
+{
+    f->state = state;
+    f->err = err;
+    if (state == F_RESOLVED && f->size)
+        memcpy(f->value, value, f->size);
+    fut_group *woken = NULL;
+    fut_node *nd;
+    while ((nd = f->head) != NULL) {
+        node_remove(f, nd);
+        fut_group *g = nd->g;
+        weft__lock_acquire(&g->lock);
+        g->fired[g->nfired++] = nd->index;
+        if (g->token && weft__wake_claim(g->task, g->token)) {
+            g->token = 0;
+            g->wnext = woken;
+            woken = g;
+        }
+        weft__lock_release(&g->lock);
+    }
+    return woken;
+}
+
+/* After unlocking: lets the claimed tasks run. A group is gone once its
+ * task runs, so read the link first. */
+static void finish_woken(fut_group *g)
+{
+    while (g) {
+        fut_group *next = g->wnext;
+        weft__wake_finish(g->task, 0);
+        g = next;
+    }
+}
+
+static int settle(weft_future *f, int state, int err, const void *value)
+{
+    fut_lock(f);
+    if (f->state != F_PENDING) {
+        fut_unlock(f);
+        return -EALREADY;
+    }
+    fut_group *woken = settle_locked(f, state, err, value);
+    fut_unlock(f);
+    finish_woken(woken);
+    return 0;
+}
+
+int weft_future_resolve(weft_future *f, const void *value)
+{
+    if (!fut_ok(f) || (f->size && !value))
+        return -EINVAL;
+    return settle(f, F_RESOLVED, 0, value);
+}
+
+int weft_future_reject(weft_future *f, int err)
+{
+    if (!fut_ok(f) || err >= 0 || err == -EINPROGRESS)
+        return -EINVAL;
+    return settle(f, F_REJECTED, err, NULL);
+}
+
+int weft_future_set_canceller(weft_future *f, void (*fn)(void *arg), void *arg)
+{
+    if (!fut_ok(f) || !fn)
+        return -EINVAL;
+    int rc = 0;
+    fut_lock(f);
+    if (f->state != F_PENDING) {
+        rc = -EALREADY;
+    } else if (f->cancel_fn) {
+        rc = -EBUSY;
+    } else {
+        f->cancel_fn = fn;
+        f->cancel_arg = arg;
+    }
+    fut_unlock(f);
+    return rc;
+}
+
+int weft_future_cancel(weft_future *f)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    fut_lock(f);
+    if (f->state != F_PENDING) {
+        fut_unlock(f);
+        return -EALREADY;
+    }
+    if (!f->cancel_fn) {
+        fut_group *woken = settle_locked(f, F_REJECTED, -ECANCELED, NULL);
+        fut_unlock(f);
+        finish_woken(woken);
+        return 0;
+    }
+    bool call = !f->cancel_called;
+    f->cancel_called = true;
+    void (*fn)(void *) = f->cancel_fn;
+    void *arg = f->cancel_arg;
+    fut_unlock(f);
+    /* Outside the lock: the canceller typically settles f. The caller's
+     * reference keeps f alive meanwhile. */
+    if (call)
+        fn(arg);
+    return 0;
+}
+
+/* Under f's lock: its result now, copying a resolved value to out. */
+static int result_locked(const weft_future *f, void *out)
+{
+    switch (f->state) {
+    case F_RESOLVED:
+        if (out && f->size)
+            memcpy(out, f->value, f->size);
+        return 0;
+    case F_REJECTED:
+        return f->err;
+    default:
+        return -EINPROGRESS;
+    }
+}
+
+int weft_future_try(const weft_future *f, void *out)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    fut_lock(f);
+    int rc = result_locked(f, out);
+    fut_unlock(f);
+    return rc;
+}
+
+int weft__future_nwaiters(const weft_future *f)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    int n = 0;
+    fut_lock(f);
+    for (const fut_node *nd = f->head; nd; nd = nd->next)
+        n++;
+    fut_unlock(f);
+    return n;
+}
+
+/* ---- waiting on n futures ---- */
+
+enum wait_kind { K_AWAIT, K_ALL, K_SETTLED, K_ANY, K_RACE };
+
+typedef struct wait_op {
+    enum wait_kind kind;
+    weft_future *const *fs;
+    int n;
+    void *out;     /* K_AWAIT: where the value goes */
+    int *statuses; /* K_SETTLED: each result (may be NULL) */
+    int left;      /* futures whose result has not been taken in */
+    int first_err; /* K_ANY: the first rejection */
+    int result;    /* the call's return value once decided */
+    fut_node *nodes;
+} wait_op;
+
+/* Takes in future i's result st (0 or its error); true once the call's
+ * result is known (in op->result). */
+static bool take_in(wait_op *op, int i, int st)
+{
+    op->nodes[i].settled = true;
+    op->left--;
+    switch (op->kind) {
+    case K_AWAIT:
+        op->result = st;
+        return true;
+    case K_ALL:
+        if (st < 0) {
+            op->result = st;
+            return true;
+        }
+        op->result = 0;
+        return op->left == 0;
+    case K_SETTLED:
+        if (op->statuses)
+            op->statuses[i] = st;
+        op->result = 0;
+        return op->left == 0;
+    case K_ANY:
+        if (st >= 0) {
+            op->result = i;
+            return true;
+        }
+        if (op->first_err == 0)
+            op->first_err = st;
+        op->result = op->first_err;
+        return op->left == 0;
+    case K_RACE:
+        op->result = i;
+        return true;
+    }
+    return true;
+}
+
+/* Cancels every future whose settling the call has not seen (the
+ * combinators give up on them); a settled one is left alone. */
+static void give_up(wait_op *op)
+{
+    for (int i = 0; i < op->n; i++) {
+        if (op->nodes[i].settled)
+            continue;
+        int rc = weft_future_cancel(op->fs[i]);
+        if (op->kind == K_SETTLED && op->statuses)
+            op->statuses[i] = rc == -EALREADY ? weft_future_try(op->fs[i], NULL)
+                                              : -EINPROGRESS;
+    }
+}
+
+/* Waits until op is decided, its deadline passes or its task is cancelled;
+ * op->nodes and fired have room for n. Called from a task, past the
+ * checkpoint. */
+static int wait_futures(wait_op *op, int *fired, int64_t deadline)
+{
+    weft_worker *w = weft__tl_worker;
+    weft_task *t = w->cur;
+    fut_group g = {.task = t, .fired = fired};
+    int code = 0;
+    bool decided = false;
+    op->left = op->n;
+    for (int i = 0; i < op->n; i++)
+        op->nodes[i] = (fut_node){.g = &g, .index = i};
+
+    /* Register, looking at each future in index order: one already
+     * settled is taken in at once, and the first that decides the call
+     * stops the look (see "Determinism" above). */
+    for (int i = 0; i < op->n && !decided; i++) {
+        weft_future *f = op->fs[i];
+        fut_node *nd = &op->nodes[i];
+        fut_lock(f);
+        bool pending = f->state == F_PENDING;
+        int st = 0;
+        if (pending) {
+            node_push(f, nd);
+            nd->reg = true;
+        } else {
+            st = result_locked(f, op->kind == K_AWAIT ? op->out : NULL);
+        }
+        fut_unlock(f);
+        if (!pending)
+            decided = take_in(op, i, st);
+    }
+
+    while (!decided) {
+        weft__lock_acquire(&g.lock);
+        if (g.seen == g.nfired) {
+            if (code) { /* gave up, and nothing came meanwhile */
+                weft__lock_release(&g.lock);
+                op->result = code;
+                break;
+            }
+            g.token = weft__park_prepare(t, true);
+            weft__lock_release(&g.lock);
+            code = weft__park_commit(w, t, deadline);
+            if (code != -ETIMEDOUT && code != -ECANCELED)
+                code = 0;
+            weft__lock_acquire(&g.lock);
+            g.token = 0; /* a claim clears it; a timeout or cancel does not */
+        }
+        /* Take in what fired (the results are final: read them without
+         * holding the group's lock, which must not be held with a
+         * future's). A result already there wins over a deadline or a
+         * cancel that came at the same time. */
+        int from = g.seen, to = g.nfired;
+        g.seen = to;
+        weft__lock_release(&g.lock);
+        for (int k = from; k < to && !decided; k++) {
+            int i = fired[k];
+            int st = weft_future_try(op->fs[i],
+                                     op->kind == K_AWAIT ? op->out : NULL);
+            decided = take_in(op, i, st);
+        }
+    }
+
+    /* Leave no trace: every node off its future. Under the future's lock,
+     * so a settler still notifying a node of ours is done with g. */
+    for (int i = 0; i < op->n; i++) {
+        fut_node *nd = &op->nodes[i];
+        if (!nd->reg)
+            continue;
+        fut_lock(op->fs[i]);
+        node_remove(op->fs[i], nd);
+        fut_unlock(op->fs[i]);
+    }
+    if (op->kind != K_AWAIT)
+        give_up(op);
+    return op->result;
+}
+
+int weft_future_await(weft_future *f, void *out, weft_time deadline)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    int rc = weft__checkpoint();
+    if (rc)
+        return rc;
+    /* Settled already: no group, no park. */
+    fut_lock(f);
+    bool pending = f->state == F_PENDING;
+    if (!pending)
+        rc = result_locked(f, out);
+    fut_unlock(f);
+    if (!pending)
+        return rc;
+    weft_future *fs[1] = {f};
+    fut_node node;
+    int fired[1];
+    wait_op op = {
+        .kind = K_AWAIT, .fs = fs, .n = 1, .out = out, .nodes = &node};
+    return wait_futures(&op, fired, deadline);
+}
+
+/* The combinators: argument checks, the entry checkpoint, the nodes. */
+static int combine(wait_op *op, int64_t deadline)
+{
+    if (!op->fs || op->n < 1 || op->n > MAX_WAIT)
+        return -EINVAL;
+    for (int i = 0; i < op->n; i++)
+        if (!fut_ok(op->fs[i]))
+            return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    fut_node nodes_small[STACK_NODES];
+    int fired_small[STACK_NODES];
+    fut_node *nodes = nodes_small;
+    int *fired = fired_small;
+    if (op->n > STACK_NODES) {
+        nodes = malloc((size_t)op->n * sizeof(*nodes));
+        fired = malloc((size_t)op->n * sizeof(*fired));
+        if (!nodes || !fired) {
+            free(nodes);
+            free(fired);
+            return -ENOMEM;
+        }
+    }
+    op->nodes = nodes;
+    if (op->statuses)
+        for (int i = 0; i < op->n; i++)
+            op->statuses[i] = -EINPROGRESS;
+    int rc;
+    if (weft__scope_is_cancelled(ld_rlx(&t->cur))) {
+        /* A cancellation point even when the answer is known: give up on
+         * every future at once. */
+        for (int i = 0; i < op->n; i++)
+            nodes[i] = (fut_node){.index = i};
+        give_up(op);
+        rc = -ECANCELED;
+    } else {
+        rc = wait_futures(op, fired, deadline);
+    }
+    if (nodes != nodes_small) {
+        free(nodes);
+        free(fired);
+    }
+    return rc;
+}
+
+int weft_future_all(weft_future *const *fs, int n, weft_time deadline)
+{
+    wait_op op = {.kind = K_ALL, .fs = fs, .n = n};
+    return combine(&op, deadline);
+}
+
+int weft_future_all_settled(weft_future *const *fs, int n, int *statuses,
+                            weft_time deadline)
+{
+    wait_op op = {.kind = K_SETTLED, .fs = fs, .n = n, .statuses = statuses};
+    return combine(&op, deadline);
+}
+
+int weft_future_any(weft_future *const *fs, int n, weft_time deadline)
+{
+    wait_op op = {.kind = K_ANY, .fs = fs, .n = n};
+    return combine(&op, deadline);
+}
+
+int weft_future_race(weft_future *const *fs, int n, weft_time deadline)
+{
+    wait_op op = {.kind = K_RACE, .fs = fs, .n = n};
+    return combine(&op, deadline);
+}
+
+/* ---- weft_future_spawn ---- */
+
+/* The future's canceller: cancels the wrapper's scope if it is open, and
+ * remembers the request for a scope not opened yet. */
+static void spawn_cancel(void *arg)
+{
+    weft_future *f = arg;
+    fut_lock(f);
+    f->task_cancel = true;
+    if (f->task_scope)
+        weft_scope_cancel(f->task_scope);
+    fut_unlock(f);
+}
+
+/* fn returned leaving scopes it opened unjoined: join them now (so that
+ * no child outlives the future's task), as a task's exit would, and leave
+ * them to be freed by any task or by weft_run (scope.c's orphans). */
+static void join_leftovers(weft_task *t, weft_scope *mine)
+{
+    weft_runtime *rt = t->worker->rt;
+    weft_scope *s;
+    while ((s = ld_rlx(&t->cur)) != mine) {
+        weft_scope_join(s);
+        pthread_mutex_lock(&rt->orphan_mu);
+        s->orphaned = true;
+        s->sib_prev = NULL;
+        s->sib_next = rt->orphans;
+        if (rt->orphans)
+            rt->orphans->sib_prev = s;
+        rt->orphans = s;
+        pthread_mutex_unlock(&rt->orphan_mu);
+    }
+}
+
+/* The wrapper task; it holds its own reference to f until f is settled. */
+static int spawn_body(void *arg)
+{
+    weft_future *f = arg;
+    weft_scope *s;
+    int st = weft_scope_open(&s, NULL);
+    if (st == 0) {
+        fut_lock(f);
+        f->task_scope = s;
+        bool cancel = f->task_cancel;
+        fut_unlock(f);
+        if (cancel)
+            weft_scope_cancel(s);
+        /* A task cancelled before it started does not run fn. */
+        st = weft_scope_cancelled(s) ? -ECANCELED : f->task_fn(f->task_arg);
+        join_leftovers(weft__current(), s);
+        weft_scope_join(s); /* fn's children, if it left any running */
+        fut_lock(f);
+        f->task_scope = NULL;
+        fut_unlock(f);
+        weft_scope_free(s);
+    }
+    if (st >= 0)
+        weft_future_resolve(f, &st);
+    else
+        weft_future_reject(f, st);
+    weft_future_unref(f);
+    return st;
+}
+
+int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg, weft_future **out)
+{
+    if (!out || !fn)
+        return -EINVAL;
+    if (!weft__current())
+        return -EPERM;
+    weft_future *f;
+    int rc = weft_future_new(&f, sizeof(int));
+    if (rc)
+        return rc;
+    f->task_fn = fn;
+    f->task_arg = arg;
+    f->cancel_fn = spawn_cancel;
+    f->cancel_arg = f;
+    weft_future_ref(f); /* the wrapper's */
+    rc = weft_spawn_at(s, spawn_body, f, NULL, __FILE__, __LINE__);
+    if (rc < 0) {
+        weft_future_unref(f);
+        weft_future_unref(f);
+        *out = NULL;
+        return rc;
+    }
+    *out = f;
+    return rc;
+}
+
+/* ---- weft_gather ---- */
+
+typedef struct gather_item {
+    weft_fn fn;
+    void *arg;
+    int status; /* -ECANCELED until the task has run */
+} gather_item;
+
+/* Each task records its status itself: a WEFT_FAIL_FAST scope keeps only
+ * its first error, and a task never spawned (the scope was cancelled
+ * first) has none. A task cancelled before it started does not run fn. */
+static int gather_task(void *arg)
+{
+    gather_item *it = arg;
+    it->status = weft_cancelled() ? -ECANCELED : it->fn(it->arg);
+    return it->status;
+}
+
+int weft_gather(weft_policy policy, weft_time deadline, int n,
+                const weft_fn *fns, void *const *args, int *statuses,
+                int *winner)
+{
+    if (n < 1 || n > MAX_GATHER || !fns || deadline < 0)
+        return -EINVAL;
+    if (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT &&
+        policy != WEFT_FIRST && policy != WEFT_RACE)
+        return -EINVAL;
+    for (int i = 0; i < n; i++)
+        if (!fns[i])
+            return -EINVAL;
+    if (!weft__current())
+        return -EPERM;
+    gather_item *items = malloc((size_t)n * sizeof(*items));
+    if (!items)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        items[i] = (gather_item){fns[i], args ? args[i] : NULL, -ECANCELED};
+    weft_scope *s;
+    weft_scope_opts o = {.policy = policy, .deadline = deadline};
+    int rc = weft_scope_open(&s, &o);
+    if (rc) {
+        free(items);
+        return rc;
+    }
+    int spawn_err = 0;
+    for (int i = 0; i < n; i++) {
+        int idx = weft_spawn(s, gather_task, &items[i]);
+        if (idx == -ECANCELED)
+            break; /* the rest stay -ECANCELED */
+        if (idx < 0) {
+            spawn_err = idx; /* -ENOMEM: stop the ones started */
+            weft_scope_cancel(s);
+            break;
+        }
+    }
+    rc = weft_scope_join(s);
+    if (spawn_err)
+        rc = spawn_err;
+    if (winner) {
+        int win = -1;
+        if (policy == WEFT_FIRST || policy == WEFT_RACE) {
+            win = weft_scope_winner(s);
+            if (win < 0)
+                win = -1;
+        }
+        *winner = win;
+    }
+    if (statuses)
+        for (int i = 0; i < n; i++)
+            statuses[i] = items[i].status;
+    weft_scope_free(s);
+    free(items);
+    return rc;
+}
