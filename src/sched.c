@@ -757,13 +757,12 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         weft__task_free(w, t);
         return idx;
     }
-    if (w->rt->seeded) {
+    if (pin && pin != w) {
+        inbox_push(pin, t);
+    } else if (w->rt->seeded) {
         ready_push(w, t);
     } else if (pin) { /* not in a deque: nobody may steal it */
-        if (pin == w)
-            q_push(&w->runq, t);
-        else
-            inbox_push(pin, t);
+        q_push(&w->runq, t);
     } else if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0) {
         q_push(&w->runq, t); /* no memory to grow: runs here, unstealable */
     } else {

@@ -402,12 +402,18 @@ static int handover_root(void *arg)
     /* w2 gives up at 100 ticks: if the turn were lost it would say so. */
     struct bw w1 = {.b = b, .arrive = 1, .hold = 1};
     struct bw w2 = {.b = b, .arrive = 2, .hold = 1, .deadline = 100 * TICK};
+    /* w1 and the holder share worker 0, so that the holder's leave and
+     * cancel reach w1 together (with w1 on another worker it could run in
+     * between, take the turn, and only then see the cancel: a fine
+     * outcome, but not the race this test is about); w2 is on the last
+     * worker, so with two the turn passes on across workers. */
+    weft_spawn_opts on0 = {.worker = 1}, onlast = {.worker = weft_workers()};
     weft_scope *outer = scope_open();
-    spawn(bw_task, &w2);
+    ASSERT(weft_spawn_ex(NULL, bw_task, &w2, &onlast) >= 0);
     weft_scope *inner = scope_open();
-    spawn(bw_task, &w1);
+    ASSERT(weft_spawn_ex(NULL, bw_task, &w1, &on0) >= 0);
     struct holder h = {b, inner, cancel_first};
-    ASSERT(weft_spawn(outer, holder_task, &h) >= 0);
+    ASSERT(weft_spawn_ex(outer, holder_task, &h, &on0) >= 0);
     ASSERT_EQ(weft_scope_join(inner), -ECANCELED);
     ASSERT_EQ(weft_scope_free(inner), 0);
     scope_end(outer);

@@ -360,17 +360,21 @@ TEST(regular_file_is_always_ready)
 
 /* ---- signals ------------------------------------------------------------ */
 
+/* Atomics: the root reads rc while the waiter waits, and what orders the
+ * waiter's write after that read is kill() and the signalfd, which TSan
+ * cannot see. */
 struct sw {
-    int rc;
-    weft_time at;
+    atomic_int rc;
+    _Atomic weft_time at;
 };
 
 static int sig_waiter(void *arg)
 {
     struct sw *w = arg;
     static const int sigs[] = {SIGUSR1, SIGHUP};
-    w->rc = weft_signal_wait(sigs, 2, WEFT_NEVER);
-    w->at = weft_now();
+    int rc = weft_signal_wait(sigs, 2, WEFT_NEVER);
+    atomic_store(&w->at, weft_now());
+    atomic_store(&w->rc, rc);
     return 0;
 }
 
@@ -378,7 +382,9 @@ static int signal_root(void *arg)
 {
     (void)arg;
     /* Waits, then a signal to the process wakes it at that instant. */
-    struct sw w = {0};
+    struct sw w;
+    atomic_init(&w.rc, 0);
+    atomic_init(&w.at, 0);
     weft_scope *s = scope_open();
     spawn(sig_waiter, &w);
     ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
@@ -395,7 +401,7 @@ static int signal_root(void *arg)
     weft_time t0 = weft_now();
     ASSERT_EQ(weft_signal_wait(usr1, 1, t0 + WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
-    w = (struct sw){0};
+    atomic_store(&w.rc, 0);
     s = scope_open();
     spawn(sig_waiter, &w);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
