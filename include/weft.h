@@ -305,8 +305,10 @@ WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
  * loops poll it. 0 outside a task. Never blocks. */
 WEFT_EXTERN int weft_cancelled(void);
 
-/* Lets other ready tasks run, then returns 0. Not a cancellation point.
- * -EPERM outside a task. */
+/* Gives other ready tasks a turn, then returns 0: the caller is queued
+ * behind the tasks that are ready, but a yield is a scheduling point, not
+ * a barrier (fairness passes and seeded runs may resume the caller before
+ * all of them have run). Not a cancellation point. -EPERM outside a task. */
 WEFT_EXTERN int weft_yield(void);
 
 /* Runs fn(arg) on the calling task inside a new scope whose deadline is
@@ -1047,6 +1049,12 @@ WEFT_EXTERN int weft_local_port(int fd);
  * no canceller is rejected with -ECANCELED at once by weft_future_cancel.
  * weft_future_spawn runs a task whose status settles a future, and whose
  * cancel cancels that task.
+ *
+ * With the virtual clock, a future settled by a foreign thread takes no
+ * virtual time: when every task is blocked the clock jumps to the next
+ * deadline, so an await with a deadline may time out before the thread
+ * settles it (as for weft_blocking_until). Await such futures without a
+ * deadline in virtual-clock tests.
  *
  * Ownership: as for channels, weft_future_new returns one reference;
  * weft_future_ref takes another, weft_future_unref drops one, the last

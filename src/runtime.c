@@ -62,7 +62,7 @@ const char *weft_strerror(int err)
     case 0:
         return "success";
     case -ECANCELED:
-        return "operation cancelled (its scope was cancelled)";
+        return "operation cancelled";
     case -ETIMEDOUT:
         return "deadline passed";
     case -EINVAL:
@@ -71,8 +71,7 @@ const char *weft_strerror(int err)
         return "not allowed here (outside a task of this runtime, or not "
                "the owner)";
     case -EBUSY:
-        return "busy (runtime already running on this thread, or scope not "
-               "joined)";
+        return "busy (in use, held, or full)";
     case -ESHUTDOWN:
         return "closed (scope already joined)";
     case -ENOMEM:
@@ -87,6 +86,12 @@ const char *weft_strerror(int err)
         return "too many";
     case -EPIPE:
         return "closed";
+    case -EINPROGRESS:
+        return "not settled yet";
+    case -EHOSTDOWN:
+        return "rejected: the circuit breaker is open";
+    case -EALREADY:
+        return "already settled";
     }
     if (err < 0 && err > -4096)
         return strerror(-err);
