@@ -1046,7 +1046,9 @@ WEFT_EXTERN int weft_local_port(int fd);
  * A producer may register a canceller: weft_future_cancel (which the
  * combinators call on the futures they give up on) then asks the producer
  * to stop, and the future settles when the producer says so. A future with
- * no canceller is rejected with -ECANCELED at once by weft_future_cancel.
+ * no canceller (a bare promise) is rejected with -ECANCELED at once by
+ * weft_future_cancel, but the combinators leave it alone: it may be shared,
+ * and one waiter giving up must not take the result from the others.
  * weft_future_spawn runs a task whose status settles a future, and whose
  * cancel cancels that task.
  *
@@ -1089,9 +1091,13 @@ WEFT_EXTERN int weft_future_reject(weft_future *f, int err);
 
 /* Registers fn(arg), which weft_future_cancel calls (once, on the
  * cancelling thread) to ask the producer to stop; the producer then settles
- * f as it sees fit (typically rejecting it with -ECANCELED). Returns 0,
- * -EALREADY (settled: fn will never be called), -EBUSY (a canceller is
- * already set), -EINVAL. Any thread; never blocks. */
+ * f as it sees fit (typically rejecting it with -ECANCELED). A cancel that
+ * races with the settlement may still call fn just after it, so fn must
+ * cope with a settled future (its reject then returns -EALREADY) and arg
+ * must stay valid until the future is freed (its last reference dropped),
+ * not merely until it is settled. Returns 0, -EALREADY (already settled:
+ * fn will not be called), -EBUSY (a canceller is already set), -EINVAL.
+ * Any thread; never blocks. */
 WEFT_EXTERN int weft_future_set_canceller(weft_future *f, void (*fn)(void *arg),
                                           void *arg);
 
@@ -1118,8 +1124,12 @@ WEFT_EXTERN int weft_future_try(const weft_future *f, void *out);
 /* Spawns fn(arg) as a child of scope s (NULL: the current scope), as
  * weft_spawn does, and sets *out to a new future (value_size sizeof(int))
  * that the task's status settles: a status >= 0 resolves it with that int,
- * a negative one rejects it. Cancelling the future cancels the task (it
- * settles when the task has finished). The caller owns the one reference.
+ * a negative one rejects it. The status is the future's alone: to its
+ * scope the task reports 0, so a failed or cancelled future does not set
+ * off the scope's policy (a fail-fast scope does not cancel the task's
+ * siblings for it: weft_future_all does that). Cancelling the future
+ * cancels the task (it settles when the task has finished). The caller
+ * owns the one reference.
  * Returns the child's index in s, or weft_spawn's errors (no future then).
  * Never blocks, as weft_spawn. */
 WEFT_EXTERN int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg,
@@ -1128,9 +1138,10 @@ WEFT_EXTERN int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg,
 /* The combinators wait on n futures (1 to 1024) at once, with a deadline
  * (WEFT_NEVER: none). Each is a cancellation point. When one gives up on
  * futures (a failure in all, a winner in any and race, its own deadline or
- * cancel in all four), it calls weft_future_cancel on each of them that is
- * still unsettled and returns without waiting for them to settle; every
- * future keeps its own result for weft_future_try. Futures already settled
+ * cancel in all four), it cancels each of them that is still unsettled and
+ * has a canceller (bare promises are left alone), and returns without
+ * waiting for them to settle; every future keeps its own result for
+ * weft_future_try. Futures already settled
  * when a call starts are looked at in index order (race and any return
  * the lowest such index); later ones count in the order they settle. Over
  * 8 futures a call allocates, so each may also return -ENOMEM. */
@@ -1164,7 +1175,9 @@ WEFT_EXTERN int weft_future_race(weft_future *const *fs, int n,
                                  weft_time deadline);
 
 /* Runs fns[i](args[i]) for i < n (1 to 65536) as tasks of a new scope with
- * the given policy and deadline, and joins it: all (WEFT_FAIL_FAST),
+ * the given policy and deadline (absolute, WEFT_NEVER: none; as everywhere
+ * a deadline is an argument, 0 is an instant, long past on the monotonic
+ * clock), and joins it: all (WEFT_FAIL_FAST),
  * all-settled (WEFT_COLLECT), any (WEFT_FIRST), race (WEFT_RACE) over tasks.
  * args may be NULL (every arg NULL). statuses (may be NULL) gets each
  * task's status in order (-ECANCELED for a task cancelled before it
@@ -1227,9 +1240,11 @@ typedef struct weft_stage {
  * -EPIPE), and the error is returned. The deadline (WEFT_NEVER: none) and a
  * cancel of the calling task do the same, returning -ETIMEDOUT or
  * -ECANCELED. Returns -EINVAL (NULL, n out of range, a size that does not
- * match a channel's element size), -ENOMEM, -EPERM before touching
- * anything. A consumer that closes `out` early fails it as a stage error
- * would: -EPIPE. Blocks until every stage task has finished. */
+ * match a channel's element size), -ENOMEM (its buffers), -EPERM before
+ * touching anything; -ENOMEM from a task that cannot be started once
+ * others run fails it as a stage error would, and so does a consumer that
+ * closes `out` early (-EPIPE). Blocks until every stage task has
+ * finished. */
 WEFT_EXTERN int weft_pipeline(weft_chan *in, weft_chan *out,
                               const weft_stage *stages, int n,
                               weft_time deadline);
@@ -1302,7 +1317,8 @@ typedef enum weft_breaker_state {
 typedef struct weft_breaker weft_breaker;
 
 typedef struct weft_breaker_opts {
-    int failure_threshold; /* consecutive failures that open it; 0: off */
+    int failure_threshold; /* consecutive failures that open it; 0: off
+                            * (both this and failure_rate 0: 5) */
     int failure_rate;      /* percent of failures in the window that opens
                             * it (1 to 100); 0: off */
     int min_calls;         /* calls in the window before the rate counts */
@@ -1331,8 +1347,8 @@ typedef struct weft_breaker_stats {
 } weft_breaker_stats;
 
 /* Creates a closed breaker. Returns 0 and sets *out, -EINVAL (a value out
- * of range; opts NULL: defaults, failure_threshold 5), -ENOMEM. Any
- * thread; never blocks. */
+ * of range), -ENOMEM. opts NULL, or zeroed: the defaults (failure_threshold
+ * 5). Any thread; never blocks. */
 WEFT_EXTERN int weft_breaker_new(weft_breaker **out,
                                  const weft_breaker_opts *opts);
 
@@ -1363,8 +1379,11 @@ WEFT_EXTERN int weft_breaker_stats_get(weft_breaker *b,
 typedef struct weft_limiter weft_limiter;
 
 /* A token bucket: `tokens` tokens every `per_ns` nanoseconds (e.g. 100 per
- * WEFT_SEC), holding at most `burst` (>= 1), full at the start. Returns 0
- * and sets *out, -EINVAL, -ENOMEM. Any thread; never blocks. */
+ * WEFT_SEC), holding at most `burst` (>= 1), full at the start. It runs on
+ * the clock of whoever calls it: use one limiter from the tasks of one
+ * runtime, or from plain threads only (a virtual clock and the monotonic
+ * one do not mix). Returns 0 and sets *out, -EINVAL, -ENOMEM. Any thread;
+ * never blocks. */
 WEFT_EXTERN int weft_limiter_new(weft_limiter **out, int64_t tokens,
                                  int64_t per_ns, int64_t burst);
 
@@ -1376,7 +1395,8 @@ WEFT_EXTERN int weft_limiter_free(weft_limiter *l);
  * takers are served in arrival order, and each sleeps exactly until its
  * tokens are due (no polling, no background task). Returns 0, -ETIMEDOUT
  * at once, taking nothing, if they would come after the deadline
- * (WEFT_NEVER: none), -ECANCELED, -EINVAL (n out of range), -EPERM.
+ * (WEFT_NEVER: none) or at or after the task's own (weft_deadline()),
+ * -ECANCELED, -EINVAL (n out of range), -EPERM.
  * Cancellation point: a cancelled wait gives its tokens back (as far as
  * later takers have not counted on them). Blocks. */
 WEFT_EXTERN int weft_limiter_acquire(weft_limiter *l, int64_t n,

@@ -283,9 +283,11 @@ int weft_breaker_new(weft_breaker **out, const weft_breaker_opts *opts)
 {
     if (!out)
         return -EINVAL;
-    weft_breaker_opts o = {.failure_threshold = DEF_THRESHOLD};
+    weft_breaker_opts o = {0};
     if (opts)
         o = *opts;
+    if (o.failure_threshold == 0 && o.failure_rate == 0)
+        o.failure_threshold = DEF_THRESHOLD; /* zeroed: the defaults */
     if (o.failure_threshold < 0 || o.failure_rate < 0 || o.failure_rate > 100 ||
         o.min_calls < 0 || o.window_ns < 0 || o.cooldown_ns < 0 ||
         o.half_open_calls < 0)

@@ -278,14 +278,20 @@ int weft_future_set_canceller(weft_future *f, void (*fn)(void *arg), void *arg)
     return rc;
 }
 
-int weft_future_cancel(weft_future *f)
+/* weft_future_cancel; reject_bare: whether a future without a canceller
+ * is rejected (-ECANCELED) or, for the combinators, left alone (-ENOTSUP):
+ * a bare promise may be shared, and one caller giving up on it must not
+ * take its result from the others. */
+static int cancel(weft_future *f, bool reject_bare)
 {
-    if (!fut_ok(f))
-        return -EINVAL;
     fut_lock(f);
     if (f->state != F_PENDING) {
         fut_unlock(f);
         return -EALREADY;
+    }
+    if (!f->cancel_fn && !reject_bare) {
+        fut_unlock(f);
+        return -ENOTSUP;
     }
     if (!f->cancel_fn) {
         fut_group *woken = settle_locked(f, F_REJECTED, -ECANCELED, NULL);
@@ -303,6 +309,13 @@ int weft_future_cancel(weft_future *f)
     if (call)
         fn(arg);
     return 0;
+}
+
+int weft_future_cancel(weft_future *f)
+{
+    if (!fut_ok(f))
+        return -EINVAL;
+    return cancel(f, true);
 }
 
 /* Under f's lock: its result now, copying a resolved value to out. */
@@ -397,13 +410,14 @@ static bool take_in(wait_op *op, int i, int st)
 }
 
 /* Cancels every future whose settling the call has not seen (the
- * combinators give up on them); a settled one is left alone. */
+ * combinators give up on them) and that has a canceller; a settled one,
+ * and a bare promise, are left alone. */
 static void give_up(wait_op *op)
 {
     for (int i = 0; i < op->n; i++) {
         if (op->nodes[i].settled)
             continue;
-        int rc = weft_future_cancel(op->fs[i]);
+        int rc = cancel(op->fs[i], false);
         if (op->kind == K_SETTLED && op->statuses)
             op->statuses[i] = rc == -EALREADY ? weft_future_try(op->fs[i], NULL)
                                               : -EINPROGRESS;
@@ -598,26 +612,6 @@ static void spawn_cancel(void *arg)
     fut_unlock(f);
 }
 
-/* fn returned leaving scopes it opened unjoined: join them now (so that
- * no child outlives the future's task), as a task's exit would, and leave
- * them to be freed by any task or by weft_run (scope.c's orphans). */
-static void join_leftovers(weft_task *t, weft_scope *mine)
-{
-    weft_runtime *rt = t->worker->rt;
-    weft_scope *s;
-    while ((s = ld_rlx(&t->cur)) != mine) {
-        weft_scope_join(s);
-        pthread_mutex_lock(&rt->orphan_mu);
-        s->orphaned = true;
-        s->sib_prev = NULL;
-        s->sib_next = rt->orphans;
-        if (rt->orphans)
-            rt->orphans->sib_prev = s;
-        rt->orphans = s;
-        pthread_mutex_unlock(&rt->orphan_mu);
-    }
-}
-
 /* The wrapper task; it holds its own reference to f until f is settled. */
 static int spawn_body(void *arg)
 {
@@ -633,8 +627,9 @@ static int spawn_body(void *arg)
             weft_scope_cancel(s);
         /* A task cancelled before it started does not run fn. */
         st = weft_scope_cancelled(s) ? -ECANCELED : f->task_fn(f->task_arg);
-        join_leftovers(weft__current(), s);
-        weft_scope_join(s); /* fn's children, if it left any running */
+        /* fn's own scopes, if it left any open, then fn's children */
+        weft__scope_join_above(weft__current(), s);
+        weft_scope_join(s);
         fut_lock(f);
         f->task_scope = NULL;
         fut_unlock(f);
@@ -645,7 +640,7 @@ static int spawn_body(void *arg)
     else
         weft_future_reject(f, st);
     weft_future_unref(f);
-    return st;
+    return 0; /* the status is the future's, not the scope's */
 }
 
 int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg, weft_future **out)
@@ -712,8 +707,7 @@ int weft_gather(weft_policy policy, weft_time deadline, int n,
     for (int i = 0; i < n; i++)
         items[i] = (gather_item){fns[i], args ? args[i] : NULL, -ECANCELED};
     weft_scope *s;
-    weft_scope_opts o = {.policy = policy, .deadline = deadline};
-    int rc = weft_scope_open(&s, &o);
+    int rc = weft__scope_open_until(&s, policy, deadline);
     if (rc) {
         free(items);
         return rc;

@@ -455,8 +455,18 @@ int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
 int weft__scope_add_child(weft_scope *s, weft_task *t);
 /* The child finished: records its status, wakes the joiner. */
 void weft__scope_child_done(weft_scope *s, weft_task *t);
-/* Joins, at the task's exit, the scopes it left open. */
-void weft__scope_join_leftovers(weft_task *t);
+/* Joins the scopes the task opened above `keep` and left open (its own
+ * scopes at its exit, with keep = t->home; or those a function run inside
+ * a scope of the caller's left), innermost first, and leaves them to be
+ * freed by any task or by weft_run. Afterwards keep is current. */
+void weft__scope_join_above(weft_task *t, weft_scope *keep);
+/* weft_scope_open for the calls that take a deadline argument, where it
+ * is absolute with WEFT_NEVER for none, so 0 is an instant (the virtual
+ * clock's start) where a scope's options read "none": it has come, and
+ * the scope starts cancelled by its deadline, as one whose deadline is
+ * past does. */
+int weft__scope_open_until(weft_scope **s, weft_policy policy,
+                           weft_time deadline);
 /* Frees the orphans nobody freed; at the end of the runtime. */
 void weft__scope_free_orphans(weft_runtime *rt);
 int weft__scope_cancel(weft_scope *s, int reason);

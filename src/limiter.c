@@ -139,6 +139,9 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
     int rc = weft__checkpoint();
     if (rc)
         return rc;
+    /* The scope's deadline cancels the task at that instant: tokens due
+     * then or later could only be waited for in vain. */
+    weft_time scoped = weft_deadline();
     weft__lock_acquire(&l->lock);
     weft_time now = weft_now();
     i128 zr = reserve_z(l, now, n);
@@ -149,7 +152,7 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
         weft__lock_release(&l->lock);
         return 0;
     }
-    if (due > deadline) {
+    if (due > deadline || due >= scoped) {
         weft__lock_release(&l->lock);
         return -ETIMEDOUT;
     }

@@ -78,20 +78,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Opens the scope both calls run in. Their deadline is absolute, with
- * WEFT_NEVER for none, so 0 is an instant (the virtual clock's start)
- * where a scope's options read "none": it has come, and the scope starts
- * cancelled by its deadline, as one whose deadline is past does. */
-static int open_scope(weft_scope **s, weft_policy policy, weft_time deadline)
-{
-    weft_scope_opts o = {.policy = policy,
-                         .deadline = deadline ? deadline : WEFT_NEVER};
-    int rc = weft_scope_open(s, &o);
-    if (rc == 0 && deadline == 0)
-        weft__scope_cancel(*s, CANCEL_DEADLINE);
-    return rc;
-}
-
 /* ======================================================================
  * weft_map
  * ==================================================================== */
@@ -148,7 +134,7 @@ int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx, weft_policy policy,
     atomic_init(&m.next, 0);
     atomic_init(&m.stop, 0);
     weft_scope *s;
-    int rc = open_scope(&s, policy, deadline);
+    int rc = weft__scope_open_until(&s, policy, deadline);
     if (rc)
         return rc;
     int spawn_err = 0;
@@ -505,7 +491,7 @@ int weft_pipeline(weft_chan *in, weft_chan *out, const weft_stage *stages,
     for (int k = 0; k < n && rc == 0; k++)
         rc = setup_stage(&p, k, &stages[k]);
     if (rc == 0)
-        rc = open_scope(&p.scope, WEFT_FAIL_FAST, deadline);
+        rc = weft__scope_open_until(&p.scope, WEFT_FAIL_FAST, deadline);
     if (rc) {
         free_pipe(&p);
         return rc;

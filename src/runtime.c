@@ -503,6 +503,7 @@ int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
     if (rc)
         return rc;
     rc = fn(arg);
+    weft__scope_join_above(w->cur, s); /* scopes fn left open, if any */
     weft_scope_join(s);
     bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
     weft_scope_free(s);

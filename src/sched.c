@@ -588,7 +588,7 @@ void weft__task_main(void *arg)
     weft_worker *w = t->worker;
     finish_switch(w);
     t->status = t->fn(t->arg);
-    weft__scope_join_leftovers(t);
+    weft__scope_join_above(t, t->home);
     weft__scope_child_done(t->home, t);
     weft__stack_check(t);
     w->dead = t;

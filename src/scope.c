@@ -351,11 +351,11 @@ int weft_scope_join(weft_scope *s)
     return scope_result(s);
 }
 
-void weft__scope_join_leftovers(weft_task *t)
+void weft__scope_join_above(weft_task *t, weft_scope *keep)
 {
     weft_runtime *rt = t->worker->rt;
     weft_scope *s;
-    while ((s = ld_rlx(&t->cur)) != t->home) {
+    while ((s = ld_rlx(&t->cur)) != keep) {
         weft_scope_join(s);
         /* The owner is gone: any task may free it; if none does, the
          * runtime does at its end. It is off its parent's kid list, so
@@ -476,6 +476,17 @@ int weft_scope_winner(const weft_scope *s)
     int w = s->winner;
     scope_unlock(s);
     return w >= 0 ? w : -ENOENT;
+}
+
+int weft__scope_open_until(weft_scope **s, weft_policy policy,
+                           weft_time deadline)
+{
+    weft_scope_opts o = {.policy = policy,
+                         .deadline = deadline ? deadline : WEFT_NEVER};
+    int rc = weft_scope_open(s, &o);
+    if (rc == 0 && deadline == 0)
+        weft__scope_cancel(*s, CANCEL_DEADLINE);
+    return rc;
 }
 
 weft_time weft_deadline(void)

@@ -1121,6 +1121,46 @@ TEST(with_timeout_fast_slow_exact)
     ASSERT_EQ(t_run_virtual(1, with_timeout_root, NULL), 0);
 }
 
+/* fn returns leaving a scope it opened unjoined (with a child asleep in
+ * it): weft_with_timeout joins it (the child runs to the timeout's
+ * deadline, which cancels it), restores the caller's scope, and leaves no
+ * deadline behind to cancel the caller later. */
+static struct kid leftover_kid;
+
+static int leaves_scope_open(void *arg)
+{
+    int ret = (int)(intptr_t)arg;
+    weft_scope *s = open_scope(WEFT_FAIL_FAST, 0, 0);
+    leftover_kid = (struct kid){.sleep = 10 * WEFT_SEC};
+    ASSERT_EQ(weft_spawn(s, kid_fn, &leftover_kid), 0);
+    return ret;
+}
+
+static int with_timeout_leftover_root(void *arg)
+{
+    (void)arg;
+    weft_scope *mine = weft_scope_current();
+    ASSERT_EQ(
+        weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)(intptr_t)-EIO),
+        -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT_EQ(leftover_kid.got, -ECANCELED);
+    ASSERT_EQ(leftover_kid.at, WEFT_SEC);
+    ASSERT(weft_scope_current() == mine);
+    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0); /* nothing left to cancel us */
+    /* Success: the result stands, the leftover is joined all the same. */
+    ASSERT_EQ(weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)7), 7);
+    ASSERT_EQ(weft_now(), 7 * WEFT_SEC);
+    ASSERT(weft_scope_current() == mine);
+    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0);
+    return 0;
+}
+
+TEST(with_timeout_joins_scopes_fn_left_open)
+{
+    ASSERT_EQ(t_run_virtual(1, with_timeout_leftover_root, NULL), 0);
+}
+
 /* ---- a task returning with unjoined scopes ---------------------------- */
 
 #define UNJOINED_KIDS 10
