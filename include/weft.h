@@ -1206,8 +1206,10 @@ typedef int (*weft_map_fn)(void *ctx, size_t i);
  * each call's status, -ECANCELED for a call never started. Returns 0, the
  * first error (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (other
  * policies), -ENOMEM, -EPERM. Uses at most limit tasks, whatever n is.
- * Blocks until every started call has finished; a cancel reaches every
- * call. */
+ * Blocks until every started call has finished. Not a cancellation point
+ * of its own, as weft_gather: a cancel of the caller reaches every running
+ * call, starts no more (their statuses say -ECANCELED) and returns
+ * -ECANCELED once the started ones have finished. */
 WEFT_EXTERN int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx,
                          weft_policy policy, weft_time deadline, int *statuses);
 
