@@ -17,7 +17,9 @@
  * every connection does about 13% more requests a second than two that split
  * them; a server whose requests do real work would rather run one
  * acceptor per worker, each on its own SO_REUSEPORT socket and started
- * there with weft_spawn_opts.worker. SIGINT/SIGTERM stop it gracefully
+ * there with weft_spawn_opts.worker. Workers are pinned one to a CPU
+ * (pin_workers): the kernel then cannot put the busy worker and the client
+ * on one CPU while the other idles. SIGINT/SIGTERM stop it gracefully
  * (weft_main): the accept and the connections see -ECANCELED and close.
  *
  *   http_server [PORT]    0: any free port (default 8080). Prints
@@ -235,7 +237,8 @@ static int root(void *arg)
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 8080;
-    int err = weft_main(root, (void *)(intptr_t)port);
+    weft_config cfg = {.pin_workers = 1};
+    int err = weft_main_cfg(&cfg, root, (void *)(intptr_t)port);
     if (err < 0) {
         fprintf(stderr, "http_server: %s\n", weft_strerror(err));
         return 1;

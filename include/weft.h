@@ -125,6 +125,12 @@ typedef struct weft_config {
     /* weft_blocking: calls that may wait for a thread; a caller beyond
      * this waits for room (backpressure). 0: 1024. */
     int blocking_queue;
+    /* Non-zero: worker i runs only on the i-th CPU the calling thread may
+     * run on (modulo their number), thread-per-core, so the kernel never
+     * moves a worker nor puts two on one CPU while another idles. The
+     * calling thread gets its own CPU set back when weft_run returns; pool
+     * and signal threads keep that set. 0: the kernel places threads. */
+    int pin_workers;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):

@@ -149,8 +149,18 @@ static void dispatch(pool *p)
     while (p->threads - p->running < p->nqueued &&
            p->threads < p->max_threads) {
         pthread_t th;
+        pthread_attr_t attr, *ap = NULL;
+        if (p->rt->pinned && pthread_attr_init(&attr) == 0) {
+            /* Not the pinned CPU of the worker that starts it. */
+            pthread_attr_setaffinity_np(&attr, sizeof p->rt->cpus,
+                                        &p->rt->cpus);
+            ap = &attr;
+        }
         p->threads++;
-        if (pthread_create(&th, NULL, pool_thread, p) != 0) {
+        int rc = pthread_create(&th, ap, pool_thread, p);
+        if (ap)
+            pthread_attr_destroy(ap);
+        if (rc != 0) {
             p->threads--; /* the threads we have will get to it */
             break;
         }

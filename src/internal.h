@@ -303,6 +303,8 @@ struct weft_runtime {
     pthread_mutex_t blocking_mu;
     struct weft__blocking *blocking;
     int blocking_threads, blocking_queue; /* from the config, 0: default */
+    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
+    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
 };
 
 /* ---- the current worker ---- */
@@ -396,11 +398,11 @@ void weft__io_fini(weft_worker *w);
  * far (take it just before a read); after a read that returned data,
  * whether it came back short; and, before a read, wait first if the last
  * one was short and no edge came since (0 if waited or no need, else
- * weft_fd_wait's error). */
+ * weft_fd_wait's error; *stream: whether fd is a TCP socket). */
 void weft__fd_set_stream(int fd);
 unsigned weft__fd_read_edges(int fd);
 void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
-int weft__fd_read_wait_first(int fd, weft_time deadline);
+int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
 /* ---- blocking.c ---- */
 

@@ -341,12 +341,14 @@ void weft__fd_read_done(int fd, unsigned edges_before, bool short_read)
     weft__lock_release(&r->lock);
 }
 
-int weft__fd_read_wait_first(int fd, weft_time deadline)
+int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
 {
     fd_rec *r = fd_lookup(fd, false);
+    *stream = false;
     if (!r)
         return 0;
     weft__lock_acquire(&r->lock);
+    *stream = r->stream;
     bool drained = r->stream && r->drained && !r->hup;
     unsigned at = r->drained_at;
     weft__lock_release(&r->lock);

@@ -58,6 +58,7 @@
 
 enum io_kind {
     IO_READ, /* read-ish: wait for WEFT_IO_READ */
+    IO_RECV, /* IO_READ on a TCP socket: recv skips the VFS layer */
     IO_READV,
     IO_RECVFROM,
     IO_ACCEPT,
@@ -84,6 +85,8 @@ static ptrdiff_t io_call(int fd, io_op *op)
     switch (op->kind) {
     case IO_READ:
         return read(fd, op->buf, op->n);
+    case IO_RECV:
+        return recv(fd, op->buf, op->n, 0);
     case IO_READV:
         return readv(fd, op->iov, op->iovcnt);
     case IO_RECVFROM:
@@ -117,11 +120,14 @@ static ptrdiff_t io_call(int fd, io_op *op)
 static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
 {
     int events = op->kind < IO_SEND ? WEFT_IO_READ : WEFT_IO_WRITE;
-    bool stream_read = op->kind == IO_READ && op->n > 0;
+    bool stream_read =
+        (op->kind == IO_READ || op->kind == IO_RECV) && op->n > 0;
     if (stream_read) { /* the last read emptied the queue: wait first */
-        int rc = weft__fd_read_wait_first(fd, deadline);
+        bool tcp;
+        int rc = weft__fd_read_wait_first(fd, deadline, &tcp);
         if (rc)
             return rc;
+        op->kind = tcp ? IO_RECV : IO_READ;
     }
     for (;;) {
         unsigned edges = stream_read ? weft__fd_read_edges(fd) : 0;

@@ -100,9 +100,28 @@ const char *weft_strerror(int err)
 
 /* ---- thread setup ---- */
 
+/* pin_workers: the worker's CPU is the (id mod n)-th of the n the runtime
+ * may use. */
+static void pin(weft_worker *w)
+{
+    const cpu_set_t *all = &w->rt->cpus;
+    int k = w->id % CPU_COUNT(all);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, all) && k-- == 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            return;
+        }
+    }
+}
+
 static void thread_enter(weft_worker *w)
 {
     weft__tl_worker = w;
+    if (w->rt->pinned)
+        pin(w);
     pthread_attr_t attr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
         pthread_attr_getstack(&attr, &w->stack_lo, &w->stack_size);
@@ -198,6 +217,10 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     pthread_mutex_init(&rt->blocking_mu, NULL);
     rt->blocking_threads = c->blocking_threads;
     rt->blocking_queue = c->blocking_queue;
+    rt->pinned = c->pin_workers &&
+                 pthread_getaffinity_np(pthread_self(), sizeof rt->cpus,
+                                        &rt->cpus) == 0 &&
+                 CPU_COUNT(&rt->cpus) > 0;
     rt->nworkers = c->workers ? c->workers : online_cpus();
     rt->clock = c->clock;
     rt->seed = seed_from_env(c->seed);
@@ -292,6 +315,8 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     thread_enter(w0);
     weft__worker_loop(w0);
     thread_leave(w0);
+    if (rt->pinned) /* the caller's thread: its own CPUs again */
+        pthread_setaffinity_np(pthread_self(), sizeof rt->cpus, &rt->cpus);
     for (int i = 1; i < rt->nworkers; i++)
         pthread_join(rt->workers[i].thread, NULL);
     weft__overflow_handler_remove();

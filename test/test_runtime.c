@@ -9,6 +9,7 @@
 #include <fenv.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -532,5 +533,83 @@ TEST(fp_rounding_mode_is_per_task)
         atomic_store(&fp_wrong, 0);
         ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, fp_root, NULL), 0);
         ASSERT_EQ(atomic_load(&fp_wrong), 0);
+    }
+}
+
+/* ---- pin_workers --------------------------------------------------------
+ * Worker i runs on the i-th CPU of the caller's set (mod their number),
+ * tasks on it observe that CPU, pool threads keep the whole set, and the
+ * caller's thread gets its set back. */
+
+struct pinned {
+    cpu_set_t all;
+    int ncpu;
+    atomic_int wrong, seen[4];
+    cpu_set_t pool_set;
+};
+
+static int nth_cpu(const cpu_set_t *s, int k)
+{
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, s) && k-- == 0)
+            return cpu;
+    return -1;
+}
+
+static int pinned_task(void *arg)
+{
+    struct pinned *p = arg;
+    int id = weft_worker_id();
+    int want = nth_cpu(&p->all, id % p->ncpu);
+    for (int i = 0; i < 3; i++) {
+        cpu_set_t mine;
+        ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof mine, &mine),
+                  0);
+        if (CPU_COUNT(&mine) != 1 || !CPU_ISSET(want, &mine) ||
+            sched_getcpu() != want)
+            atomic_fetch_add(&p->wrong, 1);
+        ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+    }
+    atomic_fetch_add(&p->seen[id & 3], 1);
+    return 0;
+}
+
+static int pool_affinity(void *arg)
+{
+    struct pinned *p = arg;
+    return pthread_getaffinity_np(pthread_self(), sizeof p->pool_set,
+                                  &p->pool_set) == 0
+               ? 0
+               : -EIO;
+}
+
+static int pinned_root(void *arg)
+{
+    struct pinned *p = arg;
+    weft_scope *s = scope_open();
+    for (int i = 0; i < 4 * weft_workers(); i++)
+        spawn_on(i, pinned_task, p);
+    scope_end(s);
+    ASSERT_EQ(weft_blocking(pool_affinity, p), 0);
+    return 0;
+}
+
+TEST(pin_workers_one_cpu_each)
+{
+    static struct pinned p;
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof p.all, &p.all), 0);
+    p.ncpu = CPU_COUNT(&p.all);
+    for (int workers = 1; workers <= 4; workers *= 2) {
+        memset(p.seen, 0, sizeof p.seen);
+        weft_config cfg = {.workers = workers, .pin_workers = 1};
+        ASSERT_EQ(weft_run(&cfg, pinned_root, &p), 0);
+        ASSERT_EQ(atomic_load(&p.wrong), 0);
+        for (int i = 0; i < workers; i++)
+            ASSERT_EQ(atomic_load(&p.seen[i]), 4);
+        ASSERT(CPU_EQUAL(&p.pool_set, &p.all)); /* the pool is not pinned */
+        cpu_set_t after;
+        ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof after, &after),
+                  0);
+        ASSERT(CPU_EQUAL(&after, &p.all)); /* the caller's set is back */
     }
 }
