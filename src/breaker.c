@@ -159,13 +159,6 @@ struct weft_breaker {
     report rq_inline[NREPORTS_INLINE];
 };
 
-static int64_t add_sat(int64_t a, int64_t b)
-{
-    if (b > 0 && a > INT64_MAX - b)
-        return INT64_MAX;
-    return a + b;
-}
-
 /* Under the lock: the clock, never earlier than a previous reading. */
 static int64_t clock_now(weft_breaker *b)
 {
@@ -240,7 +233,7 @@ static void transition(weft_breaker *b, weft_breaker_state to, int64_t now)
     switch (to) {
     case WEFT_BREAKER_OPEN:
         b->opened++;
-        b->open_until = add_sat(now, b->cooldown);
+        b->open_until = weft__add_sat(now, b->cooldown);
         break;
     case WEFT_BREAKER_HALF_OPEN:
         b->trials = b->trials_ok = 0;

@@ -46,6 +46,13 @@
  * load even in the shared library (no __tls_get_addr on hot paths). */
 #define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
 
+/* a + b for times and durations (b may be negative), WEFT_NEVER (the
+ * largest time) instead of overflowing. */
+static inline int64_t weft__add_sat(int64_t a, int64_t b)
+{
+    return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 typedef struct weft_task weft_task;
 typedef struct weft_worker weft_worker;
 typedef struct weft_runtime weft_runtime;
@@ -587,8 +594,6 @@ static inline void weft__wake_chain(weft__waiter *w, int code)
 int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
                      int64_t deadline);
 
-/* Locks m ignoring cancellation (condition variables re-lock with it
- * before returning, whatever ended the wait). Returns 0. Blocks. */
 /* The element size of a live channel, or 0 if c is NULL or not one. Any
  * thread; never blocks. */
 size_t weft__chan_elem(const weft_chan *c);
@@ -596,6 +601,8 @@ size_t weft__chan_elem(const weft_chan *c);
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
 
+/* Locks m ignoring cancellation (condition variables re-lock with it
+ * before returning, whatever ended the wait). Returns 0. Blocks. */
 int weft__mutex_relock(weft_mutex *m);
 /* 1 if the calling task holds m, else 0. */
 int weft__mutex_held_by_me(weft_mutex *m);

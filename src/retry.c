@@ -154,13 +154,6 @@ static int64_t policy_cap(const weft_retry *p)
     return p->cap_ns ? p->cap_ns : INT64_MAX;
 }
 
-static int64_t add_sat(int64_t a, int64_t b)
-{
-    if (b > 0 && a > INT64_MAX - b)
-        return INT64_MAX;
-    return a + b;
-}
-
 /* min(cap, base * 2^k) for base >= 1, cap >= 0, k >= 0, without overflow. */
 static int64_t exp_delay(int64_t base, int64_t cap, int k)
 {
@@ -244,13 +237,13 @@ int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
     int max = p->max_attempts ? p->max_attempts : DEFAULT_ATTEMPTS;
     weft_time start = weft_now();
     weft_time last_start =
-        p->budget_ns ? add_sat(start, p->budget_ns) : WEFT_NEVER;
+        p->budget_ns ? weft__add_sat(start, p->budget_ns) : WEFT_NEVER;
     for (int attempt = 1;; attempt++) {
         int status = fn(arg);
         if (status >= 0 || !is_retryable(p, status) || attempt >= max)
             return status;
         int64_t delay = weft_backoff_next(&b);
-        weft_time next = add_sat(weft_now(), delay);
+        weft_time next = weft__add_sat(weft_now(), delay);
         if (next > last_start || next >= weft_deadline())
             return status;
         if (p->on_retry)

@@ -483,13 +483,6 @@ weft_time weft_now(void)
     return weft__now(w ? w->rt : NULL);
 }
 
-static int64_t add_sat(int64_t a, int64_t b)
-{
-    if (b > 0 && a > WEFT_NEVER - b)
-        return WEFT_NEVER;
-    return a + b;
-}
-
 int weft_sleep_until(weft_time t)
 {
     weft_worker *w = weft__tl_worker;
@@ -508,7 +501,7 @@ int weft_sleep(int64_t ns)
         return -EPERM;
     if (ns <= 0)
         return weft_cancelled() ? -ECANCELED : 0;
-    return weft_sleep_until(add_sat(weft__now(w->rt), ns));
+    return weft_sleep_until(weft__add_sat(weft__now(w->rt), ns));
 }
 
 int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
@@ -519,12 +512,10 @@ int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
     if (!fn)
         return -EINVAL;
     weft_scope *s;
-    weft_scope_opts o = {.policy = WEFT_FAIL_FAST};
-    o.deadline = timeout_ns <= 0 ? weft__now(w->rt)
-                                 : add_sat(weft__now(w->rt), timeout_ns);
-    if (o.deadline == 0)
-        o.deadline = 1; /* 0 means "no deadline" in the options */
-    int rc = weft_scope_open(&s, &o);
+    weft_time now = weft__now(w->rt);
+    int rc = weft__scope_open_until(
+        &s, WEFT_FAIL_FAST,
+        timeout_ns <= 0 ? now : weft__add_sat(now, timeout_ns));
     if (rc)
         return rc;
     rc = fn(arg);

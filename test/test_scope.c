@@ -1136,9 +1136,21 @@ static int leaves_scope_open(void *arg)
     return ret;
 }
 
+static int sleep_one_sec(void *arg)
+{
+    (void)arg;
+    return weft_sleep(WEFT_SEC);
+}
+
 static int with_timeout_leftover_root(void *arg)
 {
     (void)arg;
+    /* A timeout of 0 (or less) is a deadline that has come, even at the
+     * virtual clock's start: fn runs cancelled. */
+    ASSERT_EQ(weft_now(), 0);
+    ASSERT_EQ(weft_with_timeout(0, sleep_one_sec, NULL), -ETIMEDOUT);
+    ASSERT_EQ(weft_with_timeout(-5, sleep_one_sec, NULL), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), 0);
     weft_scope *mine = weft_scope_current();
     ASSERT_EQ(
         weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)(intptr_t)-EIO),
