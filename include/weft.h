@@ -95,7 +95,9 @@ typedef enum weft_clock_kind {
     WEFT_CLOCK_MONOTONIC = 0,
     /* Virtual time for tests: starts at 0, stands still while any task can
      * run, and jumps to the next deadline when every task is blocked (Trio's
-     * autojump clock). Timeouts in tests then take no real time. */
+     * autojump clock). Timeouts in tests then take no real time. Before a
+     * jump it gives real work it knows of a little real time: 5 ms to
+     * descriptors tasks wait on, 50 ms to running weft_blocking calls. */
     WEFT_CLOCK_VIRTUAL = 1,
 } weft_clock_kind;
 
@@ -782,9 +784,11 @@ WEFT_EXTERN int weft_blocking(weft_fn fn, void *arg);
 /* weft_blocking with a deadline: -ETIMEDOUT, leaving behind what a cancel
  * does (a call not started is dropped; a running fn finishes and its status
  * is discarded). A deadline already past returns -ETIMEDOUT at once, fn not
- * run. With the virtual clock, fn takes no virtual time: when every task
- * is blocked the clock jumps to the next deadline even while fn runs.
- * Cancellation point. Blocks. */
+ * run. With the virtual clock, fn takes no virtual time: while calls run
+ * and every task is blocked, the clock gives them 50 ms of real time to
+ * finish before it jumps to the next deadline, so a quick fn returns at
+ * the virtual instant it started and a hung one times out at its exact
+ * virtual deadline. Cancellation point. Blocks. */
 WEFT_EXTERN int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline);
 
 /* A snapshot of the current runtime's blocking pool. */
@@ -1061,8 +1065,9 @@ WEFT_EXTERN int weft_local_port(int fd);
  * With the virtual clock, a future settled by a foreign thread takes no
  * virtual time: when every task is blocked the clock jumps to the next
  * deadline, so an await with a deadline may time out before the thread
- * settles it (as for weft_blocking_until). Await such futures without a
- * deadline in virtual-clock tests.
+ * settles it (the runtime cannot see the thread, unlike weft_blocking's
+ * pool, whose running calls the clock waits for). Await such futures
+ * without a deadline in virtual-clock tests.
  *
  * Ownership: as for channels, weft_future_new returns one reference;
  * weft_future_ref takes another, weft_future_unref drops one, the last

@@ -401,7 +401,12 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
     /* Published under the lock, after everything that can fail: a park
      * that is prepared must be committed. */
     j->w.token = weft__park_prepare(wk->cur, true);
-    return wait_job(p, j, wk, deadline, abandoned);
+    /* Counted while parked, so that the virtual clock gives fn time to
+     * finish before it jumps (idle_virtual). */
+    add_sc(&wk->rt->pool_waiters, 1);
+    rc = wait_job(p, j, wk, deadline, abandoned);
+    add_sc(&wk->rt->pool_waiters, -1);
+    return rc;
 }
 
 int weft_blocking(weft_fn fn, void *arg)

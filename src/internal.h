@@ -301,6 +301,7 @@ struct weft_runtime {
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
+    atomic_int pool_waiters; /* tasks parked on a weft_blocking call */
     weft_scope *root;
     int root_status;
     pthread_mutex_t orphan_mu;

@@ -95,6 +95,7 @@
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
 #define IO_POLL_NS (20 * WEFT_USEC) /* epoll polled before sleeping in it */
 #define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
+#define POOL_AUTOJUMP_NS (50 * WEFT_MSEC) /* and for blocking calls */
 #define DEQUE_INITIAL 256
 
 WEFT_TLS weft_worker *weft__tl_worker;
@@ -909,16 +910,43 @@ static void idle_real(weft_worker *w)
     add_sc(&rt->nsleeping, -1);
 }
 
+/* Virtual clock, before time jumps: real work the clock cannot see may
+ * still wake a task. Tasks waiting for descriptors give the kernel
+ * AUTOJUMP_NS of real time to make one ready, and tasks waiting for
+ * weft_blocking calls give the pool POOL_AUTOJUMP_NS to finish them
+ * (Trio's autojump threshold), so that loopback I/O and a quick blocking
+ * call complete at the virtual instant they started. Asleep meanwhile, so
+ * a wake from another thread ends the wait at once. Returns true if work
+ * turned up. */
+static bool autojump_grace(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    int64_t grace = ld_sc(&rt->pool_waiters) ? POOL_AUTOJUMP_NS : 0;
+    if (w->nio && grace < AUTOJUMP_NS)
+        grace = AUTOJUMP_NS;
+    if (!grace)
+        return false;
+    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    bool found = false;
+    st_sc(&w->sleeping, mode);
+    add_sc(&rt->nsleeping, 1);
+    if (!work_visible(w)) {
+        if (mode == SLEEP_EPOLL)
+            found = weft__io_poll(w, grace) > 0;
+        else
+            futex_wait(&w->sleeping, SLEEP_FUTEX, grace);
+    }
+    st_sc(&w->sleeping, SLEEP_NONE);
+    add_sc(&rt->nsleeping, -1);
+    return found || work_visible(w);
+}
+
 /* Virtual clock: time moves only when every worker is idle, to the
  * earliest deadline of any worker. */
 static void idle_virtual(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
-    /* Tasks waiting for descriptors: give the kernel AUTOJUMP_NS of real
-     * time to make one ready before time jumps (Trio's autojump
-     * threshold), so that loopback I/O completes at the virtual instant
-     * it started. */
-    if (w->nio && weft__io_poll(w, AUTOJUMP_NS))
+    if (autojump_grace(w))
         return;
     pthread_mutex_lock(&rt->vmu);
     if (work_visible(w)) {

@@ -252,12 +252,15 @@ static int results_root(void *arg)
     ASSERT_EQ(atomic_load(&j.ran), 1);
     ASSERT_EQ(atomic_load(&j.done), 1);
     /* A negative status passes through; fn ran on another thread. With
-     * the virtual clock a deadline would pass at once (fn takes no virtual
-     * time, and the clock jumps when every task is blocked). */
+     * the virtual clock too the deadline does not pass while fn runs (the
+     * clock gives the pool real time before it jumps), and fn takes no
+     * virtual time. */
     pthread_t where = pthread_self();
-    weft_time deadline = arg ? weft_now() + 10 * WEFT_SEC : WEFT_NEVER;
-    ASSERT_EQ(weft_blocking_until(where_fn, &where, deadline), -EIO);
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_blocking_until(where_fn, &where, t0 + 10 * WEFT_SEC), -EIO);
     ASSERT(!pthread_equal(where, pthread_self()));
+    if (!arg)
+        ASSERT_EQ(weft_now(), t0);
     i = stats();
     ASSERT_EQ(i.threads, 1);
     ASSERT_EQ(i.running, 0);
@@ -641,6 +644,56 @@ TEST(run_waits_for_abandoned_call)
     abandon_init(&x, 50 * WEFT_MSEC);
     ASSERT_EQ(run_pool(2, WEFT_CLOCK_MONOTONIC, 1, 0, abandon_root, &x), 0);
     ASSERT_EQ(atomic_load(&x.job.done), 1);
+    assert_nothing_left(s);
+}
+
+/* ---- the virtual clock waits for quick calls --------------------------- */
+
+static atomic_int slept;
+
+static int sleep_one_second(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    atomic_store(&slept, 1);
+    return 0;
+}
+
+static int count_fn(void *arg)
+{
+    return 100 + atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* While a call runs on the pool and every task is blocked, the clock does
+ * not jump to the next deadline (a sleeper's, or the call's own): each
+ * call returns its status at the instant it started, before the sleeper
+ * wakes. Before the pool was counted, the first call timed out at t0 +
+ * 10 ms and the sleeper woke during it. */
+static int virtual_waits_root(void *arg)
+{
+    (void)arg;
+    atomic_store(&slept, 0);
+    weft_time t0 = weft_now();
+    weft_scope *s = scope_open();
+    spawn(sleep_one_second, NULL);
+    atomic_int n = 0;
+    for (int i = 0; i < 20; i++) {
+        ASSERT_EQ(weft_blocking_until(count_fn, &n, t0 + 10 * WEFT_MSEC),
+                  100 + i);
+        ASSERT_EQ(weft_now(), t0);
+    }
+    ASSERT_EQ(atomic_load(&slept), 0);
+    scope_end(s);
+    ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
+    ASSERT_EQ(atomic_load(&slept), 1);
+    return 0;
+}
+
+TEST(virtual_clock_waits_for_running_calls)
+{
+    struct snapshot s = snap();
+    ASSERT_EQ(t_run_virtual(1, virtual_waits_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, virtual_waits_root, NULL), 0);
     assert_nothing_left(s);
 }
 
