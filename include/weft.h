@@ -383,8 +383,8 @@ WEFT_EXTERN weft_chan *weft_chan_ref(weft_chan *c);
 
 /* Drops a reference; the last one frees the channel and any values still
  * buffered. Returns 0, or -EINVAL (NULL, or not a live channel: a debug
- * build keeps freed channels poisoned so that a late call says so). Any
- * thread; never blocks. */
+ * build keeps the last 1024 freed channels and futures marked dead, so
+ * that a late call on one says so). Any thread; never blocks. */
 WEFT_EXTERN int weft_chan_unref(weft_chan *c);
 
 /* Closes the channel: sends fail with -EPIPE from now on; receivers get the

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #define CHAN_MAGIC 0x6368616eu /* "chan" */
-#define CHAN_DEAD 0x64656164u  /* "dead": freed (kept in debug builds) */
+#define CHAN_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_ELEM 65536
 #define SELECT_STACK_CASES 8
 
@@ -97,16 +97,9 @@ int weft_chan_unref(weft_chan *c)
     if (add_acq_rel(&c->refs, -1) != 1)
         return 0;
     free(c->buf);
-#if !defined(NDEBUG) && !defined(WEFT_ASAN)
-    /* Debug builds keep the husk, so a call on a freed channel finds
-     * CHAN_DEAD and returns -EINVAL instead of touching freed memory.
-     * (ASan builds free it: ASan reports such a use itself.) */
     c->buf = NULL;
     c->magic = CHAN_DEAD;
-#else
-    c->magic = CHAN_DEAD;
-    free(c);
-#endif
+    weft__husk_free(c);
     return 0;
 }
 

@@ -60,7 +60,7 @@
 #include <string.h>
 
 #define FUT_MAGIC 0x66757475u /* "futu" */
-#define FUT_DEAD 0x64656164u  /* "dead": freed (kept in debug builds) */
+#define FUT_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_VALUE 65536
 #define MAX_WAIT 1024    /* futures per combinator call */
 #define MAX_GATHER 65536 /* tasks per weft_gather */
@@ -153,15 +153,8 @@ int weft_future_unref(weft_future *f)
         return -EINVAL;
     if (add_acq_rel(&f->refs, -1) != 1)
         return 0;
-#if !defined(NDEBUG) && !defined(WEFT_ASAN)
-    /* Debug builds keep the husk (as for channels), so a call on a freed
-     * future finds FUT_DEAD and returns -EINVAL instead of touching freed
-     * memory. (ASan builds free it: ASan reports such a use itself.) */
     f->magic = FUT_DEAD;
-#else
-    f->magic = FUT_DEAD;
-    free(f);
-#endif
+    weft__husk_free(f);
     return 0;
 }
 

@@ -625,4 +625,10 @@ static inline int weft__checkpoint(void)
 void weft__fatal(const char *fmt, ...)
     __attribute__((noreturn, format(printf, 1, 2)));
 
+/* Frees a channel or future whose magic now says "dead". Debug builds
+ * (not ASan, which reports such uses itself) keep the last 1024 of them
+ * before freeing, so a call on an object just freed finds the dead magic
+ * and returns -EINVAL instead of touching freed memory. */
+void weft__husk_free(void *p);
+
 #endif

@@ -10,6 +10,7 @@
 #include "weft.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -2140,4 +2141,25 @@ static int errors_in_task_root(void *arg)
 TEST(argument_errors_in_a_task)
 {
     ASSERT_EQ(t_run_virtual(1, errors_in_task_root, NULL), 0);
+}
+
+/* Freed channels do not pile up: a debug build keeps only the last 1024
+ * husks (so a call on a channel just freed is -EINVAL), and frees older
+ * ones; before, it kept every channel it ever freed. */
+TEST(freed_channels_do_not_pile_up)
+{
+    weft_chan *c;
+    ASSERT_EQ(weft_chan_new(&c, sizeof(int), 4), 0);
+    ASSERT_EQ(weft_chan_unref(c), 0);
+#if !defined(NDEBUG) && !defined(WEFT_ASAN)
+    ASSERT_EQ(weft_chan_unref(c), -EINVAL);
+    ASSERT_EQ(weft_chan_close(c), -EINVAL);
+#endif
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < 100000; i++) {
+        ASSERT_EQ(weft_chan_new(&c, sizeof(int), 4), 0);
+        ASSERT_EQ(weft_chan_unref(c), 0);
+    }
+    struct mallinfo2 after = mallinfo2();
+    ASSERT(after.uordblks < before.uordblks + (1u << 20));
 }
