@@ -322,7 +322,9 @@ WEFT_EXTERN int weft_yield(void);
 /* Runs fn(arg) on the calling task inside a new scope whose deadline is
  * weft_now() + timeout_ns (asyncio.timeout / wait_for / Trio's
  * fail_after). Returns fn's result, or -ETIMEDOUT if the deadline passed
- * and fn failed (it was cancelled). Blocks as fn does; -EPERM outside a
+ * and fn failed (it was cancelled). Scopes fn opens and leaves open are
+ * joined before it returns; the scope it runs in is weft_with_timeout's
+ * (fn may join it, never free it). Blocks as fn does; -EPERM outside a
  * task, -EINVAL if fn is NULL. */
 WEFT_EXTERN int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg);
 

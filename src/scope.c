@@ -234,8 +234,8 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
 {
     weft_worker *w = s->owner->worker;
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
-    if (deadline == 0)
-        deadline = WEFT_NEVER;
+    /* Only WEFT_NEVER means none: 0 is an instant, long past (the opts'
+     * "0: none" is weft_scope_open's to apply, before calling here). */
     scope_lock(s); /* weft_deadline() reads it from the children */
     s->deadline = deadline;
     scope_unlock(s);
@@ -354,7 +354,13 @@ int weft_scope_join(weft_scope *s)
 void weft__scope_join_above(weft_task *t, weft_scope *keep)
 {
     weft_runtime *rt = t->worker->rt;
-    weft_scope *s;
+    /* keep off the chain: fn joined it itself (misuse); the scopes now
+     * above are the caller's, not fn's leftovers. */
+    weft_scope *s = ld_rlx(&t->cur);
+    while (s && s != keep)
+        s = s->parent;
+    if (!s)
+        return;
     while ((s = ld_rlx(&t->cur)) != keep) {
         weft_scope_join(s);
         /* The owner is gone: any task may free it; if none does, the

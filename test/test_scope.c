@@ -178,6 +178,34 @@ TEST(set_deadline_moves_and_past_deadline_cancels)
     ASSERT_EQ(sd_kids[1].got, -ECANCELED);
 }
 
+/* weft_scope_set_deadline takes an absolute time, and only WEFT_NEVER means
+ * none: 0 is an instant long past (as for every deadline argument), so it
+ * cancels at once instead of dropping the deadline the scope had. */
+static struct kid zd_kid;
+
+static int set_deadline_zero_root(void *arg)
+{
+    (void)arg;
+    zd_kid = (struct kid){.sleep = 10 * WEFT_SEC};
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    weft_scope *s = open_scope(WEFT_FAIL_FAST, 5 * WEFT_SEC, 0);
+    spawn_kids(s, &zd_kid, 1);
+    ASSERT_EQ(weft_scope_set_deadline(s, 0), 0);
+    ASSERT(weft_scope_cancelled(s));
+    ASSERT_EQ(weft_deadline(), 0);
+    ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(set_deadline_zero_is_past_not_none)
+{
+    ASSERT_EQ(t_run_virtual(1, set_deadline_zero_root, NULL), 0);
+    ASSERT_EQ(zd_kid.got, -ECANCELED);
+    ASSERT_EQ(zd_kid.at, WEFT_SEC);
+}
+
 /* ---- policies ---------------------------------------------------------- */
 
 static struct kid ff_kids[4];
@@ -1171,6 +1199,38 @@ static int with_timeout_leftover_root(void *arg)
 TEST(with_timeout_joins_scopes_fn_left_open)
 {
     ASSERT_EQ(t_run_virtual(1, with_timeout_leftover_root, NULL), 0);
+}
+
+/* Misuse: fn joins the scope weft_with_timeout opened for it. The scopes
+ * around the call are the caller's and stay so: weft_with_timeout joins
+ * nothing above its own scope (it used to join the caller's scope P and
+ * orphan it, or spin on -EPERM with the root's). */
+static int joins_its_own_scope(void *arg)
+{
+    (void)arg;
+    weft_scope *mine = weft_scope_current();
+    ASSERT_EQ(weft_scope_join(mine), 0);
+    return 7;
+}
+
+static int with_timeout_misuse_root(void *arg)
+{
+    (void)arg;
+    weft_scope *p = open_scope(WEFT_COLLECT, 0, 0);
+    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    ASSERT(weft_scope_current() == p);
+    ASSERT(weft_spawn(p, sleep_one_sec, NULL) >= 0);
+    ASSERT_EQ(weft_scope_join(p), 0);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(p), 0);
+    /* Straight under the root's scope too. */
+    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    return 0;
+}
+
+TEST(with_timeout_fn_joining_its_scope_leaves_callers_alone)
+{
+    ASSERT_EQ(t_run_virtual(1, with_timeout_misuse_root, NULL), 0);
 }
 
 /* ---- a task returning with unjoined scopes ---------------------------- */
