@@ -5,8 +5,8 @@
  * descriptor) in its own worker's epoll and parks there; since a started
  * task never leaves its worker, the events that wake it are read by the
  * same thread that runs it. The first wait on a descriptor adds it with
- * EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET and it stays added: later
- * waits cost no system call.
+ * EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET and it stays added:
+ * later waits cost no system call.
  *
  * Per descriptor, process-wide, a record (fd_rec) holds the tasks waiting
  * to read and to write, and counts of the read and write edges dispatched
@@ -62,7 +62,7 @@ typedef struct fd_rec {
     atomic_uint edges[2]; /* read, write edges dispatched (under the lock) */
     unsigned seen[2];     /* edges a wait has been given */
     bool stream;          /* a TCP socket: see weft__fd_read_* */
-    bool hup;             /* the peer closed or failed: reads say so */
+    bool hup;             /* the peer closed, failed or sent urgent data */
     bool drained;         /* its last read came back short ... */
     unsigned drained_at;  /* ... with edges[0] at this count before it */
     weft__waitq q[2];     /* tasks waiting to read, to write */
@@ -146,7 +146,7 @@ static int io_register(weft_worker *w, int fd, uint32_t gen)
         w->nfdreg = n;
     }
     struct epoll_event ev = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
         .data.u64 = (uint64_t)gen << 32 | (uint32_t)fd,
     };
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
@@ -173,15 +173,18 @@ static void dispatch(weft_worker *w, const struct epoll_event *ev)
     if (!r)
         return;
     int kinds = 0;
-    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR))
         kinds |= WEFT_IO_READ;
     if (ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         kinds |= WEFT_IO_WRITE;
     weft__waiter *woken = NULL, **tail = &woken;
     weft__lock_acquire(&r->lock);
     if (ld_rlx(&r->gen) == gen) {
-        if (ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-            r->hup = true; /* a short read no longer means "empty" */
+        /* A short read no longer means "empty": after the end of the
+         * stream, and at TCP's urgent mark, where a read stops short
+         * with data still queued and no edge to come for it. */
+        if (ev->events & (EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR))
+            r->hup = true;
         for (int k = 0; k < 2; k++) {
             if (!(kinds & (1 << k)))
                 continue;
@@ -254,12 +257,19 @@ static int fd_wait(int fd, int events, weft_time deadline,
         return fd >= FD_CHUNK * FD_CHUNKS ? -EINVAL : -ENOMEM;
     weft_worker *w = weft__tl_worker;
     weft_task *t = w->cur;
-    rc = io_register(w, fd, ld_acq(&r->gen));
+    uint32_t gen = ld_acq(&r->gen);
+    rc = io_register(w, fd, gen);
     if (rc)
         return rc > 0 ? 0 : rc;
     weft__waiter ws[2];
     memset(ws, 0, sizeof ws);
     weft__lock_acquire(&r->lock);
+    if (ld_rlx(&r->gen) != gen) {
+        /* A weft_close came between the lookup and here: it woke the
+         * waiters it found, not this one, and no event will come. */
+        weft__lock_release(&r->lock);
+        return -EBADF;
+    }
     bool ready = false;
     for (int k = 0; k < 2; k++) {
         unsigned e = ld_rlx(&r->edges[k]);
@@ -308,8 +318,10 @@ int weft_fd_wait(int fd, int events, weft_time deadline)
  * Two exceptions keep it honest. A read that returns data does not report
  * an end of stream queued behind it, whose edge may have come before the
  * read: once the peer has closed or failed (RDHUP, HUP, ERR seen) every
- * read is made. And only TCP sockets are marked: a Unix stream read may
- * stop short at a change of sender credentials with data still queued. */
+ * read is made, and so it is once urgent data came (PRI): a read stops
+ * short at its mark with the bytes after it still queued. And only TCP
+ * sockets are marked: a Unix stream read may stop short at a change of
+ * sender credentials with data still queued. */
 
 void weft__fd_set_stream(int fd)
 {
@@ -318,7 +330,9 @@ void weft__fd_set_stream(int fd)
         return;
     weft__lock_acquire(&r->lock);
     r->stream = true;
-    r->drained = r->hup = false;
+    /* hup stays (weft_close cleared it): a dial's wait for the connection
+     * may already have dispatched the peer's end of the stream. */
+    r->drained = false;
     weft__lock_release(&r->lock);
 }
 

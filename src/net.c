@@ -125,7 +125,10 @@ static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
     if (stream_read) { /* the last read emptied the queue: wait first */
         bool tcp;
         int rc = weft__fd_read_wait_first(fd, deadline, &tcp);
-        if (rc)
+        /* Timed out: the read decides, since the edge that would have
+         * ended the wait may still sit undispatched in epoll (a deadline
+         * already past lets through a read that needs no waiting). */
+        if (rc && rc != -ETIMEDOUT)
             return rc;
         op->kind = tcp ? IO_RECV : IO_READ;
     }
@@ -568,7 +571,9 @@ int weft_udp_bind(const char *host, int port, int flags)
 
 /* ---- accept ---- */
 
-/* Errors of one connection that failed in the backlog: skip it. */
+/* Errors of one connection that failed in the backlog: skip it. Not
+ * EOPNOTSUPP, which accept(2) lists too: Linux says it for a socket that
+ * cannot accept (UDP), every time, so skipping it would spin. */
 static bool accept_skip(int err)
 {
     switch (err) {
@@ -579,7 +584,6 @@ static bool accept_skip(int err)
     case EHOSTDOWN:
     case ENONET:
     case EHOSTUNREACH:
-    case EOPNOTSUPP:
     case ENETUNREACH:
         return true;
     default:

@@ -1971,3 +1971,142 @@ TEST(outside_a_task)
     fds_open(&fds_after);
     fds_same(&fds_before, &fds_after);
 }
+
+/* ======================= TCP reads that came back short ================ */
+
+/* After a short read, a read with a deadline already past still takes
+ * bytes that came since: their edge may not have been dispatched yet, and
+ * the read needs no waiting. */
+static int past_deadline_root(void *arg)
+{
+    (void)arg;
+    int a, b;
+    tcp_pair(&a, &b);
+    char buf[16];
+    ASSERT_EQ(weft_write(a, "x", 1, WEFT_NEVER), 1);
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, WEFT_NEVER), 1); /* short */
+    ASSERT_EQ(weft_write(a, "yz", 2, WEFT_NEVER), 2);
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, t0), 2);
+    ASSERT(memcmp(buf, "yz", 2) == 0);
+    ASSERT_EQ(weft_now(), t0);
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, t0), -ETIMEDOUT);
+    /* read_exact too: the first byte, short, then the second past it. */
+    size_t done = 9;
+    ASSERT_EQ(weft_write(a, "1", 1, WEFT_NEVER), 1);
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, WEFT_NEVER), 1); /* short */
+    ASSERT_EQ(weft_write(a, "23", 2, WEFT_NEVER), 2);
+    ASSERT_EQ(weft_read_exact(b, buf, 2, &done, weft_now()), 0);
+    ASSERT_EQ(done, 2);
+    ASSERT(memcmp(buf, "23", 2) == 0);
+    close2(a, b);
+    return 0;
+}
+
+TEST(short_read_then_deadline_already_past)
+{
+    net_run(1, WEFT_CLOCK_VIRTUAL, past_deadline_root, NULL);
+}
+
+/* The peer accepts, writes and shuts down while the dialer still waits
+ * for its connection, so that one event brings the connection and the end
+ * of the stream: the dialer reads the bytes (short), then the end, at
+ * once. */
+struct dialer {
+    weft_event ready;
+    int port;
+    ptrdiff_t rc[2];
+    weft_time took;
+};
+
+static int dialer(void *arg)
+{
+    struct dialer *d = arg;
+    weft_event_set(&d->ready);
+    int fd = weft_tcp_connect("127.0.0.1", d->port, WEFT_NEVER);
+    ASSERT(fd >= 0);
+    char buf[16];
+    weft_time t0 = weft_now();
+    d->rc[0] = weft_read(fd, buf, sizeof buf, t0 + WEFT_SEC);
+    d->rc[1] = weft_read(fd, buf, sizeof buf, t0 + WEFT_SEC);
+    d->took = weft_now() - t0;
+    ASSERT_EQ(weft_close(fd), 0);
+    return 0;
+}
+
+static int dial_end_root(void *arg)
+{
+    (void)arg;
+    int lfd = listen_v4(8);
+    struct dialer d = {.port = weft_local_port(lfd)};
+    weft_scope *s = scope_open();
+    spawn(dialer, &d);
+    ASSERT_EQ(weft_event_wait(&d.ready), 0); /* it waits to connect */
+    /* Plain calls: this task does not let the worker read its events. */
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, "hello", 5), 5);
+    ASSERT_EQ(shutdown(fd, SHUT_WR), 0);
+    scope_end(s);
+    ASSERT_EQ(d.rc[0], 5);
+    ASSERT_EQ(d.rc[1], 0);
+    ASSERT_EQ(d.took, 0);
+    close2(fd, lfd);
+    return 0;
+}
+
+TEST(end_of_stream_seen_while_connecting)
+{
+    net_run(1, WEFT_CLOCK_VIRTUAL, dial_end_root, NULL);
+}
+
+/* Urgent data: a read stops short at its mark, with the bytes after it
+ * still queued and no edge to come for them; the next read takes them at
+ * once. */
+static int urgent_root(void *arg)
+{
+    (void)arg;
+    int a, b;
+    tcp_pair(&a, &b);
+    unsigned char buf[16];
+    struct blk k = {.fd = b, .buf = buf, .n = sizeof buf};
+    weft_scope *s = scope_open();
+    spawn(blk_read, &k);
+    ASSERT_EQ(weft_event_wait(&k.ready), 0); /* it waits to read */
+    ASSERT_EQ(send(a, "ab", 2, 0), 2);
+    ASSERT_EQ(send(a, "!", 1, MSG_OOB), 1);
+    ASSERT_EQ(send(a, "de", 2, 0), 2);
+    scope_end(s);
+    ASSERT_EQ(k.rc, 2); /* up to the mark */
+    ASSERT(memcmp(buf, "ab", 2) == 0);
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, t0 + WEFT_SEC), 2);
+    ASSERT(memcmp(buf, "de", 2) == 0);
+    ASSERT_EQ(weft_now(), t0);
+    close2(a, b);
+    return 0;
+}
+
+TEST(urgent_data_does_not_stall_reads)
+{
+    net_run(1, WEFT_CLOCK_VIRTUAL, urgent_root, NULL);
+}
+
+/* accept on a socket that cannot accept fails, every time: at once, not
+ * skipped as a connection that failed in the backlog (which spins). */
+static int accept_udp_root(void *arg)
+{
+    (void)arg;
+    int u = weft_udp_bind("127.0.0.1", 0, 0);
+    ASSERT(u >= 0);
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_accept(u, NULL, t0 + WEFT_SEC), -EOPNOTSUPP);
+    ASSERT_EQ(weft_now(), t0);
+    ASSERT_EQ(weft_close(u), 0);
+    return 0;
+}
+
+TEST(accept_on_a_udp_socket_fails)
+{
+    net_run(1, WEFT_CLOCK_VIRTUAL, accept_udp_root, NULL);
+}
