@@ -194,6 +194,73 @@ TEST(close_wakes_waiters_with_ebadf)
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
+/* A weft_close on one worker racing a wait that is starting on another:
+ * whichever comes first, the wait ends with -EBADF at once (before the
+ * generation was checked under the record's lock, a close that fell
+ * between the wait's lookup and its queueing woke nobody, and the wait
+ * slept until its deadline). The closer yields a varying number of times
+ * so the close lands before, during and after the wait's start. */
+struct close_race {
+    int fd;
+    int yields;
+    int got;
+};
+
+static int race_waiter(void *arg)
+{
+    struct close_race *c = arg;
+    c->got = weft_fd_wait(c->fd, WEFT_IO_READ, weft_now() + 10 * WEFT_SEC);
+    return 0;
+}
+
+static int race_closer(void *arg)
+{
+    struct close_race *c = arg;
+    for (int i = 0; i < c->yields; i++)
+        weft_yield();
+    ASSERT_EQ(weft_close(c->fd), 0);
+    return 0;
+}
+
+static int warm_reactor(void *arg)
+{
+    ASSERT_EQ(weft_fd_wait(*(int *)arg, WEFT_IO_WRITE, WEFT_NEVER), 0);
+    return 0;
+}
+
+static int close_race_root(void *arg)
+{
+    (void)arg;
+    /* Worker 0's epoll first, so that it cannot take the number of a
+     * descriptor the closer has just closed. */
+    int warm[2];
+    nb_pair(warm);
+    weft_scope *w = scope_open();
+    spawn_on(0, warm_reactor, &warm[0]);
+    scope_end(w);
+    close_pair(warm);
+    long rounds = T_SCALE(2000);
+    for (long i = 0; i < rounds; i++) {
+        int sv[2];
+        nb_pair(sv);
+        struct close_race c = {.fd = sv[0], .yields = (int)(i % 7), .got = 1};
+        weft_scope *s = scope_open();
+        spawn_on(0, race_waiter, &c);
+        spawn_on(1, race_closer, &c);
+        scope_end(s);
+        ASSERT_EQ(c.got, -EBADF);
+        ASSERT_EQ(weft_close(sv[1]), 0);
+    }
+    return 0;
+}
+
+TEST(close_racing_a_starting_wait)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_mono(2, close_race_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
 /* ---- a sleeping worker is woken by I/O from a plain thread ------------- */
 
 struct ping {
