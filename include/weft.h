@@ -825,7 +825,8 @@ WEFT_EXTERN int weft_blocking_stats(weft_blocking_info *out);
  * (WEFT_IO_READ, WEFT_IO_WRITE or both), or the deadline. Use it after a
  * call said EAGAIN, then make the call again: readiness is a hint, and the
  * call may say EAGAIN once more. Returns 0, -ETIMEDOUT, -ECANCELED, -EBADF
- * (fd was weft_close()d while waiting, or is not open), -EINVAL, -EPERM.
+ * (fd was weft_close()d while waiting, or is not open), -EINVAL (fd < 0
+ * or >= 2^20, or bad events), -EPERM.
  * Cancellation point: a cancelled wait leaves nothing behind (the fd stays
  * registered; a readiness it missed is remembered for the next wait).
  * Blocks. */

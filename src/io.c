@@ -213,11 +213,15 @@ static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
         st_rlx(&no_pwait2, 1);
     }
 #endif
-    int ms = timeout == WEFT_NEVER ? -1
-             : timeout <= 0        ? 0
-                            : (int)((timeout + WEFT_MSEC - 1) / WEFT_MSEC);
-    if (timeout != WEFT_NEVER && timeout / WEFT_MSEC > INT32_MAX)
-        ms = -1;
+    /* Beyond epoll_wait's ~24.8 days: wake then and look again, rather
+     * than sleep past a far timer. */
+    int ms = -1;
+    if (timeout <= 0)
+        ms = 0;
+    else if (timeout != WEFT_NEVER)
+        ms = timeout / WEFT_MSEC >= INT32_MAX
+                 ? INT32_MAX
+                 : (int)((timeout + WEFT_MSEC - 1) / WEFT_MSEC);
     return epoll_wait(epfd, evs, MAX_EVENTS, ms);
 }
 
