@@ -525,7 +525,8 @@ WEFT_EXTERN int weft_sem_acquire_until(weft_sem *s, long n, weft_time deadline);
  * Never blocks. */
 WEFT_EXTERN int weft_sem_try_acquire(weft_sem *s, long n);
 /* Returns n permits, waking waiters whose turn it is. Returns 0 or
- * -EINVAL. Any thread; never blocks. */
+ * -EINVAL (n < 1, or the count would pass LONG_MAX: nothing changed). Any
+ * thread; never blocks. */
 WEFT_EXTERN int weft_sem_release(weft_sem *s, long n);
 /* Permits available now. Never blocks. */
 WEFT_EXTERN long weft_sem_available(weft_sem *s);
@@ -575,7 +576,8 @@ typedef struct weft_wg {
         }                                                                      \
     }
 /* Adds delta (may be negative) to the count. Returns 0, or -EINVAL if the
- * count would go below zero (nothing changed). Any thread; never blocks. */
+ * count would go below zero or past LONG_MAX (nothing changed). Any
+ * thread; never blocks. */
 WEFT_EXTERN int weft_wg_add(weft_wg *wg, long delta);
 /* weft_wg_add(wg, -1). */
 WEFT_EXTERN int weft_wg_done(weft_wg *wg);
@@ -1138,7 +1140,8 @@ WEFT_EXTERN int weft_future_try(const weft_future *f, void *out);
 /* Spawns fn(arg) as a child of scope s (NULL: the current scope), as
  * weft_spawn does, and sets *out to a new future (value_size sizeof(int))
  * that the task's status settles: a status >= 0 resolves it with that int,
- * a negative one rejects it. The status is the future's alone: to its
+ * a negative one rejects it (-EINPROGRESS, which reads as "pending",
+ * rejects it with -EIO). The status is the future's alone: to its
  * scope the task reports 0, so a failed or cancelled future does not set
  * off the scope's policy (a fail-fast scope does not cancel the task's
  * siblings for it: weft_future_all does that). Cancelling the future

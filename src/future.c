@@ -628,6 +628,11 @@ static int spawn_body(void *arg)
         fut_unlock(f);
         weft_scope_free(s);
     }
+    /* -EINPROGRESS means "not settled yet" and cannot be a rejection (the
+     * reject would fail and leave f pending for good): it settles f as a
+     * plain failure. */
+    if (st == -EINPROGRESS)
+        st = -EIO;
     if (st >= 0)
         weft_future_resolve(f, &st);
     else

@@ -12,6 +12,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <string.h>
 
 int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
@@ -375,6 +376,10 @@ int weft_sem_release(weft_sem *ss, long n)
         return -EINVAL;
     sem_impl *s = (sem_impl *)ss;
     weft__lock_acquire(&s->lock);
+    if (s->count > LONG_MAX - n) { /* would wrap negative: bad input */
+        weft__lock_release(&s->lock);
+        return -EINVAL;
+    }
     s->count += n;
     weft__waiter *granted = sem_grant(s);
     weft__lock_release(&s->lock);
@@ -508,11 +513,13 @@ int weft_wg_add(weft_wg *wg, long delta)
     cond_impl *c = (cond_impl *)wg;
     weft__waiter *all = NULL;
     weft__lock_acquire(&c->lock);
-    if (c->value + delta < 0) {
+    long value;
+    /* Below zero, or past LONG_MAX (checked without overflowing). */
+    if (__builtin_add_overflow(c->value, delta, &value) || value < 0) {
         weft__lock_release(&c->lock);
         return -EINVAL;
     }
-    c->value += delta;
+    c->value = value;
     if (c->value == 0)
         weft__waitq_claim_all(&c->q, &all);
     weft__lock_release(&c->lock);

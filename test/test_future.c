@@ -1484,6 +1484,34 @@ TEST(spawned_futures_do_not_trip_their_scope)
     ASSERT_EQ(t_run_virtual(2, spawned_race_root, NULL), 0);
 }
 
+/* fn returns -EINPROGRESS (a non-blocking connect's errno, say): a status
+ * no future can be rejected with, as it means "not settled yet". The future
+ * must settle all the same (rejected with -EIO), not stay pending with its
+ * awaiters parked forever. */
+static int einprogress_root(void *arg)
+{
+    (void)arg;
+    weft_future *f;
+    int v = -1;
+    weft_scope *s = open_policy(WEFT_COLLECT, 0);
+    ASSERT_EQ(weft_future_spawn(s, ret_arg, (void *)(intptr_t)-EINPROGRESS, &f),
+              0);
+    ASSERT_EQ(weft_future_await(f, &v, 5 * WEFT_SEC), -EIO);
+    ASSERT_EQ(weft_now(), 0);
+    ASSERT_EQ(v, -1);
+    ASSERT_EQ(weft_future_try(f, NULL), -EIO);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_future_unref(f), 0);
+    return 0;
+}
+
+TEST(future_spawn_einprogress_status_settles)
+{
+    ASSERT_EQ(t_run_virtual(1, einprogress_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, einprogress_root, NULL), 0);
+}
+
 /* The future outlives a cancel racing with the task's exit, on several
  * workers and from a plain thread (ASan, TSan: no freed scope touched). */
 static int quick_fn(void *arg)

@@ -8,6 +8,7 @@
 #include "weft.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -748,6 +749,22 @@ TEST(sem_basics)
     ASSERT_EQ(t_run_virtual(1, sem_basic_root, NULL), 0);
 }
 
+/* A release that would take the count past LONG_MAX is bad input: it
+ * returns -EINVAL and changes nothing (it used to wrap the count negative,
+ * after which no acquire could ever succeed). */
+TEST(sem_release_overflow_is_einval)
+{
+    weft_sem s;
+    ASSERT_EQ(weft_sem_init(&s, LONG_MAX), 0);
+    ASSERT_EQ(weft_sem_release(&s, 1), -EINVAL);
+    ASSERT_EQ(weft_sem_available(&s), LONG_MAX);
+    ASSERT_EQ(weft_sem_try_acquire(&s, 2), 0);
+    ASSERT_EQ(weft_sem_release(&s, LONG_MAX), -EINVAL);
+    ASSERT_EQ(weft_sem_available(&s), LONG_MAX - 2);
+    ASSERT_EQ(weft_sem_release(&s, 2), 0);
+    ASSERT_EQ(weft_sem_available(&s), LONG_MAX);
+}
+
 struct sw {
     weft_sem *s;
     int arrive; /* seconds */
@@ -1303,6 +1320,20 @@ TEST(wg_add_done_wait_deadline)
 {
     ASSERT_EQ(t_run_virtual(1, wg_root, NULL), 0);
     ASSERT_EQ(t_run_virtual(2, wg_root, NULL), 0);
+}
+
+/* An add that would take the count past LONG_MAX returns -EINVAL and
+ * changes nothing, as one that would take it below zero does (the check
+ * itself overflowed: undefined behaviour, which UBSan reports). */
+TEST(wg_add_overflow_is_einval)
+{
+    weft_wg wg = WEFT_WG_INIT;
+    ASSERT_EQ(weft_wg_add(&wg, LONG_MAX), 0);
+    ASSERT_EQ(weft_wg_add(&wg, 1), -EINVAL);
+    ASSERT_EQ(weft_wg_add(&wg, LONG_MAX), -EINVAL);
+    ASSERT_EQ(weft_wg_add(&wg, LONG_MIN), -EINVAL);
+    ASSERT_EQ(weft_wg_add(&wg, -LONG_MAX), 0);
+    ASSERT_EQ(weft_wg_destroy(&wg), 0);
 }
 
 /* Many tasks across workers, the count set up front or per task; and done
