@@ -261,19 +261,28 @@ static int fd_wait(int fd, int events, weft_time deadline,
         return fd >= FD_CHUNK * FD_CHUNKS ? -EINVAL : -ENOMEM;
     weft_worker *w = weft__tl_worker;
     weft_task *t = w->cur;
-    uint32_t gen = ld_acq(&r->gen);
-    rc = io_register(w, fd, gen);
-    if (rc)
-        return rc > 0 ? 0 : rc;
+    /* The generation is read under the lock, as weft_close bumps it and
+     * closes the descriptor under the lock: registered for this
+     * generation, the descriptor is the one the caller means (a wait
+     * that starts after a close registers a closed number, and fails, or
+     * a new descriptor that took it). */
+    weft__lock_acquire(&r->lock);
+    uint32_t gen = ld_rlx(&r->gen);
+    if (fd >= w->nfdreg || w->fdreg[fd] != gen + 1) {
+        weft__lock_release(&r->lock); /* no system call under it */
+        rc = io_register(w, fd, gen);
+        if (rc)
+            return rc > 0 ? 0 : rc;
+        weft__lock_acquire(&r->lock);
+        if (ld_rlx(&r->gen) != gen) {
+            /* A weft_close came meanwhile: it woke the waiters it found,
+             * not this one, and no event will come. */
+            weft__lock_release(&r->lock);
+            return -EBADF;
+        }
+    }
     weft__waiter ws[2];
     memset(ws, 0, sizeof ws);
-    weft__lock_acquire(&r->lock);
-    if (ld_rlx(&r->gen) != gen) {
-        /* A weft_close came between the lookup and here: it woke the
-         * waiters it found, not this one, and no event will come. */
-        weft__lock_release(&r->lock);
-        return -EBADF;
-    }
     bool ready = false;
     for (int k = 0; k < 2; k++) {
         unsigned e = ld_rlx(&r->edges[k]);
@@ -379,7 +388,9 @@ int weft_close(int fd)
 {
     if (fd < 0)
         return -EBADF;
-    fd_rec *r = fd_lookup(fd, false);
+    /* The record is made if need be, so that a wait starting now on this
+     * descriptor (which makes it too) meets the close under its lock. */
+    fd_rec *r = fd_lookup(fd, true);
     if (r) {
         weft__lock_acquire(&r->lock);
         st_rel(&r->gen, ld_rlx(&r->gen) + 1);
@@ -389,8 +400,11 @@ int weft_close(int fd)
         weft__waiter *woken = NULL;
         weft__waitq_claim_all(&r->q[1],
                               weft__waitq_claim_all(&r->q[0], &woken));
+        /* Closed under the lock, with the new generation (see fd_wait). */
+        int rc = close(fd) == 0 || errno == EINTR ? 0 : -errno;
         weft__lock_release(&r->lock);
         weft__wake_chain(woken, -EBADF);
+        return rc;
     }
     /* Linux closes the descriptor even when close() reports an error. */
     return close(fd) == 0 || errno == EINTR ? 0 : -errno;
