@@ -108,6 +108,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -351,7 +352,9 @@ static void outcome(weft_breaker *b, bool failed, int64_t now)
 {
     switch (b->state) {
     case WEFT_BREAKER_CLOSED: {
-        b->consecutive = failed ? b->consecutive + 1 : 0;
+        /* Saturating: with only the rate trigger on, nothing resets it. */
+        b->consecutive =
+            !failed ? 0 : b->consecutive + (b->consecutive < INT_MAX);
         bool trip = b->threshold && b->consecutive >= b->threshold;
         if (b->rate) {
             int64_t calls, failures;

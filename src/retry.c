@@ -48,8 +48,9 @@
  * budget), or at or after weft_deadline() (the scope is cancelled at that
  * instant, so an attempt starting then could only fail), the last status
  * is returned at once, with no sleep. Else on_retry(a, status, d, ctx) is
- * called and the task sleeps d; a sleep that is cancelled makes the call
- * return -ECANCELED, and fn is not called again.
+ * called and the task sleeps until now + d (the instant checked, however
+ * long on_retry took); a sleep that is cancelled makes the call return
+ * -ECANCELED, and fn is not called again.
  *
  * weft_with_fallback runs fn under weft_with_timeout; a result >= 0 is
  * returned; a negative one runs the fallback in the caller's scope and
@@ -248,7 +249,10 @@ int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
             return status;
         if (p->on_retry)
             p->on_retry(attempt, status, delay, p->ctx);
-        if (weft_sleep(delay) == -ECANCELED)
+        /* Until `next`, not for `delay` from now: time on_retry took
+         * (it may block) must not push the attempt past what was checked
+         * against the budget and the deadline. */
+        if (weft_sleep_until(next) == -ECANCELED)
             return -ECANCELED;
     }
 }

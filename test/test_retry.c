@@ -642,6 +642,51 @@ TEST(retry_shield_hides_outer_deadline)
     ASSERT_EQ(t_run_virtual(1, shield_root, NULL), 0);
 }
 
+/* on_retry that blocks (a log write that waits, say): the time it takes
+ * is part of the delay, so the next attempt still starts at the instant
+ * that was checked against the deadline and the budget, and the retry
+ * never sleeps into the deadline. */
+static void slow_on_retry(int attempt, int status, int64_t delay, void *ctx)
+{
+    rec_on_retry(attempt, status, delay, ctx);
+    ASSERT_EQ(weft_sleep(50 * MS), 0);
+}
+
+static int slow_on_retry_root(void *arg)
+{
+    (void)arg;
+    /* Deadline at 120 ms: attempts at 0 and 100 ms; 300 >= 120: stop. */
+    memset(&rec, 0, sizeof(rec));
+    weft_time t0 = weft_now();
+    weft_scope *s;
+    weft_scope_opts o = {.deadline = t0 + 120 * MS};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    weft_retry p = {.max_attempts = 10,
+                    .base_ns = 100 * MS,
+                    .on_retry = slow_on_retry,
+                    .ctx = &rec};
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(rec.calls, 2);
+    ASSERT_EQ(rec.at[1] - t0, 100 * MS);
+    ASSERT_EQ(weft_now() - t0, 100 * MS);
+    ASSERT(!weft_cancelled());
+    scope_end(s);
+
+    /* A budget of 100 ms: no attempt starts after t0 + 100 ms. */
+    memset(&rec, 0, sizeof(rec));
+    t0 = weft_now();
+    p.budget_ns = 100 * MS;
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(rec.calls, 2);
+    ASSERT_EQ(rec.at[1] - t0, 100 * MS);
+    return 0;
+}
+
+TEST(retry_slow_on_retry_keeps_schedule)
+{
+    ASSERT_EQ(t_run_virtual(1, slow_on_retry_root, NULL), 0);
+}
+
 struct canceller {
     weft_scope *s;
     int64_t after;
