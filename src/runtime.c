@@ -19,6 +19,7 @@
 #include "ctx.h"
 #include "internal.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -278,13 +279,18 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
     return 0;
 }
 
+/* hook (weft_main's, else NULL) is called with the runtime before any task
+ * runs. It is an argument, not a global: a weft_run on another thread
+ * meanwhile must not run weft_main's hook. */
+typedef void (*run_hook_fn)(weft_runtime *rt, void *ctx);
+
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
-                              int *err);
+                              int *err, run_hook_fn hook, void *hook_ctx);
 
 int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
 {
     int err = 0;
-    weft_runtime *rt = run_with(cfg, fn, arg, &err);
+    weft_runtime *rt = run_with(cfg, fn, arg, &err, NULL, NULL);
     if (!rt)
         return err;
     int status = rt->root_status;
@@ -292,13 +298,8 @@ int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
     return status;
 }
 
-/* Hook for weft_main: called with the runtime before any task runs. */
-static void (*run_hook)(weft_runtime *rt, void *ctx);
-static void *run_hook_ctx;
-static pthread_mutex_t run_hook_mu = PTHREAD_MUTEX_INITIALIZER;
-
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
-                              int *err)
+                              int *err, run_hook_fn hook, void *hook_ctx)
 {
     weft_config defaults = {0};
     if (!cfg)
@@ -322,6 +323,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         return NULL;
     }
     weft__overflow_handler_install();
+    int set_up = rt->nworkers;
     int started = 1;
     for (; started < rt->nworkers; started++) {
         weft_worker *w = &rt->workers[started];
@@ -333,16 +335,26 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         rt->nworkers = started;
         rt->seeded = rt->seed != 0 && rt->nworkers == 1;
     }
-    if (run_hook)
-        run_hook(rt, run_hook_ctx);
+    if (hook)
+        hook(rt, hook_ctx);
     weft_worker *w0 = &rt->workers[0];
+    /* thread_enter replaces the caller's alternate signal stack, and
+     * thread_leave disables it: give the caller its own back. */
+    stack_t caller_ss;
+    bool restore_ss = sigaltstack(NULL, &caller_ss) == 0;
     thread_enter(w0);
     weft__worker_loop(w0);
     thread_leave(w0);
+    if (restore_ss)
+        sigaltstack(&caller_ss, NULL);
     if (rt->pinned) /* the caller's thread: its own CPUs again */
         pthread_setaffinity_np(pthread_self(), sizeof rt->cpus, &rt->cpus);
     for (int i = 1; i < rt->nworkers; i++)
         pthread_join(rt->workers[i].thread, NULL);
+    /* Workers set up but never started: runtime_free sees only the first
+     * nworkers. Not before the joins, while running ones may look at them. */
+    for (int i = rt->nworkers; i < set_up; i++)
+        weft__worker_fini(&rt->workers[i]);
     weft__overflow_handler_remove();
     return rt;
 }
@@ -360,16 +372,29 @@ static void *signal_thread(void *arg)
 {
     struct sigctl *sc = arg;
     int signals = 0;
-    int timeout_ms = -1;
+    weft_time deadline = WEFT_NEVER;
     for (;;) {
         struct pollfd p[2] = {{sc->sfd, POLLIN, 0}, {sc->efd, POLLIN, 0}};
+        /* poll() takes int milliseconds: a long grace period is waited for
+         * in pieces, not cast (2^32 ms became 0), and an EINTR does not
+         * restart it. */
+        int timeout_ms = -1;
+        if (deadline != WEFT_NEVER) {
+            int64_t left = deadline - weft__now(NULL);
+            if (left <= 0)
+                timeout_ms = 0;
+            else if (left / WEFT_MSEC >= INT_MAX)
+                timeout_ms = INT_MAX;
+            else
+                timeout_ms = (int)((left + WEFT_MSEC - 1) / WEFT_MSEC);
+        }
         int n = poll(p, 2, timeout_ms);
-        if (n == 0) {
+        if (n == 0 && weft__now(NULL) >= deadline) {
             fprintf(stderr, "weft: tasks did not finish within the grace "
                             "period after a signal; exiting\n");
             _exit(130);
         }
-        if (n < 0)
+        if (n <= 0)
             continue;
         if (p[1].revents & POLLIN)
             return NULL; /* the runtime finished */
@@ -383,7 +408,7 @@ static void *signal_thread(void *arg)
                         "(send it again to exit at once)\n",
                         strsignal((int)si.ssi_signo));
                 weft__scope_cancel(sc->rt->root, CANCEL_USER);
-                timeout_ms = (int)(sc->grace_ns / WEFT_MSEC);
+                deadline = weft__add_sat(weft__now(NULL), sc->grace_ns);
             } else {
                 fprintf(stderr, "weft: second signal, exiting\n");
                 _exit(130);
@@ -402,6 +427,10 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
 
 int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
 {
+    /* Before the signal mask and descriptors are touched: a task's
+     * thread keeps its own. */
+    if (weft__tl_worker)
+        return fn ? -EBUSY : -EINVAL;
     weft_config c = cfg ? *cfg : (weft_config){0};
     struct sigctl sc = {.sfd = -1, .efd = -1};
     sc.grace_ns = c.shutdown_grace_ns ? c.shutdown_grace_ns : 5 * WEFT_SEC;
@@ -421,14 +450,8 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return e;
     }
-    pthread_mutex_lock(&run_hook_mu);
-    run_hook = start_signal_thread;
-    run_hook_ctx = &sc;
     int err = 0;
-    weft_runtime *rt = run_with(&c, fn, arg, &err);
-    run_hook = NULL;
-    run_hook_ctx = NULL;
-    pthread_mutex_unlock(&run_hook_mu);
+    weft_runtime *rt = run_with(&c, fn, arg, &err, start_signal_thread, &sc);
     /* Blocking calls abandoned by cancelled tasks may still run: wait for
      * them while the signal thread can still end the process (a second
      * signal, or the grace period). */
@@ -478,6 +501,10 @@ int weft_worker_id(void)
 int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
                   const weft_spawn_opts *opts, const char *file, int line)
 {
+    /* weft_config's limit, which also keeps the slot size arithmetic from
+     * wrapping (SIZE_MAX became a one-page stack). */
+    if (opts && opts->stack_size > MAX_STACK && weft__current())
+        return -EINVAL;
     return weft__spawn(s, fn, arg, opts, file, line);
 }
 

@@ -80,6 +80,14 @@ static size_t task_area(void)
     return round_up(sizeof(weft_task) + sizeof(uint64_t), WEFT_CACHELINE);
 }
 
+/* A slot: the stack, rounded up with the task area to pages, plus a page
+ * below for the guard. The guard must not come out of the stack: with a
+ * stack under a page it took the page the task struct is on. */
+static size_t slot_bytes(size_t stack_size)
+{
+    return round_up(stack_size + task_area(), page_size()) + page_size();
+}
+
 static long guard_budget(void)
 {
     long max = 65530;
@@ -100,7 +108,7 @@ int weft__pool_init(weft__pool_global *g, size_t stack_size)
     memset(g, 0, sizeof(*g));
     pthread_mutex_init(&g->mu, NULL);
     atomic_init(&g->guards_left, guard_budget());
-    g->slot_size = round_up(stack_size + task_area(), page_size());
+    g->slot_size = slot_bytes(stack_size);
     return 0;
 }
 
@@ -233,7 +241,7 @@ static weft_task *take_shared(weft_worker *w)
 
 static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
 {
-    size_t len = round_up(stack_size + task_area(), page_size()) + page_size();
+    size_t len = slot_bytes(stack_size);
     char *p = map_region(len);
     if (!p)
         return NULL;
@@ -244,8 +252,7 @@ static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
 {
     weft__pool_global *g = &w->rt->pool;
-    if (stack_size &&
-        round_up(stack_size + task_area(), page_size()) != g->slot_size)
+    if (stack_size && slot_bytes(stack_size) != g->slot_size)
         return alloc_custom(w->rt, stack_size);
     weft_task *t = w->pool.free;
     if (WEFT_LIKELY(t != NULL)) {

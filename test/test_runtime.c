@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -612,4 +613,67 @@ TEST(pin_workers_one_cpu_each)
                   0);
         ASSERT(CPU_EQUAL(&after, &p.all)); /* the caller's set is back */
     }
+}
+
+/* ---- bad spawn options, the caller's thread state ------------------- */
+
+static int huge_stack_root(void *arg)
+{
+    (void)arg;
+    /* Larger than any stack weft_config accepts (1 GiB): rounding SIZE_MAX
+     * up to pages wrapped to a one-page stack. */
+    size_t sizes[] = {SIZE_MAX, SIZE_MAX - 4096, (size_t)1 << 40};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        weft_spawn_opts o = {.name = "huge", .stack_size = sizes[i]};
+        ASSERT_EQ(weft_spawn_ex(NULL, never_run, NULL, &o), -EINVAL);
+    }
+    return 0;
+}
+
+TEST(spawn_opts_huge_stack_size_is_einval)
+{
+    ASSERT_EQ(t_run_virtual(1, huge_stack_root, NULL), 0);
+}
+
+/* Worker 0 is the caller's thread: the alternate signal stack weft puts
+ * there for overflow reports must not replace the caller's for good. */
+TEST(run_restores_callers_sigaltstack)
+{
+    static char mine[64 * 1024];
+    stack_t ss = {.ss_sp = mine, .ss_size = sizeof mine}, got;
+    ASSERT_EQ(sigaltstack(&ss, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, return_arg, (void *)(intptr_t)0), 0);
+    ASSERT_EQ(t_run_mono(2, return_arg, (void *)(intptr_t)0), 0);
+    ASSERT_EQ(sigaltstack(NULL, &got), 0);
+    ASSERT(!(got.ss_flags & SS_DISABLE));
+    ASSERT(got.ss_sp == (void *)mine);
+    ASSERT_EQ(got.ss_size, sizeof mine);
+    ss.ss_flags = SS_DISABLE;
+    ASSERT_EQ(sigaltstack(&ss, NULL), 0);
+}
+
+/* Workers that cannot be started: the run goes on with those that did,
+ * and what the others were given is freed too (LeakSanitizer sees it). */
+static int count_workers(void *arg)
+{
+    *(int *)arg = weft_workers();
+    return 0;
+}
+
+TEST(run_with_workers_that_cannot_start)
+{
+    pthread_attr_t old, huge;
+    ASSERT_EQ(pthread_getattr_default_np(&old), 0);
+    ASSERT_EQ(pthread_attr_init(&huge), 0);
+    /* No such stack can be mapped: every pthread_create fails. */
+    ASSERT_EQ(pthread_attr_setstacksize(&huge, (size_t)1 << 46), 0);
+    ASSERT_EQ(pthread_setattr_default_np(&huge), 0);
+    int threads = t_proc_count("/proc/self/task");
+    int n = -1;
+    ASSERT_EQ(t_run_virtual(4, count_workers, &n), 0);
+    ASSERT_EQ(pthread_setattr_default_np(&old), 0);
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(t_proc_count("/proc/self/task"), threads);
+    pthread_attr_destroy(&huge);
+    pthread_attr_destroy(&old);
 }

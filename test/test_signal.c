@@ -10,6 +10,7 @@
 #include "t.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -176,4 +177,78 @@ TEST(main_returns_root_status_and_restores_mask)
     ASSERT_EQ(sigismember(&before, SIGINT), sigismember(&after, SIGINT));
     ASSERT_EQ(sigismember(&before, SIGTERM), sigismember(&after, SIGTERM));
     ASSERT_EQ(weft_main(NULL, NULL), -EINVAL);
+}
+
+/* ---- misuse and other runtimes while weft_main runs ------------------ */
+
+static int nested_main(void *arg)
+{
+    (void)arg;
+    /* From a task: -EBUSY, not a wait for the outer weft_main to end. */
+    ASSERT_EQ(weft_main(plain_root, NULL), -EBUSY);
+    weft_config cfg = {.workers = 1};
+    ASSERT_EQ(weft_main_cfg(&cfg, plain_root, NULL), -EBUSY);
+    return 7;
+}
+
+TEST(main_inside_task_is_ebusy)
+{
+    weft_config cfg = {.workers = 2};
+    ASSERT_EQ(weft_main_cfg(&cfg, nested_main, NULL), 7);
+    ASSERT_EQ(weft_run(&cfg, nested_main, NULL), 7);
+}
+
+static int count_threads(void *arg)
+{
+    *(int *)arg = t_proc_count("/proc/self/task");
+    return 0;
+}
+
+static void *plain_run(void *arg)
+{
+    weft_config cfg = {.workers = 1};
+    ASSERT_EQ(weft_run(&cfg, count_threads, arg), 0);
+    return NULL;
+}
+
+/* A plain weft_run on another thread while weft_main runs gets no signal
+ * thread of its own: weft_main's belongs to weft_main's runtime. */
+static int main_with_plain_run(void *arg)
+{
+    (void)arg;
+    int before = t_proc_count("/proc/self/task");
+    int during = 0;
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, plain_run, &during), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_EQ(during, before + 1); /* the plain run's one thread */
+    return 7;
+}
+
+TEST(plain_run_during_main_gets_no_signal_thread)
+{
+    weft_config cfg = {.workers = 1};
+    ASSERT_EQ(weft_main_cfg(&cfg, main_with_plain_run, NULL), 7);
+}
+
+TEST(huge_grace_period_is_not_cut_short)
+{
+    /* 2^32 ms (about 50 days): in poll()'s int milliseconds it wrapped to
+     * 0, and the first signal ended the process at once. */
+    struct child c = start_child(stubborn_root, ((int64_t)1 << 32) * WEFT_MSEC);
+    ASSERT_EQ(kill(c.pid, SIGTERM), 0);
+    char buf[256];
+    ssize_t k = read(c.err, buf, sizeof(buf) - 1);
+    ASSERT(k > 0);
+    buf[k] = 0;
+    ASSERT(strstr(buf, "cancelling all tasks") != NULL);
+    ASSERT_EQ(kill(c.pid, SIGINT), 0);
+    int st;
+    char out[4096];
+    finish_child(&c, &st, out, sizeof(out));
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 130);
+    ASSERT(strstr(buf, "grace period") == NULL);
+    ASSERT(strstr(out, "grace period") == NULL);
+    ASSERT(strstr(out, "second signal") != NULL);
 }

@@ -261,3 +261,36 @@ TEST(stacks_are_committed_lazily)
     if (CHECK_RSS && per_task >= limit)
         T_FAIL("%ld bytes of RSS per parked task (%ld tasks)", per_task, l.n);
 }
+
+/* ---- small stack sizes ------------------------------------------------ */
+
+static int small_child(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    return 0;
+}
+
+static int small_root(void *arg)
+{
+    (void)arg;
+    weft_scope *s = scope_open();
+    for (int i = 0; i < 4; i++)
+        spawn(small_child, NULL);
+    scope_end(s);
+    return 7;
+}
+
+/* A configured stack smaller than a page is rounded up to pages; the
+ * guard page must not take the page that holds the task itself. */
+TEST(config_tiny_stack_size_runs)
+{
+    size_t sizes[] = {1, 512, 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        weft_config cfg = {0};
+        cfg.workers = 1;
+        cfg.clock = WEFT_CLOCK_VIRTUAL;
+        cfg.stack_size = sizes[i];
+        ASSERT_EQ(weft_run(&cfg, small_root, NULL), 7);
+    }
+}
