@@ -666,7 +666,7 @@ TEST(run_with_workers_that_cannot_start)
     ASSERT_EQ(pthread_getattr_default_np(&old), 0);
     ASSERT_EQ(pthread_attr_init(&huge), 0);
     /* No such stack can be mapped: every pthread_create fails. */
-    ASSERT_EQ(pthread_attr_setstacksize(&huge, (size_t)1 << 46), 0);
+    ASSERT_EQ(pthread_attr_setstacksize(&huge, (size_t)1 << 62), 0);
     ASSERT_EQ(pthread_setattr_default_np(&huge), 0);
     int threads = t_proc_count("/proc/self/task");
     int n = -1;
