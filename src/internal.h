@@ -26,6 +26,7 @@
 #include "weft.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -52,6 +53,23 @@ static inline int64_t weft__add_sat(int64_t a, int64_t b)
 {
     return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
 }
+
+/* A timeout in ns (WEFT_NEVER: none, <= 0: don't wait) as poll() and
+ * epoll_wait() take it: milliseconds rounded up, -1 for none, and at most
+ * INT_MAX (~24.8 days: the caller wakes then and looks again, rather than
+ * sleeping past a far deadline or wrapping to 0). */
+static inline int weft__timeout_ms(int64_t ns)
+{
+    if (ns == WEFT_NEVER)
+        return -1;
+    if (ns <= 0)
+        return 0;
+    return ns / WEFT_MSEC >= INT_MAX ? INT_MAX
+                                     : (int)((ns + WEFT_MSEC - 1) / WEFT_MSEC);
+}
+
+/* The largest stack a task may ask for (weft_config, weft_spawn_opts). */
+#define WEFT__MAX_STACK ((size_t)1 << 30)
 
 typedef struct weft_task weft_task;
 typedef struct weft_worker weft_worker;

@@ -127,8 +127,6 @@ void weft__io_fini(weft_worker *w)
  * or a negative errno. */
 static int io_register(weft_worker *w, int fd, uint32_t gen)
 {
-    if (fd < w->nfdreg && w->fdreg[fd] == gen + 1)
-        return 0;
     if (w->epfd < 0) {
         int err = io_start(w);
         if (err)
@@ -213,16 +211,7 @@ static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
         st_rlx(&no_pwait2, 1);
     }
 #endif
-    /* Beyond epoll_wait's ~24.8 days: wake then and look again, rather
-     * than sleep past a far timer. */
-    int ms = -1;
-    if (timeout <= 0)
-        ms = 0;
-    else if (timeout != WEFT_NEVER)
-        ms = timeout / WEFT_MSEC >= INT32_MAX
-                 ? INT32_MAX
-                 : (int)((timeout + WEFT_MSEC - 1) / WEFT_MSEC);
-    return epoll_wait(epfd, evs, MAX_EVENTS, ms);
+    return epoll_wait(epfd, evs, MAX_EVENTS, weft__timeout_ms(timeout));
 }
 
 int weft__io_poll(weft_worker *w, int64_t timeout)
@@ -384,6 +373,12 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
     return fd_wait(fd, WEFT_IO_READ, deadline, &at);
 }
 
+/* Linux closes the descriptor even when close() reports an error. */
+static int close_fd(int fd)
+{
+    return close(fd) == 0 || errno == EINTR ? 0 : -errno;
+}
+
 int weft_close(int fd)
 {
     if (fd < 0)
@@ -401,13 +396,12 @@ int weft_close(int fd)
         weft__waitq_claim_all(&r->q[1],
                               weft__waitq_claim_all(&r->q[0], &woken));
         /* Closed under the lock, with the new generation (see fd_wait). */
-        int rc = close(fd) == 0 || errno == EINTR ? 0 : -errno;
+        int rc = close_fd(fd);
         weft__lock_release(&r->lock);
         weft__wake_chain(woken, -EBADF);
         return rc;
     }
-    /* Linux closes the descriptor even when close() reports an error. */
-    return close(fd) == 0 || errno == EINTR ? 0 : -errno;
+    return close_fd(fd);
 }
 
 /* ---- signals ---- */

@@ -19,7 +19,6 @@
 #include "ctx.h"
 #include "internal.h"
 
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,7 +36,6 @@
 #define DEFAULT_STACK DEFAULT_STACK_BASE
 #endif
 #define MAX_WORKERS 1024
-#define MAX_STACK ((size_t)1 << 30)
 #define ALTSTACK_SIZE (64 * 1024)
 
 void weft__fatal(const char *fmt, ...)
@@ -188,7 +186,7 @@ static int check_config(const weft_config *c)
 {
     if (c->workers < 0 || c->workers > MAX_WORKERS)
         return -EINVAL;
-    if (c->stack_size > MAX_STACK)
+    if (c->stack_size > WEFT__MAX_STACK)
         return -EINVAL;
     if (c->clock != WEFT_CLOCK_MONOTONIC && c->clock != WEFT_CLOCK_VIRTUAL)
         return -EINVAL;
@@ -378,17 +376,10 @@ static void *signal_thread(void *arg)
         /* poll() takes int milliseconds: a long grace period is waited for
          * in pieces, not cast (2^32 ms became 0), and an EINTR does not
          * restart it. */
-        int timeout_ms = -1;
-        if (deadline != WEFT_NEVER) {
-            int64_t left = deadline - weft__now(NULL);
-            if (left <= 0)
-                timeout_ms = 0;
-            else if (left / WEFT_MSEC >= INT_MAX)
-                timeout_ms = INT_MAX;
-            else
-                timeout_ms = (int)((left + WEFT_MSEC - 1) / WEFT_MSEC);
-        }
-        int n = poll(p, 2, timeout_ms);
+        int n = poll(p, 2,
+                     weft__timeout_ms(deadline == WEFT_NEVER
+                                          ? WEFT_NEVER
+                                          : deadline - weft__now(NULL)));
         if (n == 0 && weft__now(NULL) >= deadline) {
             fprintf(stderr, "weft: tasks did not finish within the grace "
                             "period after a signal; exiting\n");
@@ -501,10 +492,6 @@ int weft_worker_id(void)
 int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
                   const weft_spawn_opts *opts, const char *file, int line)
 {
-    /* weft_config's limit, which also keeps the slot size arithmetic from
-     * wrapping (SIZE_MAX became a one-page stack). */
-    if (opts && opts->stack_size > MAX_STACK && weft__current())
-        return -EINVAL;
     return weft__spawn(s, fn, arg, opts, file, line);
 }
 

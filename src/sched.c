@@ -370,13 +370,14 @@ static void wake_sleeper(weft_worker *w)
 }
 
 /* Sleeps until woken or `timeout` ns pass (WEFT_NEVER: no limit), the
- * caller having stored `sleeping` and checked for work. */
-static void sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
+ * caller having stored `sleeping` and checked for work. Returns true if
+ * epoll reported events (dispatched already). */
+static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
 {
     if (mode == SLEEP_EPOLL)
-        weft__io_poll(w, timeout);
-    else
-        futex_wait(&w->sleeping, SLEEP_FUTEX, timeout);
+        return weft__io_poll(w, timeout) > 0;
+    futex_wait(&w->sleeping, SLEEP_FUTEX, timeout);
+    return false;
 }
 
 void weft__worker_notify(weft_worker *w)
@@ -741,12 +742,13 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         return -EPERM;
     if (!fn)
         return -EINVAL;
-    weft_worker *pin = NULL; /* the worker the task must start on */
-    if (o && o->worker) {
-        if (o->worker < 0 || o->worker > w->rt->nworkers)
-            return -EINVAL;
-        pin = &w->rt->workers[o->worker - 1];
-    }
+    /* The stack limit is weft_config's, which also keeps the slot size
+     * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
+    if (o && (o->worker < 0 || o->worker > w->rt->nworkers ||
+              o->stack_size > WEFT__MAX_STACK))
+        return -EINVAL;
+    /* the worker the task must start on */
+    weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
     weft_task *self = w->cur;
     if (!s)
         s = ld_rlx(&self->cur);
@@ -841,6 +843,21 @@ static bool work_visible(weft_worker *w)
     return false;
 }
 
+/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
+ * unless work is visible or timeout <= 0. Returns sleep_until_woken's. */
+static bool nap(weft_worker *w, int64_t timeout)
+{
+    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    bool events = false;
+    st_sc(&w->sleeping, mode);
+    add_sc(&w->rt->nsleeping, 1);
+    if (!work_visible(w) && timeout > 0)
+        events = sleep_until_woken(w, mode, timeout);
+    st_sc(&w->sleeping, SLEEP_NONE);
+    add_sc(&w->rt->nsleeping, -1);
+    return events;
+}
+
 /* A worker whose tasks wait for descriptors polls epoll (without
  * sleeping in it) for IO_POLL_NS before it sleeps there, as Go's spinning
  * Ms poll the network: a peer that writes to a socket of a worker asleep
@@ -895,19 +912,8 @@ static void idle_real(weft_worker *w)
     } else if (w->nio && io_busy_poll(w)) {
         return;
     }
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
-    st_sc(&w->sleeping, mode);
-    add_sc(&rt->nsleeping, 1);
-    if (!work_visible(w)) {
-        int64_t next = weft__wheel_next(&w->wheel);
-        int64_t timeout = WEFT_NEVER;
-        if (next != WEFT_NEVER)
-            timeout = next - weft__now(rt);
-        if (timeout > 0)
-            sleep_until_woken(w, mode, timeout);
-    }
-    st_sc(&w->sleeping, SLEEP_NONE);
-    add_sc(&rt->nsleeping, -1);
+    int64_t next = weft__wheel_next(&w->wheel);
+    nap(w, next == WEFT_NEVER ? WEFT_NEVER : next - weft__now(rt));
 }
 
 /* Virtual clock, before time jumps: real work the clock cannot see may
@@ -924,21 +930,7 @@ static bool autojump_grace(weft_worker *w)
     int64_t grace = ld_sc(&rt->pool_waiters) ? POOL_AUTOJUMP_NS : 0;
     if (w->nio && grace < AUTOJUMP_NS)
         grace = AUTOJUMP_NS;
-    if (!grace)
-        return false;
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
-    bool found = false;
-    st_sc(&w->sleeping, mode);
-    add_sc(&rt->nsleeping, 1);
-    if (!work_visible(w)) {
-        if (mode == SLEEP_EPOLL)
-            found = weft__io_poll(w, grace) > 0;
-        else
-            futex_wait(&w->sleeping, SLEEP_FUTEX, grace);
-    }
-    st_sc(&w->sleeping, SLEEP_NONE);
-    add_sc(&rt->nsleeping, -1);
-    return found || work_visible(w);
+    return grace && (nap(w, grace) || work_visible(w));
 }
 
 /* Virtual clock: time moves only when every worker is idle, to the
