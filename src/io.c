@@ -122,9 +122,10 @@ void weft__io_fini(weft_worker *w)
     w->nfdreg = 0;
 }
 
-/* Makes sure fd is in w's epoll for its current generation. Returns 0,
- * 1 if fd cannot be polled because it is always ready (a regular file),
- * or a negative errno. */
+/* Under fd's record lock (fd_wait, which saw that fd is not there yet):
+ * puts fd in w's epoll for generation gen. Returns 0, 1 if fd cannot be
+ * polled because it is always ready (a regular file), or a negative
+ * errno. */
 static int io_register(weft_worker *w, int fd, uint32_t gen)
 {
     if (w->epfd < 0) {
@@ -250,24 +251,19 @@ static int fd_wait(int fd, int events, weft_time deadline,
         return fd >= FD_CHUNK * FD_CHUNKS ? -EINVAL : -ENOMEM;
     weft_worker *w = weft__tl_worker;
     weft_task *t = w->cur;
-    /* The generation is read under the lock, as weft_close bumps it and
-     * closes the descriptor under the lock: registered for this
-     * generation, the descriptor is the one the caller means (a wait
-     * that starts after a close registers a closed number, and fails, or
-     * a new descriptor that took it). */
+    /* Registered under the lock, with the generation read under it: as
+     * weft_close bumps the generation and closes the descriptor under the
+     * lock, the descriptor registered is the one the caller means (after
+     * a close the number is closed, and the registration fails, or a new
+     * descriptor has it), and a close never runs while epoll_ctl looks at
+     * the number. The epoll_ctl happens once per worker and descriptor. */
     weft__lock_acquire(&r->lock);
     uint32_t gen = ld_rlx(&r->gen);
     if (fd >= w->nfdreg || w->fdreg[fd] != gen + 1) {
-        weft__lock_release(&r->lock); /* no system call under it */
         rc = io_register(w, fd, gen);
-        if (rc)
-            return rc > 0 ? 0 : rc;
-        weft__lock_acquire(&r->lock);
-        if (ld_rlx(&r->gen) != gen) {
-            /* A weft_close came meanwhile: it woke the waiters it found,
-             * not this one, and no event will come. */
+        if (rc) {
             weft__lock_release(&r->lock);
-            return -EBADF;
+            return rc > 0 ? 0 : rc;
         }
     }
     weft__waiter ws[2];
