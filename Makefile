@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # weft: the make targets a C user expects, wrapping CMake.
 #
 #   make             release build of the library, tests, benchmarks and

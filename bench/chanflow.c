@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chanflow: 4 producers and 4 consumers share one channel of int64 with
  * capacity 1024; N messages in all (each producer sends N/4 values); when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http: the plaintext HTTP/1.1 server of ../shared/bench/SPEC.md. It is
  * examples/http_server.c itself (keep-alive, pipelining, a strict parser,

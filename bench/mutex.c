@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mutex: 4 tasks each lock a weft_mutex, increment a shared counter and
  * unlock, N times; check counter == 4N. All cores. Value: elapsed / 4N, in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * parked: N tasks each block receiving from their own channel; once all
  * are parked, peak RSS (VmHWM) is read; then the root sends each its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pingpong: two tasks, two rendezvous (capacity 0) channels of int64, N
  * round trips. One worker. Value: elapsed / N, in ns/roundtrip. See

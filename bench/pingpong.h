@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The body of pingpong and timeout, which differ only in the receive and
  * in how the echo task ends. The including file defines:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * skynet: a 10-ary tree of tasks with 1,000,000 leaves (depth 6). Each leaf
  * returns its ordinal, each inner node the sum of its children; check the

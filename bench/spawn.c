@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spawn: N tasks each add 1 to a shared atomic counter; wait for all; check
  * counter == N. All cores. Value: elapsed / N, in ns/task. See

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * switch: two tasks each call weft_yield() N times on one worker.
  * Value: elapsed / (2N), in ns/switch. See ../shared/bench/SPEC.md; the peers

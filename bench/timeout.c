@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * timeout: pingpong with deadlines. Two tasks, two rendezvous (capacity 0)
  * channels of int64, N round trips, and every receive is made under a 1 s

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * demo: weft's structured concurrency at work, in well under a second.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * echo_server: echoes every byte back, one task per connection.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_server: a plaintext HTTP/1.1 server, one task per connection.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pipeline: Go's pipeline pattern, with weft_pipeline doing the plumbing.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * weft: tasks, structured concurrency and the async patterns of Go, Tokio
  * and Trio, for C11.
@@ -52,6 +53,15 @@ extern "C" {
 #define WEFT_EXTERN __attribute__((visibility("default")))
 #else
 #define WEFT_EXTERN
+#endif
+
+/* Alignment of the opaque value types (mutexes, semaphores, ...), spelled
+ * for the language that includes this header: C11's _Alignas or C++11's
+ * alignas. */
+#ifdef __cplusplus
+#define WEFT_ALIGN8 alignas(8)
+#else
+#define WEFT_ALIGN8 _Alignas(8)
 #endif
 
 /* ------------------------------------------------------------------------
@@ -480,7 +490,7 @@ WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
  * nobody else can take it.
  * Uncontended, lock and unlock are one compare-and-swap each. */
 typedef struct weft_mutex {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_mutex;
 #define WEFT_MUTEX_INIT                                                        \
     {                                                                          \
@@ -510,7 +520,7 @@ WEFT_EXTERN int weft_mutex_destroy(weft_mutex *m);
 
 /* A counting semaphore. */
 typedef struct weft_sem {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_sem;
 /* Sets the count (permits); do this before any task uses it. Returns 0 or
  * -EINVAL (negative). Never blocks. */
@@ -538,7 +548,7 @@ WEFT_EXTERN int weft_sem_destroy(weft_sem *s);
 /* An event: waiters wait until it is set; set wakes them all and lets
  * later waits through until reset. */
 typedef struct weft_event {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_event;
 #define WEFT_EVENT_INIT                                                        \
     {                                                                          \
@@ -567,7 +577,7 @@ WEFT_EXTERN int weft_event_destroy(weft_event *e);
 /* A wait group (Go's sync.WaitGroup): add before starting work, done when
  * a piece finishes, wait until the count is back to zero. */
 typedef struct weft_wg {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_wg;
 #define WEFT_WG_INIT                                                           \
     {                                                                          \
@@ -600,7 +610,7 @@ WEFT_EXTERN int weft_wg_destroy(weft_wg *wg);
  * counted, not named: a task must not read-lock again while it holds a
  * read lock (a writer waiting between would deadlock them both). */
 typedef struct weft_rwlock {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_rwlock;
 #define WEFT_RWLOCK_INIT                                                       \
     {                                                                          \
@@ -651,7 +661,7 @@ WEFT_EXTERN int weft_rwlock_destroy(weft_rwlock *l);
  * broadcast chose it; still re-check the predicate in a loop, as another
  * task may lock the mutex first and change it). */
 typedef struct weft_cond {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_cond;
 #define WEFT_COND_INIT                                                         \
     {                                                                          \
@@ -687,7 +697,7 @@ WEFT_EXTERN int weft_cond_destroy(weft_cond *c);
  * status) does not count, and the next caller tries again with its own
  * function (Tokio's OnceCell::get_or_try_init). */
 typedef struct weft_once {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_once;
 #define WEFT_ONCE_INIT                                                         \
     {                                                                          \
@@ -723,7 +733,7 @@ WEFT_EXTERN int weft_once_destroy(weft_once *o);
 /* A barrier for n tasks, reusable: each generation releases its n tasks
  * together and the barrier starts the next one. */
 typedef struct weft_barrier {
-    _Alignas(8) unsigned char opaque[40];
+    WEFT_ALIGN8 unsigned char opaque[40];
 } weft_barrier;
 /* Sets the number of tasks per generation (n >= 1); do this before any
  * task uses it. Returns 0 or -EINVAL (NULL, n < 1). Any thread; never

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Cross-builds weft for aarch64 and runs the test suite under qemu-user, so
 # that the aarch64 context switch (src/arch/aarch64_aapcs.S) runs somewhere
 # even on an x86-64 machine.

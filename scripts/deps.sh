@@ -1,10 +1,11 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs what building weft needs, only when something is missing.
 #
 #   scripts/deps.sh [need...]
 #
 # A need is one of: build (cmake, make, a C compiler: the default),
-# format (clang-format), clang (clang and its sanitizer runtimes),
+# cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user). When everything
 # asked for is present this is a few `command -v` calls and exits 0 at
@@ -29,6 +30,7 @@ for need in "$@"; do
             add libc6-dev
         fi
         ;;
+    cxx) have g++ || add g++ ;;
     format) have clang-format || add clang-format ;;
     clang)
         have clang || add clang

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs examples/http_server against real clients on 127.0.0.1 only: curl
 # for correctness (keep-alive, pipelining, the parser's 400/413/431, a
 # client that never finishes its request), a bounded wrk run for load

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Who limits the http benchmark: the server or the client?
 #
 #   scripts/http-regime.sh [ROUNDS] [NAME=SERVER-BINARY ...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs weft into a temporary prefix and builds three tiny consumers
 # against it, as users would: with pkg-config, and with CMake's
 # find_package(weft) linking weft::weft (shared) and weft::weft_static.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Checks the patterns cookbook, docs/patterns.md, against its examples,
 # examples/patterns/*.c. Builds nothing: build first, e.g.
 #

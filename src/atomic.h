@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Every atomic in weft goes through these macros, so the memory orders are
  * visible in one place and a checking build can hook them.

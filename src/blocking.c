@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The blocking pool: OS threads that run calls which would block a worker.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Bulkhead: at most max_calls turns held at once, and at most max_queue
  * tasks waiting for one.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Condition variable, once, barrier: three ways for tasks to wait for each
  * other, each a small value holding a spinlock and a FIFO wait queue of

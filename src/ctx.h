@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Switching between a worker's scheduler context and its tasks.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * weft internals: the structures shared by the runtime's modules.
  *

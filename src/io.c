@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The reactor: one epoll instance per worker, edge-triggered.
  *

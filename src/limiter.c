@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The rate limiter: a token bucket, kept as GCRA (the generic cell rate
  * algorithm) in exact integer arithmetic.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sockets: TCP, UDP and Unix domain sockets on top of the reactor.
  *

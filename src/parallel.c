@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Bounded parallelism (weft_map) and pipelines (weft_pipeline), built on
  * scopes and channels only: no new primitive, no lock of their own.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Retry with exponential backoff and jitter, and fallback.
  *

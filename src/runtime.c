@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The runtime's life, and the public entry points that are thin wrappers.
  *

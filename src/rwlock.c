@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A task-aware readers-writer lock.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Workers, run queues, stealing, park and wake.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Scopes: structured concurrency, result policies and cancellation.
  *

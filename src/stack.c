@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Task slots: a stack and, at its top, the task struct.
  *

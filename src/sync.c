@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Task-aware synchronisation: mutex, semaphore, event, wait group.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A hierarchical timing wheel with nanosecond resolution.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A tiny test harness: one program per module, one process per test.
  *

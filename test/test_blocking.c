@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The blocking pool: weft_blocking runs fn on a pool thread while the task
  * waits. Results and counts are checked exactly; the queue bound, FIFO

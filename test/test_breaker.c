@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Circuit breaker. Every transition is checked at its exact instant on the
  * virtual clock (under several scheduling seeds, and on two workers): the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Bulkhead. Who holds a turn, and when, is checked exactly on the virtual
  * clock under several scheduling seeds (and on two workers): at most

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Channels and select, through the public API only: blocking and close
  * semantics for every capacity, FIFO and arrival order, the try variants,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Condition variable, once and barrier. Counts are exact, across workers;
  * who is woken, and when, is checked exactly on the virtual clock under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Futures and combinators: settle once, await (deadline, cancel, many
  * awaiters, a plain pthread settling), cancellers, all / all_settled / any

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The reactor: weft_fd_wait and weft_close on pipes and socket pairs.
  * Readiness wakes exactly the tasks waiting for it, an edge that comes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The token-bucket rate limiter. On the virtual clock every grant instant
  * is asserted exactly against the formula of src/limiter.c: after a full

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sockets: real TCP, UDP and Unix domain sockets on 127.0.0.1 (and ::1
  * where the host has it). Byte counts and contents are checked exactly;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * weft_map and weft_pipeline, through the public API only: results in
  * input order, the exact bound on calls in flight and on tasks, start

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Retry, backoff and fallback. The delay sequences are checked against the
  * formulas of src/retry.c's top comment: exactly for WEFT_JITTER_NONE,

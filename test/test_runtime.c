@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Runtime: weft_run, workers, version and errors, task names and stacks,
  * and the idle cost of a parked runtime.

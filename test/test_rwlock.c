@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The readers-writer lock. Sharing and exclusion are checked with exact
  * counts across workers; arrival order, reader batches, writer priority

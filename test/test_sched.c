@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Scheduler: seeded determinism, fairness of yield, wake-up storms across
  * workers, a million blocked tasks, and spawn-heavy loops.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Scopes: structured concurrency, policies, cancellation, deadlines,
  * shields and misuse. Times are exact: every test that measures time runs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * weft_main's graceful shutdown: SIGINT/SIGTERM cancel the root scope; a
  * second signal, or the grace period running out, ends the process.

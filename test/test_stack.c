@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Stacks: overflow detection and reporting, reuse of stacks, and lazy
  * commit of stack memory.

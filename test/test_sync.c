@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Task-aware synchronisation: mutex, semaphore, event and wait group.
  * Exclusion and conservation are checked with exact counts across workers;

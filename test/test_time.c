@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Time: the virtual clock, sleeps and timers. Every time asserted here is
  * exact: with WEFT_CLOCK_VIRTUAL a sleep of d wakes at start + d, no later.

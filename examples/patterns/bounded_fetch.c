@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bounded_fetch: fetch N URLs with at most K requests in flight
  * (asyncio.Semaphore + gather, errgroup.SetLimit, p-limit,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bulkhead: give a dependency a fixed number of concurrent calls and a
  * short waiting line, and turn the rest away at once, so a slow

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * circuit_breaker: stop calling a service that is down, and try it again
  * after a cool-down (pybreaker/aiobreaker, sony/gobreaker, opossum,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fan_out_fan_in: several workers take jobs from one channel (fan-out) and
  * send their results into one channel (fan-in) that a single reader

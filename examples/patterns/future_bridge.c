@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * future_bridge: turn a callback-based C library into calls a task can
  * wait on (loop.call_soon_threadsafe(fut.set_result, v), a Go channel fed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gather: run several calls at once and combine their results: all,
  * all-settled, any, race (asyncio.gather, Promise.all / allSettled / any /

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * graceful_shutdown: on SIGTERM or SIGINT, stop taking work, let what is
  * in flight finish its cleanup, and exit (signal.NotifyContext in Go,

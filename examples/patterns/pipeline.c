@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pipeline: stages connected by channels, each stage with its own number
  * of workers (Go's pipeline pattern, chained asyncio.Queues, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * producer_consumer: a bounded queue between a fast producer and slow
  * consumers (asyncio.Queue(maxsize), a buffered Go channel, tokio's mpsc).

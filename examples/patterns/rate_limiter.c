@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rate_limiter: at most 5 requests a second, bursts of 2 (aiolimiter,
  * golang.org/x/time/rate, bottleneck, governor).

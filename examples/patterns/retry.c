@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * retry: call a flaky service again after growing, jittered delays
  * (tenacity, a Go backoff loop, p-retry, backon).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * select_timeout: wait on several channels at once, with a timeout (Go's
  * select with time.After, tokio::select! with sleep, asyncio.wait with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * task_group: start several tasks together, wait for all of them, and
  * when one fails cancel the others (asyncio.TaskGroup, errgroup, Trio's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * timeout: give up on a call that takes too long (asyncio.timeout,
  * context.WithTimeout, AbortSignal.timeout, tokio::time::timeout).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * timeout_fallback: fetch with a timeout, and return a safe default when
  * the fetch is too slow or fails (try/except around asyncio.timeout, a Go

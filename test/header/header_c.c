@@ -1,0 +1,7 @@
+/* SPDX-License-Identifier: MIT */
+#include <string.h>
+#include <weft.h>
+
+#include "use.inc"
+
+int main(void) { return use_header(); }

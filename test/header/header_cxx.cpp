@@ -1,0 +1,7 @@
+/* SPDX-License-Identifier: MIT */
+#include <string.h>
+#include <weft.h>
+
+#include "use.inc"
+
+int main() { return use_header(); }
