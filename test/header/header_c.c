@@ -4,4 +4,7 @@
 
 #include "use.inc"
 
-int main(void) { return use_header(); }
+int main(void)
+{
+    return use_header();
+}

@@ -4,4 +4,7 @@
 
 #include "use.inc"
 
-int main() { return use_header(); }
+int main()
+{
+    return use_header();
+}
