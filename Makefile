@@ -15,7 +15,8 @@
 #   make clean       removes build/
 #
 # Variables (make VAR=value ...):
-#   PREFIX=/usr/local   install prefix (baked into weft.pc at configure time)
+#   PREFIX=/usr/local   install prefix; the installed tree may be moved
+#                       (weft.pc and the CMake package are relocatable)
 #   JOBS=2              parallel build jobs and ctest jobs
 #   WEFT_WERROR=OFF     ON turns warnings into errors (CI does)
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
@@ -23,9 +24,16 @@
 #                       empty: CMake's default (gcc on Debian); with
 #                       SAN_CC the build dir is build/tsan-clang etc.
 #   CMAKE_ARGS=         extra CMake options, e.g. -DWEFT_CONTEXT=ucontext
+#   DESTDIR=            make install: stage the files under $(DESTDIR)$(PREFIX)
+#   WEFT_NO_DEPS=       1: never install packages (see below); only report
+#                       what is missing and stop
 #
-# Every target first runs scripts/deps.sh, which installs cmake and a
-# compiler if (and only if) they are missing.
+# Every target first runs scripts/deps.sh, which checks for cmake, make and
+# a C compiler (clang-format for format, clang with SAN_CC=clang) and, if
+# one is missing, says which packages it will install and why, then
+# installs them with apt-get (through sudo when not root). With
+# WEFT_NO_DEPS=1 it installs nothing: it lists what is missing and the
+# target fails.
 
 PREFIX ?= /usr/local
 JOBS ?= 2

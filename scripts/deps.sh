@@ -1,55 +1,77 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Installs what building weft needs, only when something is missing.
+# Checks for what building weft needs, and installs what is missing.
 #
 #   scripts/deps.sh [need...]
 #
 # A need is one of: build (cmake, make, a C compiler: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
-# cross compiler and qemu-user). When everything
-# asked for is present this is a few `command -v` calls and exits 0 at
-# once, so the Makefile runs it before every target. Otherwise it runs
-# apt-get (Debian/Ubuntu) as root, or through sudo when not root.
+# cross compiler and qemu-user). When everything asked for is present this
+# is a few `command -v` calls and exits 0 at once, so the Makefile runs it
+# before every target.
+#
+# When something is missing it says which packages it will install and what
+# each is for, then runs apt-get (Debian/Ubuntu) as root, or through sudo
+# when not root.
+#
+# WEFT_NO_DEPS=1 (any value but empty or 0) declines: nothing is installed;
+# the missing packages are listed and the script exits 1, so a make target
+# stops before a build that could not work. `make test WEFT_NO_DEPS=1`
+# passes it on.
 set -eu
 
 [ $# -gt 0 ] || set -- build
 
 missing=""
-add() { missing="$missing $*"; }
+why=""
+# add WHY PACKAGE...: PACKAGE is missing, needed for WHY.
+add() {
+    reason=$1
+    shift
+    for p in "$@"; do
+        missing="$missing $p"
+        why="$why
+  $p: $reason"
+    done
+}
 have() { command -v "$1" >/dev/null 2>&1; }
 
 for need in "$@"; do
     case "$need" in
     build)
-        have make || add make
-        have cmake || add cmake
+        have make || add "runs the Makefile and the build" make
+        have cmake || add "configures and builds weft (3.20 or newer)" cmake
         if ! have cc && ! have gcc; then
-            add gcc libc6-dev
+            add "compiles weft (a C compiler, libc's headers)" gcc libc6-dev
         elif [ ! -e /usr/include/stdio.h ]; then
-            add libc6-dev
+            add "libc's headers, to compile weft" libc6-dev
         fi
         ;;
-    cxx) have g++ || add g++ ;;
-    format) have clang-format || add clang-format ;;
+    cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
+    format) have clang-format || add "make format" clang-format ;;
     clang)
-        have clang || add clang
+        have clang || add "sanitizer builds with SAN_CC=clang" clang
         # clang's TSan/ASan runtimes live in libclang-rt-NN-dev.
         if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.tsan-*.a \
             >/dev/null 2>&1; then
-            add libclang-rt-14-dev
+            add "clang's ASan and TSan runtimes" libclang-rt-14-dev
         fi
         ;;
-    pkg-config) have pkg-config || add pkg-config ;;
+    pkg-config)
+        have pkg-config ||
+            add "builds a consumer in scripts/install-check.sh" pkg-config
+        ;;
     http)
-        have curl || add curl
-        have wrk || add wrk
+        have curl || add "scripts/http-check.sh" curl
+        have wrk || add "the http benchmark and scripts/http-check.sh" wrk
         ;;
     aarch64)
-        have qemu-aarch64 || add qemu-user
-        have aarch64-linux-gnu-gcc || add gcc-aarch64-linux-gnu
+        have qemu-aarch64 || add "runs the aarch64 build" qemu-user
+        have aarch64-linux-gnu-gcc ||
+            add "compiles for aarch64" gcc-aarch64-linux-gnu
         [ -e /usr/aarch64-linux-gnu/include/stdio.h ] ||
-            add libc6-dev-arm64-cross
+            add "aarch64 libc headers" libc6-dev-arm64-cross
         ;;
     *)
         echo "deps.sh: unknown need '$need'" >&2
@@ -59,19 +81,29 @@ for need in "$@"; do
 done
 
 if [ -n "$missing" ]; then
-    echo "deps.sh: installing:$missing" >&2
+    case "${WEFT_NO_DEPS:-0}" in
+    "" | 0) ;;
+    *)
+        echo "deps.sh: missing (not installed, WEFT_NO_DEPS is set):$why" >&2
+        echo "deps.sh: install them, or unset WEFT_NO_DEPS" >&2
+        exit 1
+        ;;
+    esac
     if [ "$(id -u)" -eq 0 ]; then
         sudo=""
     elif have sudo; then
         sudo="sudo"
     else
-        echo "deps.sh: not root and no sudo; install:$missing" >&2
+        echo "deps.sh: missing, and not root and no sudo to install them:$why" >&2
         exit 1
     fi
     if ! have apt-get; then
-        echo "deps.sh: no apt-get; install by hand:$missing" >&2
+        echo "deps.sh: missing, and no apt-get to install them:$why" >&2
         exit 1
     fi
+    echo "deps.sh: missing:$why" >&2
+    echo "deps.sh: installing them: ${sudo:+sudo }apt-get install$missing" >&2
+    echo "deps.sh: (WEFT_NO_DEPS=1 declines: nothing is installed then)" >&2
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq </dev/null
     # shellcheck disable=SC2086 # word splitting of the list is wanted
@@ -90,7 +122,7 @@ case " $* " in
     set -- $v
     if [ "${1:-0}" -lt 3 ] || { [ "${1:-0}" -eq 3 ] && [ "${2:-0}" -lt 20 ]; }
     then
-        echo "deps.sh: cmake >= 3.20 is needed, found $1.$2" >&2
+        echo "deps.sh: cmake >= 3.20 is needed, found ${1:-?}.${2:-?}" >&2
         exit 1
     fi
     ;;
