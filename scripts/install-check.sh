@@ -1,20 +1,46 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Installs weft into a temporary prefix and builds three tiny consumers
-# against it, as users would: with pkg-config, and with CMake's
-# find_package(weft) linking weft::weft (shared) and weft::weft_static.
-# Each must link and run. Usage: scripts/install-check.sh [PREFIX]
+# Checks that an installed weft can be used from wherever it was put, as
+# users would use it. Three installed trees:
+#
+#   1. cmake --install build/release --prefix A, where A is not the prefix
+#      build/release was configured with (make's PREFIX, /usr/local);
+#   2. that tree moved, after installing, from A to B;
+#   3. make install DESTDIR=S: the staged tree S/usr/local, used in place.
+#
+# Against each, four consumers are built and run: a C program with
+# pkg-config (shared library), a C++ program (g++) with pkg-config (weft.h
+# compiles as C++ and links), and CMake's find_package(weft) linking
+# weft::weft (shared) and weft::weft_static. Each must have taken weft
+# from that tree (pkg-config's prefix, CMake's weft_DIR), so weft.pc and
+# the CMake package must be relocatable.
+#
+# Usage: scripts/install-check.sh   (builds build/release first if needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh build pkg-config
+scripts/deps.sh build cxx pkg-config
 
-prefix=${1:-$(mktemp -d /tmp/weft-inst.XXXXXX)}
-work=$(mktemp -d /tmp/weft-consumer.XXXXXX)
+work=$(mktemp -d /tmp/weft-install-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-make --no-print-directory install PREFIX="$prefix" >"$work/install.log" 2>&1 ||
-    { cat "$work/install.log"; exit 1; }
-echo "installed into $prefix"
+# run LOG COMMAND...: runs COMMAND with its output in LOG, shown if it fails.
+run() {
+    local log=$1
+    shift
+    if ! "$@" >"$log" 2>&1; then
+        echo "install-check: failed: $*" >&2
+        cat "$log" >&2
+        exit 1
+    fi
+}
+fail() {
+    echo "install-check: FAIL: $*" >&2
+    exit 1
+}
+
+run "$work/release.log" make --no-print-directory release
+configured=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' \
+    build/release/CMakeCache.txt)
 
 cat >"$work/app.c" <<'C'
 #include <stdio.h>
@@ -46,33 +72,121 @@ int main(void)
 }
 C
 
-libdir=$(dirname "$(find "$prefix" -name weft.pc | head -n 1)")/..
-libdir=$(cd "$libdir" && pwd)
+cat >"$work/app.cpp" <<'CXX'
+#include <cstdio>
+#include <weft.h>
 
-# pkg-config, shared library
-read -ra flags <<<"$(PKG_CONFIG_PATH="$libdir/pkgconfig" \
-    pkg-config --cflags --libs weft)"
-cc -o "$work/app-pc" "$work/app.c" "${flags[@]}"
-printf 'pkg-config (%s): ' "${flags[*]}"
-LD_LIBRARY_PATH="$libdir" "$work/app-pc"
+static weft_mutex lock = WEFT_MUTEX_INIT;
+static int done;
 
-# CMake, shared and static
-for target in weft::weft weft::weft_static; do
-    mkdir -p "$work/cm"
-    cat >"$work/cm/CMakeLists.txt" <<CM
+static int child(void *)
+{
+    int rc = weft_sleep(WEFT_MSEC);
+    if (rc == 0 && (rc = weft_mutex_lock(&lock)) == 0) {
+        done++;
+        weft_mutex_unlock(&lock);
+    }
+    return rc;
+}
+
+static int root(void *)
+{
+    weft_scope *s = nullptr;
+    if (weft_scope_open(&s, nullptr) != 0)
+        return -1;
+    for (int i = 0; i < 4; i++)
+        weft_spawn(s, child, nullptr);
+    int rc = weft_scope_join(s);
+    weft_scope_free(s);
+    return rc;
+}
+
+int main()
+{
+    weft_config cfg{};
+    cfg.workers = 2;
+    int rc = weft_run(&cfg, root, nullptr);
+    std::printf("weft %#x from C++: %s, %d tasks\n", weft_version(),
+                weft_strerror(rc), done);
+    return rc == 0 && done == 4 && weft_version() == WEFT_VERSION_HEX ? 0 : 1;
+}
+CXX
+
+# same_dir A B: A and B are the same directory.
+same_dir() { [ "$(cd "$1" && pwd -P)" = "$(cd "$2" && pwd -P)" ]; }
+# inside A B: directory A is B or under it.
+inside() {
+    case "$(cd "$1" && pwd -P)/" in
+    "$(cd "$2" && pwd -P)/"*) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
+# consumers TREE: builds and runs the four consumers against TREE.
+consumers() {
+    local tree=$1 lib pc flags prefix target
+    pc=$(find "$tree" -name weft.pc | head -n 1)
+    [ -n "$pc" ] || fail "no weft.pc under $tree"
+    lib=$(cd "$(dirname "$pc")/.." && pwd)
+    export PKG_CONFIG_PATH="$lib/pkgconfig"
+
+    prefix=$(pkg-config --variable=prefix weft)
+    same_dir "$prefix" "$tree" ||
+        fail "weft.pc in $tree says prefix=$prefix"
+    read -ra flags <<<"$(pkg-config --cflags --libs weft)"
+
+    run "$work/cc.log" cc -o "$work/app-c" "$work/app.c" "${flags[@]}"
+    printf '  pkg-config, C: '
+    LD_LIBRARY_PATH="$lib" "$work/app-c" || fail "the C program failed"
+
+    run "$work/cxx.log" g++ -std=c++11 -Wall -Wextra -pedantic -Werror \
+        -o "$work/app-cxx" "$work/app.cpp" "${flags[@]}"
+    printf '  pkg-config, C++: '
+    LD_LIBRARY_PATH="$lib" "$work/app-cxx" || fail "the C++ program failed"
+    unset PKG_CONFIG_PATH
+
+    for target in weft::weft weft::weft_static; do
+        rm -rf "$work/cm"
+        mkdir -p "$work/cm"
+        cat >"$work/cm/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
 project(app C)
 find_package(weft 0.1 REQUIRED)
+message(STATUS "weft_DIR=\${weft_DIR}")
 add_executable(app ../app.c)
 target_link_libraries(app PRIVATE $target)
 CM
-    rm -rf "$work/cm/build"
-    if ! { cmake -S "$work/cm" -B "$work/cm/build" \
-        -DCMAKE_PREFIX_PATH="$prefix" && cmake --build "$work/cm/build"; } \
-        >"$work/cm.log" 2>&1; then
-        cat "$work/cm.log"
-        exit 1
-    fi
-    printf 'find_package(weft), %s: ' "$target"
-    "$work/cm/build/app"
-done
+        run "$work/cm.log" cmake -S "$work/cm" -B "$work/cm/build" \
+            -DCMAKE_PREFIX_PATH="$tree"
+        local dir
+        dir=$(sed -n 's/^-- weft_DIR=//p' "$work/cm.log")
+        if [ -z "$dir" ] || ! inside "$dir" "$tree"; then
+            fail "find_package(weft) found ${dir:-nothing}, not $tree"
+        fi
+        run "$work/cm-build.log" cmake --build "$work/cm/build"
+        printf '  find_package(weft), %s: ' "$target"
+        "$work/cm/build/app" || fail "the find_package program failed"
+    done
+}
+
+# 1. --prefix at install time, not the configured one.
+a=$work/a
+[ "$a" != "$configured" ] || fail "the prefix must differ from $configured"
+run "$work/install-a.log" cmake --install build/release --prefix "$a"
+echo "cmake --install --prefix $a (configured: $configured)"
+consumers "$a"
+
+# 2. The same tree, moved.
+b=$work/moved
+mv "$a" "$b"
+echo "moved to $b"
+consumers "$b"
+
+# 3. make install DESTDIR=..., used in place.
+s=$work/stage
+run "$work/install-s.log" make --no-print-directory install DESTDIR="$s"
+echo "make install DESTDIR=$s (PREFIX $configured)"
+[ -f "$s$configured/include/weft.h" ] ||
+    fail "make install DESTDIR=$s put no weft.h in $s$configured/include"
+consumers "$s$configured"
+echo "install-check: ok"
