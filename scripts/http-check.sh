@@ -56,7 +56,7 @@ raw() { # raw REQUEST-BYTES: prints what the server sent until it closed
 }
 req='GET / HTTP/1.1\r\nHost: x\r\n\r\n'
 ok=$'HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, World!'
-got=$(raw "$req$req${req}GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+got=$(raw "$req$req${req}GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 [ "$got" = "$ok$ok$ok$ok" ] || fail "pipelined: '$got'"
 raw 'GARBAGE\r\n\r\n' | head -n 1 | grep -q '^HTTP/1.1 400 ' || fail "malformed: no 400"
 raw 'GET / HTTP/1.1\r\nBad Header\r\n\r\n' | head -n 1 |
@@ -64,9 +64,9 @@ raw 'GET / HTTP/1.1\r\nBad Header\r\n\r\n' | head -n 1 |
 big=$(head -c 9000 /dev/zero | tr '\0' 'a')
 raw "GET / HTTP/1.1\r\nX-Big: $big\r\n\r\n" | head -n 1 |
     grep -q '^HTTP/1.1 431 ' || fail "big header: no 431"
-raw 'POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n' | head -n 1 |
+raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n' | head -n 1 |
     grep -q '^HTTP/1.1 413 ' || fail "big body: no 413"
-got=$(raw 'POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.0\r\n\r\n')
+got=$(raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.0\r\n\r\n')
 [ "$got" = "$ok$ok" ] || fail "body skipped, then HTTP/1.0 closes: '$got'"
 
 # A client that sends half a request and stalls is answered by nothing;
