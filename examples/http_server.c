@@ -47,7 +47,9 @@
  *   -i, --idle-timeout SEC      default 60
  * SEC is a number of seconds, fractions allowed (0.5).
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* getopt_long */
+#endif
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
