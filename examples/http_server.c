@@ -16,8 +16,9 @@
  *   - request (-r): a request's line, headers and body must all arrive
  *     within this time of the read that brought its first byte (a
  *     connection's first request: of the accept). Trickling a byte at a
- *     time does not extend it. Expired: 408 if part of a request came,
- *     then close.
+ *     time does not extend it. Expired: a 408 if part of a request not
+ *     yet answered came (a body comes after its request's answer), then
+ *     close.
  *   - write (-w): the answers to one read must be written within this
  *     time of that read; a client that pipelines requests and never reads
  *     its answers is closed then.
@@ -105,7 +106,7 @@ static int serve(void *arg)
             weft_read(fd, c.in + c.have, sizeof c.in - c.have, deadline);
         if (got <= 0) {
             err = (int)got; /* 0: the client closed; or a deadline, a reset */
-            if (err == -ETIMEDOUT && (c.have || c.skip)) /* no waiting */
+            if (err == -ETIMEDOUT && c.have) /* no waiting */
                 (void)weft_write(fd, TIMEOUT, sizeof TIMEOUT - 1, deadline);
             break;
         }

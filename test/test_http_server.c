@@ -145,7 +145,8 @@ TEST(request_deadline_from_first_byte_not_per_read)
 
 /* A body counts in its request: a POST whose head comes at once is
  * answered, and dropped when its body is not all there 2 s after the
- * accept (a connection's first request counts from the accept). */
+ * accept (a connection's first request counts from the accept), with no
+ * 408: the request had its answer. */
 static int slow_body_client(struct conn_test *t)
 {
     int fd = t->fd[1];
@@ -155,7 +156,6 @@ static int slow_body_client(struct conn_test *t)
     struct trickle tr = {fd, "x"};
     ASSERT(weft_spawn(s, trickler, &tr) >= 0);
     EXPECT_OK(fd);
-    EXPECT(fd, ANSWER_408);
     ASSERT_EQ(expect_eof(fd), 2 * WEFT_SEC);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
