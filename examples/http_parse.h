@@ -11,17 +11,17 @@
  *
  * The parser is strict where leniency lets two parsers disagree on where
  * a request ends (request smuggling; RFC 9112, section 6.3): it answers
- * 400, and the connection closes, for a malformed request line; a header
- * line without a name and colon, with whitespace before the colon, or
- * starting with whitespace (obs-fold); NUL, a bare CR, a bare LF or another
- * control character (HTAB aside) anywhere in the head; a Content-Length
- * that is not 1*DIGIT ("5 junk", "5 26", "-1", "+5", "5, 5") or two
- * Content-Length fields of different values; Transfer-Encoding with
- * Content-Length, in an HTTP/1.0 request, or without chunked as its last
- * coding; an HTTP/1.1 request without exactly one Host field. Lines end
- * with CRLF only. A valid Transfer-Encoding gets 501 (bodies in chunks are
- * not read here), a body over HTTP_MAX_BODY gets 413, a head over
- * HTTP_MAX_HEADER gets 431; each closes the connection.
+ * 400, and the connection closes, for a malformed request line (the
+ * version must be HTTP/1.0 or HTTP/1.1); a header line without a name and
+ * colon, with whitespace before the colon, or starting with whitespace
+ * (obs-fold); NUL, a bare CR, a bare LF or another control character
+ * (HTAB aside) anywhere in the head; a Content-Length that is not 1*DIGIT
+ * ("5 junk", "5 26", "-1", "+5", "5, 5") or two Content-Length fields of
+ * different values; Transfer-Encoding with Content-Length, in an HTTP/1.0
+ * request, or without chunked as its last coding; two Host fields, or none
+ * in HTTP/1.1. Lines end with CRLF only. A valid Transfer-Encoding gets
+ * 501 (bodies in chunks are not read here), a body over HTTP_MAX_BODY gets
+ * 413, a head over HTTP_MAX_HEADER gets 431; each closes the connection.
  */
 #ifndef HTTP_PARSE_H
 #define HTTP_PARSE_H
@@ -92,8 +92,9 @@ static inline void http_conn_init(struct http_conn *c)
  * (c->full: write out and call again), or after an answer that closes the
  * connection (c->close: write out and close; the rest of the input is
  * ignored). Unless c->full, the used bytes are gone from c->in when it
- * returns: c->in[0..c->have) is the start of the next request, at most
- * HTTP_MAX_HEADER - 1 bytes of it, so that a read always has room. */
+ * returns; unless c->close too, c->in[0..c->have) is the start of the
+ * next request, at most HTTP_MAX_HEADER - 1 bytes of it, so that a read
+ * always has room. */
 size_t http_answer(struct http_conn *c, char *out, size_t cap);
 
 #endif
