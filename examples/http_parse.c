@@ -2,16 +2,16 @@
 /*
  * http_parse: see http_parse.h. The head is found first (the first CRLF
  * CRLF within HTTP_MAX_HEADER bytes), then read once from left to right,
- * every byte checked against the grammar of RFC 9112: nothing is skipped
- * or guessed, so what this parser takes for the end of a request is what
- * any other strict parser takes for it.
+ * every byte checked against the grammar of RFC 9112 (the request target
+ * only for being visible ASCII): nothing is skipped or guessed, so what
+ * this parser takes for the end of a request is what any other strict
+ * parser takes for it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
 #endif
 #include "http_parse.h"
 
-#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
