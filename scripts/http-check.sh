@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Runs examples/http_server against real clients on 127.0.0.1 only: curl
-# for correctness (keep-alive, pipelining, the parser's 400/413/431, a
-# client that never finishes its request), a bounded wrk run for load
-# with no socket errors, then SIGTERM: the server must exit 0, gracefully.
+# for correctness (keep-alive, pipelining, the parser's 400/413/431, its
+# 400 to ambiguous framing, a client that never finishes its request), a
+# bounded wrk run for load with no socket errors, then SIGTERM: the
+# server must exit 0, gracefully.
+# Then test/http_slow_clients attacks a second server, started with 2 s
+# deadlines, with 1000 slowloris and 1000 non-reading clients: it must
+# keep answering a normal client, and close every attacking connection
+# once the deadlines pass (about 10 s).
 #
 #   scripts/http-check.sh [BUILD_DIR]    default build/release (make's)
 set -euo pipefail
@@ -13,7 +18,7 @@ build=${1:-build/release}
 if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$build" -j2 --target http_server >/dev/null
+cmake --build "$build" -j2 --target http_server http_slow_clients >/dev/null
 
 log=$(mktemp)
 server=""
@@ -56,17 +61,24 @@ raw() { # raw REQUEST-BYTES: prints what the server sent until it closed
 }
 req='GET / HTTP/1.1\r\nHost: x\r\n\r\n'
 ok=$'HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, World!'
-got=$(raw "$req$req${req}GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+got=$(raw "$req$req${req}GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 [ "$got" = "$ok$ok$ok$ok" ] || fail "pipelined: '$got'"
 raw 'GARBAGE\r\n\r\n' | head -n 1 | grep -q '^HTTP/1.1 400 ' || fail "malformed: no 400"
 raw 'GET / HTTP/1.1\r\nBad Header\r\n\r\n' | head -n 1 |
     grep -q '^HTTP/1.1 400 ' || fail "bad header: no 400"
+# Ambiguous framing (RFC 9112, 6.3): 400, whatever follows.
+raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!' |
+    head -n 1 | grep -q '^HTTP/1.1 400 ' || fail "two Content-Lengths: no 400"
+raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5 26\r\n\r\nhello' |
+    head -n 1 | grep -q '^HTTP/1.1 400 ' || fail "Content-Length '5 26': no 400"
+raw 'POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n' |
+    head -n 1 | grep -q '^HTTP/1.1 400 ' || fail "Transfer-Encoding and Content-Length: no 400"
 big=$(head -c 9000 /dev/zero | tr '\0' 'a')
 raw "GET / HTTP/1.1\r\nX-Big: $big\r\n\r\n" | head -n 1 |
     grep -q '^HTTP/1.1 431 ' || fail "big header: no 431"
-raw 'POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n' | head -n 1 |
+raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n' | head -n 1 |
     grep -q '^HTTP/1.1 413 ' || fail "big body: no 413"
-got=$(raw 'POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.0\r\n\r\n')
+got=$(raw 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.0\r\n\r\n')
 [ "$got" = "$ok$ok" ] || fail "body skipped, then HTTP/1.0 closes: '$got'"
 
 # A client that sends half a request and stalls is answered by nothing;
@@ -89,4 +101,8 @@ rc=0
 wait "$server" || rc=$?
 server=""
 [ "$rc" -eq 0 ] || fail "exit status $rc after SIGTERM"
+
+# Slow clients, against a server of their own with short deadlines.
+"$build/http_slow_clients" "$build/http_server" 1000 1000 ||
+    fail "slow clients"
 echo "http-check: ok (port $port)"
