@@ -4,9 +4,9 @@
  * capacity 1024; N messages in all (each producer sends N/4 values); when
  * every producer has finished, the channel is closed, and the consumers
  * receive until it is drained. All cores. Value: messages / elapsed, in
- * Mmsg/s. See ../shared/bench/SPEC.md; the peers are Go (chan int64 of
- * capacity 1024, closed after a WaitGroup of the producers) and Tokio
- * (async_channel::bounded(1024), closed when the last Sender drops).
+ * Mmsg/s. See bench/README.md; the peers (bench/peers/) are Go (chan int64
+ * of capacity 1024, closed after a WaitGroup of the producers) and Tokio
+ * (async_channel::bounded(1024), closed once the producers are joined).
  *
  * Producer p sends p*per .. p*per + per-1, so every value 0 .. total-1 is
  * sent once; each consumer adds up what it receives and counts it, and the

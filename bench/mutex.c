@@ -2,9 +2,10 @@
 /*
  * mutex: 4 tasks each lock a weft_mutex, increment a shared counter and
  * unlock, N times; check counter == 4N. All cores. Value: elapsed / 4N, in
- * ns/op. See ../shared/bench/SPEC.md; the peers are Go's sync.Mutex (which
- * spins and lets a running goroutine barge in) and tokio::sync::Mutex
- * (fair, FIFO hand-off, as weft_mutex is) on a multi-thread runtime.
+ * ns/op. See bench/README.md; the peers (bench/peers/) are Go's sync.Mutex
+ * (which spins and lets a running goroutine barge in, as weft_mutex lets a
+ * running task, without the spinning) and tokio::sync::Mutex (fair, FIFO
+ * hand-off) on a multi-thread runtime.
  *
  * The counter is a plain int64 guarded by the mutex alone, as in the peers,
  * so a mutex that fails to exclude shows up as a wrong count. The clock

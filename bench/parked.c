@@ -5,7 +5,7 @@
  * ordinal and joins them all. One worker. Value: (peak RSS - RSS before
  * spawning) / N, in bytes/task, so the channels count, as in the peers
  * (Go goroutines and Tokio tasks each receiving from their own channel).
- * See ../shared/bench/SPEC.md.
+ * See bench/README.md; the peers are in bench/peers/.
  *
  * Each task adds what it received to a sum, checked as the peers check
  * theirs. Peak RSS is read inside the root task, before the first channel

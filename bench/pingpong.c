@@ -2,7 +2,7 @@
 /*
  * pingpong: two tasks, two rendezvous (capacity 0) channels of int64, N
  * round trips. One worker. Value: elapsed / N, in ns/roundtrip. See
- * ../shared/bench/SPEC.md; the peers are two goroutines on unbuffered
+ * bench/README.md; the peers (bench/peers/) are two goroutines on unbuffered
  * chan int64 with GOMAXPROCS(1), and two Tokio tasks on mpsc channels of
  * capacity 1 (Tokio has no rendezvous channel) on a current_thread runtime.
  *

@@ -3,8 +3,8 @@
  * skynet: a 10-ary tree of tasks with 1,000,000 leaves (depth 6). Each leaf
  * returns its ordinal, each inner node the sum of its children; check the
  * root == 499999500000. All cores. Value: elapsed, in ms. See
- * ../shared/bench/SPEC.md; the peers are Go (a buffered channel per node) and
- * Tokio (each node awaits its children's JoinHandles).
+ * bench/README.md; the peers (bench/peers/) are Go (a buffered channel per
+ * node) and Tokio (each node awaits its children's JoinHandles).
  *
  * A weft task returns an int status, so the sums travel through memory: a
  * node owns an array of 10 slots on its own stack, spawns its 10 children

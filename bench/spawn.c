@@ -2,8 +2,9 @@
 /*
  * spawn: N tasks each add 1 to a shared atomic counter; wait for all; check
  * counter == N. All cores. Value: elapsed / N, in ns/task. See
- * ../shared/bench/SPEC.md; the peers are Go goroutines with a sync.WaitGroup
- * and tokio::spawn with an atomic count plus Notify on a multi-thread runtime.
+ * bench/README.md; the peers (bench/peers/) are Go goroutines with a
+ * sync.WaitGroup and tokio::spawn with an atomic count plus Notify on a
+ * multi-thread runtime.
  *
  * The spawning loop runs in the root task, as Go's main goroutine and the
  * Tokio peer's spawning task do, and the clock runs there too: from before

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * switch: two tasks each call weft_yield() N times on one worker.
- * Value: elapsed / (2N), in ns/switch. See ../shared/bench/SPEC.md; the peers
+ * Value: elapsed / (2N), in ns/switch. See bench/README.md; the peers
  * are Go's runtime.Gosched() with GOMAXPROCS(1) and Tokio's yield_now() on a
  * current_thread runtime.
  *

@@ -3,7 +3,7 @@
  * timeout: pingpong with deadlines. Two tasks, two rendezvous (capacity 0)
  * channels of int64, N round trips, and every receive is made under a 1 s
  * deadline. One worker. Value: elapsed / N, in ns/roundtrip. See
- * ../shared/bench/SPEC.md; the peers are Go (one reused time.Timer per
+ * bench/README.md; the peers (bench/peers/) are Go (one reused time.Timer per
  * goroutine, Reset before a select on the channel and the timer, Stop
  * after it) and Tokio (each mpsc recv wrapped in tokio::time::timeout).
  *

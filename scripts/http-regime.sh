@@ -5,9 +5,9 @@
 #   scripts/http-regime.sh [ROUNDS] [NAME=SERVER-BINARY ...]
 #
 # Runs each server (default: weft's bench_http, and the peers' builds in
-# /tmp/bench-peers when ../shared/bench/peers/run has made them) under the
-# spec's load, `wrk -t1 -c64 -d5s`, in alternating rounds, and prints per
-# run: requests/s; the share of one core that wrk's thread and the server
+# build/peers when bench/compare has made them) under the http
+# benchmark's load, `wrk -t1 -c64 -d5s`, in alternating rounds, and prints
+# per run: requests/s; the share of one core that wrk's thread and the server
 # (all its threads) used over the 3 s steady window from 1 s in; the
 # machine's idle share over the same window (of both cores); and the CPU
 # time wrk and the server each spent per request. A client at ~100% of
@@ -26,7 +26,7 @@ if ((${#specs[@]} == 0)); then
     specs=("weft=$repo/build/bench/bench_http")
     for p in go/http rust/release/http libuv/http; do
         name=${p%%/*}; [[ $name == rust ]] && name=tokio
-        [[ -x /tmp/bench-peers/$p ]] && specs+=("$name=/tmp/bench-peers/$p")
+        [[ -x $repo/build/peers/$p ]] && specs+=("$name=$repo/build/peers/$p")
     done
 fi
 command -v wrk >/dev/null || { echo "wrk is missing: scripts/deps.sh http" >&2; exit 2; }

@@ -1,0 +1,156 @@
+# shellcheck shell=bash disable=SC2034,SC2154 # globals shared with the sourcing script
+# SPDX-License-Identifier: MIT
+# What bench/run and bench/compare share: the list of benchmarks, installing
+# missing packages, building weft's benchmark programs, and running one
+# program (an http server included) into one `BENCH` line. Sourced, not run;
+# the sourcing script sets `set -euo pipefail`, `repo` and `log_tag`.
+
+# The benchmarks of bench/README.md, in its order.
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http"
+
+log() { echo "$log_tag: $*" >&2; }
+die() {
+    log "$*"
+    exit 2
+}
+
+# pkg_missing PKG: true if the Debian package PKG is not installed.
+pkg_missing() {
+    ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# apt_install PKG...: installs the packages with apt-get, saying which. Callers
+# pass only what is missing.
+apt_install() {
+    (($#)) || return 0
+    log "installing $*"
+    export DEBIAN_FRONTEND=noninteractive
+    local sudo=
+    ((EUID == 0)) || sudo=sudo
+    $sudo apt-get update -qq >/dev/null
+    $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# need_weft_tools: adds to the array `missing` the packages that building
+# weft's benchmarks needs and lacks.
+need_weft_tools() {
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v make >/dev/null || missing+=(make)
+    command -v cc >/dev/null || missing+=(gcc libc6-dev)
+    return 0
+}
+
+# build_weft BUILD_DIR BENCH...: a Release build without tests in
+# BUILD_DIR, of the programs bench_BENCH. Configuring every time is cheap
+# once cached, and picks up new bench/*.c.
+build_weft() {
+    local dir=$1 out b targets=()
+    shift
+    for b; do targets+=("bench_$b"); done
+    log "building ${targets[*]} in $dir"
+    if ! out=$({ cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+        -DWEFT_TESTS=OFF -DWEFT_EXAMPLES=OFF -DWEFT_BENCH=ON &&
+        cmake --build "$dir" --target "${targets[@]}" -j2; } 2>&1); then
+        echo "$out" >&2
+        die "building weft's benchmarks failed"
+    fi
+}
+
+# The BENCH line of the last run_program or run_http that succeeded. (They
+# set it rather than print it so that they run in the calling shell, where
+# an interrupted run's trap can still stop the server.)
+bench_line=
+
+# run_program NAME IMPL BIN [N]: runs one non-http benchmark program for at
+# most BENCH_TIMEOUT seconds and sets bench_line to its BENCH line; returns
+# 1, saying why on stderr, if it failed or printed something else.
+run_program() {
+    local name=$1 impl=$2 bin=$3 n=${4:-} line rc=0
+    line=$(timeout "$BENCH_TIMEOUT" "$bin" ${n:+"$n"}) || rc=$?
+    if ((rc)); then
+        log "FAIL $name $impl (exit $rc$( ((rc == 124)) && echo ": timed out after ${BENCH_TIMEOUT}s"))"
+        return 1
+    fi
+    if [[ ! $line =~ ^BENCH\ $name\ $impl\ [0-9.]+\ [^\ ]+$ ]]; then
+        log "FAIL $name $impl: bad output '$line'"
+        return 1
+    fi
+    bench_line=$line
+}
+
+# The one http server running, so that an interrupted run stops it.
+server_pid=
+server_log=
+
+# stop_server: stops the running http server by its PID (SIGTERM, then
+# SIGKILL after 5 s) and removes its log.
+stop_server() {
+    local i
+    if [[ -n $server_pid ]]; then
+        kill "$server_pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    server_pid=
+    [[ -n $server_log ]] && rm -f "$server_log"
+    server_log=
+    return 0
+}
+
+HTTP_RESPONSE=$'HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, World!'
+HTTP_REQUEST=$'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'
+
+# run_http IMPL BIN: the http benchmark. BIN takes a port as its first
+# argument (0: any free one), listens on 127.0.0.1 and prints `LISTEN
+# <port>` on stderr. Its answers are checked (two pipelined requests in one
+# write, then one request split over two writes), `wrk -t1 -c64 -d5s`
+# loads it, and it is stopped by its PID. Sets bench_line; returns 1, saying
+# why on stderr, if anything went wrong. Every wait is bounded.
+run_http() {
+    local impl=$1 bin=$2 port='' i fd got='' wrk_out rps
+    server_log=$(mktemp)
+    "$bin" 0 >/dev/null 2>"$server_log" &
+    server_pid=$!
+    for ((i = 0; i < 100; i++)); do
+        port=$(awk '/^LISTEN [0-9]+$/ {print $2; exit}' "$server_log")
+        [[ -n $port ]] && break
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [[ -z $port ]]; then
+        log "http $impl: the server did not start"
+        cat "$server_log" >&2
+        stop_server
+        return 1
+    fi
+    for ((i = 0; i < 50; i++)); do # LISTEN may come just before listen()
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.1
+    done
+    if exec {fd}<>"/dev/tcp/127.0.0.1/$port"; then
+        printf '%s%s%s' "$HTTP_REQUEST" "$HTTP_REQUEST" "${HTTP_REQUEST:0:20}" >&"$fd"
+        sleep 0.05
+        printf '%s' "${HTTP_REQUEST:20}" >&"$fd"
+        got=$(timeout 5 head -c $((3 * ${#HTTP_RESPONSE})) <&"$fd" || true)
+        exec {fd}>&-
+    fi
+    if [[ $got != "$HTTP_RESPONSE$HTTP_RESPONSE$HTTP_RESPONSE" ]]; then
+        log "http $impl: wrong or missing answers on 127.0.0.1:$port"
+        stop_server
+        return 1
+    fi
+    wrk_out=$(timeout 30 wrk -t1 -c64 -d5s "http://127.0.0.1:$port/" 2>&1) || true
+    stop_server
+    rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$wrk_out")
+    if [[ -z $rps ]] || grep -qE 'Socket errors|Non-2xx' <<<"$wrk_out"; then
+        log "http $impl: wrk failed or saw errors:"
+        echo "$wrk_out" >&2
+        return 1
+    fi
+    printf '  wrk: %s\n' "${wrk_out//$'\n'/$'\n'  wrk: }" >&2
+    printf -v bench_line 'BENCH http %s %.0f req/s' "$impl" "$rps"
+}
