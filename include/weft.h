@@ -459,9 +459,13 @@ typedef struct weft_case {
  * receive from a closed, drained channel, or a send to a closed one, is
  * ready at once and chosen like any other). When several are ready, the
  * choice is uniformly random. Returns -ETIMEDOUT at the deadline
- * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. Cancellation point: on
- * any error no case happened (nothing sent, nothing taken, no waiter left
- * on any channel). Blocks. */
+ * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. A deadline already
+ * past (0, say) only skips the wait: a case ready now is still taken, and
+ * -ETIMEDOUT comes at once if none is (as weft_try_select, with
+ * -ETIMEDOUT for -EAGAIN). Cancellation point: on any error no case
+ * happened (nothing sent, nothing taken, no waiter left on any channel);
+ * in a cancelled scope it returns -ECANCELED even when a case is ready.
+ * Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns
