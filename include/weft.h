@@ -1304,8 +1304,17 @@ typedef struct weft_retry {
     weft_jitter jitter;
     int64_t budget_ns; /* no attempt starts later than this after the
                         * first one started; 0: no budget */
-    /* Whether a failed status is worth another attempt; NULL: every
-     * negative status but -ECANCELED. */
+    /* Each attempt runs in a scope of its own whose deadline is this long
+     * after the attempt starts, as under weft_with_timeout: an attempt
+     * still running then is cancelled, and if it fails its status is
+     * -ETIMEDOUT (retryable by default). 0: no limit per attempt. The
+     * task's own deadline (weft_deadline()) still bounds every attempt: one
+     * whose limit would end at or after it gets no deadline of its own, and
+     * is cut short by the task's like any call (its status is fn's,
+     * -ECANCELED typically, which ends the retries). */
+    int64_t attempt_timeout_ns;
+    /* Whether a failed status is worth another attempt; NULL:
+     * weft_retry_transient (a fixed set of transient codes). */
     int (*retryable)(int status, void *ctx);
     /* Called before each delay (may be NULL): the attempt that failed
      * (1, 2, ...), its status and the delay about to be slept. */
@@ -1330,14 +1339,35 @@ WEFT_EXTERN int weft_backoff_init(weft_backoff *b, const weft_retry *policy);
 /* The next delay in ns (>= 0), or -EINVAL. Never blocks. */
 WEFT_EXTERN int64_t weft_backoff_next(weft_backoff *b);
 
+/* The default retryable predicate: non-zero for the failures another
+ * attempt may cure,
+ *   -ETIMEDOUT (also an attempt that ran out of attempt_timeout_ns),
+ *   -EAGAIN (= -EWOULDBLOCK), -EINTR, -ENOBUFS, -ECONNRESET,
+ *   -ECONNREFUSED, -ECONNABORTED, -ENETRESET, -EHOSTUNREACH,
+ *   -ENETUNREACH, -ENETDOWN;
+ * and 0 for every other status, among them -ECANCELED (a cancel is not a
+ * failure to retry), -EPIPE (weft's "closed": a channel does not reopen;
+ * a socket's broken pipe may, so say so in your own predicate), -EBUSY
+ * and -EHOSTDOWN (a full bulkhead and an open circuit breaker shed load:
+ * retrying into them adds it), and the permanent ones: -ENOENT (a 404
+ * mapped to a code), -EINVAL, -EACCES, -EPERM, -EPROTO, -ENOMEM, -EIO. A
+ * predicate of your own can extend the set:
+ *     return st == -EPIPE || weft_retry_transient(st, NULL);
+ * ctx is ignored. Any thread; never blocks. */
+WEFT_EXTERN int weft_retry_transient(int status, void *ctx);
+
 /* Calls fn(arg) until it returns >= 0, returns a status that is not
  * retryable, or max_attempts calls have been made, sleeping the policy's
- * delays in between (policy NULL: the defaults). Never sleeps past the
- * budget or the task's deadline (weft_deadline()): when the next delay
- * would end after either, it returns the last status at once. Returns
- * fn's last status, or -ECANCELED if the task is cancelled while it
- * sleeps (fn is not called again), -EINVAL, -EPERM. Blocks; a cancellation
- * point between attempts. */
+ * delays in between (policy NULL: the defaults). With attempt_timeout_ns,
+ * each call runs in a scope with that deadline (see weft_retry). Never
+ * sleeps past the budget or the task's deadline (weft_deadline()): when
+ * the next attempt would start after the budget, or at or after the
+ * deadline (the instant the task's scope is cancelled, where an attempt
+ * could only fail), it returns the last status at once, without sleeping.
+ * Returns fn's last status (-ETIMEDOUT for an attempt that timed out), or
+ * -ECANCELED if the task is cancelled while it sleeps (fn is not called
+ * again), -EINVAL, -EPERM. Blocks; a cancellation point between
+ * attempts. */
 WEFT_EXTERN int weft_retry_call(const weft_retry *policy, weft_fn fn,
                                 void *arg);
 
