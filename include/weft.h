@@ -126,7 +126,11 @@ typedef struct weft_config {
     /* Scheduling seed. 0: ordinary scheduling. Non-zero: with one worker the
      * order in which ready tasks run is drawn from this seed, so that with
      * the virtual clock a run is a pure function of the seed. The
-     * environment variable WEFT_SEED, when set, overrides this field. */
+     * environment variable WEFT_SEED, when set, overrides this field; it
+     * must be a whole number from 0 to 2^64 - 1 (decimal, 0x hex or 0
+     * octal, nothing else, not even blanks): anything else, empty
+     * included, makes weft_run write a message to stderr and return
+     * -EINVAL without running anything. */
     uint64_t seed;
     /* weft_main only: how long after SIGINT/SIGTERM the tasks have to
      * finish before the process exits. 0: 5 seconds. */
@@ -148,7 +152,8 @@ typedef struct weft_config {
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
  * spawns fn(arg) as the root task and returns when it, and every task
  * spawned into the root scope, has finished. cfg may be NULL (defaults).
- * Returns fn's status, or -EINVAL (fn is NULL, or a bad config), -EBUSY
+ * Returns fn's status, or -EINVAL (fn is NULL, a bad config, or a
+ * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
