@@ -1230,24 +1230,28 @@ WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
  * 10. Bounded parallelism and pipelines
  * ---------------------------------------------------------------------- */
 
-/* One call of weft_map: works on item i and stores its result where ctx
- * says (so results come back in input order). Returns >= 0 or an error. */
-typedef int (*weft_map_fn)(void *ctx, size_t i);
-
-/* Calls fn(ctx, i) for every i < n, each in a task, with at most limit of
- * them running at once (limit <= 0: no limit), starting them in index
+/* Calls fn(item) for each of the n items of the array `items` (item i at
+ * (char *)items + i * item_size), each call in a task, with at most limit
+ * of them running at once (limit <= 0: no limit), starting them in index
  * order, in a new scope with the given policy and deadline: WEFT_FAIL_FAST
  * (the first error cancels the running calls and starts no more) or
- * WEFT_COLLECT (every call runs). statuses (may be NULL, n entries) gets
- * each call's status, -ECANCELED for a call never started. Returns 0, the
- * first error (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (other
- * policies), -ENOMEM, -EPERM. Uses at most limit tasks, whatever n is.
- * Blocks until every started call has finished. Not a cancellation point
- * of its own, as weft_gather: a cancel of the caller reaches every running
- * call, starts no more (their statuses say -ECANCELED) and returns
- * -ECANCELED once the started ones have finished. */
-WEFT_EXTERN int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx,
-                         weft_policy policy, weft_time deadline, int *statuses);
+ * WEFT_COLLECT (every call runs). fn is an ordinary weft_fn, the shape
+ * weft_spawn, weft_with_timeout and weft_retry_call take, so one function
+ * serves them all; an item holds a call's input and room for its result
+ * (so results come back in input order). item_size 0: every call gets
+ * `items` itself. statuses (may be NULL, n entries) gets each call's
+ * status, -ECANCELED for a call never started. Returns 0, the first error
+ * (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (fn NULL, other
+ * policies, a negative deadline, items NULL with item_size > 0, or an
+ * array that does not fit in memory), -ENOMEM, -EPERM. Uses at most limit
+ * tasks, whatever n is. Blocks until every started call has finished. Not
+ * a cancellation point of its own, as weft_gather: a cancel of the caller
+ * reaches every running call, starts no more (their statuses say
+ * -ECANCELED) and returns -ECANCELED once the started ones have
+ * finished. */
+WEFT_EXTERN int weft_map(size_t n, int limit, weft_fn fn, void *items,
+                         size_t item_size, weft_policy policy,
+                         weft_time deadline, int *statuses);
 
 /* A stage's function returns WEFT_SKIP to drop the value (a filter). */
 #define WEFT_SKIP 1
