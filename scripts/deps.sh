@@ -7,7 +7,9 @@
 # A need is one of: build (cmake, make, a C compiler: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
-# cross compiler and qemu-user). When everything
+# cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
+# which the build needs to tell valgrind about task stacks; configure
+# again after installing it). When everything
 # asked for is present this is a few `command -v` calls and exits 0 at
 # once, so the Makefile runs it before every target. Otherwise it runs
 # apt-get (Debian/Ubuntu) as root, or through sudo when not root.
@@ -41,6 +43,11 @@ for need in "$@"; do
         fi
         ;;
     pkg-config) have pkg-config || add pkg-config ;;
+    valgrind)
+        if ! have valgrind || [ ! -e /usr/include/valgrind/valgrind.h ]; then
+            add valgrind
+        fi
+        ;;
     http)
         have curl || add curl
         have wrk || add wrk
