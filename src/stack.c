@@ -25,6 +25,13 @@
  * Either way the process aborts with the task's name and spawn site. A
  * canary is a best effort: a frame that jumps over it without writing it
  * escapes; guard pages do not have that hole.
+ *
+ * Valgrind: a slot's stack is registered (VALGRIND_STACK_REGISTER) when
+ * the slot is laid out and deregistered when it is forgotten, before its
+ * memory is unmapped or given back (slot_forget, which also ends its TSan
+ * fiber). Valgrind looks stacks up in a list on every large change of the
+ * stack pointer, so registrations left behind by ended runtimes would make
+ * every later one slower.
  */
 #include "internal.h"
 
@@ -49,16 +56,34 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-/* A slot's TSan fiber lives as long as the slot's memory. */
+atomic_long weft__stacks_registered;
+
+/* Called once per laying out of a slot, when its task struct is in
+ * place. */
+static void stack_register(weft_task *t)
+{
+#if defined(WEFT_HAVE_VALGRIND_H)
+    t->vg_stack = VALGRIND_STACK_REGISTER(t->stack_lo, (char *)t);
+#else
+    WEFT_UNUSED(t);
+#endif
+    add_rlx(&weft__stacks_registered, 1);
+}
+
+/* Ends what a slot's laying out started, before its memory is unmapped or
+ * given back: its valgrind registration, and its TSan fiber (which lives
+ * as long as the slot's memory). Once per slot_init. */
 static void slot_forget(weft_task *t)
 {
 #if defined(WEFT_TSAN)
     if (t->tsan_fiber)
         __tsan_destroy_fiber(t->tsan_fiber);
     t->tsan_fiber = NULL;
-#else
-    WEFT_UNUSED(t);
 #endif
+#if defined(WEFT_HAVE_VALGRIND_H)
+    VALGRIND_STACK_DEREGISTER(t->vg_stack);
+#endif
+    add_rlx(&weft__stacks_registered, -1);
 }
 
 static size_t page_size(void)
@@ -166,9 +191,7 @@ static weft_task *slot_init(char *lo, size_t size, bool guarded, bool custom,
         if (!below)
             *(uint64_t *)t->stack_lo = CANARY;
     }
-#if defined(WEFT_HAVE_VALGRIND_H)
-    VALGRIND_STACK_REGISTER(t->stack_lo, (char *)t);
-#endif
+    stack_register(t);
     return t;
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Stacks: overflow detection and reporting, reuse of stacks, and lazy
- * commit of stack memory.
+ * Stacks: overflow detection and reporting, reuse of stacks, lazy commit
+ * of stack memory, and valgrind registrations undone.
  */
+#include "internal.h" /* weft__stacks_registered, weft__pool_trim */
 #include "t.h"
 #include "weft.h"
 
@@ -294,4 +295,63 @@ TEST(config_tiny_stack_size_runs)
         cfg.stack_size = sizes[i];
         ASSERT_EQ(weft_run(&cfg, small_root, NULL), 7);
     }
+}
+
+/* ---- valgrind registrations are undone -------------------------------- */
+
+static int sleep_1ms(void *arg)
+{
+    (void)arg;
+    return weft_sleep(WEFT_MSEC);
+}
+
+static void spawn_sleepers(int n, size_t stack_size)
+{
+    weft_scope *s = scope_open();
+    weft_spawn_opts o = {.stack_size = stack_size};
+    for (int i = 0; i < n; i++)
+        ASSERT(weft_spawn_ex(s, sleep_1ms, NULL, &o) >= 0);
+    scope_end(s);
+}
+
+static int registrations_root(void *arg)
+{
+    (void)arg;
+    weft__pool_global *g = &weft__tl_worker->rt->pool;
+    /* 1500 at once: slots carved, most of them handed to the shared list
+     * when they end. */
+    spawn_sleepers(1500, 0);
+    long laid = atomic_load(&weft__stacks_registered);
+    ASSERT(laid >= 1501);
+    /* Custom stacks: registered while they run, not after. */
+    spawn_sleepers(5, 100 * 1024);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid);
+    /* Memory given back (what an idle worker does): those slots go. */
+    ASSERT_EQ(g->ncold, 0);
+    weft__pool_trim(weft__tl_worker);
+    ASSERT(g->ncold > 0);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid - (long)g->ncold);
+    /* Laid out again from the cold list: registered again, once each. */
+    spawn_sleepers(1500, 0);
+    ASSERT_EQ(g->ncold, 0);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid);
+    return 0;
+}
+
+/* Every stack registered with valgrind is deregistered before its memory
+ * is unmapped or given back, so that nothing is left registered when a
+ * runtime ends (valgrind searches that list at every stack switch: what
+ * is left behind slows every later runtime of the process). */
+TEST(stacks_deregistered_when_unmapped)
+{
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+    for (int run = 0; run < 3; run++) {
+        weft_config cfg = {0};
+        cfg.workers = 1;
+        cfg.clock = WEFT_CLOCK_VIRTUAL;
+        ASSERT_EQ(weft_run(&cfg, registrations_root, NULL), 0);
+        ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+    }
+    ASSERT_EQ(t_run_virtual(2, small_root, NULL), 7);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
 }
