@@ -130,7 +130,11 @@ typedef struct weft_config {
     /* Scheduling seed. 0: ordinary scheduling. Non-zero: with one worker the
      * order in which ready tasks run is drawn from this seed, so that with
      * the virtual clock a run is a pure function of the seed. The
-     * environment variable WEFT_SEED, when set, overrides this field. */
+     * environment variable WEFT_SEED, when set, overrides this field; it
+     * must be a whole number from 0 to 2^64 - 1 (decimal, 0x hex or 0
+     * octal, nothing else, not even blanks): anything else, empty
+     * included, makes weft_run write a message to stderr and return
+     * -EINVAL without running anything. */
     uint64_t seed;
     /* weft_main only: how long after SIGINT/SIGTERM the tasks have to
      * finish before the process exits. 0: 5 seconds. */
@@ -152,7 +156,8 @@ typedef struct weft_config {
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
  * spawns fn(arg) as the root task and returns when it, and every task
  * spawned into the root scope, has finished. cfg may be NULL (defaults).
- * Returns fn's status, or -EINVAL (fn is NULL, or a bad config), -EBUSY
+ * Returns fn's status, or -EINVAL (fn is NULL, a bad config, or a
+ * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
@@ -463,9 +468,13 @@ typedef struct weft_case {
  * receive from a closed, drained channel, or a send to a closed one, is
  * ready at once and chosen like any other). When several are ready, the
  * choice is uniformly random. Returns -ETIMEDOUT at the deadline
- * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. Cancellation point: on
- * any error no case happened (nothing sent, nothing taken, no waiter left
- * on any channel). Blocks. */
+ * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. A deadline already
+ * past (0, say) only skips the wait: a case ready now is still taken, and
+ * -ETIMEDOUT comes at once if none is (as weft_try_select, with
+ * -ETIMEDOUT for -EAGAIN). Cancellation point: on any error no case
+ * happened (nothing sent, nothing taken, no waiter left on any channel);
+ * in a cancelled scope it returns -ECANCELED even when a case is ready.
+ * Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns
@@ -1225,24 +1234,28 @@ WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
  * 10. Bounded parallelism and pipelines
  * ---------------------------------------------------------------------- */
 
-/* One call of weft_map: works on item i and stores its result where ctx
- * says (so results come back in input order). Returns >= 0 or an error. */
-typedef int (*weft_map_fn)(void *ctx, size_t i);
-
-/* Calls fn(ctx, i) for every i < n, each in a task, with at most limit of
- * them running at once (limit <= 0: no limit), starting them in index
+/* Calls fn(item) for each of the n items of the array `items` (item i at
+ * (char *)items + i * item_size), each call in a task, with at most limit
+ * of them running at once (limit <= 0: no limit), starting them in index
  * order, in a new scope with the given policy and deadline: WEFT_FAIL_FAST
  * (the first error cancels the running calls and starts no more) or
- * WEFT_COLLECT (every call runs). statuses (may be NULL, n entries) gets
- * each call's status, -ECANCELED for a call never started. Returns 0, the
- * first error (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (other
- * policies), -ENOMEM, -EPERM. Uses at most limit tasks, whatever n is.
- * Blocks until every started call has finished. Not a cancellation point
- * of its own, as weft_gather: a cancel of the caller reaches every running
- * call, starts no more (their statuses say -ECANCELED) and returns
- * -ECANCELED once the started ones have finished. */
-WEFT_EXTERN int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx,
-                         weft_policy policy, weft_time deadline, int *statuses);
+ * WEFT_COLLECT (every call runs). fn is an ordinary weft_fn, the shape
+ * weft_spawn, weft_with_timeout and weft_retry_call take, so one function
+ * serves them all; an item holds a call's input and room for its result
+ * (so results come back in input order). item_size 0: every call gets
+ * `items` itself. statuses (may be NULL, n entries) gets each call's
+ * status, -ECANCELED for a call never started. Returns 0, the first error
+ * (WEFT_FAIL_FAST), -ETIMEDOUT, -ECANCELED, -EINVAL (fn NULL, other
+ * policies, a negative deadline, items NULL with item_size > 0, or an
+ * array that does not fit in memory), -ENOMEM, -EPERM. Uses at most limit
+ * tasks, whatever n is. Blocks until every started call has finished. Not
+ * a cancellation point of its own, as weft_gather: a cancel of the caller
+ * reaches every running call, starts no more (their statuses say
+ * -ECANCELED) and returns -ECANCELED once the started ones have
+ * finished. */
+WEFT_EXTERN int weft_map(size_t n, int limit, weft_fn fn, void *items,
+                         size_t item_size, weft_policy policy,
+                         weft_time deadline, int *statuses);
 
 /* A stage's function returns WEFT_SKIP to drop the value (a filter). */
 #define WEFT_SKIP 1
@@ -1304,8 +1317,17 @@ typedef struct weft_retry {
     weft_jitter jitter;
     int64_t budget_ns; /* no attempt starts later than this after the
                         * first one started; 0: no budget */
-    /* Whether a failed status is worth another attempt; NULL: every
-     * negative status but -ECANCELED. */
+    /* Each attempt runs in a scope of its own whose deadline is this long
+     * after the attempt starts, as under weft_with_timeout: an attempt
+     * still running then is cancelled, and if it fails its status is
+     * -ETIMEDOUT (retryable by default). 0: no limit per attempt. The
+     * task's own deadline (weft_deadline()) still bounds every attempt: one
+     * whose limit would end at or after it gets no deadline of its own, and
+     * is cut short by the task's like any call (its status is fn's,
+     * -ECANCELED typically, which ends the retries). */
+    int64_t attempt_timeout_ns;
+    /* Whether a failed status is worth another attempt; NULL:
+     * weft_retry_transient (a fixed set of transient codes). */
     int (*retryable)(int status, void *ctx);
     /* Called before each delay (may be NULL): the attempt that failed
      * (1, 2, ...), its status and the delay about to be slept. */
@@ -1330,14 +1352,35 @@ WEFT_EXTERN int weft_backoff_init(weft_backoff *b, const weft_retry *policy);
 /* The next delay in ns (>= 0), or -EINVAL. Never blocks. */
 WEFT_EXTERN int64_t weft_backoff_next(weft_backoff *b);
 
+/* The default retryable predicate: non-zero for the failures another
+ * attempt may cure,
+ *   -ETIMEDOUT (also an attempt that ran out of attempt_timeout_ns),
+ *   -EAGAIN (= -EWOULDBLOCK), -EINTR, -ENOBUFS, -ECONNRESET,
+ *   -ECONNREFUSED, -ECONNABORTED, -ENETRESET, -EHOSTUNREACH,
+ *   -ENETUNREACH, -ENETDOWN;
+ * and 0 for every other status, among them -ECANCELED (a cancel is not a
+ * failure to retry), -EPIPE (weft's "closed": a channel does not reopen;
+ * a socket's broken pipe may, so say so in your own predicate), -EBUSY
+ * and -EHOSTDOWN (a full bulkhead and an open circuit breaker shed load:
+ * retrying into them adds it), and the permanent ones: -ENOENT (a 404
+ * mapped to a code), -EINVAL, -EACCES, -EPERM, -EPROTO, -ENOMEM, -EIO. A
+ * predicate of your own can extend the set:
+ *     return st == -EPIPE || weft_retry_transient(st, NULL);
+ * ctx is ignored. Any thread; never blocks. */
+WEFT_EXTERN int weft_retry_transient(int status, void *ctx);
+
 /* Calls fn(arg) until it returns >= 0, returns a status that is not
  * retryable, or max_attempts calls have been made, sleeping the policy's
- * delays in between (policy NULL: the defaults). Never sleeps past the
- * budget or the task's deadline (weft_deadline()): when the next delay
- * would end after either, it returns the last status at once. Returns
- * fn's last status, or -ECANCELED if the task is cancelled while it
- * sleeps (fn is not called again), -EINVAL, -EPERM. Blocks; a cancellation
- * point between attempts. */
+ * delays in between (policy NULL: the defaults). With attempt_timeout_ns,
+ * each call runs in a scope with that deadline (see weft_retry). Never
+ * sleeps past the budget or the task's deadline (weft_deadline()): when
+ * the next attempt would start after the budget, or at or after the
+ * deadline (the instant the task's scope is cancelled, where an attempt
+ * could only fail), it returns the last status at once, without sleeping.
+ * Returns fn's last status (-ETIMEDOUT for an attempt that timed out), or
+ * -ECANCELED if the task is cancelled while it sleeps (fn is not called
+ * again), -EINVAL, -EPERM. Blocks; a cancellation point between
+ * attempts. */
 WEFT_EXTERN int weft_retry_call(const weft_retry *policy, weft_fn fn,
                                 void *arg);
 

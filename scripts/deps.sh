@@ -7,7 +7,9 @@
 # A need is one of: build (cmake, make, a C compiler: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
-# cross compiler and qemu-user). When everything asked for is present this
+# cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
+# which the build needs to tell valgrind about task stacks; configure again
+# after installing it). When everything asked for is present this
 # is a few `command -v` calls and exits 0 at once, so the Makefile runs it
 # before every target.
 #
@@ -61,6 +63,11 @@ for need in "$@"; do
     pkg-config)
         have pkg-config ||
             add "builds a consumer in scripts/install-check.sh" pkg-config
+        ;;
+    valgrind)
+        if ! have valgrind || [ ! -e /usr/include/valgrind/valgrind.h ]; then
+            add "valgrind, and the header the build needs for its stack hooks" valgrind
+        fi
         ;;
     http)
         have curl || add "scripts/http-check.sh" curl

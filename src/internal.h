@@ -210,6 +210,9 @@ struct weft_task {
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
+    /* valgrind's id of the stack while the slot is laid out (stack.c) */
+    unsigned vg_stack;
+
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
 #endif
@@ -400,6 +403,9 @@ weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
 void weft__task_free(weft_worker *w, weft_task *t);
 /* Gives idle slot memory back to the kernel; called by an idle worker. */
 void weft__pool_trim(weft_worker *w);
+/* Stacks registered with valgrind (whether or not it runs) and not yet
+ * deregistered, in the whole process: 0 when no runtime runs. For tests. */
+extern atomic_long weft__stacks_registered;
 /* Overflow detection: the canary below the stack, and the signal handler. */
 void weft__stack_check_slow(weft_task *t);
 /* Called at every switch away from t. */

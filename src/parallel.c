@@ -3,13 +3,13 @@
  * Bounded parallelism (weft_map) and pipelines (weft_pipeline), built on
  * scopes and channels only: no new primitive, no lock of their own.
  *
- * weft_map: a bounded worker pool over an index range.
+ * weft_map: a bounded worker pool over an array.
  *   A scope with the caller's policy and deadline holds min(limit, n)
- *   worker tasks. Each takes the next index from a shared counter and calls
- *   fn(ctx, i), until the indices run out. So at most `limit` calls run at
- *   once, indices are taken in order, and the task count does not grow
- *   with n. Statuses start as -ECANCELED and each call overwrites its own.
- *   FAIL_FAST: a worker whose call fails raises `stop` and returns the
+ *   worker tasks. Each takes the next index i from a shared counter and
+ *   calls fn(items + i * item_size), until the indices run out. So at most
+ * `limit` calls run at once, indices are taken in order, and the task count
+ * does not grow with n. Statuses start as -ECANCELED and each call overwrites
+ * its own. FAIL_FAST: a worker whose call fails raises `stop` and returns the
  *   error, which the scope records and turns into a cancel; the other
  *   workers look at `stop` and at their scope's flag before taking an
  *   index, so no call starts after the failure was seen. The result is
@@ -84,8 +84,9 @@
  * ==================================================================== */
 
 struct map {
-    weft_map_fn fn;
-    void *ctx;
+    weft_fn fn;
+    char *items; /* item i is at items + i * size */
+    size_t size;
     size_t n;
     weft_policy policy;
     int *statuses;       /* n entries, or NULL */
@@ -103,7 +104,7 @@ static int map_worker(void *arg)
         size_t i = add_rlx(&m->next, 1);
         if (i >= m->n)
             break;
-        int st = m->fn(m->ctx, i);
+        int st = m->fn(m->items + i * m->size);
         if (m->statuses)
             m->statuses[i] = st; /* read by the caller after join */
         if (st < 0 && m->policy == WEFT_FAIL_FAST) {
@@ -114,11 +115,15 @@ static int map_worker(void *arg)
     return 0;
 }
 
-int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx, weft_policy policy,
-             weft_time deadline, int *statuses)
+int weft_map(size_t n, int limit, weft_fn fn, void *items, size_t item_size,
+             weft_policy policy, weft_time deadline, int *statuses)
 {
     if (!fn || (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT) ||
         deadline < 0)
+        return -EINVAL;
+    /* An array that fits in memory: items + i * item_size cannot wrap. */
+    if (item_size && n &&
+        (!items || n > (SIZE_MAX - (uintptr_t)items) / item_size))
         return -EINVAL;
     if (!weft__current())
         return -EPERM;
@@ -130,8 +135,12 @@ int weft_map(size_t n, int limit, weft_map_fn fn, void *ctx, weft_policy policy,
     if (tasks > INT_MAX)
         tasks = INT_MAX; /* a scope counts its children in an int */
 
-    struct map m = {
-        .fn = fn, .ctx = ctx, .n = n, .policy = policy, .statuses = statuses};
+    struct map m = {.fn = fn,
+                    .items = items,
+                    .size = item_size,
+                    .n = n,
+                    .policy = policy,
+                    .statuses = statuses};
     atomic_init(&m.next, 0);
     atomic_init(&m.stop, 0);
     weft_scope *s;

@@ -40,18 +40,25 @@
  * same delays, which is what jitter is for.
  *
  * weft_retry_call, attempt a = 1, 2, ...: the attempt starts at weft_now()
- * (the first one's start is `start`) and calls fn. A status >= 0 is
- * returned; so is a status the policy says is not retryable (default: any
- * status >= 0 is success and every negative one but -ECANCELED is
- * retryable), and so is the status of attempt max_attempts. Otherwise the
- * next delay d is drawn and the next attempt would start at now + d
- * (saturating). If that is after start + budget_ns (when there is a
- * budget), or at or after weft_deadline() (the scope is cancelled at that
- * instant, so an attempt starting then could only fail), the last status
- * is returned at once, with no sleep. Else on_retry(a, status, d, ctx) is
- * called and the task sleeps until now + d (the instant checked, however
- * long on_retry took); a sleep that is cancelled makes the call return
- * -ECANCELED, and fn is not called again.
+ * (the first one's start is `start`) and calls fn. Without an
+ * attempt_timeout_ns, fn is called directly. With one, fn runs under
+ * weft_with_timeout, in a scope whose deadline is now + attempt_timeout_ns,
+ * and a failure after that deadline passed reads -ETIMEDOUT; but if that
+ * instant is at or after weft_deadline(), the task's own deadline comes
+ * first and governs: the scope gets no deadline (so the two never race at
+ * one instant, and a call cut short by the task's deadline keeps its own
+ * status, -ECANCELED typically, as it would without the option). A status
+ * >= 0 is returned; so is a status the policy says is not retryable
+ * (default: weft_retry_transient, a fixed set of transient codes), and so
+ * is the status of attempt max_attempts. Otherwise the next delay d is
+ * drawn and the next attempt would start at now + d (saturating). If that
+ * is after start + budget_ns (when there is a budget), or at or after
+ * weft_deadline() (the scope is cancelled at that instant, so an attempt
+ * starting then could only fail), the last status is returned at once,
+ * with no sleep. Else on_retry(a, status, d, ctx) is called and the task
+ * sleeps until now + d (the instant checked, however long on_retry took);
+ * a sleep that is cancelled makes the call return -ECANCELED, and fn is
+ * not called again.
  *
  * weft_with_fallback runs fn under weft_with_timeout; a result >= 0 is
  * returned; a negative one runs the fallback in the caller's scope and
@@ -142,7 +149,8 @@ static const weft_retry default_policy = {0};
 static bool policy_ok(const weft_retry *p)
 {
     return p->max_attempts >= 0 && p->base_ns >= 0 && p->cap_ns >= 0 &&
-           p->budget_ns >= 0 && (int)p->jitter >= WEFT_JITTER_NONE &&
+           p->budget_ns >= 0 && p->attempt_timeout_ns >= 0 &&
+           (int)p->jitter >= WEFT_JITTER_NONE &&
            (int)p->jitter <= WEFT_JITTER_DECORRELATED;
 }
 
@@ -217,11 +225,44 @@ int64_t weft_backoff_next(weft_backoff *b)
 
 /* ---- retry ---- */
 
+int weft_retry_transient(int status, void *ctx)
+{
+    WEFT_UNUSED(ctx);
+    switch (status) {
+    case -ETIMEDOUT:
+    case -EAGAIN: /* = -EWOULDBLOCK */
+    case -EINTR:
+    case -ENOBUFS:
+    case -ECONNRESET:
+    case -ECONNREFUSED:
+    case -ECONNABORTED:
+    case -ENETRESET:
+    case -EHOSTUNREACH:
+    case -ENETUNREACH:
+    case -ENETDOWN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static bool is_retryable(const weft_retry *p, int status)
 {
     if (p->retryable)
         return p->retryable(status, p->ctx) != 0;
-    return status != -ECANCELED;
+    return weft_retry_transient(status, NULL) != 0;
+}
+
+/* One attempt: fn(arg), in a scope with the attempt's deadline if there is
+ * one that comes before the task's own (see the top). */
+static int run_attempt(const weft_retry *p, weft_fn fn, void *arg)
+{
+    if (!p->attempt_timeout_ns)
+        return fn(arg);
+    int64_t timeout = p->attempt_timeout_ns;
+    if (weft__add_sat(weft_now(), timeout) >= weft_deadline())
+        timeout = INT64_MAX; /* a scope with no deadline of its own */
+    return weft_with_timeout(timeout, fn, arg);
 }
 
 int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
@@ -241,7 +282,7 @@ int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
     weft_time last_start =
         p->budget_ns ? weft__add_sat(start, p->budget_ns) : WEFT_NEVER;
     for (int attempt = 1;; attempt++) {
-        int status = fn(arg);
+        int status = run_attempt(p, fn, arg);
         if (status >= 0 || !is_retryable(p, status) || attempt >= max)
             return status;
         int64_t delay = weft_backoff_next(&b);

@@ -204,12 +204,33 @@ static int online_cpus(void)
     return n > 0 ? (int)(n > MAX_WORKERS ? MAX_WORKERS : n) : 1;
 }
 
-static uint64_t seed_from_env(uint64_t seed)
+/* The seed: WEFT_SEED if set, else the config's. A WEFT_SEED that is not
+ * a whole number from 0 to 2^64 - 1 (decimal, 0x hex or 0 octal, as
+ * strtoull reads it with base 0, but no sign, no blanks, nothing after
+ * it) is refused with a message: a run meant to reproduce a failure must
+ * not quietly run unseeded. */
+static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
 {
     const char *s = getenv("WEFT_SEED");
-    if (s && *s)
-        return strtoull(s, NULL, 0);
-    return seed;
+    if (!s) {
+        *seed = cfg_seed;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = 0;
+    if (*s >= '0' && *s <= '9')
+        v = strtoull(s, &end, 0);
+    if (!end || end == s || *end != '\0' || errno == ERANGE) {
+        fprintf(stderr,
+                "weft: WEFT_SEED=\"%s\" is not a seed (a number from 0 to "
+                "18446744073709551615: decimal, 0x hex or 0 octal); not "
+                "running\n",
+                s);
+        return -EINVAL;
+    }
+    *seed = (uint64_t)v;
+    return 0;
 }
 
 static void runtime_free(weft_runtime *rt)
@@ -231,6 +252,9 @@ static void runtime_free(weft_runtime *rt)
 
 static weft_runtime *runtime_new(const weft_config *c, int *err)
 {
+    uint64_t seed;
+    if ((*err = seed_from_env(c->seed, &seed)) != 0)
+        return NULL;
     weft_runtime *rt = calloc(1, sizeof(*rt));
     if (!rt) {
         *err = -ENOMEM;
@@ -247,7 +271,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
                  CPU_COUNT(&rt->cpus) > 0;
     rt->nworkers = c->workers ? c->workers : online_cpus();
     rt->clock = c->clock;
-    rt->seed = seed_from_env(c->seed);
+    rt->seed = seed;
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
     size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
     weft__pool_init(&rt->pool, stack);

@@ -25,6 +25,25 @@
  * Either way the process aborts with the task's name and spawn site. A
  * canary is a best effort: a frame that jumps over it without writing it
  * escapes; guard pages do not have that hole.
+ *
+ * Valgrind: a slot's stack is registered (VALGRIND_STACK_REGISTER) when
+ * the slot is laid out and deregistered when it is forgotten, before its
+ * memory is unmapped or given back (slot_forget, which also ends its TSan
+ * fiber). Valgrind looks stacks up in a list on every large change of the
+ * stack pointer, so registrations left behind by ended runtimes would make
+ * every later one slower.
+ *
+ * A task with a stack size of its own gets a mapping of its own, unmapped
+ * when it ends. At vm.max_map_count, that munmap can fail (ENOMEM): the
+ * kernel merges adjacent anonymous mappings of the same kind, and freeing
+ * a slot in the middle of such a merged mapping needs a split, which the
+ * count does not allow. Such a slot is not lost: its stack memory is given
+ * back (madvise, which splits nothing), and its task struct, still in its
+ * top page, links it into a process-wide list of stranded slots. The next
+ * custom stack that fits re-lays the smallest one instead of mapping
+ * anew, and when a runtime ends (its own mappings gone, so the count is
+ * lower) every stranded slot is unmapped again; one that still cannot be
+ * waits for the next custom stack or the next runtime's end.
  */
 #include "internal.h"
 
@@ -49,16 +68,34 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-/* A slot's TSan fiber lives as long as the slot's memory. */
+atomic_long weft__stacks_registered;
+
+/* Called once per laying out of a slot, when its task struct is in
+ * place. */
+static void stack_register(weft_task *t)
+{
+#if defined(WEFT_HAVE_VALGRIND_H)
+    t->vg_stack = VALGRIND_STACK_REGISTER(t->stack_lo, (char *)t);
+#else
+    WEFT_UNUSED(t);
+#endif
+    add_rlx(&weft__stacks_registered, 1);
+}
+
+/* Ends what a slot's laying out started, before its memory is unmapped or
+ * given back: its valgrind registration, and its TSan fiber (which lives
+ * as long as the slot's memory). Once per slot_init. */
 static void slot_forget(weft_task *t)
 {
 #if defined(WEFT_TSAN)
     if (t->tsan_fiber)
         __tsan_destroy_fiber(t->tsan_fiber);
     t->tsan_fiber = NULL;
-#else
-    WEFT_UNUSED(t);
 #endif
+#if defined(WEFT_HAVE_VALGRIND_H)
+    VALGRIND_STACK_DEREGISTER(t->vg_stack);
+#endif
+    add_rlx(&weft__stacks_registered, -1);
 }
 
 static size_t page_size(void)
@@ -129,6 +166,54 @@ static int remember_chunk(weft__pool_global *g, void *p, size_t len)
     return 0;
 }
 
+/* ---- custom slots that could not be unmapped (see the top) ---- */
+
+static pthread_mutex_t stranded_mu = PTHREAD_MUTEX_INITIALIZER;
+static weft_task *stranded; /* forgotten slots, linked through next */
+
+/* Keeps a custom slot whose munmap failed, its stack memory given back. */
+static void strand(weft_task *t)
+{
+    char *lo = (t->flags & TASK_GUARDED) ? t->stack_lo : t->slot_lo;
+    char *top = (char *)((uintptr_t)t & ~(uintptr_t)(page_size() - 1));
+    if (top > lo) /* the task struct's page stays: it is the record */
+        madvise(lo, (size_t)(top - lo), MADV_DONTNEED);
+    pthread_mutex_lock(&stranded_mu);
+    t->next = stranded;
+    stranded = t;
+    pthread_mutex_unlock(&stranded_mu);
+}
+
+/* Takes the smallest stranded slot of at least len bytes, or NULL. */
+static weft_task *take_stranded(size_t len)
+{
+    pthread_mutex_lock(&stranded_mu);
+    weft_task **best = NULL;
+    for (weft_task **p = &stranded; *p; p = &(*p)->next)
+        if ((*p)->slot_size >= len &&
+            (!best || (*p)->slot_size < (*best)->slot_size))
+            best = p;
+    weft_task *t = best ? *best : NULL;
+    if (t)
+        *best = t->next;
+    pthread_mutex_unlock(&stranded_mu);
+    return t;
+}
+
+/* Unmaps every stranded slot that can be now. */
+static void unmap_stranded(void)
+{
+    pthread_mutex_lock(&stranded_mu);
+    for (weft_task **p = &stranded; *p;) {
+        weft_task *t = *p, *next = t->next; /* t is in the slot */
+        if (munmap(t->slot_lo, t->slot_size) == 0)
+            *p = next;
+        else
+            p = &t->next;
+    }
+    pthread_mutex_unlock(&stranded_mu);
+}
+
 void weft__pool_fini_local(weft_worker *w)
 {
     for (weft_task *t = w->pool.free; t; t = t->next)
@@ -143,6 +228,7 @@ void weft__pool_fini(weft__pool_global *g)
         slot_forget(t);
     for (size_t i = 0; i < g->nchunks; i += 2)
         munmap(g->chunks[i], (size_t)g->chunks[i + 1]);
+    unmap_stranded(); /* after the chunks: their mappings count too */
     free(g->chunks);
     free(g->cold);
     pthread_mutex_destroy(&g->mu);
@@ -166,9 +252,7 @@ static weft_task *slot_init(char *lo, size_t size, bool guarded, bool custom,
         if (!below)
             *(uint64_t *)t->stack_lo = CANARY;
     }
-#if defined(WEFT_HAVE_VALGRIND_H)
-    VALGRIND_STACK_REGISTER(t->stack_lo, (char *)t);
-#endif
+    stack_register(t);
     return t;
 }
 
@@ -243,6 +327,14 @@ static weft_task *take_shared(weft_worker *w)
 static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
 {
     size_t len = slot_bytes(stack_size);
+    weft_task *old = take_stranded(len);
+    if (old) {
+        /* Its guard page, if it has one, is still there. */
+        bool guarded = old->flags & TASK_GUARDED;
+        if (guarded)
+            atomic_fetch_sub(&rt->pool.guards_left, 1);
+        return slot_init(old->slot_lo, old->slot_size, guarded, true, false);
+    }
     char *p = map_region(len);
     if (!p)
         return NULL;
@@ -277,7 +369,8 @@ static void release_custom(weft_runtime *rt, weft_task *t)
     slot_forget(t);
     if (t->flags & TASK_GUARDED)
         atomic_fetch_add(&rt->pool.guards_left, 1);
-    munmap(t->slot_lo, t->slot_size);
+    if (munmap(t->slot_lo, t->slot_size) != 0)
+        strand(t); /* at the map count limit: see the top */
 }
 
 void weft__task_free(weft_worker *w, weft_task *t)

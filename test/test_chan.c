@@ -1199,6 +1199,73 @@ TEST(select_timeout_and_cancel_leave_no_trace)
     ASSERT_EQ(t_run_virtual(2, select_deadline_root, NULL), 0);
 }
 
+/* A deadline already past only skips the wait: a case ready now is taken
+ * (a buffered value, room to send, a waiting peer, a closed channel),
+ * with no time passing; -ETIMEDOUT comes at once only when none is. */
+static int past_deadline_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* so that 0 is in the past */
+    weft_time t0 = weft_now();
+    weft_time past[] = {0, t0 - 1, t0};
+    weft_chan *empty = mkchan(sizeof(int), 1);
+    weft_chan *full = mkchan(sizeof(int), 1);
+    fill(full, 1);
+    for (size_t k = 0; k < sizeof past / sizeof past[0]; k++) {
+        /* A buffered value to receive. */
+        weft_chan *buf = mkchan(sizeof(int), 2);
+        int v = 40 + (int)k, got = -1;
+        ASSERT_EQ(weft_chan_try_send(buf, &v), 0);
+        weft_case rc[2] = {{empty, WEFT_OP_RECV, &got, 0},
+                           {buf, WEFT_OP_RECV, &got, 0}};
+        ASSERT_EQ(weft_select(rc, 2, past[k]), 1);
+        ASSERT_EQ(rc[1].rc, 0);
+        ASSERT_EQ(got, 40 + (int)k);
+        /* Room to send. */
+        int out = 7;
+        weft_case sc[2] = {{full, WEFT_OP_SEND, &out, 0},
+                           {buf, WEFT_OP_SEND, &out, 0}};
+        ASSERT_EQ(weft_select(sc, 2, past[k]), 1);
+        ASSERT_EQ(sc[1].rc, 0);
+        ASSERT_EQ(weft_chan_len(buf), 1);
+        /* A closed, drained channel is ready with -EPIPE. */
+        ASSERT_EQ(weft_chan_try_recv(buf, &got), 0);
+        ASSERT_EQ(weft_chan_close(buf), 0);
+        ASSERT_EQ(weft_select(rc, 2, past[k]), 1);
+        ASSERT_EQ(rc[1].rc, -EPIPE);
+        ASSERT_EQ(weft_chan_unref(buf), 0);
+        /* Nothing ready: -ETIMEDOUT at once, nothing left waiting. */
+        weft_case none[2] = {{empty, WEFT_OP_RECV, &got, 0},
+                             {full, WEFT_OP_SEND, &out, 0}};
+        ASSERT_EQ(weft_select(none, 2, past[k]), -ETIMEDOUT);
+        ASSERT_EQ(weft_now(), t0);
+    }
+    /* A sender waiting on a rendezvous channel is a ready case too. */
+    weft_chan *z = mkchan(sizeof(int), 0);
+    struct waiter w = {.c = z, .val = 99};
+    weft_scope *s = scope_open();
+    spawn(wait_send, &w);
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* it is parked in its send */
+    int got = -1;
+    weft_case zc[1] = {{z, WEFT_OP_RECV, &got, 0}};
+    ASSERT_EQ(weft_select(zc, 1, 0), 0);
+    ASSERT_EQ(got, 99);
+    scope_end(s);
+    ASSERT_EQ(w.rc, 0);
+    ASSERT_EQ(weft_chan_len(full), 1);
+    ASSERT_EQ(weft_chan_len(empty), 0);
+    ASSERT_EQ(weft_chan_unref(z), 0);
+    ASSERT_EQ(weft_chan_unref(empty), 0);
+    ASSERT_EQ(weft_chan_unref(full), 0);
+    return 0;
+}
+
+TEST(select_past_deadline_takes_ready_case)
+{
+    ASSERT_EQ(t_run_virtual(1, past_deadline_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, past_deadline_root, NULL), 0);
+}
+
 /* ---- select: send cases, closed channels, losers ----------------------- */
 
 static int recv_after_1s(void *arg)

@@ -40,9 +40,17 @@ static void note_max(atomic_int *max, int v)
  * ==================================================================== */
 
 /* A map call: optionally sleeps (virtual time), counts calls in flight,
- * notes its start, stores a result and returns a status. */
+ * notes its start, stores a result and returns a status. Its item says
+ * which index it is and where the shared state is. */
+struct mctx;
+struct mitem {
+    struct mctx *m;
+    size_t i;
+};
+
 struct mctx {
     size_t n;
+    struct mitem *items; /* n of them: weft_map's array */
     int64_t *results;
     int64_t *sleep; /* per index, ns to sleep (NULL: none) */
     int *ret;       /* per index, the status to return (NULL: i % 5) */
@@ -56,10 +64,13 @@ struct mctx {
     int got[64]; /* per index < 64: what the sleep returned */
 };
 
-static int map_fn(void *ctx, size_t i)
+static int map_fn(void *arg)
 {
-    struct mctx *m = ctx;
+    struct mitem *it = arg;
+    struct mctx *m = it->m;
+    size_t i = it->i;
     ASSERT(i < m->n);
+    ASSERT(it == &m->items[i]);
     int here = 0;
     if (m->count_stacks) { /* one worker: no race on the array */
         const void *sp = &here;
@@ -90,13 +101,17 @@ static void mctx_init(struct mctx *m, size_t n)
     m->n = n;
     m->results = calloc(n ? n : 1, sizeof(int64_t));
     m->starts = calloc(n ? n : 1, sizeof(size_t));
-    ASSERT(m->results && m->starts);
+    m->items = calloc(n ? n : 1, sizeof(struct mitem));
+    ASSERT(m->results && m->starts && m->items);
+    for (size_t i = 0; i < n; i++)
+        m->items[i] = (struct mitem){m, i};
 }
 
 static void mctx_free(struct mctx *m)
 {
     free(m->results);
     free(m->starts);
+    free(m->items);
     free(m->sleep);
     free(m->ret);
 }
@@ -116,9 +131,9 @@ static int map_order_root(void *arg)
             m.sleep[i] = (int64_t)((i * 7919) % 13) * MS;
         int *st = malloc(n * sizeof(int));
         weft_time t0 = weft_now();
-        ASSERT_EQ(
-            weft_map(n, limits[l], map_fn, &m, WEFT_FAIL_FAST, WEFT_NEVER, st),
-            0);
+        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
+                           WEFT_FAIL_FAST, WEFT_NEVER, st),
+                  0);
         for (size_t i = 0; i < n; i++) {
             ASSERT_EQ(m.results[i], (int64_t)i * (int64_t)i + 7);
             ASSERT_EQ(st[i], (int)(i % 5)); /* non-negative: kept as is */
@@ -136,9 +151,9 @@ static int map_order_root(void *arg)
         /* The same with statuses NULL, and with COLLECT. */
         memset(m.results, 0, n * sizeof(int64_t));
         atomic_store(&m.nstarts, 0);
-        ASSERT_EQ(
-            weft_map(n, limits[l], map_fn, &m, WEFT_COLLECT, WEFT_NEVER, NULL),
-            0);
+        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
+                           WEFT_COLLECT, WEFT_NEVER, NULL),
+                  0);
         for (size_t i = 0; i < n; i++)
             ASSERT_EQ(m.results[i], (int64_t)i * (int64_t)i + 7);
         free(st);
@@ -173,8 +188,8 @@ static int map_inflight_root(void *arg)
         m.count_stacks = c->workers == 1;
         int want = limits[l] > 0 && limits[l] < (int)n ? limits[l] : (int)n;
         weft_time t0 = weft_now();
-        ASSERT_EQ(weft_map(n, limits[l], map_fn, &m, WEFT_FAIL_FAST, WEFT_NEVER,
-                           NULL),
+        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
+                           WEFT_FAIL_FAST, WEFT_NEVER, NULL),
                   0);
         /* Every call blocks for 1 s of virtual time: the pool is full
          * all the time, and it takes ceil(n / limit) seconds. */
@@ -206,7 +221,9 @@ static int map_start_order_root(void *arg)
     m.sleep = calloc(n, sizeof(int64_t));
     for (size_t i = 0; i < n; i++)
         m.sleep[i] = (int64_t)(rnd(&seed) % 1000) * WEFT_USEC;
-    ASSERT_EQ(weft_map(n, 5, map_fn, &m, WEFT_FAIL_FAST, WEFT_NEVER, NULL), 0);
+    ASSERT_EQ(weft_map(n, 5, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
+                       WEFT_NEVER, NULL),
+              0);
     ASSERT_EQ(atomic_load(&m.nstarts), (long)n);
     for (size_t k = 0; k < n; k++)
         ASSERT_EQ(m.starts[k], k);
@@ -246,7 +263,8 @@ static int map_fail_fast_root(void *arg)
     ten_calls(&m);
     int st[10];
     memset(st, 0x55, sizeof st);
-    ASSERT_EQ(weft_map(10, 3, map_fn, &m, WEFT_FAIL_FAST, WEFT_NEVER, st),
+    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
+                       WEFT_NEVER, st),
               -EIO);
     /* 0-2 ran from 0 to 1 s, 3-5 started at 1 s; 4 failed at 1.5 s,
      * which cancelled 3 and 5; 6-9 never started. */
@@ -297,7 +315,9 @@ static int map_collect_root(void *arg)
     struct mctx m;
     ten_calls(&m);
     int st[10];
-    ASSERT_EQ(weft_map(10, 3, map_fn, &m, WEFT_COLLECT, WEFT_NEVER, st), 0);
+    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, WEFT_COLLECT,
+                       WEFT_NEVER, st),
+              0);
     for (int i = 0; i < 10; i++) {
         ASSERT_EQ(st[i], i == 4 ? -EIO : 0);
         ASSERT_EQ(m.got[i], 0);
@@ -327,7 +347,8 @@ static int map_fail_fast_many_root(void *arg)
     m.ret = calloc(n, sizeof(int));
     m.ret[n / 2] = -ENOSPC;
     int *st = malloc(n * sizeof(int));
-    ASSERT_EQ(weft_map(n, 8, map_fn, &m, WEFT_FAIL_FAST, WEFT_NEVER, st),
+    ASSERT_EQ(weft_map(n, 8, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
+                       WEFT_NEVER, st),
               -ENOSPC);
     ASSERT_EQ(st[n / 2], -ENOSPC);
     long started = 0;
@@ -357,7 +378,8 @@ static int map_deadline_root(void *arg)
     m.ret[4] = 0;
     m.sleep[4] = SEC;
     int st[10];
-    ASSERT_EQ(weft_map(10, 3, map_fn, &m, policy, 2 * SEC + SEC / 2, st),
+    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, policy,
+                       2 * SEC + SEC / 2, st),
               -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 2 * SEC + SEC / 2);
     for (int i = 0; i < 10; i++)
@@ -366,7 +388,9 @@ static int map_deadline_root(void *arg)
     ASSERT_EQ(atomic_load(&m.calls), 9);
     ASSERT_EQ(weft_cancelled(), 0);
     /* A deadline already past: nothing runs. */
-    ASSERT_EQ(weft_map(10, 3, map_fn, &m, policy, weft_now(), st), -ETIMEDOUT);
+    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, policy,
+                       weft_now(), st),
+              -ETIMEDOUT);
     ASSERT_EQ(atomic_load(&m.calls), 9);
     for (int i = 0; i < 10; i++)
         ASSERT_EQ(st[i], -ECANCELED);
@@ -388,8 +412,8 @@ static int cancel_st[10];
 static int map_in_scope(void *arg)
 {
     (void)arg;
-    int rc =
-        weft_map(10, 3, map_fn, &cancel_m, WEFT_COLLECT, WEFT_NEVER, cancel_st);
+    int rc = weft_map(10, 3, map_fn, cancel_m.items, sizeof *cancel_m.items,
+                      WEFT_COLLECT, WEFT_NEVER, cancel_st);
     ASSERT_EQ(rc, -ECANCELED);
     ASSERT_EQ(weft_now(), SEC + SEC / 4);
     return 0;
@@ -423,10 +447,9 @@ TEST(map_outside_cancel_reaches_every_call)
 
 /* ---- arguments ---- */
 
-static int never_fn(void *ctx, size_t i)
+static int never_fn(void *arg)
 {
-    (void)ctx;
-    (void)i;
+    (void)arg;
     T_FAIL("called");
 }
 
@@ -434,22 +457,35 @@ static int map_args_root(void *arg)
 {
     (void)arg;
     int st[2] = {123, 456};
-    ASSERT_EQ(weft_map(2, 1, NULL, NULL, WEFT_FAIL_FAST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, WEFT_FIRST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, WEFT_RACE, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, (weft_policy)42, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(0, 1, never_fn, NULL, WEFT_FIRST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, WEFT_COLLECT, -1, st), -EINVAL);
+    ASSERT_EQ(weft_map(2, 1, NULL, NULL, 0, WEFT_FAIL_FAST, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_FIRST, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_RACE, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, (weft_policy)42, 0, st),
+              -EINVAL);
+    ASSERT_EQ(weft_map(0, 1, never_fn, NULL, 0, WEFT_FIRST, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_COLLECT, -1, st), -EINVAL);
+    /* An array that is not there, or does not fit in memory. */
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 4, WEFT_COLLECT, WEFT_NEVER, st),
+              -EINVAL);
+    ASSERT_EQ(weft_map(3, 1, never_fn, st, SIZE_MAX / 2, WEFT_COLLECT,
+                       WEFT_NEVER, st),
+              -EINVAL);
+    ASSERT_EQ(
+        weft_map(SIZE_MAX, 1, never_fn, st, 2, WEFT_COLLECT, WEFT_NEVER, NULL),
+        -EINVAL);
     ASSERT_EQ(st[0], 123);
     ASSERT_EQ(st[1], 456);
     /* n == 0: nothing to do, at once, even in a cancelled scope. */
-    ASSERT_EQ(weft_map(0, 4, never_fn, NULL, WEFT_COLLECT, WEFT_NEVER, st), 0);
-    ASSERT_EQ(weft_map(0, 0, never_fn, NULL, WEFT_FAIL_FAST, 1, NULL), 0);
+    ASSERT_EQ(weft_map(0, 4, never_fn, NULL, 0, WEFT_COLLECT, WEFT_NEVER, st),
+              0);
+    ASSERT_EQ(weft_map(0, 0, never_fn, NULL, 0, WEFT_FAIL_FAST, 1, NULL), 0);
+    ASSERT_EQ(weft_map(0, 0, never_fn, NULL, 8, WEFT_FAIL_FAST, 1, NULL), 0);
     ASSERT_EQ(st[0], 123);
     ASSERT_EQ(weft_now(), 0);
     /* 0 is an instant, not "no deadline" (WEFT_NEVER is): at time 0 it
      * has come, and nothing starts. */
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, WEFT_COLLECT, 0, st), -ETIMEDOUT);
+    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_COLLECT, 0, st),
+              -ETIMEDOUT);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
     ASSERT_EQ(weft_now(), 0);
@@ -460,9 +496,115 @@ TEST(map_invalid_arguments)
 {
     ASSERT_EQ(t_run_virtual(1, map_args_root, NULL), 0);
     int st[1] = {9};
-    ASSERT_EQ(weft_map(1, 1, never_fn, NULL, WEFT_FAIL_FAST, 0, st), -EPERM);
-    ASSERT_EQ(weft_map(1, 1, NULL, NULL, WEFT_FAIL_FAST, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map(1, 1, never_fn, NULL, 0, WEFT_FAIL_FAST, 0, st), -EPERM);
+    ASSERT_EQ(weft_map(1, 1, NULL, NULL, 0, WEFT_FAIL_FAST, 0, st), -EINVAL);
     ASSERT_EQ(st[0], 9);
+}
+
+/* ---- fn is a weft_fn over the items ---- */
+
+/* 3-byte items: fn gets items + i * 3, each exactly once. */
+struct odd {
+    unsigned char tag, hits, pad;
+};
+
+static int odd_fn(void *arg)
+{
+    struct odd *o = arg;
+    o->hits++;
+    return o->tag;
+}
+
+static atomic_int shared_calls;
+
+static int shared_fn(void *arg)
+{
+    ASSERT(arg == (void *)&shared_calls);
+    atomic_fetch_add(&shared_calls, 1);
+    return weft_yield();
+}
+
+/* One fetch function, the shape of every weft_fn, serves weft_map,
+ * weft_with_timeout and weft_retry_call as it is; a bounded map with a
+ * timeout per call is one wrapper. */
+struct page {
+    int id;
+    int64_t latency; /* the remote call's */
+    int bytes;       /* the result */
+    weft_time done;
+};
+
+static int fetch(void *arg)
+{
+    struct page *p = arg;
+    int rc = weft_sleep(p->latency);
+    if (rc)
+        return rc;
+    p->bytes = 1000 + p->id;
+    p->done = weft_now();
+    return 0;
+}
+
+static int fetch_200ms(void *arg)
+{
+    return weft_with_timeout(200 * MS, fetch, arg);
+}
+
+static int map_items_root(void *arg)
+{
+    (void)arg;
+    struct odd odd[50];
+    ASSERT_EQ(sizeof odd[0], 3);
+    for (int i = 0; i < 50; i++)
+        odd[i] = (struct odd){.tag = (unsigned char)i};
+    int st[50];
+    ASSERT_EQ(weft_map(50, 4, odd_fn, odd, sizeof odd[0], WEFT_COLLECT,
+                       WEFT_NEVER, st),
+              0);
+    for (int i = 0; i < 50; i++) {
+        ASSERT_EQ(odd[i].hits, 1);
+        ASSERT_EQ(st[i], i);
+    }
+    /* item_size 0: n calls, each given items itself (NULL too). */
+    ASSERT_EQ(weft_map(7, 3, shared_fn, &shared_calls, 0, WEFT_FAIL_FAST,
+                       WEFT_NEVER, NULL),
+              0);
+    ASSERT_EQ(atomic_load(&shared_calls), 7);
+
+    /* Six pages of 100 ms, one of which hangs: two at a time, each call
+     * limited to 200 ms. */
+    struct page pages[6];
+    for (int i = 0; i < 6; i++)
+        pages[i] = (struct page){.id = i, .latency = 100 * MS};
+    pages[2].latency = 10 * SEC;
+    weft_time t0 = weft_now();
+    int ps[6];
+    ASSERT_EQ(weft_map(6, 2, fetch_200ms, pages, sizeof pages[0], WEFT_COLLECT,
+                       WEFT_NEVER, ps),
+              0);
+    /* 0,1: 0..100; 2: 100..300 (cut); 3: 100..200; 4: 200..300;
+     * 5: 300..400. */
+    weft_time done[6] = {100, 100, 0, 200, 300, 400};
+    for (int i = 0; i < 6; i++) {
+        ASSERT_EQ(ps[i], i == 2 ? -ETIMEDOUT : 0);
+        ASSERT_EQ(pages[i].bytes, i == 2 ? 0 : 1000 + i);
+        if (i != 2)
+            ASSERT_EQ(pages[i].done - t0, done[i] * MS);
+    }
+    ASSERT_EQ(weft_now() - t0, 400 * MS);
+    /* The same function, as it is, elsewhere. */
+    struct page one = {.id = 9, .latency = 100 * MS};
+    ASSERT_EQ(weft_with_timeout(50 * MS, fetch, &one), -ETIMEDOUT);
+    ASSERT_EQ(weft_retry_call(NULL, fetch, &one), 0);
+    ASSERT_EQ(one.bytes, 1009);
+    return 0;
+}
+
+TEST(map_calls_a_weft_fn_on_each_item)
+{
+    ASSERT_EQ(t_run_virtual(1, map_items_root, NULL), 0);
+    atomic_store(&shared_calls, 0);
+    ASSERT_EQ(t_run_virtual(3, map_items_root, NULL), 0);
 }
 
 /* ---- cross-worker stress ---- */
@@ -473,9 +615,13 @@ struct stress_map {
     atomic_int inflight, max;
 };
 
-static int stress_map_fn(void *ctx, size_t i)
+static struct stress_map *stress; /* the one stress_map_root runs on */
+
+/* Its item is hits[i]. */
+static int stress_map_fn(void *arg)
 {
-    struct stress_map *s = ctx;
+    struct stress_map *s = stress;
+    size_t i = (size_t)((atomic_int *)arg - s->hits);
     note_max(&s->max, atomic_fetch_add(&s->inflight, 1) + 1);
     atomic_fetch_add(&s->hits[i], 1);
     if (i % 64 == 0)
@@ -487,12 +633,13 @@ static int stress_map_fn(void *ctx, size_t i)
 static int stress_map_root(void *arg)
 {
     struct stress_map *s = arg;
+    stress = s;
     int *st = malloc(s->n * sizeof(int));
     for (int round = 0; round < 3; round++) {
         int limit = round == 0 ? 8 : round == 1 ? 64 : 2;
         memset(s->hits, 0, s->n * sizeof(atomic_int));
         atomic_store(&s->max, 0);
-        ASSERT_EQ(weft_map(s->n, limit, stress_map_fn, s,
+        ASSERT_EQ(weft_map(s->n, limit, stress_map_fn, s->hits, sizeof *s->hits,
                            round == 1 ? WEFT_COLLECT : WEFT_FAIL_FAST,
                            WEFT_NEVER, st),
                   0);

@@ -340,9 +340,13 @@ TEST(backoff_seed_zero_reproducible_under_runtime_seed)
 struct rec {
     /* fn */
     int calls;
-    weft_time at[MAXREC]; /* when each attempt started */
-    int status[MAXREC];   /* what attempt i (0-based) returns, 0: -EIO */
-    int64_t work_ns;      /* each attempt sleeps this long first */
+    weft_time at[MAXREC];  /* when each attempt started */
+    int status[MAXREC];    /* what attempt i (0-based) returns, 0: -EAGAIN */
+    int64_t work_ns;       /* each attempt sleeps this long first */
+    int64_t work[MAXREC];  /* attempt i sleeps this long, 0: work_ns */
+    int work_rc[MAXREC];   /* what attempt i's sleep returned */
+    weft_time end[MAXREC]; /* when attempt i returned */
+    weft_time deadline[MAXREC]; /* weft_deadline() in attempt i */
     /* on_retry */
     int retries;
     int r_attempt[MAXREC], r_status[MAXREC];
@@ -355,13 +359,23 @@ static int rec_fn(void *arg)
     struct rec *r = arg;
     ASSERT(r->calls < MAXREC);
     r->at[r->calls] = weft_now();
+    r->deadline[r->calls] = weft_deadline();
     int i = r->calls++;
-    if (r->work_ns) {
-        int rc = weft_sleep(r->work_ns);
-        if (rc)
-            return rc;
-    }
-    return r->status[i] ? r->status[i] : -EIO;
+    int64_t work = r->work[i] ? r->work[i] : r->work_ns;
+    int rc = work ? weft_sleep(work) : 0;
+    r->work_rc[i] = rc;
+    r->end[i] = weft_now();
+    if (rc)
+        return rc;
+    return r->status[i] ? r->status[i] : -EAGAIN;
+}
+
+/* Every failure is worth another attempt: for tests of the schedule that
+ * fail with made-up codes. */
+static int any_failure(int status, void *ctx)
+{
+    (void)ctx;
+    return status < 0;
 }
 
 static void rec_on_retry(int attempt, int status, int64_t delay, void *ctx)
@@ -392,6 +406,7 @@ static int sequence_root(void *arg)
                             .base_ns = 10 * MS,
                             .cap_ns = 700 * MS,
                             .jitter = (weft_jitter)j,
+                            .retryable = any_failure,
                             .on_retry = rec_on_retry,
                             .ctx = &rec,
                             .seed = 1234 + (uint64_t)j};
@@ -429,7 +444,7 @@ static int defaults_root(void *arg)
     (void)arg;
     /* NULL policy: 3 attempts, 100 ms then 200 ms, no jitter. */
     memset(&rec, 0, sizeof(rec));
-    ASSERT_EQ(weft_retry_call(NULL, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(NULL, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 3);
     ASSERT_EQ(rec.at[0], 0);
     ASSERT_EQ(rec.at[1], 100 * MS);
@@ -547,7 +562,7 @@ static int budget_root(void *arg)
                         .on_retry = rec_on_retry,
                         .ctx = &rec};
         weft_time t0 = weft_now();
-        ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+        ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
         ASSERT_EQ(rec.calls, cases[i].calls);
         ASSERT_EQ(rec.retries, cases[i].calls - 1);
         ASSERT_EQ(weft_now() - t0, cases[i].end);
@@ -588,7 +603,8 @@ static int deadline_root(void *arg)
         /* A nested scope without a deadline: the enclosing one counts. */
         weft_scope *inner = scope_open();
         ASSERT_EQ(weft_deadline(), t0 + cases[i].deadline);
-        weft_retry p = {.max_attempts = 10, .base_ns = 100 * MS};
+        weft_retry p = {
+            .max_attempts = 10, .base_ns = 100 * MS, .retryable = any_failure};
         ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec),
                   -200 - (cases[i].calls - 1));
         ASSERT_EQ(rec.calls, cases[i].calls);
@@ -605,7 +621,7 @@ static int deadline_root(void *arg)
     ASSERT_EQ(weft_scope_open(&s, &o), 0);
     weft_retry p = {
         .max_attempts = 10, .base_ns = 100 * MS, .budget_ns = 200 * MS};
-    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 2);
     ASSERT_EQ(weft_now() - t0, 100 * MS);
     scope_end(s);
@@ -628,7 +644,7 @@ static int shield_root(void *arg)
     weft_scope_opts so = {.shield = 1};
     ASSERT_EQ(weft_scope_open(&sh, &so), 0);
     weft_retry p = {.max_attempts = 4, .base_ns = 100 * MS};
-    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 4);
     ASSERT_EQ(weft_now(), 700 * MS);
     ASSERT_EQ(weft_scope_join(sh), 0);
@@ -666,7 +682,7 @@ static int slow_on_retry_root(void *arg)
                     .base_ns = 100 * MS,
                     .on_retry = slow_on_retry,
                     .ctx = &rec};
-    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 2);
     ASSERT_EQ(rec.at[1] - t0, 100 * MS);
     ASSERT_EQ(weft_now() - t0, 100 * MS);
@@ -677,7 +693,7 @@ static int slow_on_retry_root(void *arg)
     memset(&rec, 0, sizeof(rec));
     t0 = weft_now();
     p.budget_ns = 100 * MS;
-    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 2);
     ASSERT_EQ(rec.at[1] - t0, 100 * MS);
     return 0;
@@ -750,7 +766,7 @@ static int huge_root(void *arg)
     (void)arg;
     memset(&rec, 0, sizeof(rec));
     weft_retry p = {.max_attempts = 100, .base_ns = 1};
-    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EIO);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EAGAIN);
     ASSERT_EQ(rec.calls, 63);
     ASSERT_EQ(weft_now(), ((int64_t)1 << 62) - 1);
     return 0;
@@ -778,6 +794,212 @@ TEST(retry_errors)
     ASSERT_EQ(weft_retry_call(NULL, zero_then, &calls), -EPERM);
     ASSERT_EQ(calls, 0);
     ASSERT_EQ(t_run_virtual(1, errors_root, NULL), 0);
+}
+
+/* ---- the default predicate: transient codes only --------------------- */
+
+static const int transient_codes[] = {
+    -ETIMEDOUT, -EAGAIN,       -EWOULDBLOCK,  -EINTR,
+    -ENOBUFS,   -ECONNRESET,   -ECONNREFUSED, -ECONNABORTED,
+    -ENETRESET, -EHOSTUNREACH, -ENETUNREACH,  -ENETDOWN,
+};
+static const int permanent_codes[] = {
+    -ENOENT, -EINVAL,    -EACCES, -EPERM,     -EPROTO, -EIO,  -ENOMEM,
+    -EPIPE,  -EHOSTDOWN, -EBUSY,  -ECANCELED, -EEXIST, -1000, INT_MIN,
+};
+#define NCODES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int transient_root(void *arg)
+{
+    (void)arg;
+    weft_retry p = {.max_attempts = 3, .base_ns = MS};
+    /* A transient failure is retried: two of them, then success. */
+    for (int i = 0; i < NCODES(transient_codes); i++) {
+        int st[8] = {0, transient_codes[i], transient_codes[i], 7};
+        weft_time t0 = weft_now();
+        ASSERT_EQ(weft_retry_call(&p, fail_with, st), 7);
+        ASSERT_EQ(st[0], 3);
+        ASSERT_EQ(weft_now(), t0 + 3 * MS); /* slept 1 + 2 ms */
+    }
+    /* Any other failure is returned at once: one call, no sleep. */
+    for (int i = 0; i < NCODES(permanent_codes); i++) {
+        int st[8] = {0, permanent_codes[i], 7};
+        weft_time t0 = weft_now();
+        ASSERT_EQ(weft_retry_call(&p, fail_with, st), permanent_codes[i]);
+        ASSERT_EQ(st[0], 1);
+        ASSERT_EQ(weft_now(), t0);
+        st[0] = 0;
+        ASSERT_EQ(weft_retry_call(NULL, fail_with, st), permanent_codes[i]);
+        ASSERT_EQ(st[0], 1);
+    }
+    return 0;
+}
+
+/* -ENOENT (a 404 mapped to a code) and the other permanent failures fail at
+ * once under the default policy; the transient ones are retried. The
+ * predicate itself answers outside a runtime too. */
+TEST(retry_default_retries_transient_codes_only)
+{
+    for (int i = 0; i < NCODES(transient_codes); i++)
+        ASSERT_EQ(weft_retry_transient(transient_codes[i], NULL), 1);
+    for (int i = 0; i < NCODES(permanent_codes); i++)
+        ASSERT_EQ(weft_retry_transient(permanent_codes[i], &rec), 0);
+    ASSERT_EQ(weft_retry_transient(0, NULL), 0);
+    ASSERT_EQ(weft_retry_transient(ETIMEDOUT, NULL), 0); /* positive */
+    ASSERT_EQ(t_run_virtual(1, transient_root, NULL), 0);
+}
+
+/* ---- attempt_timeout_ns ---------------------------------------------- */
+
+/* Refuses -ETIMEDOUT: to see that a timed-out attempt reads -ETIMEDOUT. */
+static int all_but_timeout(int status, void *ctx)
+{
+    int *asked = ctx;
+    (*asked)++;
+    return status != -ETIMEDOUT;
+}
+
+static int attempt_timeout_root(void *arg)
+{
+    (void)arg;
+    /* Every attempt hangs: each is cut at exactly its start + 1 s and
+     * counts as -ETIMEDOUT, which is retried (delays 100 and 200 ms). */
+    memset(&rec, 0, sizeof(rec));
+    rec.work_ns = 10 * WEFT_SEC;
+    weft_retry p = {.max_attempts = 3,
+                    .base_ns = 100 * MS,
+                    .attempt_timeout_ns = WEFT_SEC,
+                    .on_retry = rec_on_retry,
+                    .ctx = &rec};
+    weft_time t0 = weft_now();
+    weft_scope *caller = weft_scope_current();
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -ETIMEDOUT);
+    ASSERT_EQ(rec.calls, 3);
+    weft_time starts[3] = {0, 1100 * MS, 2300 * MS};
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(rec.at[i] - t0, starts[i]);
+        ASSERT_EQ(rec.deadline[i] - t0, starts[i] + WEFT_SEC);
+        ASSERT_EQ(rec.end[i] - t0, starts[i] + WEFT_SEC);
+        ASSERT_EQ(rec.work_rc[i], -ECANCELED); /* fn saw a cancel */
+    }
+    ASSERT_EQ(rec.retries, 2);
+    ASSERT_EQ(rec.r_status[0], -ETIMEDOUT);
+    ASSERT_EQ(rec.r_status[1], -ETIMEDOUT);
+    ASSERT_EQ(rec.r_at[0] - t0, WEFT_SEC);
+    ASSERT_EQ(rec.r_at[1] - t0, 2100 * MS);
+    ASSERT_EQ(weft_now() - t0, 3300 * MS);
+    ASSERT(weft_scope_current() == caller);
+    ASSERT(!weft_cancelled());
+    ASSERT_EQ(weft_deadline(), WEFT_NEVER);
+
+    /* An attempt that finishes in time keeps its status: the first hangs
+     * (-ETIMEDOUT at 1 s), the second answers 500 ms after it starts. */
+    memset(&rec, 0, sizeof(rec));
+    rec.work[0] = 10 * WEFT_SEC;
+    rec.work_ns = 500 * MS;
+    rec.status[1] = 3;
+    t0 = weft_now();
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), 3);
+    ASSERT_EQ(rec.calls, 2);
+    ASSERT_EQ(rec.at[1] - t0, 1100 * MS);
+    ASSERT_EQ(rec.work_rc[1], 0);
+    ASSERT_EQ(weft_now() - t0, 1600 * MS);
+    memset(&rec, 0, sizeof(rec));
+    rec.work_ns = 500 * MS; /* fails fast (-EAGAIN) in time: retried */
+    rec.status[2] = 9;
+    t0 = weft_now();
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), 9);
+    ASSERT_EQ(rec.calls, 3);
+    ASSERT_EQ(rec.at[1] - t0, 600 * MS);
+    ASSERT_EQ(rec.at[2] - t0, 1300 * MS);
+    ASSERT_EQ(weft_now() - t0, 1800 * MS);
+
+    /* The predicate is asked about -ETIMEDOUT, not fn's -ECANCELED. */
+    int asked = 0;
+    memset(&rec, 0, sizeof(rec));
+    rec.work_ns = 10 * WEFT_SEC;
+    weft_retry q = p;
+    q.retryable = all_but_timeout;
+    q.on_retry = NULL;
+    q.ctx = &asked;
+    t0 = weft_now();
+    ASSERT_EQ(weft_retry_call(&q, rec_fn, &rec), -ETIMEDOUT);
+    ASSERT_EQ(rec.calls, 1);
+    ASSERT_EQ(asked, 1);
+    ASSERT_EQ(weft_now() - t0, WEFT_SEC);
+    return 0;
+}
+
+TEST(retry_attempt_timeout_exact_instants)
+{
+    ASSERT_EQ(t_run_virtual(1, attempt_timeout_root, NULL), 0);
+}
+
+/* The task's own deadline bounds the attempts: an attempt whose limit
+ * would end at or after it runs without one and is cut by the task's
+ * deadline (fn's own status, -ECANCELED, ends the retries); one whose limit
+ * ends before it is timed out as usual. */
+static int attempt_vs_deadline_root(void *arg)
+{
+    (void)arg;
+    /* deadline (from t0) -> what the third attempt, at 2.3 s, meets */
+    int64_t deadlines[] = {2500 * MS, 3300 * MS, 3301 * MS};
+    for (int k = 0; k < 3; k++) {
+        memset(&rec, 0, sizeof(rec));
+        rec.work_ns = 10 * WEFT_SEC;
+        weft_retry p = {.max_attempts = 3,
+                        .base_ns = 100 * MS,
+                        .attempt_timeout_ns = WEFT_SEC};
+        weft_time t0 = weft_now();
+        weft_scope *s;
+        weft_scope_opts o = {.deadline = t0 + deadlines[k]};
+        ASSERT_EQ(weft_scope_open(&s, &o), 0);
+        int rc = weft_retry_call(&p, rec_fn, &rec);
+        ASSERT_EQ(rec.calls, 3);
+        ASSERT_EQ(rec.at[2] - t0, 2300 * MS);
+        ASSERT_EQ(rec.deadline[0] - t0, WEFT_SEC);
+        ASSERT_EQ(rec.deadline[1] - t0, 2100 * MS);
+        if (k < 2) {
+            /* 2.3 + 1 >= the deadline: the task's deadline governs. */
+            ASSERT_EQ(rc, -ECANCELED);
+            ASSERT_EQ(rec.deadline[2] - t0, deadlines[k]);
+            ASSERT_EQ(weft_now() - t0, deadlines[k]);
+            ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
+        } else {
+            ASSERT_EQ(rc, -ETIMEDOUT);
+            ASSERT_EQ(rec.deadline[2] - t0, 3300 * MS);
+            ASSERT_EQ(weft_now() - t0, 3300 * MS);
+            ASSERT_EQ(weft_scope_join(s), 0);
+        }
+        ASSERT_EQ(rec.end[2], weft_now());
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+    /* A deadline before the second attempt could start: one attempt,
+     * timed out at 1 s, then the last status at once (1.1 >= 1.05). */
+    memset(&rec, 0, sizeof(rec));
+    rec.work_ns = 10 * WEFT_SEC;
+    weft_retry p = {
+        .max_attempts = 3, .base_ns = 100 * MS, .attempt_timeout_ns = WEFT_SEC};
+    weft_time t0 = weft_now();
+    weft_scope *s;
+    weft_scope_opts o = {.deadline = t0 + 1050 * MS};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -ETIMEDOUT);
+    ASSERT_EQ(rec.calls, 1);
+    ASSERT_EQ(weft_now() - t0, WEFT_SEC);
+    scope_end(s);
+    /* A negative timeout is refused. */
+    p.attempt_timeout_ns = -1;
+    ASSERT_EQ(weft_retry_call(&p, rec_fn, &rec), -EINVAL);
+    ASSERT_EQ(rec.calls, 1);
+    weft_backoff b;
+    ASSERT_EQ(weft_backoff_init(&b, &p), -EINVAL);
+    return 0;
+}
+
+TEST(retry_attempt_timeout_bounded_by_deadline)
+{
+    ASSERT_EQ(t_run_virtual(1, attempt_vs_deadline_root, NULL), 0);
 }
 
 /* Retried calls across workers on the real clock: each task's attempts

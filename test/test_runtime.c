@@ -341,6 +341,94 @@ TEST(seed_from_config_and_env)
     unsetenv("WEFT_SEED");
 }
 
+static int root_ran;
+
+static int must_not_run(void *arg)
+{
+    (void)arg;
+    root_ran = 1; /* stderr is a file now: fail after it is back */
+    return 0;
+}
+
+/* Runs weft_run (main: weft_main_cfg) with WEFT_SEED=value and stderr in
+ * a file; returns its result and what it wrote to stderr in out. */
+static int run_with_env_seed(const char *value, int main, char *out, size_t cap)
+{
+    ASSERT_EQ(setenv("WEFT_SEED", value, 1), 0);
+    fflush(stderr);
+    FILE *f = tmpfile();
+    ASSERT(f != NULL);
+    int saved = dup(2);
+    ASSERT(saved >= 0);
+    ASSERT(dup2(fileno(f), 2) == 2);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    cfg.seed = 5;
+    int rc = main ? weft_main_cfg(&cfg, must_not_run, NULL)
+                  : weft_run(&cfg, must_not_run, NULL);
+    fflush(stderr);
+    ASSERT(dup2(saved, 2) == 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    ASSERT_EQ(unsetenv("WEFT_SEED"), 0);
+    return rc;
+}
+
+/* A WEFT_SEED that does not parse is refused, with a message naming it,
+ * instead of running unseeded; the ones that parse are taken whole. */
+TEST(seed_env_garbage_is_einval)
+{
+    const char *bad[] = {"garbage",
+                         "",
+                         "12x",
+                         "0x",
+                         "-1",
+                         " 5",
+                         "5 ",
+                         "+5",
+                         "1.5",
+                         "08",
+                         "18446744073709551616",
+                         "99999999999999999999999",
+                         "0x10000000000000000"};
+    char out[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int main = 0; main <= 1; main++) {
+            int rc = run_with_env_seed(bad[i], main, out, sizeof out);
+            if (rc != -EINVAL || root_ran)
+                T_FAIL("WEFT_SEED=\"%s\": weft_run returned %d (%s)", bad[i],
+                       rc, root_ran ? "the root task ran" : "it did not run");
+            char want[64];
+            snprintf(want, sizeof want, "WEFT_SEED=\"%s\" is not a seed",
+                     bad[i]);
+            if (!strstr(out, want))
+                T_FAIL("WEFT_SEED=\"%s\": stderr says \"%s\"", bad[i], out);
+        }
+    }
+    struct {
+        const char *s;
+        uint64_t v;
+    } good[] = {{"0", 0},
+                {"77", 77},
+                {"0x10", 16},
+                {"010", 8},
+                {"18446744073709551615", UINT64_MAX},
+                {"0xffffffffffffffff", UINT64_MAX}};
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    cfg.seed = 5;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ASSERT_EQ(setenv("WEFT_SEED", good[i].s, 1), 0);
+        ASSERT_EQ(weft_run(&cfg, check_seed, (void *)(uintptr_t)good[i].v), 0);
+    }
+    ASSERT_EQ(unsetenv("WEFT_SEED"), 0);
+}
+
 /* ---- version and errors ---------------------------------------------- */
 
 TEST(version_matches_header)

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Stacks: overflow detection and reporting, reuse of stacks, and lazy
- * commit of stack memory.
+ * Stacks: overflow detection and reporting, reuse of stacks, lazy commit
+ * of stack memory, valgrind registrations undone, and custom stacks freed
+ * at the kernel's limit on mappings.
  */
+#include "internal.h" /* weft__stacks_registered, weft__pool_trim */
 #include "t.h"
 #include "weft.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -294,4 +297,247 @@ TEST(config_tiny_stack_size_runs)
         cfg.stack_size = sizes[i];
         ASSERT_EQ(weft_run(&cfg, small_root, NULL), 7);
     }
+}
+
+/* ---- valgrind registrations are undone -------------------------------- */
+
+static int sleep_1ms(void *arg)
+{
+    (void)arg;
+    return weft_sleep(WEFT_MSEC);
+}
+
+static void spawn_sleepers(int n, size_t stack_size)
+{
+    weft_scope *s = scope_open();
+    weft_spawn_opts o = {.stack_size = stack_size};
+    for (int i = 0; i < n; i++)
+        ASSERT(weft_spawn_ex(s, sleep_1ms, NULL, &o) >= 0);
+    scope_end(s);
+}
+
+static int registrations_root(void *arg)
+{
+    (void)arg;
+    weft__pool_global *g = &weft__tl_worker->rt->pool;
+    /* 1500 at once: slots carved, most of them handed to the shared list
+     * when they end. */
+    spawn_sleepers(1500, 0);
+    long laid = atomic_load(&weft__stacks_registered);
+    ASSERT(laid >= 1501);
+    /* Custom stacks: registered while they run, not after. */
+    spawn_sleepers(5, 100 * 1024);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid);
+    /* Memory given back (what an idle worker does): those slots go. */
+    ASSERT_EQ(g->ncold, 0);
+    weft__pool_trim(weft__tl_worker);
+    ASSERT(g->ncold > 0);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid - (long)g->ncold);
+    /* Laid out again from the cold list: registered again, once each. */
+    spawn_sleepers(1500, 0);
+    ASSERT_EQ(g->ncold, 0);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), laid);
+    return 0;
+}
+
+/* Every stack registered with valgrind is deregistered before its memory
+ * is unmapped or given back, so that nothing is left registered when a
+ * runtime ends (valgrind searches that list at every stack switch: what
+ * is left behind slows every later runtime of the process). */
+TEST(stacks_deregistered_when_unmapped)
+{
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+    for (int run = 0; run < 3; run++) {
+        weft_config cfg = {0};
+        cfg.workers = 1;
+        cfg.clock = WEFT_CLOCK_VIRTUAL;
+        ASSERT_EQ(weft_run(&cfg, registrations_root, NULL), 0);
+        ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+    }
+    ASSERT_EQ(t_run_virtual(2, small_root, NULL), 7);
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+}
+
+/* ---- custom stacks at vm.max_map_count ------------------------------- */
+
+#define PAGE ((size_t)sysconf(_SC_PAGESIZE))
+#define CUSTOM_STACK (96 * 1024) /* not the default: a mapping of its own */
+
+/* Mappings that bring the process to the kernel's limit. */
+struct fill {
+    void **pages; /* one-page mappings, alternately RW and read-only */
+    size_t n;
+    void *spare; /* two pages of shared memory: split to add one */
+};
+
+static long max_map_count(void)
+{
+    long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1)
+            max = 65530;
+        fclose(f);
+    }
+    return max;
+}
+
+/* Leaves the process with as many mappings as vm.max_map_count allows,
+ * the lowest of them a page with the flags of a task slot, right above
+ * free space: the next slot is mapped there and merges with it, and the
+ * one after merges below that one, so freeing the first would split a
+ * mapping, which the count forbids. False if the limit is too high to
+ * reach quickly (nothing is then left mapped). */
+static bool fill_to_limit(struct fill *f)
+{
+#if defined(WEFT_TSAN)
+    /* TSan maps its own metadata for the memory a task touches: at the
+     * limit that fails, and TSan ends the process. */
+    fprintf(stderr, "TSan cannot run at the map count limit: skipped\n");
+    return false;
+#endif
+    long max = max_map_count();
+    if (max > 300000) {
+        fprintf(stderr, "vm.max_map_count is %ld: not filled, skipped\n", max);
+        return false;
+    }
+    size_t cap = (size_t)max + 64;
+    f->pages = malloc(cap * sizeof(void *));
+    ASSERT(f->pages != NULL);
+    f->n = 0;
+    f->spare = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT(f->spare != MAP_FAILED);
+    for (;;) {
+        int prot = f->n & 1 ? PROT_READ : PROT_READ | PROT_WRITE;
+        void *p = mmap(NULL, PAGE, prot,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            ASSERT_EQ(errno, ENOMEM);
+            break;
+        }
+        ASSERT(f->n < cap);
+        f->pages[f->n++] = p;
+    }
+    /* One over the limit now (mmap refuses only past it). */
+    ASSERT(f->n >= 3);
+    ASSERT_EQ(munmap(f->pages[--f->n], PAGE), 0);
+    if (f->n % 2 == 0) { /* the lowest is read-only: one more, and split */
+        ASSERT_EQ(munmap(f->pages[--f->n], PAGE), 0);
+        ASSERT_EQ(mprotect(f->spare, PAGE, PROT_READ), 0);
+    }
+    return true;
+}
+
+static void unfill(struct fill *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        ASSERT_EQ(munmap(f->pages[i], PAGE), 0);
+    ASSERT_EQ(munmap(f->spare, 2 * PAGE), 0);
+    free(f->pages);
+    f->n = 0;
+}
+
+static bool mapped(const void *addr)
+{
+    unsigned char vec;
+    void *page = (void *)((uintptr_t)addr & ~(uintptr_t)(PAGE - 1));
+    if (mincore(page, PAGE, &vec) == 0)
+        return true;
+    ASSERT_EQ(errno, ENOMEM);
+    return false;
+}
+
+struct custom {
+    int64_t sleep_ns;
+    const char *frame; /* the task's frame address */
+};
+
+static int custom_task(void *arg)
+{
+    struct custom *c = arg;
+    c->frame = __builtin_frame_address(0);
+    return weft_sleep(c->sleep_ns);
+}
+
+struct limit_case {
+    bool respawn; /* spawn C after A was freed */
+    bool skipped; /* the limit was out of reach */
+    struct custom a, b, c;
+};
+
+static void spawn_custom(struct custom *c)
+{
+    weft_spawn_opts o = {.stack_size = CUSTOM_STACK};
+    ASSERT(weft_spawn_ex(NULL, custom_task, c, &o) >= 0);
+}
+
+static int limit_root(void *arg)
+{
+    struct limit_case *lc = arg;
+    struct fill f;
+    if (!fill_to_limit(&f)) {
+        lc->skipped = true;
+        return 0;
+    }
+    weft_scope *s = scope_open();
+    lc->a.sleep_ns = WEFT_MSEC;
+    lc->b.sleep_ns = 3 * WEFT_MSEC;
+    spawn_custom(&lc->a);
+    spawn_custom(&lc->b);
+    ASSERT_EQ(weft_sleep(2 * WEFT_MSEC), 0);
+    /* A ended at 1 ms, in the middle of [B][A][filler]: its munmap was
+     * refused, so its slot is still mapped. */
+    if (!mapped(lc->a.frame)) {
+        unfill(&f);
+        T_FAIL("A's slot was unmapped: the setup did not reach the limit");
+    }
+    if (lc->respawn) {
+        lc->c.sleep_ns = 0;
+        spawn_custom(&lc->c);
+    }
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    unfill(&f);
+    return 0;
+}
+
+static void run_limit_case(struct limit_case *lc)
+{
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    ASSERT_EQ(weft_run(&cfg, limit_root, lc), 0);
+}
+
+/* A custom stack freed at the limit keeps its slot for the next custom
+ * stack that fits (which then maps nothing), and the slot is unmapped
+ * once the runtime is over. */
+TEST(custom_stack_stranded_at_map_limit_is_reused)
+{
+    static struct limit_case lc = {.respawn = true};
+    run_limit_case(&lc);
+    if (lc.skipped)
+        return;
+    /* C ran on A's slot: the same stack, the same frame. */
+    ASSERT(lc.c.frame == lc.a.frame);
+    ASSERT(!mapped(lc.a.frame));
+    ASSERT(!mapped(lc.b.frame));
+    ASSERT_EQ(atomic_load(&weft__stacks_registered), 0);
+}
+
+/* Nothing reuses it: weft_run unmaps it before it returns. */
+TEST(custom_stack_stranded_at_map_limit_is_unmapped_at_end)
+{
+    static struct limit_case lc = {.respawn = false};
+    run_limit_case(&lc);
+    if (lc.skipped)
+        return;
+    ASSERT(!mapped(lc.a.frame));
+    ASSERT(!mapped(lc.b.frame));
+    /* And the process can map as before. */
+    void *p = mmap(NULL, 16 * PAGE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT(p != MAP_FAILED);
+    ASSERT_EQ(munmap(p, 16 * PAGE), 0);
 }

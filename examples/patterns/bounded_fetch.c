@@ -4,10 +4,13 @@
  * (asyncio.Semaphore + gather, errgroup.SetLimit, p-limit,
  * buffer_unordered).
  *
- * weft_map calls fetch(ctx, i) for every i < N, each in a task, never more
- * than K at once, and waits for all of them; results go into an array
- * indexed by i, so they come back in input order. The "server" answers
- * each request in 100 ms of virtual time: 10 requests, 3 at a time, take
+ * weft_map calls fetch(&pages[i]) for every i < N, each in a task, never
+ * more than K at once, and waits for all of them; each page holds its
+ * request and its result, so results come back in input order. fetch is
+ * an ordinary weft_fn: the same function goes to weft_with_timeout or
+ * weft_retry_call, and here a one-line wrapper gives every request a
+ * retry policy with a timeout per attempt. The "server" answers each
+ * request in 100 ms of virtual time: 10 requests, 3 at a time, take
  * exactly 4 rounds = 400 ms. Exits 1 unless at most K (and at some point
  * exactly K) were in flight, every result is there, and it took 400 ms.
  */
@@ -20,38 +23,58 @@
 #define LATENCY (100 * WEFT_MSEC)
 
 typedef struct crawl {
-    int bytes[N];      /* fetch i's result, in input order */
     int in_flight;     /* requests running now (one worker: a plain int) */
     int max_in_flight; /* the most seen at once */
 } crawl;
 
-/* Pretends to fetch URL i: the remote call is a 100 ms sleep. */
-static int fetch(void *ctx, size_t i)
+typedef struct page {
+    crawl *c; /* shared by every page */
+    int id;   /* which URL */
+    int bytes;
+} page;
+
+/* Pretends to fetch one page: the remote call is a 100 ms sleep. */
+static int fetch(void *arg)
 {
-    crawl *c = ctx;
+    page *p = arg;
+    crawl *c = p->c;
     if (++c->in_flight > c->max_in_flight)
         c->max_in_flight = c->in_flight;
-    printf("t=%3lld ms  GET /page/%zu  (%d in flight)\n",
-           (long long)(weft_now() / WEFT_MSEC), i, c->in_flight);
+    printf("t=%3lld ms  GET /page/%d  (%d in flight)\n",
+           (long long)(weft_now() / WEFT_MSEC), p->id, c->in_flight);
     int rc = weft_sleep(LATENCY); /* -ECANCELED if the map gives up */
     c->in_flight--;
     if (rc != 0)
         return rc;
-    c->bytes[i] = 1000 + (int)i;
+    p->bytes = 1000 + p->id;
     return 0;
+}
+
+static const weft_retry policy = {
+    .max_attempts = 3,
+    .attempt_timeout_ns = 2 * LATENCY,
+};
+
+static int fetch_with_retry(void *arg)
+{
+    return weft_retry_call(&policy, fetch, arg);
 }
 
 static int crawl_all(void *arg)
 {
     crawl c = {0};
-    int rc = weft_map(N, K, fetch, &c, WEFT_FAIL_FAST, WEFT_NEVER, NULL);
+    page pages[N];
+    for (int i = 0; i < N; i++)
+        pages[i] = (page){.c = &c, .id = i};
+    int rc = weft_map(N, K, fetch_with_retry, pages, sizeof(page),
+                      WEFT_FAIL_FAST, WEFT_NEVER, NULL);
     weft_time took = weft_now();
     printf("weft_map: %s after %lld ms, at most %d in flight\n",
            weft_strerror(rc), (long long)(took / WEFT_MSEC), c.max_in_flight);
 
     int ok = rc == 0 && c.max_in_flight == K && took == 4 * LATENCY;
     for (int i = 0; i < N; i++)
-        ok &= c.bytes[i] == 1000 + i;
+        ok &= pages[i].bytes == 1000 + i;
     return ok ? 0 : -1;
 }
 

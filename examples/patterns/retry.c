@@ -3,13 +3,15 @@
  * retry: call a flaky service again after growing, jittered delays
  * (tenacity, a Go backoff loop, p-retry, backon).
  *
- * The service refuses the first three calls with -EAGAIN, then answers.
- * weft_retry_call calls it up to 5 times, sleeping between attempts the
- * delays of the policy: exponential from 100 ms, capped at 1 s, with full
- * jitter (each delay uniform in [0, min(cap, 100 ms * 2^k)]). A fixed
- * seed makes the jitter reproducible, so weft_backoff, given the same
- * policy, predicts every delay. A status the policy says is not worth
- * retrying (-EACCES here) is returned at once. Exits 1 unless the
+ * The service refuses the first call with -EAGAIN, hangs on the second,
+ * refuses the third, then answers. weft_retry_call calls it up to 5
+ * times, each attempt limited to 50 ms (the hung one is cut there and
+ * counts as -ETIMEDOUT), sleeping between attempts the delays of the
+ * policy: exponential from 100 ms, capped at 1 s, with full jitter (each
+ * delay uniform in [0, min(cap, 100 ms * 2^k)]). A fixed seed makes the
+ * jitter reproducible, so weft_backoff, given the same policy, predicts
+ * every delay. The default predicate retries transient failures only: a
+ * refused permission (-EACCES) is returned at once. Exits 1 unless the
  * attempts started exactly at the instants the backoff sequence gives.
  */
 #include <errno.h>
@@ -20,36 +22,28 @@
 #define MS WEFT_MSEC
 
 typedef struct service {
-    int failures_left; /* calls to refuse before answering */
-    int error;         /* how it refuses */
     int calls;
-    weft_time called_at[8];
+    int answers[8]; /* what call i answers (after 10 ms), 1: hang */
+    weft_time called_at[8], ended_at[8];
 } service;
 
 static int call_service(void *arg)
 {
     service *s = arg;
-    s->called_at[s->calls++] = weft_now();
-    int rc = weft_sleep(10 * MS); /* the round trip */
-    if (rc == 0 && s->failures_left > 0) {
-        s->failures_left--;
-        rc = s->error;
-    }
-    printf("t=%4lld ms  attempt %d: %s\n", (long long)(weft_now() / MS),
-           s->calls, weft_strerror(rc));
-    return rc;
-}
-
-/* Transient errors only: a refused permission will not get better. */
-static int transient(int status, void *ctx)
-{
-    return status == -EAGAIN || status == -ETIMEDOUT || status == -ECONNRESET;
+    int i = s->calls++;
+    s->called_at[i] = weft_now();
+    printf("t=%4lld ms  attempt %d\n", (long long)(weft_now() / MS), i + 1);
+    int hang = s->answers[i] == 1;
+    int rc = weft_sleep(hang ? 10 * WEFT_SEC : 10 * MS); /* the round trip */
+    s->ended_at[i] = weft_now();
+    return rc ? rc : s->answers[i];
 }
 
 static void on_retry(int attempt, int status, int64_t delay, void *ctx)
 {
-    printf("           retrying in %lld.%03lld ms\n", (long long)(delay / MS),
-           (long long)(delay % MS / 1000));
+    printf("t=%4lld ms  attempt %d: %s; retrying in %lld.%03lld ms\n",
+           (long long)(weft_now() / MS), attempt, weft_strerror(status),
+           (long long)(delay / MS), (long long)(delay % MS / 1000));
 }
 
 static const weft_retry policy = {
@@ -57,14 +51,14 @@ static const weft_retry policy = {
     .base_ns = 100 * MS,
     .cap_ns = 1000 * MS,
     .jitter = WEFT_JITTER_FULL,
-    .retryable = transient,
+    .attempt_timeout_ns = 50 * MS, /* each attempt, as weft_with_timeout */
     .on_retry = on_retry,
     .seed = 42, /* 0 (the default) draws one: replicas must not agree */
 };
 
 static int run(void *arg)
 {
-    service flaky = {.failures_left = 3, .error = -EAGAIN};
+    service flaky = {.answers = {-EAGAIN, 1, -ECONNRESET, 0}};
     int rc = weft_retry_call(&policy, call_service, &flaky);
 
     /* What the delays should have been: the same policy, the same seed. */
@@ -72,14 +66,14 @@ static int run(void *arg)
     weft_backoff_init(&b, &policy);
     int ok = rc == 0 && flaky.calls == 4 && flaky.called_at[0] == 0;
     for (int i = 1; i < flaky.calls; i++) {
-        weft_time want =
-            flaky.called_at[i - 1] + 10 * MS + weft_backoff_next(&b);
+        weft_time want = flaky.ended_at[i - 1] + weft_backoff_next(&b);
         ok &= flaky.called_at[i] == want;
     }
+    ok &= flaky.ended_at[1] - flaky.called_at[1] == 50 * MS; /* cut */
     printf("flaky service: %s after %d attempts\n", weft_strerror(rc),
            flaky.calls);
 
-    service denied = {.failures_left = 1, .error = -EACCES};
+    service denied = {.answers = {-EACCES}};
     int rc2 = weft_retry_call(&policy, call_service, &denied);
     printf("denied: %s after %d attempt(s)\n", weft_strerror(rc2),
            denied.calls);
