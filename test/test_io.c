@@ -351,6 +351,65 @@ TEST(foreign_close_then_reuse_wakes_the_next_wait)
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
+/* The same on several workers at once, many times, with real time: the
+ * readers on every worker find the reused number together (one resets
+ * the record while others register the new file or are parked on it),
+ * and the byte each is sent must still wake it. */
+struct reuse_round {
+    int fd;
+    int yields;
+    atomic_int got;
+};
+
+static int reuse_reader(void *arg)
+{
+    struct reuse_round *c = arg;
+    int b = read_byte(c->fd, weft_now() + 10 * WEFT_SEC);
+    ASSERT(b >= 0);
+    atomic_fetch_add(&c->got, 1);
+    return 0;
+}
+
+static int reuse_stress_root(void *arg)
+{
+    int nw = *(int *)arg;
+    long rounds = T_SCALE(300);
+    for (long i = 0; i < rounds; i++) {
+        int sv[2], peer;
+        nb_pair(sv);
+        struct reuse_round c = {.fd = sv[0], .yields = (int)(i % 5)};
+        atomic_init(&c.got, 0);
+        for (int pass = 0; pass < 2; pass++) {
+            weft_scope *s = scope_open();
+            for (int k = 0; k < nw; k++)
+                spawn_on(k, reuse_reader, &c);
+            for (int y = 0; y < c.yields; y++)
+                weft_yield();
+            for (int k = 0; k < nw; k++)
+                write_byte(pass ? peer : sv[1], (unsigned char)k);
+            scope_end(s);
+            ASSERT_EQ(atomic_load(&c.got), nw * (pass + 1));
+            if (pass == 0) { /* behind weft's back, then reused */
+                ASSERT_EQ(close(sv[0]), 0);
+                reuse_number(sv[0], &peer);
+            }
+        }
+        ASSERT_EQ(weft_close(sv[0]), 0);
+        ASSERT_EQ(weft_close(sv[1]), 0);
+        ASSERT_EQ(weft_close(peer), 0);
+    }
+    return 0;
+}
+
+TEST(foreign_reuse_across_workers_at_once)
+{
+    int before = t_proc_count("/proc/self/fd");
+    int workers[] = {2, 4};
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(t_run_mono(workers[k], reuse_stress_root, &workers[k]), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
 /* One wait, its result and when it returned. */
 struct once {
     int fd;
