@@ -837,9 +837,32 @@ WEFT_EXTERN int weft_blocking_stats(weft_blocking_info *out);
  * Each worker has its own poller (epoll, edge-triggered). A task that
  * waits for a file descriptor parks on its own worker, which keeps running
  * other tasks; the kernel's readiness wakes it. File descriptors given to
- * weft must be non-blocking, and must be closed with weft_close(), which
- * also forgets them in the pollers (a plain close() would let a reused
- * descriptor number inherit a stale registration).
+ * weft must be non-blocking.
+ *
+ * Who closes a descriptor. The sockets weft makes (weft_tcp_listen,
+ * weft_accept, weft_tcp_connect, weft_udp_bind, weft_unix_listen,
+ * weft_unix_connect and the _addr forms) are weft's own: close them with
+ * weft_close(). A wait on one parks without a system call, trusting that
+ * the number still names that socket; so closing one with close(2) is a
+ * bug (a later descriptor given the number could be waited on in vain),
+ * unless weft_fd_forget() was called first, which is the way to hand one
+ * to code that closes it itself. Every other descriptor (a pipe, a socket
+ * made by libcurl, libpq, c-ares) is foreign: weft_close() it, or let its
+ * owner close it with close(2). Each wait on a foreign descriptor that
+ * has to park checks (one epoll_ctl) that its worker's registration is
+ * for the file the number names now, so a number closed behind weft's
+ * back and given to a new descriptor wakes its waits as it should. What
+ * no check sees is a close while a task is already waiting: that wait
+ * lasts until its deadline. A library's close hook that calls
+ * weft_fd_forget() (or weft_close()) ends such waits with -EBADF, and
+ * saves the check's work for the descriptors it forgets:
+ *   libcurl: CURLOPT_CLOSESOCKETFUNCTION, a callback that returns
+ *     weft_close(fd) == 0 ? 0 : 1 (or weft_fd_forget(fd), then close(fd)).
+ *   c-ares: ares_set_socket_functions() with aclose doing
+ *     weft_fd_forget(fd), then close(fd) (NULL for the others: c-ares's).
+ *   libpq: no hook; call weft_fd_forget(PQsocket(conn)) before PQfinish()
+ *     or PQreset() (or rely on the check). Read PQsocket() again after
+ *     every PQconnectPoll(): the socket may change while connecting.
  * ---------------------------------------------------------------------- */
 
 /* Events for weft_fd_wait. */
@@ -849,9 +872,12 @@ WEFT_EXTERN int weft_blocking_stats(weft_blocking_info *out);
 /* Waits until the non-blocking descriptor fd may be ready for `events`
  * (WEFT_IO_READ, WEFT_IO_WRITE or both), or the deadline. Use it after a
  * call said EAGAIN, then make the call again: readiness is a hint, and the
- * call may say EAGAIN once more. Returns 0, -ETIMEDOUT, -ECANCELED, -EBADF
- * (fd was weft_close()d while waiting, or is not open), -EINVAL (fd < 0
- * or >= 2^20, or bad events), -EPERM.
+ * call may say EAGAIN once more (also after a wait ended because fd's
+ * number was found to name a new file). Returns 0, -ETIMEDOUT,
+ * -ECANCELED, -EBADF (fd was passed to weft_close() or weft_fd_forget()
+ * while waiting, or is not open), -EINVAL (fd < 0 or >= 2^20, or bad events),
+ * -EPERM. A wait that parks on a descriptor weft did not make costs one
+ * epoll_ctl (see above); on weft's own sockets, none after the first.
  * Cancellation point: a cancelled wait leaves nothing behind (the fd stays
  * registered; a readiness it missed is remembered for the next wait).
  * Blocks. */
@@ -862,6 +888,19 @@ WEFT_EXTERN int weft_fd_wait(int fd, int events, weft_time deadline);
  * as a negative errno (the descriptor is closed either way, as with
  * close()). Any thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_close(int fd);
+
+/* weft_close() without the close: for code that is about to close fd
+ * itself (a library's close hook; see above). Wakes every task waiting on
+ * fd (their waits return -EBADF), forgets what weft knew of the file fd
+ * names (its registrations and any readiness kept for it are ignored from
+ * now on), and makes fd foreign if it was one of weft's own sockets; fd
+ * stays open, and a later wait on it registers it again. Call it when no
+ * task is about to wait on fd: a wait that starts between it and the
+ * close registers the file still open and, once it is closed, lasts until
+ * its deadline. Returns 0 (also for a number weft never waited on),
+ * -EBADF (fd < 0). Any thread, also outside a runtime; never blocks; not
+ * a cancellation point. */
+WEFT_EXTERN int weft_fd_forget(int fd);
 
 /* Waits until one of the n signals listed in `signals` (SIGHUP, SIGUSR1,
  * ...) arrives, and takes it: returns its number, or -ETIMEDOUT,

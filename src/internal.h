@@ -433,6 +433,11 @@ void weft__io_fini(weft_worker *w);
  * one was short and no edge came since (0 if waited or no need, else
  * weft_fd_wait's error; *stream: whether fd is a TCP socket). */
 void weft__fd_set_stream(int fd);
+/* fd was just made by weft (socket, accept4, signalfd), which closes it
+ * with weft_close: forgets any earlier file under its number and marks it
+ * weft's own, so waits on it skip the check at park (see io.c), and a TCP
+ * socket (stream) for the reads above. Any thread; never blocks. */
+void weft__fd_own(int fd, bool stream);
 unsigned weft__fd_read_edges(int fd);
 void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
 int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);

@@ -7,7 +7,8 @@
  * task never leaves its worker, the events that wake it are read by the
  * same thread that runs it. The first wait on a descriptor adds it with
  * EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET and it stays added:
- * later waits cost no system call.
+ * later waits on weft's own sockets cost no system call (on descriptors
+ * weft did not make, see below).
  *
  * Per descriptor, process-wide, a record (fd_rec) holds the tasks waiting
  * to read and to write, and counts of the read and write edges dispatched
@@ -15,11 +16,47 @@
  * (edge-triggered epoll reports each edge once, so an edge that falls
  * between a call's EAGAIN and the wait must not be lost; a wait that
  * finds one returns at once and the caller's retry decides),
- * and a generation that weft_close bumps. Each registration carries the
+ * and a generation that weft_close (and whatever else decides the number
+ * may name another file) bumps. Each registration carries the
  * generation it was made for, so events for a closed descriptor, or a
  * registration left behind when its number is reused, are recognised and
  * ignored. Records live in chunks allocated on first use and never freed,
  * so a lookup is two loads and never races with a free.
+ *
+ * Descriptors weft did not make. The kernel drops a file's registrations
+ * when the file is closed, telling nobody, and the next descriptor made
+ * may get the number at once. weft_close bumps the generation, so every
+ * worker registers the number again; but libraries (libcurl, libpq,
+ * c-ares) close their sockets with close(2), and a worker whose books
+ * still said "registered for this generation" parked waits on the new
+ * file that no event could end (they slept to their deadline). So a
+ * record knows whether weft made the descriptor and will close it
+ * (owned: net.c's sockets, the signalfd below), and a wait on any other
+ * one that is about to park first re-registers it with EPOLL_CTL_MOD
+ * (io_recheck). epoll keys a registration by number and open file, so
+ * MOD succeeds only if this worker's registration is for the file the
+ * number names now (and it polls the file again: a readiness present now
+ * is reported even if its edge was missed); ENOENT says the worker's
+ * file has left the number, which another now has. Then the record
+ * forgets the old file as weft_close would (rec_reset: a new generation,
+ * no edges kept), so a registration of the old file that lives on (the
+ * old file still open under another number, after a dup) is ignored, and
+ * waits parked elsewhere, which may have registered the new file under
+ * the old generation, are woken with 0 to try again; the new file is
+ * added. EBADF: the number is not open, the wait fails. Weft's own
+ * descriptors skip the check: weft closes them, bumping the generation,
+ * and making one resets the record of its number (weft__fd_own) in case
+ * a foreign file had it and was closed behind weft's back. So their
+ * waits stay free of system calls; a foreign one pays one epoll_ctl per
+ * park, none when a kept edge ends the wait at once. The alternatives
+ * cost the same call and do less: EPOLLONESHOT re-armed per wait would
+ * drop the edges that come between waits (kept now, see above), and an
+ * identity check through fstat's st_dev and st_ino cannot tell apart the
+ * files that share one anonymous inode (eventfd, timerfd, signalfd), and
+ * does not re-arm anything. What no check can see is a close while a
+ * task already waits (nothing wakes it to look): weft_fd_forget, from a
+ * library's close hook, ends such waits with -EBADF and resets the
+ * record as weft_close does, without the close.
  *
  * Waking follows the primitives' rule: under the record's lock a waker
  * claims a waiter before handing it anything, and a waiter that leaves on
@@ -59,9 +96,11 @@
 
 typedef struct fd_rec {
     weft__lock lock;      /* guards everything but gen and edges' reads */
-    atomic_uint gen;      /* bumped by weft_close, under the lock */
+    atomic_uint gen;      /* bumped (under the lock) whenever the number may
+                           * name another file: rec_reset */
     atomic_uint edges[2]; /* read, write edges dispatched (under the lock) */
     unsigned seen[2];     /* edges a wait has been given */
+    bool owned;           /* weft made it and closes it: no check at park */
     bool stream;          /* a TCP socket: see weft__fd_read_* */
     bool hup;             /* the peer closed, failed or sent urgent data */
     bool drained;         /* its last read came back short ... */
@@ -123,6 +162,31 @@ void weft__io_fini(weft_worker *w)
     w->nfdreg = 0;
 }
 
+/* What a registration of fd for generation gen asks for and carries. */
+static struct epoll_event reg_event(int fd, uint32_t gen)
+{
+    return (struct epoll_event){
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
+        .data.u64 = (uint64_t)gen << 32 | (uint32_t)fd,
+    };
+}
+
+/* Under r's lock: forgets the file r's number named. A new generation
+ * (the old file's registrations and events are ignored from now on, and
+ * every worker registers the number again at its next wait), no edges
+ * kept, no stream state, not weft's own; its waiters are claimed onto the
+ * chain whose end is *tail (the caller wakes them after unlocking).
+ * Returns the chain's new end. */
+static weft__waiter **rec_reset(fd_rec *r, weft__waiter **tail)
+{
+    st_rel(&r->gen, ld_rlx(&r->gen) + 1);
+    r->seen[0] = ld_rlx(&r->edges[0]);
+    r->seen[1] = ld_rlx(&r->edges[1]);
+    r->owned = r->stream = r->drained = r->hup = false;
+    return weft__waitq_claim_all(&r->q[1],
+                                 weft__waitq_claim_all(&r->q[0], tail));
+}
+
 /* Under fd's record lock (fd_wait, which saw that fd is not there yet):
  * puts fd in w's epoll for generation gen. Returns 0, 1 if fd cannot be
  * polled because it is always ready (a regular file), or a negative
@@ -145,10 +209,7 @@ static int io_register(weft_worker *w, int fd, uint32_t gen)
         w->fdreg = g;
         w->nfdreg = n;
     }
-    struct epoll_event ev = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
-        .data.u64 = (uint64_t)gen << 32 | (uint32_t)fd,
-    };
+    struct epoll_event ev = reg_event(fd, gen);
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         if (errno == EPERM)
             return 1; /* regular files and the like: always ready */
@@ -157,6 +218,26 @@ static int io_register(weft_worker *w, int fd, uint32_t gen)
     }
     w->fdreg[fd] = gen + 1;
     return 0;
+}
+
+/* Under r's lock, as a wait on fd (not weft's own, registered in w for
+ * r's generation) is about to park: makes sure the registration is for
+ * the file the number names now (see "Descriptors weft did not make").
+ * MOD finds it (0), or says the number is not open (-EBADF), or that w
+ * has no registration of this file under it: the file it had was closed,
+ * and the number reused. Then r forgets the old file, its other waiters
+ * are claimed onto *stale to be woken with 0 (they try again and register
+ * the new file), and the new file is added. Returns 0, 1 (the number now
+ * names a regular file: always ready), or a negative errno. */
+static int io_recheck(weft_worker *w, fd_rec *r, int fd, weft__waiter **stale)
+{
+    struct epoll_event ev = reg_event(fd, ld_rlx(&r->gen));
+    if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
+    rec_reset(r, stale);
+    return io_register(w, fd, ld_rlx(&r->gen));
 }
 
 static void dispatch(weft_worker *w, const struct epoll_event *ev)
@@ -257,15 +338,14 @@ static int fd_wait(int fd, int events, weft_time deadline,
      * lock, the descriptor registered is the one the caller means (after
      * a close the number is closed, and the registration fails, or a new
      * descriptor has it), and a close never runs while epoll_ctl looks at
-     * the number. The epoll_ctl happens once per worker and descriptor. */
+     * the number. The ADD happens once per worker and descriptor; a wait
+     * on a foreign descriptor adds a MOD each time it parks (io_recheck). */
     weft__lock_acquire(&r->lock);
     uint32_t gen = ld_rlx(&r->gen);
-    if (fd >= w->nfdreg || w->fdreg[fd] != gen + 1) {
-        rc = io_register(w, fd, gen);
-        if (rc) {
-            weft__lock_release(&r->lock);
-            return rc > 0 ? 0 : rc;
-        }
+    bool added = fd >= w->nfdreg || w->fdreg[fd] != gen + 1;
+    if (added && (rc = io_register(w, fd, gen)) != 0) {
+        weft__lock_release(&r->lock);
+        return rc > 0 ? 0 : rc;
     }
     weft__waiter ws[2];
     memset(ws, 0, sizeof ws);
@@ -276,6 +356,15 @@ static int fd_wait(int fd, int events, weft_time deadline,
             r->seen[k] = e;
             ready = true;
         }
+    }
+    /* About to park: a descriptor weft did not make may have been closed
+     * and its number reused behind weft's back. */
+    weft__waiter *stale = NULL;
+    if (!ready && !added && !r->owned &&
+        (rc = io_recheck(w, r, fd, &stale)) != 0) {
+        weft__lock_release(&r->lock);
+        weft__wake_chain(stale, 0);
+        return rc > 0 ? 0 : rc;
     }
     if (ready) {
         weft__lock_release(&r->lock);
@@ -290,6 +379,7 @@ static int fd_wait(int fd, int events, weft_time deadline,
         }
     }
     weft__lock_release(&r->lock);
+    weft__wake_chain(stale, 0);
     w->nio++;
     rc = weft__park_commit(w, t, deadline);
     w->nio--;
@@ -321,6 +411,20 @@ int weft_fd_wait(int fd, int events, weft_time deadline)
  * short at its mark with the bytes after it still queued. And only TCP
  * sockets are marked: a Unix stream read may stop short at a change of
  * sender credentials with data still queued. */
+
+void weft__fd_own(int fd, bool stream)
+{
+    fd_rec *r = fd_lookup(fd, true);
+    if (!r)
+        return; /* out of memory: left foreign, which is only slower */
+    weft__waiter *woken = NULL;
+    weft__lock_acquire(&r->lock);
+    rec_reset(r, &woken); /* the number was closed: nobody waits on it */
+    r->owned = true;
+    r->stream = stream;
+    weft__lock_release(&r->lock);
+    weft__wake_chain(woken, -EBADF);
+}
 
 void weft__fd_set_stream(int fd)
 {
@@ -383,22 +487,33 @@ int weft_close(int fd)
     /* The record is made if need be, so that a wait starting now on this
      * descriptor (which makes it too) meets the close under its lock. */
     fd_rec *r = fd_lookup(fd, true);
-    if (r) {
-        weft__lock_acquire(&r->lock);
-        st_rel(&r->gen, ld_rlx(&r->gen) + 1);
-        r->seen[0] = ld_rlx(&r->edges[0]);
-        r->seen[1] = ld_rlx(&r->edges[1]);
-        r->stream = r->drained = r->hup = false;
-        weft__waiter *woken = NULL;
-        weft__waitq_claim_all(&r->q[1],
-                              weft__waitq_claim_all(&r->q[0], &woken));
-        /* Closed under the lock, with the new generation (see fd_wait). */
-        int rc = close_fd(fd);
-        weft__lock_release(&r->lock);
-        weft__wake_chain(woken, -EBADF);
-        return rc;
-    }
-    return close_fd(fd);
+    if (!r)
+        return close_fd(fd);
+    weft__waiter *woken = NULL;
+    weft__lock_acquire(&r->lock);
+    rec_reset(r, &woken);
+    /* Closed under the lock, with the new generation (see fd_wait). */
+    int rc = close_fd(fd);
+    weft__lock_release(&r->lock);
+    weft__wake_chain(woken, -EBADF);
+    return rc;
+}
+
+int weft_fd_forget(int fd)
+{
+    if (fd < 0)
+        return -EBADF;
+    /* No record: weft never waited on the number (a wait starting now
+     * registers the file still open, as it would just after the forget). */
+    fd_rec *r = fd_lookup(fd, false);
+    if (!r)
+        return 0;
+    weft__waiter *woken = NULL;
+    weft__lock_acquire(&r->lock);
+    rec_reset(r, &woken);
+    weft__lock_release(&r->lock);
+    weft__wake_chain(woken, -EBADF);
+    return 0;
 }
 
 /* ---- signals ---- */
@@ -423,6 +538,7 @@ int weft_signal_wait(const int *signals, int n, weft_time deadline)
     int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (fd < 0)
         return -errno;
+    weft__fd_own(fd, false);
     for (;;) {
         struct signalfd_siginfo si;
         ssize_t got = read(fd, &si, sizeof si);

@@ -442,10 +442,15 @@ int weft_local_port(int fd)
 
 /* ---- sockets ---- */
 
+/* Every socket weft makes is weft's own (see io.c): waits on it park
+ * without a system call, and weft_close closes it. */
 static int sock_new(int family, int type)
 {
     int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    return fd >= 0 ? fd : -errno;
+    if (fd < 0)
+        return -errno;
+    weft__fd_own(fd, false);
+    return fd;
 }
 
 static int set_int(int fd, int level, int name, int value)
@@ -453,14 +458,17 @@ static int set_int(int fd, int level, int name, int value)
     return setsockopt(fd, level, name, &value, sizeof value) == 0 ? 0 : -errno;
 }
 
+static bool is_tcp(int family)
+{
+    return family == AF_INET || family == AF_INET6;
+}
+
 /* Small writes go out at once (Go's default): request/response protocols
  * otherwise meet Nagle and delayed ACKs and wait 40 ms. */
-static void tcp_tune(int fd, int family)
+static void tcp_nodelay(int fd, int family)
 {
-    if (family == AF_INET || family == AF_INET6) {
+    if (is_tcp(family))
         (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1);
-        weft__fd_set_stream(fd); /* short reads: see io.c */
-    }
 }
 
 /* A socket of `type` bound to sa, with the options a server wants.
@@ -616,7 +624,9 @@ int weft_accept(int lfd, struct sockaddr_storage *peer, weft_time deadline)
         }
         r = io_loop(lfd, &op, deadline);
     }
-    tcp_tune((int)r, op.addr->sa_family);
+    /* weft's own, and a TCP socket for short reads (see io.c). */
+    weft__fd_own((int)r, is_tcp(op.addr->sa_family));
+    tcp_nodelay((int)r, op.addr->sa_family);
     return (int)r;
 }
 
@@ -676,7 +686,9 @@ static int dial(const struct sockaddr *sa, size_t len, weft_time deadline)
         weft_close(fd);
         return rc;
     }
-    tcp_tune(fd, sa->sa_family);
+    tcp_nodelay(fd, sa->sa_family);
+    if (is_tcp(sa->sa_family))
+        weft__fd_set_stream(fd); /* short reads: see io.c */
     return fd;
 }
 

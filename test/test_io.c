@@ -3,15 +3,19 @@
  * The reactor: weft_fd_wait and weft_close on pipes and socket pairs.
  * Readiness wakes exactly the tasks waiting for it, an edge that comes
  * before the wait is not lost, deadlines and cancels leave nothing queued,
- * weft_close wakes waiters with -EBADF, and a worker asleep in epoll is
- * woken by the kernel and by other threads. Every test checks that it
- * leaves no descriptor open.
+ * weft_close wakes waiters with -EBADF, a descriptor closed behind weft's
+ * back (close(2)) and its number reused does not hang the next wait, nor
+ * does weft_fd_forget, and a worker asleep in epoll is woken by the kernel
+ * and by other threads. Every test checks that it leaves no descriptor
+ * open.
  */
 #include "t.h"
 #include "weft.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -260,6 +264,332 @@ TEST(close_racing_a_starting_wait)
     int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_mono(2, close_race_root, NULL), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* ---- descriptors closed by someone else ------------------------------- */
+
+/* Foreign code (libcurl, libpq, c-ares) closes descriptors weft has waited
+ * on with close(2), and the next socket gets the number. The kernel drops
+ * the old file's epoll registration; weft's record of the number must not
+ * go on believing it is registered, or the next wait never wakes (it did:
+ * a wait whose data came at 2 s timed out at 10 s). */
+
+/* Gives the descriptor *fd's number to a new socket pair's end (closing
+ * whatever the number held, as foreign code's close and the next socket()
+ * would), and makes *peer its other end. */
+static void reuse_number(int fd, int *peer)
+{
+    int nv[2];
+    nb_pair(nv);
+    if (nv[1] == fd) { /* the pair is symmetric */
+        nv[1] = nv[0];
+        nv[0] = fd;
+    }
+    if (nv[0] != fd) {
+        ASSERT_EQ(dup2(nv[0], fd), fd);
+        ASSERT_EQ(close(nv[0]), 0);
+    }
+    *peer = nv[1];
+}
+
+/* reader, but giving up after 10 s: a wait that never wakes fails the
+ * test instead of hanging it. */
+static int reader_10s(void *arg)
+{
+    struct rw *r = arg;
+    r->got = read_byte(r->fd, weft_now() + 10 * WEFT_SEC);
+    r->at = weft_now();
+    return 0;
+}
+
+/* Registers fd in worker `worker`'s epoll: a wait that returns at once
+ * (a socket is writable). */
+static void register_on(int worker, int *fd)
+{
+    weft_scope *s = scope_open();
+    spawn_on(worker, warm_reactor, fd);
+    scope_end(s);
+}
+
+static int reuse_root(void *arg)
+{
+    (void)arg;
+    int sv[2], peer;
+    nb_pair(sv);
+    int fd = sv[0];
+    register_on(0, &fd);
+    ASSERT_EQ(close(sv[0]), 0); /* plain close: weft is not told */
+    ASSERT_EQ(weft_close(sv[1]), 0);
+    reuse_number(fd, &peer);
+    /* A reader on worker 1 comes first (on a worker that never saw the
+     * old file it registers the new one), then one on worker 0, which has
+     * the old file's registration on its books; a byte for each at 2 s. */
+    struct rw r[2] = {{.fd = fd, .got = -1}, {.fd = fd, .got = -1}};
+    weft_scope *s = scope_open();
+    spawn_on(1, reader_10s, &r[1]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    spawn_on(0, reader_10s, &r[0]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(write(peer, "ab", 2), 2);
+    scope_end(s);
+    for (int i = 0; i < 2; i++) {
+        ASSERT(r[i].got == 'a' || r[i].got == 'b');
+        ASSERT_EQ(r[i].at, 2 * WEFT_SEC);
+    }
+    ASSERT(r[0].got != r[1].got);
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_close(peer), 0);
+    return 0;
+}
+
+TEST(foreign_close_then_reuse_wakes_the_next_wait)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(1, reuse_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, reuse_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(3, reuse_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* The same on several workers at once, many times, with real time: the
+ * readers on every worker find the reused number together (one resets
+ * the record while others register the new file or are parked on it),
+ * and the byte each is sent must still wake it. */
+struct reuse_round {
+    int fd;
+    int yields;
+    atomic_int got;
+};
+
+static int reuse_reader(void *arg)
+{
+    struct reuse_round *c = arg;
+    int b = read_byte(c->fd, weft_now() + 10 * WEFT_SEC);
+    ASSERT(b >= 0);
+    atomic_fetch_add(&c->got, 1);
+    return 0;
+}
+
+static int reuse_stress_root(void *arg)
+{
+    int nw = *(int *)arg;
+    long rounds = T_SCALE(300);
+    for (long i = 0; i < rounds; i++) {
+        int sv[2], peer;
+        nb_pair(sv);
+        struct reuse_round c = {.fd = sv[0], .yields = (int)(i % 5)};
+        atomic_init(&c.got, 0);
+        for (int pass = 0; pass < 2; pass++) {
+            weft_scope *s = scope_open();
+            for (int k = 0; k < nw; k++)
+                spawn_on(k, reuse_reader, &c);
+            for (int y = 0; y < c.yields; y++)
+                weft_yield();
+            for (int k = 0; k < nw; k++)
+                write_byte(pass ? peer : sv[1], (unsigned char)k);
+            scope_end(s);
+            ASSERT_EQ(atomic_load(&c.got), nw * (pass + 1));
+            if (pass == 0) { /* behind weft's back, then reused */
+                ASSERT_EQ(close(sv[0]), 0);
+                reuse_number(sv[0], &peer);
+            }
+        }
+        ASSERT_EQ(weft_close(sv[0]), 0);
+        ASSERT_EQ(weft_close(sv[1]), 0);
+        ASSERT_EQ(weft_close(peer), 0);
+    }
+    return 0;
+}
+
+TEST(foreign_reuse_across_workers_at_once)
+{
+    int before = t_proc_count("/proc/self/fd");
+    int workers[] = {2, 4};
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(t_run_mono(workers[k], reuse_stress_root, &workers[k]), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* One wait, its result and when it returned. */
+struct once {
+    int fd;
+    int rc;
+    weft_time at;
+};
+
+static int wait_once(void *arg)
+{
+    struct once *o = arg;
+    o->rc = weft_fd_wait(o->fd, WEFT_IO_READ, weft_now() + 10 * WEFT_SEC);
+    o->at = weft_now();
+    return 0;
+}
+
+/* The old file lives on under another number (a dup), so its registration
+ * under the reused number stays in the epoll set: its events must not
+ * wake a wait on the new file. */
+static int dup_root(void *arg)
+{
+    (void)arg;
+    int sv[2], peer;
+    nb_pair(sv);
+    int fd = sv[0];
+    register_on(0, &fd);
+    int old = dup(fd); /* the old file, under another number */
+    ASSERT(old >= 0);
+    reuse_number(fd, &peer);
+    struct once o = {.fd = fd, .rc = 1};
+    weft_scope *s = scope_open();
+    spawn_on(0, wait_once, &o);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(sv[1], 1); /* the old file becomes readable */
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(peer, 2); /* the new one */
+    scope_end(s);
+    ASSERT_EQ(o.rc, 0);
+    ASSERT_EQ(o.at, 2 * WEFT_SEC);
+    ASSERT_EQ(read_byte(fd, WEFT_NEVER), 2);
+    ASSERT_EQ(read_byte(old, WEFT_NEVER), 1);
+    ASSERT_EQ(weft_close(old), 0);
+    ASSERT_EQ(weft_close(sv[1]), 0);
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_close(peer), 0);
+    return 0;
+}
+
+TEST(foreign_dup_old_file_does_not_wake_the_new)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(1, dup_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, dup_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* A socket weft makes may get the number of a foreign descriptor closed
+ * behind weft's back: weft's own sockets skip the check that foreign ones
+ * make when they park, so making one must forget the old file. */
+static int udp_reader(void *arg)
+{
+    struct rw *r = arg;
+    unsigned char c;
+    ptrdiff_t n = weft_recvfrom(r->fd, &c, 1, NULL, weft_now() + 10 * WEFT_SEC);
+    r->got = n == 1 ? c : (int)n;
+    r->at = weft_now();
+    return 0;
+}
+
+static int own_root(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    nb_pair(sv);
+    int fd = sv[0];
+    register_on(0, &fd);
+    ASSERT_EQ(close(sv[0]), 0); /* behind weft's back */
+    ASSERT_EQ(weft_close(sv[1]), 0);
+    /* The lowest free number goes to the next socket: collect sockets
+     * until one has fd's. */
+    int u = -1, extra[16], nextra = 0;
+    while (nextra < 16 && (u = weft_udp_bind("127.0.0.1", 0, 0)) != fd) {
+        ASSERT(u >= 0);
+        extra[nextra++] = u;
+    }
+    ASSERT_EQ(u, fd);
+    for (int i = 0; i < nextra; i++)
+        ASSERT_EQ(weft_close(extra[i]), 0);
+    int out = weft_udp_bind("127.0.0.1", 0, 0);
+    ASSERT(out >= 0);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)weft_local_port(u)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct rw r = {.fd = u, .got = -1};
+    weft_scope *s = scope_open();
+    spawn_on(0, udp_reader, &r);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(
+        weft_sendto(out, "x", 1, (struct sockaddr *)&to, sizeof to, WEFT_NEVER),
+        1);
+    scope_end(s);
+    ASSERT_EQ(r.got, 'x');
+    ASSERT_EQ(r.at, WEFT_SEC);
+    ASSERT_EQ(weft_close(u), 0);
+    ASSERT_EQ(weft_close(out), 0);
+    return 0;
+}
+
+TEST(own_socket_on_a_foreign_number_wakes)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(1, own_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, own_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* weft_fd_forget: wakes the waiters with -EBADF, leaves the descriptor
+ * open and usable, and after it a plain close and a reused number are
+ * safe, for weft's own sockets too (which otherwise skip the check). */
+static int forget_root(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    nb_pair(sv);
+    struct rw r[3];
+    weft_scope *s = scope_open();
+    for (int i = 0; i < 3; i++) {
+        r[i] = (struct rw){.fd = sv[0], .got = -1};
+        spawn_on(i, reader_10s, &r[i]);
+    }
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_fd_forget(sv[0]), 0);
+    scope_end(s);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(r[i].got, -EBADF);
+        ASSERT_EQ(r[i].at, WEFT_SEC);
+    }
+    ASSERT(fcntl(sv[0], F_GETFD) >= 0); /* not closed */
+    r[0] = (struct rw){.fd = sv[0], .got = -1};
+    s = scope_open();
+    spawn_on(1, reader_10s, &r[0]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(sv[1], 3);
+    scope_end(s);
+    ASSERT_EQ(r[0].got, 3);
+    ASSERT_EQ(r[0].at, 2 * WEFT_SEC);
+    ASSERT_EQ(weft_close(sv[0]), 0);
+    ASSERT_EQ(weft_close(sv[1]), 0);
+
+    /* One of weft's own sockets, handed to code that closes it itself. */
+    int u = weft_udp_bind("127.0.0.1", 0, 0), peer;
+    ASSERT(u >= 0);
+    register_on(0, &u);
+    ASSERT_EQ(weft_fd_forget(u), 0);
+    ASSERT_EQ(close(u), 0);
+    reuse_number(u, &peer);
+    r[0] = (struct rw){.fd = u, .got = -1};
+    s = scope_open();
+    spawn_on(0, reader_10s, &r[0]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(peer, 4);
+    scope_end(s);
+    ASSERT_EQ(r[0].got, 4);
+    ASSERT_EQ(r[0].at, 3 * WEFT_SEC);
+    ASSERT_EQ(weft_close(u), 0);
+    ASSERT_EQ(weft_close(peer), 0);
+
+    /* Numbers weft never saw: nothing to forget. */
+    ASSERT_EQ(weft_fd_forget(-1), -EBADF);
+    ASSERT_EQ(weft_fd_forget(1 << 20), 0);
+    ASSERT_EQ(weft_fd_forget(1000), 0);
+    return 0;
+}
+
+TEST(fd_forget_wakes_waiters_and_keeps_the_descriptor)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(1, forget_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(3, forget_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+    ASSERT_EQ(weft_fd_forget(0), 0); /* outside a runtime too */
 }
 
 /* ---- a sleeping worker is woken by I/O from a plain thread ------------- */
