@@ -388,7 +388,11 @@ WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
  * points returns -ECANCELED, level-triggered as for a scope's cancel
  * (weft_cancelled() says so in the task), and if it is blocked in one it
  * is woken. Scopes the task opens are cancelled with it, except shielded
- * ones; its own scope and its siblings are not. Idempotent. Returns 0
+ * ones; its own scope and its siblings are not. If the task then returns
+ * -ECANCELED, its scope keeps and counts that status, but its policy does
+ * not act on it: a fail-fast scope does not cancel the siblings, a
+ * WEFT_FIRST scope does not take it for its first failure, nor a
+ * WEFT_RACE scope for its winner. Idempotent. Returns 0
  * (also once the task has finished: there is nothing left to do),
  * -EINVAL (a zero or forged handle), -ESRCH (joined, released, or its
  * runtime has returned). Any thread, also outside a runtime; never

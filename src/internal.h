@@ -179,6 +179,9 @@ enum {
     TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
     TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
     TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
+    TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
+                                 * returned -ECANCELED: its scope's policy
+                                 * does not take that for its result */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top

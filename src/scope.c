@@ -236,6 +236,8 @@ static void record_status(weft_scope *s, weft_task *t)
         s->failed++;
     if (keeps_statuses(s))
         s->statuses[t->index] = st;
+    if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
+        return; /* stopped alone through its handle (task.c) */
     switch (s->policy) {
     case WEFT_FAIL_FAST:
         if (st < 0 && !cancelled) {

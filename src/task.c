@@ -32,6 +32,12 @@
  *
  * Joiners wait on the record's queue through weft__waitq_wait; the exit
  * and a release wake them all, and each looks at the record again.
+ *
+ * A task cancelled through its handle that returns -ECANCELED is marked
+ * withdrawn: its scope keeps and counts its status, but the policy does
+ * not act on it (a fail-fast scope would otherwise cancel every sibling
+ * because one was stopped on purpose; Trio's cancel scope likewise
+ * swallows the Cancelled it caused).
  */
 #include "internal.h"
 
@@ -147,6 +153,11 @@ void weft__handle_exit(weft_task *t)
 {
     weft__handle *h = t->handle;
     weft__scope_close_task(t, &h->scope);
+    /* Cancelled by the handle itself (not from above, which the scope's
+     * flag would name CANCEL_PARENT): a -ECANCELED is that cancel's echo,
+     * not a failure the scope's policy should act on. */
+    if (t->status == -ECANCELED && ld_rlx(&h->scope.cancelled) == CANCEL_USER)
+        t->flags |= TASK_WITHDRAWN;
     weft__waiter *joiners = NULL;
     weft__lock_acquire(&h->lock);
     h->status = t->status;
