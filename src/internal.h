@@ -44,6 +44,9 @@
 #define WEFT_UNUSED(x) ((void)(x))
 #define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A rare path kept out of line, so the hot function it hangs off (spawn,
+ * a task's exit) stays small enough for its own calls to be inlined. */
+#define WEFT_COLD __attribute__((cold, noinline))
 /* Thread-local storage with the initial-exec model: a single %fs-relative
  * load even in the shared library (no __tls_get_addr on hot paths). */
 #define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -92,11 +95,9 @@ typedef struct weft__lock {
     atomic_int held;
 } weft__lock;
 
-static inline void weft__lock_acquire(weft__lock *l)
+static inline void weft__lock_spin(weft__lock *l)
 {
     for (;;) {
-        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
-            return;
         int spins = 0;
         while (ld_rlx(&l->held)) {
             if (++spins < 128) {
@@ -106,7 +107,19 @@ static inline void weft__lock_acquire(weft__lock *l)
                 sched_yield();
             }
         }
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
     }
+}
+/* The uncontended exchange inline everywhere (a hot function with several
+ * locks, such as a task's exit, would otherwise get the whole loop as an
+ * out-of-line call); the spinning apart. */
+static inline __attribute__((always_inline)) void
+weft__lock_acquire(weft__lock *l)
+{
+    if (WEFT_UNLIKELY(
+            atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+        weft__lock_spin(l);
 }
 static inline void weft__lock_release(weft__lock *l)
 {
@@ -503,9 +516,9 @@ int weft__scope_add_child(weft_scope *s, weft_task *t);
 int weft__scope_status_cap(int cap);
 /* Bytes the scope holds: the struct and its statuses array (tests). */
 size_t weft__scope_footprint(const weft_scope *s);
-/* At the exit of a task with a handle: joins what it left open inside
- * its handle's scope p, then closes p, leaving the home scope current. */
-void weft__scope_close_task(weft_task *t, weft_scope *p);
+/* At the exit of a task with a handle, once the scopes it left open inside
+ * its handle's scope p are joined: closes p, leaving the home current. */
+void weft__scope_close_task(weft_scope *p);
 /* The child finished: records its status, wakes the joiner. */
 void weft__scope_child_done(weft_scope *s, weft_task *t);
 /* Joins the scopes the task opened above `keep` and left open (its own

@@ -591,10 +591,12 @@ void weft__task_main(void *arg)
     weft_worker *w = t->worker;
     finish_switch(w);
     t->status = t->fn(t->arg);
+    /* The scopes it left open; with a handle, those inside the handle's
+     * scope, which handle_exit then closes (and wakes the joiners). */
+    weft__scope_join_above(t, WEFT_LIKELY(!t->handle) ? t->home
+                                                      : &t->handle->scope);
     if (WEFT_UNLIKELY(t->handle != NULL))
-        weft__handle_exit(t); /* closes its scope, wakes its joiners */
-    else
-        weft__scope_join_above(t, t->home);
+        weft__handle_exit(t);
     weft__scope_child_done(t->home, t);
     weft__stack_check(t);
     w->dead = t;
@@ -741,7 +743,8 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
  * caller's handle reads zero. */
-static int spawn_failed(const weft_spawn_opts *o, weft__handle *h, int rc)
+WEFT_COLD static int spawn_failed(const weft_spawn_opts *o, weft__handle *h,
+                                  int rc)
 {
     if (o && o->handle) {
         if (h)

@@ -47,12 +47,14 @@
 #define LOG_BURST 10
 #define LOG_WINDOW WEFT_SEC
 
-static void scope_lock(const weft_scope *s)
+static inline __attribute__((always_inline)) void
+scope_lock(const weft_scope *s)
 {
     weft__lock_acquire((weft__lock *)&s->lock);
 }
 
-static void scope_unlock(const weft_scope *s)
+static inline __attribute__((always_inline)) void
+scope_unlock(const weft_scope *s)
 {
     weft__lock_release((weft__lock *)&s->lock);
 }
@@ -179,7 +181,7 @@ size_t weft__scope_footprint(const weft_scope *s)
 }
 
 /* The scope of t's handle, opened around it inside s (s's lock held). */
-static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
+WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 {
     weft_scope *p = &t->handle->scope;
     memset(p, 0, sizeof(*p));
@@ -192,32 +194,41 @@ static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
     return p;
 }
 
+/* The index of a new child of s (its lock held), or an error. */
+static int next_index(weft_scope *s)
+{
+    if (WEFT_LIKELY(s->policy == WEFT_FAIL_FAST))
+        return s->spawned == INT_MAX ? -EOVERFLOW : s->spawned++;
+    if (s->policy == WEFT_SERVE) {
+        if (s->spawned < INT_MAX) /* a count, not an index: it may stop */
+            s->spawned++;
+        return 0;
+    }
+    if (s->spawned == INT_MAX)
+        return -EOVERFLOW; /* no index left to give */
+    int rc = grow_statuses(s);
+    if (rc)
+        return rc;
+    s->statuses[s->spawned] = INT64_MIN;
+    return s->spawned++;
+}
+
 int weft__scope_add_child(weft_scope *s, weft_task *t)
 {
-    bool serve = s->policy == WEFT_SERVE;
-    int rc = 0;
+    int rc;
     scope_lock(s);
     if (s->joined)
         rc = -ESHUTDOWN;
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
-    else if (s->spawned == INT_MAX && !serve)
-        rc = -EOVERFLOW; /* no index left to give */
-    else if (keeps_statuses(s))
-        rc = grow_statuses(s);
-    if (rc == 0) {
-        int index = serve ? 0 : s->spawned;
-        if (s->spawned < INT_MAX)
-            s->spawned++;
-        if (keeps_statuses(s))
-            s->statuses[index] = INT64_MIN;
+    else if ((rc = next_index(s)) >= 0) {
         s->live++;
         t->home = s;
         weft_scope *cur = s;
         if (WEFT_UNLIKELY(t->handle != NULL))
             cur = task_scope_open_locked(s, t);
         atomic_store_explicit(&t->cur, cur, memory_order_relaxed);
-        t->index = rc = index;
+        t->index = rc;
         t->mprev = NULL;
         t->mnext = s->members;
         if (s->members)
@@ -232,12 +243,14 @@ static void record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (st < 0 && s->failed < INT_MAX)
-        s->failed++;
     if (keeps_statuses(s))
         s->statuses[t->index] = st;
-    if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
-        return; /* stopped alone through its handle (task.c) */
+    if (st < 0) {
+        if (s->failed < INT_MAX)
+            s->failed++;
+        if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
+            return; /* stopped alone through its handle (task.c) */
+    }
     switch (s->policy) {
     case WEFT_FAIL_FAST:
         if (st < 0 && !cancelled) {
@@ -317,7 +330,7 @@ static void log_dropped_at_join(weft_scope *s)
 /* A WEFT_SERVE child failed: tell the handler, or stderr. On the child's
  * task, no lock held; the child still counts as live, so the scope stays
  * open meanwhile. */
-static void report_failure(weft_scope *s, weft_task *t)
+WEFT_COLD static void report_failure(weft_scope *s, weft_task *t)
 {
     if (!s->on_failure) {
         log_failure(s, t);
@@ -332,7 +345,7 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
     weft_runtime *rt = t->worker->rt;
     bool all_done = false;
-    if (WEFT_UNLIKELY(s->policy == WEFT_SERVE) && t->status < 0)
+    if (WEFT_UNLIKELY(t->status < 0) && s->policy == WEFT_SERVE)
         report_failure(s, t);
     scope_lock(s);
     if (t->mprev)
@@ -492,9 +505,8 @@ int weft_scope_join(weft_scope *s)
     return scope_result(s);
 }
 
-void weft__scope_close_task(weft_task *t, weft_scope *p)
+void weft__scope_close_task(weft_scope *p)
 {
-    weft__scope_join_above(t, p);
     weft_scope_join(p); /* it has no children: closes it at once */
 }
 

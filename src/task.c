@@ -149,10 +149,10 @@ static int lookup(uint64_t id, weft__handle **out)
     return 0;
 }
 
-void weft__handle_exit(weft_task *t)
+WEFT_COLD void weft__handle_exit(weft_task *t)
 {
     weft__handle *h = t->handle;
-    weft__scope_close_task(t, &h->scope);
+    weft__scope_close_task(&h->scope);
     /* Cancelled by the handle itself (not from above, which the scope's
      * flag would name CANCEL_PARENT): a -ECANCELED is that cancel's echo,
      * not a failure the scope's policy should act on. */
