@@ -392,22 +392,21 @@ WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
  * -ECANCELED, its scope keeps and counts that status, but its policy does
  * not act on it: a fail-fast scope does not cancel the siblings, a
  * WEFT_FIRST scope does not take it for its first failure, nor a
- * WEFT_RACE scope for its winner. Idempotent. Returns 0
- * (also once the task has finished: there is nothing left to do),
- * -EINVAL (a zero or forged handle), -ESRCH (joined, released, or its
- * runtime has returned). Any thread, also outside a runtime; never
- * blocks. */
+ * WEFT_RACE scope for its winner. Idempotent. Returns 0 (also once the
+ * task has finished: there is nothing left to do), -EINVAL (a zero handle,
+ * or one no spawn made), -ESRCH (joined, released, or its runtime has
+ * returned). Any thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
 
 /* Waits until the handle's task has finished, sets *status (if status is
  * not NULL) to what its function returned, and releases the handle.
  * Returns 0, -ECANCELED (the caller's scope is cancelled), -EINVAL (a zero
- * or forged handle, or one of another runtime), -ESRCH (joined, released,
- * or its runtime has returned), -EDEADLK (the task itself), -EPERM (not
- * in a task). A cancellation point: after -ECANCELED the handle is as it
- * was (the task runs on; join it again, or release it). Several tasks may
- * wait on one handle: the first to find the task finished gets its status,
- * the others -ESRCH. Blocks. */
+ * handle, one no spawn made, or one of another runtime), -ESRCH (joined,
+ * released, or its runtime has returned), -EDEADLK (the task itself),
+ * -EPERM (not in a task). A cancellation point: after -ECANCELED the
+ * handle is as it was (the task runs on; join it again, or release it).
+ * Several tasks may wait on one handle: the first to find the task
+ * finished gets its status, the others -ESRCH. Blocks. */
 WEFT_EXTERN int weft_task_join(weft_task_handle h, int *status);
 
 /* weft_task_join with a deadline: -ETIMEDOUT, leaving the handle as it
@@ -417,13 +416,14 @@ WEFT_EXTERN int weft_task_join_until(weft_task_handle h, int *status,
 
 /* Gives up the handle without waiting (pthread_detach): the task runs on,
  * a child of its scope as before; tasks waiting in weft_task_join on it
- * return -ESRCH. Returns 0, -EINVAL (a zero or forged handle), -ESRCH
- * (joined, released, or its runtime has returned). Any thread, also
- * outside a runtime; never blocks. */
+ * return -ESRCH. Returns 0, -EINVAL (a zero handle, or one no spawn
+ * made), -ESRCH (joined, released, or its runtime has returned). Any
+ * thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_task_release(weft_task_handle h);
 
-/* Non-zero if the calling task's current scope is cancelled: CPU-bound
- * loops poll it. 0 outside a task. Never blocks. */
+/* Non-zero if the calling task's current scope is cancelled (or the task
+ * was, through its handle): CPU-bound loops poll it. 0 outside a task.
+ * Never blocks. */
 WEFT_EXTERN int weft_cancelled(void);
 
 /* Gives other ready tasks a turn, then returns 0: the caller is queued
