@@ -42,7 +42,6 @@
 #include "internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #define INDEX_BITS 24
 #define CHUNK_BITS 8
