@@ -9,6 +9,12 @@
  * (weft_main) every blocked call returns -ECANCELED, the loops end, and
  * the scopes join.
  *
+ * The connections' scope is a WEFT_SERVE scope: a connection that fails
+ * cancels no other, its error becomes a line on stderr (at most 10 a
+ * second; weft_scope_opts.on_failure would take them instead), and the
+ * scope keeps nothing per connection, so a server that runs for months
+ * uses the same memory for it as on its first day.
+ *
  *   echo_server [PORT]    default 7777; try `nc 127.0.0.1 7777`
  */
 #include <errno.h>
@@ -47,8 +53,7 @@ static int root(void *arg)
     fprintf(stderr, "echo_server: listening on 127.0.0.1:%d\n",
             weft_local_port(lfd));
     weft_scope *conns;
-    int err =
-        weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_COLLECT});
+    int err = weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_SERVE});
     if (err < 0) {
         weft_close(lfd);
         return err;

@@ -146,10 +146,11 @@ static int root(void *arg)
     if (lfd < 0)
         return lfd;
     fprintf(stderr, "LISTEN %d\n", weft_local_port(lfd));
-    /* Connections live in a scope of their own, each failing alone. */
+    /* Connections live in a scope of their own, each failing alone; it
+     * keeps nothing per connection (WEFT_SERVE). */
     weft_scope *conns;
     int err =
-        weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_COLLECT});
+        weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_SERVE});
     if (err) {
         weft_close(lfd);
         return err;

@@ -220,7 +220,31 @@ typedef enum weft_policy {
      * rest; join returns the winner's status and weft_scope_winner() tells
      * which (Promise.race, Go's first-result select). Statuses are kept. */
     WEFT_RACE = 3,
+    /* For servers: a scope of independent children, one per connection or
+     * job (Trio's nursery of handlers, Go's `go handle(conn)`). A failing
+     * child cancels nobody; its status goes to the scope's on_failure
+     * handler, or without one to a line on stderr (see weft_scope_opts).
+     * The scope keeps nothing per child, so its memory stays the same
+     * however many children come and go, and there is no limit on their
+     * number: weft_spawn into it returns 0, weft_scope_status() -ENODATA,
+     * and weft_scope_spawned() and weft_scope_failed() stop at INT_MAX.
+     * Join waits for every child as always; it returns 0, or -ECANCELED /
+     * -ETIMEDOUT if the scope was cancelled or its deadline passed. */
+    WEFT_SERVE = 4,
 } weft_policy;
+
+/* What a WEFT_SERVE scope's on_failure handler is told about a child that
+ * failed. The strings are the spawner's (name, which must outlive the
+ * task anyway) and string literals (file). */
+typedef struct weft_child_failure {
+    int status;       /* what the child's function returned: negative */
+    const char *name; /* weft_spawn_opts.name, or NULL */
+    const char *file; /* where it was spawned: weft_spawn's __FILE__ */
+    int line;         /* and __LINE__ */
+} weft_child_failure;
+
+/* A WEFT_SERVE scope's failure handler; ctx is the opts' failure_ctx. */
+typedef void (*weft_failure_fn)(void *ctx, const weft_child_failure *f);
 
 typedef struct weft_scope_opts {
     weft_policy policy;
@@ -232,13 +256,26 @@ typedef struct weft_scope_opts {
      * one (Trio's shield), so cleanup code may block. Its own deadline and
      * weft_scope_cancel() still apply. */
     int shield;
+    /* WEFT_SERVE only (-EINVAL with another policy): called once for each
+     * child whose function returns a negative status, -ECANCELED included.
+     * It runs on that child's task, after its function returned and before
+     * it counts as finished, so join waits for it; it may block as the
+     * child could (the child's cancellation still applies), which delays
+     * no other child. NULL: each failure is a line on stderr instead
+     * ("weft: task NAME spawned at FILE:LINE failed: ..."), none for
+     * -ECANCELED (a cancelled child is a shutdown, not a fault), and at
+     * most 10 a second per scope: how many were left out is said on the
+     * next line, or at join. */
+    weft_failure_fn on_failure;
+    void *failure_ctx;
 } weft_scope_opts;
 
 /* Opens a scope as a child of the calling task's current scope, and makes
  * it the task's current scope. opts may be NULL (fail-fast, no deadline).
  * A scope opened inside a cancelled scope starts cancelled (unless
- * shielded). Returns 0 and sets *out, or -EINVAL, -ENOMEM, -EPERM.
- * Never blocks. */
+ * shielded). Returns 0 and sets *out, or -EINVAL (out NULL, an unknown
+ * policy, a negative deadline, on_failure without WEFT_SERVE), -ENOMEM,
+ * -EPERM. Never blocks. */
 WEFT_EXTERN int weft_scope_open(weft_scope **out, const weft_scope_opts *opts);
 
 /* Waits until every child of the scope has finished, then closes it (no
@@ -247,9 +284,10 @@ WEFT_EXTERN int weft_scope_open(weft_scope **out, const weft_scope_opts *opts);
  * and join still waits for them (structured concurrency). Scopes must be
  * joined innermost first. Returns the policy's result (see weft_policy),
  * -ETIMEDOUT if the scope's deadline passed first, -ECANCELED if it was
- * cancelled (weft_scope_cancel or an enclosing scope), or -EINVAL (NULL,
- * already joined, or not the innermost open scope), -EPERM (not the owner).
- * Blocks. */
+ * cancelled (weft_scope_cancel or an enclosing scope), -ENOENT (a
+ * WEFT_FIRST or WEFT_RACE scope that had no child, so no winner), or
+ * -EINVAL (NULL, already joined, or not the innermost open scope), -EPERM
+ * (not the owner). Blocks. */
 WEFT_EXTERN int weft_scope_join(weft_scope *s);
 
 /* Cancels the scope and, except through shields, every scope nested in it:
@@ -273,16 +311,19 @@ WEFT_EXTERN int weft_scope_set_deadline(weft_scope *s, weft_time deadline);
  * policy, an enclosing scope). Never blocks. */
 WEFT_EXTERN int weft_scope_cancelled(const weft_scope *s);
 
-/* Number of children spawned into the scope so far. Never blocks. */
+/* Number of children spawned into the scope so far (WEFT_SERVE: stops at
+ * INT_MAX). Never blocks. */
 WEFT_EXTERN int weft_scope_spawned(const weft_scope *s);
 
-/* Number of children that have finished with a negative status. */
+/* Number of children that have finished with a negative status
+ * (WEFT_SERVE: stops at INT_MAX). Never blocks. */
 WEFT_EXTERN int weft_scope_failed(const weft_scope *s);
 
 /* Status of child number `child` (the index weft_spawn returned), once it
  * has finished. Returns 0 and sets *status, -ENOENT (no such child),
  * -EAGAIN (still running), -ENODATA (a WEFT_FAIL_FAST scope keeps only its
- * first error and its failure count). Never blocks. */
+ * first error and its failure count, a WEFT_SERVE scope nothing). Never
+ * blocks. */
 WEFT_EXTERN int weft_scope_status(const weft_scope *s, int child, int *status);
 
 /* WEFT_FIRST, WEFT_RACE: index of the winning child, or -ENOENT if none
@@ -298,6 +339,22 @@ WEFT_EXTERN weft_time weft_deadline(void);
 /* The calling task's current (innermost) scope, or NULL outside a task. */
 WEFT_EXTERN weft_scope *weft_scope_current(void);
 
+/* A handle to one task, asked for with weft_spawn_opts.handle (Tokio's
+ * JoinHandle; Trio gives each task its own cancel scope): cancel that task
+ * alone, wait for it and read its status. A small value: copy it freely;
+ * all zero is no handle. It stays valid after the task has finished, until
+ * it is joined (weft_task_join) or released (weft_task_release); each
+ * handle should be one or the other, or its record (a few hundred bytes)
+ * stays until weft_run returns. A handle joined or released, or one whose
+ * runtime has returned, is refused with -ESRCH, not a crash (a record's
+ * generation is checked; it would wrap after 2^40 reuses of one record).
+ * The task is a child of its scope as any other: the scope counts it,
+ * waits for it, and its cancel reaches it. Spawning without a handle costs
+ * nothing of this. */
+typedef struct weft_task_handle {
+    uint64_t id;
+} weft_task_handle;
+
 typedef struct weft_spawn_opts {
     /* A name for diagnostics (the string must outlive the task). */
     const char *name;
@@ -308,28 +365,74 @@ typedef struct weft_spawn_opts {
      * worker k - 1 (weft_worker_id() + 1), e.g. one acceptor per worker
      * with SO_REUSEPORT. */
     int worker;
+    /* Non-NULL: *handle receives a handle to the task (see
+     * weft_task_handle), or a zero one if the spawn fails. */
+    weft_task_handle *handle;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
  * scope). The child starts soon, on this worker or on an idle one.
- * Returns the child's index in the scope (0, 1, 2, ... in spawn order), or
- * -EINVAL (fn is NULL, or opts->worker is not 0 .. weft_workers()), -EPERM
- * (not called from a task of this runtime), -ESHUTDOWN (the scope was
- * joined), -ECANCELED (the scope is cancelled), -ENOMEM. Never blocks, but may
- * yield: a task that spawns many children without blocking lets them run every
- * so often, so a spawning loop cannot fill memory with tasks that have not
- * started. Not a cancellation point. Use the macros, which record the spawn
- * site for diagnostics. */
+ * Returns the child's index in the scope (0, 1, 2, ... in spawn order; 0
+ * for every child of a WEFT_SERVE scope, which numbers none), or -EINVAL
+ * (fn is NULL, or opts->worker is not 0 .. weft_workers()), -EPERM (not
+ * called from a task of this runtime), -ESHUTDOWN (the scope was joined),
+ * -ECANCELED (the scope is cancelled), -EOVERFLOW (the scope has had
+ * INT_MAX children, the most an index can number: every policy but
+ * WEFT_SERVE), -ENOMEM. Never blocks, but may yield: a task that spawns
+ * many children without blocking lets them run every so often, so a
+ * spawning loop cannot fill memory with tasks that have not started. Not a
+ * cancellation point. Use the macros, which record the spawn site for
+ * diagnostics; weft_spawn_ex's options may be a compound literal,
+ * weft_spawn_ex(s, fn, arg, &(weft_spawn_opts){.name = "a", .worker = 1}).
+ */
 WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
                               const weft_spawn_opts *opts, const char *file,
                               int line);
 #define weft_spawn(s, fn, arg)                                                 \
     weft_spawn_at((s), (fn), (arg), NULL, __FILE__, __LINE__)
-#define weft_spawn_ex(s, fn, arg, opts)                                        \
-    weft_spawn_at((s), (fn), (arg), (opts), __FILE__, __LINE__)
+#define weft_spawn_ex(s, fn, arg, ...)                                         \
+    weft_spawn_at((s), (fn), (arg), (__VA_ARGS__), __FILE__, __LINE__)
 
-/* Non-zero if the calling task's current scope is cancelled: CPU-bound
- * loops poll it. 0 outside a task. Never blocks. */
+/* Cancels the handle's task alone: from now on each of its cancellation
+ * points returns -ECANCELED, level-triggered as for a scope's cancel
+ * (weft_cancelled() says so in the task), and if it is blocked in one it
+ * is woken. Scopes the task opens are cancelled with it, except shielded
+ * ones; its own scope and its siblings are not. If the task then returns
+ * -ECANCELED, its scope keeps and counts that status, but its policy does
+ * not act on it: a fail-fast scope does not cancel the siblings, a
+ * WEFT_FIRST scope does not take it for its first failure, nor a
+ * WEFT_RACE scope for its winner. Idempotent. Returns 0 (also once the
+ * task has finished: there is nothing left to do), -EINVAL (a zero handle,
+ * or one no spawn made), -ESRCH (joined, released, or its runtime has
+ * returned). Any thread, also outside a runtime; never blocks. */
+WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
+
+/* Waits until the handle's task has finished, sets *status (if status is
+ * not NULL) to what its function returned, and releases the handle.
+ * Returns 0, -ECANCELED (the caller's scope is cancelled), -EINVAL (a zero
+ * handle, one no spawn made, or one of another runtime), -ESRCH (joined,
+ * released, or its runtime has returned), -EDEADLK (the task itself),
+ * -EPERM (not in a task). A cancellation point: after -ECANCELED the
+ * handle is as it was (the task runs on; join it again, or release it).
+ * Several tasks may wait on one handle: the first to find the task
+ * finished gets its status, the others -ESRCH. Blocks. */
+WEFT_EXTERN int weft_task_join(weft_task_handle h, int *status);
+
+/* weft_task_join with a deadline: -ETIMEDOUT, leaving the handle as it
+ * was. Blocks. */
+WEFT_EXTERN int weft_task_join_until(weft_task_handle h, int *status,
+                                     weft_time deadline);
+
+/* Gives up the handle without waiting (pthread_detach): the task runs on,
+ * a child of its scope as before; tasks waiting in weft_task_join on it
+ * return -ESRCH. Returns 0, -EINVAL (a zero handle, or one no spawn
+ * made), -ESRCH (joined, released, or its runtime has returned). Any
+ * thread, also outside a runtime; never blocks. */
+WEFT_EXTERN int weft_task_release(weft_task_handle h);
+
+/* Non-zero if the calling task's current scope is cancelled (or the task
+ * was, through its handle): CPU-bound loops poll it. 0 outside a task.
+ * Never blocks. */
 WEFT_EXTERN int weft_cancelled(void);
 
 /* Gives other ready tasks a turn, then returns 0: the caller is queued

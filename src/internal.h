@@ -44,6 +44,9 @@
 #define WEFT_UNUSED(x) ((void)(x))
 #define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A rare path kept out of line, so the hot function it hangs off (spawn,
+ * a task's exit) stays small enough for its own calls to be inlined. */
+#define WEFT_COLD __attribute__((cold, noinline))
 /* Thread-local storage with the initial-exec model: a single %fs-relative
  * load even in the shared library (no __tls_get_addr on hot paths). */
 #define WEFT_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -92,11 +95,9 @@ typedef struct weft__lock {
     atomic_int held;
 } weft__lock;
 
-static inline void weft__lock_acquire(weft__lock *l)
+static inline void weft__lock_spin(weft__lock *l)
 {
     for (;;) {
-        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
-            return;
         int spins = 0;
         while (ld_rlx(&l->held)) {
             if (++spins < 128) {
@@ -106,7 +107,19 @@ static inline void weft__lock_acquire(weft__lock *l)
                 sched_yield();
             }
         }
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
     }
+}
+/* The uncontended exchange inline everywhere (a hot function with several
+ * locks, such as a task's exit, would otherwise get the whole loop as an
+ * out-of-line call); the spinning apart. */
+static inline __attribute__((always_inline)) void
+weft__lock_acquire(weft__lock *l)
+{
+    if (WEFT_UNLIKELY(
+            atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+        weft__lock_spin(l);
 }
 static inline void weft__lock_release(weft__lock *l)
 {
@@ -179,6 +192,9 @@ enum {
     TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
     TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
     TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
+    TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
+                                 * returned -ECANCELED: its scope's policy
+                                 * does not take that for its result */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top
@@ -194,11 +210,13 @@ struct weft_task {
 
     weft__timer timer; /* owner: deadline of the current park */
 
-    weft_scope *home;          /* scope it was spawned into */
-    _Atomic(weft_scope *) cur; /* innermost open scope (home if none) */
-    weft_task *mprev, *mnext;  /* home's member list, under home's lock */
-    int index;                 /* child index in home */
-    int status;                /* fn's return value */
+    weft_scope *home;            /* scope it was spawned into */
+    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
+    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
+    int index;                   /* child index in home (WEFT_SERVE: 0) */
+    int status;                  /* fn's return value */
+    struct weft__handle *handle; /* its handle's record (task.c), or NULL:
+                                  * set at spawn, read at exit */
 
     weft_fn fn;
     void *arg;
@@ -473,16 +491,26 @@ struct weft_scope {
     bool joined;        /* join has completed: closed for spawns */
     bool shield;        /* enclosing cancellation stops here */
     bool orphaned;      /* joined at its owner's exit: anyone may free */
+    bool task_scope;    /* a handle's scope around one task (task.c): the
+                         * task's cur at first, hidden from its code */
     weft_scope *parent; /* enclosing scope (NULL for the root) */
     weft_scope *kids;   /* scopes opened inside this one */
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */
-    weft_task *owner;   /* task that opened it (NULL for the root) */
-    weft_task *members; /* children still running */
-    int spawned, live, failed;
+    weft_task *owner;          /* task that opened it (NULL for the root) */
+    weft_task *members;        /* children still running */
+    int spawned, live, failed; /* SERVE: spawned, failed stop at INT_MAX */
     int first_error;   /* first failure (FAIL_FAST, FIRST); RACE: winner's */
     int winner;        /* FIRST: winning child, else -1 */
-    int64_t *statuses; /* COLLECT, FIRST: per child, INT64_MIN running */
+    int64_t *statuses; /* COLLECT, FIRST, RACE: per child, INT64_MIN running */
     int capstatuses;
+    /* SERVE: where failures go (immutable after open; NULL: stderr), and
+     * the stderr lines' rate limit: lines in the window that started at
+     * log_window, and failures left out since the last line. */
+    weft_failure_fn on_failure;
+    void *failure_ctx;
+    int64_t log_window;
+    int log_lines;
+    long long log_dropped;
     weft_task *joiner; /* owner parked in join, with its token */
     uint64_t join_token;
     weft__timer deadline_timer; /* on the owner's worker */
@@ -491,8 +519,17 @@ struct weft_scope {
 };
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
-/* Registers a new child in s; returns its index or an error. */
+/* Registers a new child in s; returns its index or an error. A task with
+ * a handle gets the handle's scope, made a kid of s, as its current. */
 int weft__scope_add_child(weft_scope *s, weft_task *t);
+/* The capacity of a statuses array after `cap` entries are full: 16, then
+ * doubling, at most INT_MAX (indexes are ints). */
+int weft__scope_status_cap(int cap);
+/* Bytes the scope holds: the struct and its statuses array (tests). */
+size_t weft__scope_footprint(const weft_scope *s);
+/* At the exit of a task with a handle, once the scopes it left open inside
+ * its handle's scope p are joined: closes p, leaving the home current. */
+void weft__scope_close_task(weft_scope *p);
 /* The child finished: records its status, wakes the joiner. */
 void weft__scope_child_done(weft_scope *s, weft_task *t);
 /* Joins the scopes the task opened above `keep` and left open (its own
@@ -507,7 +544,8 @@ void weft__scope_join_above(weft_task *t, weft_scope *keep);
  * past does. */
 int weft__scope_open_until(weft_scope **s, weft_policy policy,
                            weft_time deadline);
-/* Frees the orphans nobody freed; at the end of the runtime. */
+/* Frees the orphans nobody freed, and the records of the runtime's task
+ * handles nobody joined or released; at the end of the runtime. */
 void weft__scope_free_orphans(weft_runtime *rt);
 int weft__scope_cancel(weft_scope *s, int reason);
 static inline bool weft__scope_is_cancelled(const weft_scope *s)
@@ -624,6 +662,42 @@ static inline void weft__wake_chain(weft__waiter *w, int code)
  * -ECANCELED with w off the queue and nothing handed over. */
 int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
                      int64_t deadline);
+
+/* ---- task.c: task handles ---- */
+
+/* The record behind a weft_task_handle. Records sit in chunks that live as
+ * long as the process and are reused through a free list, so a stale
+ * handle finds a record whose generation has moved on, never freed
+ * memory. A handle's id is (gen << 24) | index. */
+typedef struct weft__handle {
+    weft__lock lock;  /* guards every field but `scope` (its own lock) */
+    uint64_t gen;     /* this life's generation (never 0); bumped when freed */
+    uint32_t index;   /* place in the table: the id's low bits */
+    bool live;        /* handed out, not on the free list */
+    bool done;        /* the task has finished: status holds its result */
+    bool released;    /* joined or released: the user's part is over */
+    int status;       /* the task's return value, once done */
+    weft_runtime *rt; /* the task's runtime */
+    weft__waitq joiners;            /* tasks in weft_task_join */
+    struct weft__handle *next_free; /* free list, under the table's mutex */
+    /* The task's own scope, a kid of its home and the task's current scope
+     * when it starts: the handle's cancel is this scope's, so it flows
+     * into the scopes the task opens and wakes the task as a scope's
+     * cancel does. Closed at the task's exit; reused with the record. */
+    weft_scope scope;
+} weft__handle;
+
+/* A record for a new task of rt, or NULL (no memory). */
+weft__handle *weft__handle_new(weft_runtime *rt);
+/* The spawn failed: the record goes back unused. */
+void weft__handle_abandon(weft__handle *h);
+uint64_t weft__handle_id(const weft__handle *h);
+/* At the exit of t, which has a handle: closes the handle's scope, stores
+ * the status, wakes the joiners, frees the record if it was released. */
+void weft__handle_exit(weft_task *t);
+/* Frees the records of rt that are still live (their tasks have all
+ * finished): their handles then read -ESRCH. */
+void weft__handles_fini(weft_runtime *rt);
 
 /* The element size of a live channel, or 0 if c is NULL or not one. Any
  * thread; never blocks. */

@@ -23,27 +23,66 @@
  *
  * Results flow up at join: each finishing child records its status under
  * the scope's lock as its policy says; the last one wakes the owner parked
- * in join.
+ * in join. A WEFT_SERVE scope records nothing per child: a failure goes to
+ * the scope's handler (or a rate-limited line on stderr) from the failing
+ * child, before it takes the lock to leave.
+ *
+ * A task spawned with a handle runs inside a scope of its own (the
+ * record's, task.c), a kid of its home with the task as owner: cancelling
+ * the handle cancels that scope, and the protocol above does the rest
+ * (flag, fence, wake; scopes the task opens are its kids). The task's code
+ * never sees it: a spawn into "the current scope" and weft_scope_current()
+ * skip it, and the task closes it at its exit.
  */
 #include "internal.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void scope_lock(const weft_scope *s)
+/* WEFT_SERVE without a handler: at most LOG_BURST lines on stderr in any
+ * LOG_WINDOW, per scope. A server whose clients all vanish at once must not
+ * spend its workers writing to stderr. */
+#define LOG_BURST 10
+#define LOG_WINDOW WEFT_SEC
+
+static inline __attribute__((always_inline)) void
+scope_lock(const weft_scope *s)
 {
     weft__lock_acquire((weft__lock *)&s->lock);
 }
 
-static void scope_unlock(const weft_scope *s)
+static inline __attribute__((always_inline)) void
+scope_unlock(const weft_scope *s)
 {
     weft__lock_release((weft__lock *)&s->lock);
 }
 
 static bool keeps_statuses(const weft_scope *s)
 {
-    return s->policy != WEFT_FAIL_FAST;
+    return s->policy != WEFT_FAIL_FAST && s->policy != WEFT_SERVE;
+}
+
+/* Links kid k into its parent p's kid list; p's lock is held. */
+static void kid_link_locked(weft_scope *p, weft_scope *k)
+{
+    k->parent = p;
+    k->sib_prev = NULL;
+    k->sib_next = p->kids;
+    if (p->kids)
+        p->kids->sib_prev = k;
+    p->kids = k;
+}
+
+static void kid_unlink_locked(weft_scope *p, weft_scope *k)
+{
+    if (k->sib_prev)
+        k->sib_prev->sib_next = k->sib_next;
+    else
+        p->kids = k->sib_next;
+    if (k->sib_next)
+        k->sib_next->sib_prev = k->sib_prev;
 }
 
 /* ---- cancellation ---- */
@@ -112,17 +151,66 @@ static void deadline_fired(weft__timer *tm)
 
 /* ---- children ---- */
 
+int weft__scope_status_cap(int cap)
+{
+    /* cap * 2 would overflow an int from 2^30 on. */
+    return cap == 0 ? 16 : cap > INT_MAX / 2 ? INT_MAX : cap * 2;
+}
+
 static int grow_statuses(weft_scope *s)
 {
     if (s->spawned < s->capstatuses)
         return 0;
-    int cap = s->capstatuses ? s->capstatuses * 2 : 16;
+    int cap = weft__scope_status_cap(s->capstatuses);
+    if ((size_t)cap > SIZE_MAX / sizeof(*s->statuses))
+        return -ENOMEM; /* 32-bit size_t */
     int64_t *n = realloc(s->statuses, (size_t)cap * sizeof(*n));
     if (!n)
         return -ENOMEM;
     s->statuses = n;
     s->capstatuses = cap;
     return 0;
+}
+
+size_t weft__scope_footprint(const weft_scope *s)
+{
+    scope_lock(s);
+    size_t n = sizeof(*s) + (size_t)s->capstatuses * sizeof(*s->statuses);
+    scope_unlock(s);
+    return n;
+}
+
+/* The scope of t's handle, opened around it inside s (s's lock held). */
+WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
+{
+    weft_scope *p = &t->handle->scope;
+    memset(p, 0, sizeof(*p));
+    p->policy = WEFT_FAIL_FAST;
+    p->winner = -1;
+    p->task_scope = true;
+    p->owner = t;
+    p->deadline = WEFT_NEVER;
+    kid_link_locked(s, p);
+    return p;
+}
+
+/* The index of a new child of s (its lock held), or an error. */
+static int next_index(weft_scope *s)
+{
+    if (WEFT_LIKELY(s->policy == WEFT_FAIL_FAST))
+        return s->spawned == INT_MAX ? -EOVERFLOW : s->spawned++;
+    if (s->policy == WEFT_SERVE) {
+        if (s->spawned < INT_MAX) /* a count, not an index: it may stop */
+            s->spawned++;
+        return 0;
+    }
+    if (s->spawned == INT_MAX)
+        return -EOVERFLOW; /* no index left to give */
+    int rc = grow_statuses(s);
+    if (rc)
+        return rc;
+    s->statuses[s->spawned] = INT64_MIN;
+    return s->spawned++;
 }
 
 int weft__scope_add_child(weft_scope *s, weft_task *t)
@@ -133,17 +221,13 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         rc = -ESHUTDOWN;
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
-    else if (s->spawned == INT_MAX)
-        rc = -EOVERFLOW;
-    else if (keeps_statuses(s) && (rc = grow_statuses(s)) != 0)
-        ;
-    else {
-        rc = s->spawned++;
-        if (keeps_statuses(s))
-            s->statuses[rc] = INT64_MIN;
+    else if ((rc = next_index(s)) >= 0) {
         s->live++;
         t->home = s;
-        atomic_store_explicit(&t->cur, s, memory_order_relaxed);
+        weft_scope *cur = s;
+        if (WEFT_UNLIKELY(t->handle != NULL))
+            cur = task_scope_open_locked(s, t);
+        atomic_store_explicit(&t->cur, cur, memory_order_relaxed);
         t->index = rc;
         t->mprev = NULL;
         t->mnext = s->members;
@@ -159,10 +243,14 @@ static void record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (st < 0)
-        s->failed++;
     if (keeps_statuses(s))
         s->statuses[t->index] = st;
+    if (st < 0) {
+        if (s->failed < INT_MAX)
+            s->failed++;
+        if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
+            return; /* stopped alone through its handle (task.c) */
+    }
     switch (s->policy) {
     case WEFT_FAIL_FAST:
         if (st < 0 && !cancelled) {
@@ -186,14 +274,79 @@ static void record_status(weft_scope *s, weft_task *t)
         }
         break;
     case WEFT_COLLECT:
+    case WEFT_SERVE:
         break;
     }
+}
+
+/* A WEFT_SERVE child failed, and no handler was given: one line on
+ * stderr, unless LOG_BURST lines went out in this window already. */
+static void log_failure(weft_scope *s, weft_task *t)
+{
+    if (t->status == -ECANCELED)
+        return;
+    weft_time now = weft__now(t->worker->rt);
+    scope_lock(s);
+    if (now - s->log_window >= LOG_WINDOW) {
+        s->log_window = now;
+        s->log_lines = 0;
+    }
+    bool print = s->log_lines < LOG_BURST;
+    long long dropped = 0;
+    if (print) {
+        s->log_lines++;
+        dropped = s->log_dropped;
+        s->log_dropped = 0;
+    } else {
+        s->log_dropped++;
+    }
+    scope_unlock(s);
+    if (!print)
+        return;
+    char more[64] = "";
+    if (dropped)
+        snprintf(more, sizeof more, " (%lld earlier failures not shown)",
+                 dropped);
+    fprintf(stderr, "weft: task%s%s%s spawned at %s:%d failed: %s (%d)%s\n",
+            t->name ? " \"" : "", t->name ? t->name : "", t->name ? "\"" : "",
+            t->file ? t->file : "?", t->line, weft_strerror(t->status),
+            t->status, more);
+}
+
+/* Join of a WEFT_SERVE scope: the failures left out since the last line. */
+static void log_dropped_at_join(weft_scope *s)
+{
+    scope_lock(s);
+    long long dropped = s->log_dropped;
+    s->log_dropped = 0;
+    scope_unlock(s);
+    if (dropped)
+        fprintf(stderr,
+                "weft: %lld more failed tasks not shown (at most %d lines a "
+                "second per scope)\n",
+                dropped, LOG_BURST);
+}
+
+/* A WEFT_SERVE child failed: tell the handler, or stderr. On the child's
+ * task, no lock held; the child still counts as live, so the scope stays
+ * open meanwhile. */
+WEFT_COLD static void report_failure(weft_scope *s, weft_task *t)
+{
+    if (!s->on_failure) {
+        log_failure(s, t);
+        return;
+    }
+    weft_child_failure f = {
+        .status = t->status, .name = t->name, .file = t->file, .line = t->line};
+    s->on_failure(s->failure_ctx, &f);
 }
 
 void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
     weft_runtime *rt = t->worker->rt;
     bool all_done = false;
+    if (WEFT_UNLIKELY(t->status < 0) && s->policy == WEFT_SERVE)
+        report_failure(s, t);
     scope_lock(s);
     if (t->mprev)
         t->mprev->mnext = t->mnext;
@@ -257,9 +410,11 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
         return -EPERM;
     weft_policy policy = opts ? opts->policy : WEFT_FAIL_FAST;
     if (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT &&
-        policy != WEFT_FIRST && policy != WEFT_RACE)
+        policy != WEFT_FIRST && policy != WEFT_RACE && policy != WEFT_SERVE)
         return -EINVAL;
     if (opts && opts->deadline < 0)
+        return -EINVAL;
+    if (opts && opts->on_failure && policy != WEFT_SERVE)
         return -EINVAL;
     weft_scope *s = calloc(1, sizeof(*s));
     if (!s)
@@ -269,14 +424,14 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
     s->winner = -1;
     s->shield = opts && opts->shield;
     s->owner = t;
-    s->parent = parent;
     s->deadline = WEFT_NEVER;
     s->deadline_timer.fn = deadline_fired;
+    if (opts) {
+        s->on_failure = opts->on_failure;
+        s->failure_ctx = opts->failure_ctx;
+    }
     scope_lock(parent);
-    s->sib_next = parent->kids;
-    if (parent->kids)
-        parent->kids->sib_prev = s;
-    parent->kids = s;
+    kid_link_locked(parent, s);
     if (!s->shield && ld_rlx(&parent->cancelled) != CANCEL_NONE)
         atomic_store(&s->cancelled, CANCEL_PARENT);
     scope_unlock(parent);
@@ -298,6 +453,7 @@ static int scope_result(const weft_scope *s)
     case WEFT_FAIL_FAST:
         return s->first_error ? s->first_error : by_cancel;
     case WEFT_COLLECT:
+    case WEFT_SERVE:
         return by_cancel;
     case WEFT_FIRST:
         if (s->winner >= 0)
@@ -341,15 +497,17 @@ int weft_scope_join(weft_scope *s)
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
     weft_scope *parent = s->parent;
     scope_lock(parent);
-    if (s->sib_prev)
-        s->sib_prev->sib_next = s->sib_next;
-    else
-        parent->kids = s->sib_next;
-    if (s->sib_next)
-        s->sib_next->sib_prev = s->sib_prev;
+    kid_unlink_locked(parent, s);
     scope_unlock(parent);
     atomic_store_explicit(&t->cur, parent, memory_order_release);
+    if (s->policy == WEFT_SERVE && !s->on_failure)
+        log_dropped_at_join(s);
     return scope_result(s);
+}
+
+void weft__scope_close_task(weft_scope *p)
+{
+    weft_scope_join(p); /* it has no children: closes it at once */
 }
 
 void weft__scope_join_above(weft_task *t, weft_scope *keep)
@@ -412,6 +570,7 @@ int weft_scope_free(weft_scope *s)
 
 void weft__scope_free_orphans(weft_runtime *rt)
 {
+    weft__handles_fini(rt);
     while (rt->orphans) {
         weft_scope *s = rt->orphans;
         rt->orphans = s->sib_next;
@@ -463,7 +622,9 @@ int weft_scope_status(const weft_scope *s, int child, int *status)
         return -EINVAL;
     int rc = 0;
     scope_lock(s);
-    if (child < 0 || child >= s->spawned)
+    if (s->policy == WEFT_SERVE)
+        rc = -ENODATA; /* its children have no index */
+    else if (child < 0 || child >= s->spawned)
         rc = -ENOENT;
     else if (!keeps_statuses(s))
         rc = -ENODATA;
@@ -519,5 +680,8 @@ weft_time weft_deadline(void)
 weft_scope *weft_scope_current(void)
 {
     weft_task *t = weft__current();
-    return t ? ld_rlx(&t->cur) : NULL;
+    if (!t)
+        return NULL;
+    weft_scope *s = ld_rlx(&t->cur);
+    return s->task_scope ? s->parent : s; /* the handle's is not the code's */
 }

@@ -7,10 +7,14 @@
 #include "t.h"
 #include "weft.h"
 
+#include "internal.h" /* weft__scope_footprint, weft__scope_status_cap */
+
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 static weft_scope *open_scope(weft_policy policy, weft_time deadline,
                               int shield)
@@ -1528,4 +1532,396 @@ TEST(cancel_from_plain_pthread_virtual_clock)
     ASSERT_EQ(t_run_virtual(4, pthread_cancel_virtual_root, &m), 0);
     ASSERT_EQ(atomic_load(&m.cancelled_ok), m.n);
     ASSERT_EQ(atomic_load(&m.wrong), 0);
+}
+
+/* ---- index limits ------------------------------------------------------ */
+
+/* The statuses array grows by doubling; from 2^30 entries on, doubling an
+ * int overflowed (UBSan: signed multiplication). It stops at INT_MAX,
+ * enough for every index a scope can give. */
+TEST(status_capacity_does_not_overflow)
+{
+    ASSERT_EQ(weft__scope_status_cap(0), 16);
+    ASSERT_EQ(weft__scope_status_cap(16), 32);
+    ASSERT_EQ(weft__scope_status_cap(1 << 29), 1 << 30);
+    ASSERT_EQ(weft__scope_status_cap(1 << 30), INT_MAX);
+    ASSERT_EQ(weft__scope_status_cap(INT_MAX / 2 + 1), INT_MAX);
+    ASSERT_EQ(weft__scope_status_cap(INT_MAX - 1), INT_MAX);
+}
+
+/* A scope that has given INT_MAX indexes refuses the next spawn with
+ * -EOVERFLOW (every policy that numbers its children); WEFT_SERVE numbers
+ * none and spawns on, its count stopping at INT_MAX. The count is set by
+ * hand: 2^31 tasks would take too long. */
+static int index_limit_root(void *arg)
+{
+    (void)arg;
+    weft_policy numbered[] = {WEFT_FAIL_FAST, WEFT_COLLECT, WEFT_FIRST,
+                              WEFT_RACE};
+    for (int i = 0; i < 4; i++) {
+        weft_scope *s = open_scope(numbered[i], 0, 0);
+        s->spawned = INT_MAX;
+        ASSERT_EQ(weft_spawn(s, noop, NULL), -EOVERFLOW);
+        ASSERT_EQ(weft_scope_spawned(s), INT_MAX);
+        s->spawned = 0;
+        ASSERT_EQ(weft_spawn(s, noop, NULL), 0);
+        weft_scope_join(s);
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+    weft_scope *s = open_scope(WEFT_SERVE, 0, 0);
+    s->spawned = INT_MAX - 1;
+    ASSERT_EQ(weft_spawn(s, noop, NULL), 0);
+    ASSERT_EQ(weft_spawn(s, noop, NULL), 0);
+    ASSERT_EQ(weft_scope_spawned(s), INT_MAX);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(index_limit_is_eoverflow_except_serve)
+{
+    ASSERT_EQ(t_run_virtual(1, index_limit_root, NULL), 0);
+}
+
+/* Joining a WEFT_FIRST or WEFT_RACE scope that had no child: no winner,
+ * -ENOENT; a cancel still says -ECANCELED. */
+static int empty_first_race_root(void *arg)
+{
+    (void)arg;
+    weft_policy p[] = {WEFT_FIRST, WEFT_RACE};
+    for (int i = 0; i < 2; i++) {
+        weft_scope *s = open_scope(p[i], 0, 0);
+        ASSERT_EQ(weft_scope_join(s), -ENOENT);
+        ASSERT_EQ(weft_scope_winner(s), -ENOENT);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        s = open_scope(p[i], 0, 0);
+        ASSERT_EQ(weft_scope_cancel(s), 0);
+        ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+    return 0;
+}
+
+TEST(empty_first_or_race_join_is_enoent)
+{
+    ASSERT_EQ(t_run_virtual(1, empty_first_race_root, NULL), 0);
+}
+
+/* ---- weft_spawn_ex with a compound literal ------------------------------ */
+
+static int name_and_worker(void *arg)
+{
+    int *seen = arg;
+    seen[0] = weft_worker_id();
+    seen[1] = strcmp(weft_task_name(), "a") == 0;
+    return 0;
+}
+
+static int spawn_ex_literal_root(void *unused)
+{
+    (void)unused;
+    int seen[2] = {-1, 0};
+    weft_scope *s = open_scope(WEFT_FAIL_FAST, 0, 0);
+    void *arg = seen;
+    weft_fn fn = name_and_worker;
+    /* The line as a user writes it: the macro must not split the literal
+     * at its commas. */
+    // clang-format off
+    int rc = weft_spawn_ex(s, fn, arg, &(weft_spawn_opts){.name = "a", .worker = 1});
+    // clang-format on
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(seen[0], 0);
+    ASSERT_EQ(seen[1], 1);
+    return 0;
+}
+
+TEST(spawn_ex_takes_a_compound_literal)
+{
+    ASSERT_EQ(t_run_virtual(2, spawn_ex_literal_root, NULL), 0);
+}
+
+/* ---- WEFT_SERVE -------------------------------------------------------- */
+
+struct serve {
+    long n;
+    unsigned char *seen; /* per child: how often the handler saw it */
+    atomic_long calls, wrong, long_sleep_ok;
+    weft_scope *s;
+};
+
+/* Child i fails with -(i + 1) if i % 3 == 1, else succeeds; each yields
+ * once first, so children overlap. */
+static int serve_child(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    weft_yield();
+    return i % 3 == 1 ? (int)-(i + 1) : 0;
+}
+
+static struct serve *serve_state;
+
+static void serve_handler(void *ctx, const weft_child_failure *f)
+{
+    struct serve *v = ctx;
+    long i = -(long)f->status - 1;
+    atomic_fetch_add(&v->calls, 1);
+    if (v != serve_state || i < 0 || i >= v->n || i % 3 != 1 ||
+        strcmp(f->file, __FILE__) != 0 || f->name != NULL)
+        atomic_fetch_add(&v->wrong, 1);
+    else
+        v->seen[i]++; /* one task per child: each index is its own */
+}
+
+/* A sibling that sleeps through all the failures: not cancelled. */
+static int serve_long_sibling(void *arg)
+{
+    struct serve *v = arg;
+    if (weft_sleep(WEFT_SEC) == 0 && weft_now() == WEFT_SEC)
+        atomic_fetch_add(&v->long_sleep_ok, 1);
+    return 0;
+}
+
+static int serve_many_root(void *arg)
+{
+    struct serve *v = arg;
+    weft_scope_opts o = {
+        .policy = WEFT_SERVE, .on_failure = serve_handler, .failure_ctx = v};
+    ASSERT_EQ(weft_scope_open(&v->s, &o), 0);
+    size_t at_open = weft__scope_footprint(v->s);
+    ASSERT_EQ(weft_spawn(v->s, serve_long_sibling, v), 0);
+    for (long i = 0; i < v->n; i++) {
+        ASSERT_EQ(weft_spawn(v->s, serve_child, (void *)(intptr_t)i), 0);
+        if (i % 1000 == 0)
+            ASSERT_EQ(weft__scope_footprint(v->s), at_open);
+    }
+    ASSERT_EQ(weft_scope_join(v->s), 0);
+    ASSERT_EQ(weft__scope_footprint(v->s), at_open);
+    ASSERT(!weft_scope_cancelled(v->s));
+    ASSERT_EQ(weft_scope_spawned(v->s), v->n + 1);
+    ASSERT_EQ(weft_scope_failed(v->s), v->n / 3);
+    int st;
+    ASSERT_EQ(weft_scope_status(v->s, 0, &st), -ENODATA);
+    ASSERT_EQ(weft_scope_winner(v->s), -ENOENT);
+    ASSERT_EQ(weft_scope_free(v->s), 0);
+
+    /* The accessor does measure: a collecting scope grows with its
+     * children. */
+    weft_scope *c = open_scope(WEFT_COLLECT, 0, 0);
+    size_t collect_open = weft__scope_footprint(c);
+    for (int i = 0; i < 1000; i++)
+        ASSERT_EQ(weft_spawn(c, noop, NULL), i);
+    ASSERT(weft__scope_footprint(c) >= collect_open + 1000 * sizeof(int64_t));
+    ASSERT_EQ(weft_scope_join(c), 0);
+    ASSERT_EQ(weft_scope_free(c), 0);
+    return 0;
+}
+
+/* 200k children come and go; the scope's memory does not move, every
+ * failure reaches the handler once with its own status, and no failure
+ * cancels a sibling. */
+TEST(serve_memory_constant_and_failures_reported_once)
+{
+    static struct serve v;
+    v.n = T_SCALE(200000);
+    v.n -= v.n % 3; /* so that exactly n / 3 fail */
+    v.seen = calloc((size_t)v.n, 1);
+    ASSERT(v.seen != NULL);
+    serve_state = &v;
+    ASSERT_EQ(t_run_virtual(2, serve_many_root, &v), 0);
+    ASSERT_EQ(atomic_load(&v.wrong), 0);
+    ASSERT_EQ(atomic_load(&v.calls), v.n / 3);
+    for (long i = 0; i < v.n; i++)
+        if (v.seen[i] != (i % 3 == 1))
+            T_FAIL("child %ld reported %d times", i, v.seen[i]);
+    ASSERT_EQ(atomic_load(&v.long_sleep_ok), 1);
+    free(v.seen);
+}
+
+/* The handler gets the child's name and spawn site, on the child's own
+ * task, before the child counts as finished. */
+static int handler_line;
+static atomic_int handler_ok;
+
+static void site_handler(void *ctx, const weft_child_failure *f)
+{
+    weft_scope *s = *(weft_scope **)ctx;
+    int ok = f->status == -EIO && f->name && strcmp(f->name, "conn") == 0 &&
+             strcmp(f->file, __FILE__) == 0 && f->line == handler_line &&
+             strcmp(weft_task_name(), "conn") == 0 && weft_scope_current() == s;
+    /* It may block as the child could; join waits for it. */
+    ok = ok && weft_sleep(WEFT_SEC) == 0;
+    atomic_store(&handler_ok, ok);
+}
+
+static int fail_eio(void *arg)
+{
+    (void)arg;
+    return -EIO;
+}
+
+static int serve_site_root(void *arg)
+{
+    (void)arg;
+    static weft_scope *s;
+    weft_scope_opts o = {
+        .policy = WEFT_SERVE, .on_failure = site_handler, .failure_ctx = &s};
+    ASSERT_EQ(weft_scope_open(&s, &o), 0);
+    weft_spawn_opts so = {.name = "conn"};
+    handler_line = __LINE__ + 1;
+    ASSERT_EQ(weft_spawn_ex(s, fail_eio, NULL, &so), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT_EQ(atomic_load(&handler_ok), 1);
+    ASSERT_EQ(weft_scope_failed(s), 1);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* on_failure belongs to WEFT_SERVE. */
+    weft_scope *bad = (weft_scope *)0x1;
+    o.policy = WEFT_COLLECT;
+    ASSERT_EQ(weft_scope_open(&bad, &o), -EINVAL);
+    ASSERT(bad == (weft_scope *)0x1);
+    return 0;
+}
+
+TEST(serve_handler_sees_name_and_spawn_site)
+{
+    ASSERT_EQ(t_run_virtual(1, serve_site_root, NULL), 0);
+}
+
+/* The scope's cancel and its deadline still reach every child, on every
+ * worker; the cancelled children reach the handler too. */
+static atomic_long serve_cancelled_seen, serve_woken_ok;
+static weft_time serve_expect_at;
+
+static void count_cancelled(void *ctx, const weft_child_failure *f)
+{
+    (void)ctx;
+    if (f->status == -ECANCELED)
+        atomic_fetch_add(&serve_cancelled_seen, 1);
+}
+
+/* Sleeps "forever"; counts a wake by cancel at serve_expect_at, on the
+ * worker it slept on. */
+static int serve_sleeper(void *arg)
+{
+    struct mass *m = arg;
+    int id = weft_worker_id();
+    atomic_fetch_add(&m->per_worker[id], 1);
+    atomic_fetch_add(&m->parked, 1);
+    int r = weft_sleep(1000L * 86400 * WEFT_SEC);
+    if (r == -ECANCELED && weft_now() == serve_expect_at &&
+        weft_worker_id() == id)
+        atomic_fetch_add(&serve_woken_ok, 1);
+    return r;
+}
+
+static int serve_cancel_root(void *arg)
+{
+    struct mass *m = arg;
+    for (int round = 0; round < 2; round++) {
+        atomic_store(&m->parked, 0);
+        serve_expect_at = round == 0 ? 3 * WEFT_SEC : 5 * WEFT_SEC;
+        weft_scope_opts o = {.policy = WEFT_SERVE,
+                             .on_failure = count_cancelled,
+                             .deadline = round == 0 ? 3 * WEFT_SEC : 0};
+        ASSERT_EQ(weft_scope_open(&m->s, &o), 0);
+        for (long i = 0; i < m->n; i++) {
+            weft_spawn_opts so = {.worker = (int)(i % 4) + 1};
+            ASSERT_EQ(weft_spawn_ex(m->s, serve_sleeper, m, &so), 0);
+        }
+        if (round == 1) {
+            ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0); /* all parked by then */
+            ASSERT_EQ(atomic_load(&m->parked), m->n);
+            ASSERT_EQ(weft_scope_cancel(m->s), 0);
+        }
+        ASSERT_EQ(weft_scope_join(m->s), round == 0 ? -ETIMEDOUT : -ECANCELED);
+        ASSERT_EQ(weft_now(), serve_expect_at);
+        ASSERT_EQ(weft_scope_failed(m->s), m->n);
+        ASSERT_EQ(weft_scope_free(m->s), 0);
+    }
+    return 0;
+}
+
+TEST(serve_cancel_and_deadline_reach_all_children)
+{
+    static struct mass m;
+    m.n = T_LIVE(4000);
+    ASSERT_EQ(t_run_virtual(4, serve_cancel_root, &m), 0);
+    ASSERT_EQ(atomic_load(&serve_woken_ok), 2 * m.n);
+    ASSERT_EQ(atomic_load(&serve_cancelled_seen), 2 * m.n);
+    for (int i = 0; i < 4; i++)
+        ASSERT(atomic_load(&m.per_worker[i]) > 0);
+}
+
+/* Without a handler, failures are lines on stderr: none for -ECANCELED,
+ * at most 10 a second, the rest counted on the next line or at join. */
+struct logrun {
+    int fail_now, cancelled_now, fail_later;
+};
+
+static int return_arg(void *arg)
+{
+    return (int)(intptr_t)arg;
+}
+
+static int serve_log_root(void *arg)
+{
+    struct logrun *r = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_SERVE}), 0);
+    weft_spawn_opts named = {.name = "conn"};
+    for (int i = 0; i < r->fail_now; i++)
+        ASSERT_EQ(
+            weft_spawn_ex(s, return_arg, (void *)(intptr_t)-EPIPE, &named), 0);
+    for (int i = 0; i < r->cancelled_now; i++)
+        ASSERT_EQ(weft_spawn(s, return_arg, (void *)(intptr_t)-ECANCELED), 0);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* a new window */
+    for (int i = 0; i < r->fail_later; i++)
+        ASSERT_EQ(weft_spawn(s, return_arg, (void *)(intptr_t)-EIO), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_failed(s),
+              r->fail_now + r->cancelled_now + r->fail_later);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static int count_substr(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+TEST(serve_default_log_is_rate_limited)
+{
+    FILE *log = tmpfile();
+    ASSERT(log != NULL);
+    fflush(stderr);
+    int saved = dup(2);
+    ASSERT(saved >= 0);
+    ASSERT(dup2(fileno(log), 2) == 2);
+    struct logrun r = {.fail_now = 25, .cancelled_now = 5, .fail_later = 13};
+    int rc = t_run_virtual(1, serve_log_root, &r);
+    fflush(stderr);
+    ASSERT(dup2(saved, 2) == 2);
+    close(saved);
+    ASSERT_EQ(rc, 0);
+    char buf[8192];
+    rewind(log);
+    size_t len = fread(buf, 1, sizeof buf - 1, log);
+    buf[len] = 0;
+    fclose(log);
+    /* First window: 10 of 25 shown, 15 left out; second window: the first
+     * line says so, 9 more, then 3 left out and said at join. */
+    ASSERT_EQ(count_substr(buf, "weft: task \"conn\" spawned at "), 10);
+    ASSERT_EQ(count_substr(buf, "failed: "), 10 + 10);
+    ASSERT_EQ(count_substr(buf, "(15 earlier failures not shown)"), 1);
+    ASSERT_EQ(count_substr(buf, "weft: 3 more failed tasks"), 1);
+    ASSERT_EQ(count_substr(buf, "\n"), 10 + 10 + 1);
+    ASSERT_EQ(count_substr(buf, "(-32)"), 10); /* -EPIPE */
+    ASSERT_EQ(count_substr(buf, "(-5)"), 10);  /* -EIO */
+    ASSERT_EQ(count_substr(buf, __FILE__), 20);
 }
