@@ -650,6 +650,8 @@ static void *signal_thread(void *arg)
                                 "cancelling all tasks\n");
             exit_at = weft__add_sat(now, sc->grace_ns);
         }
+        if (ld_acq(&sc->finished)) /* after the note above, if it is due */
+            return NULL;
         /* The real clock is this thread's too: the drain deadline is
          * kept here as well, in case no worker can run the keeper. */
         weft_time drain = rt->clock == WEFT_CLOCK_MONOTONIC && requested &&
@@ -679,8 +681,6 @@ static void *signal_thread(void *arg)
             if (read(sc->efd, &count, sizeof(count)) < 0) {
                 /* another read took it: nothing to do */
             }
-            if (ld_acq(&sc->finished))
-                return NULL;
         }
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
