@@ -214,8 +214,14 @@ WEFT_EXTERN int weft_worker_id(void);
  * seen at once (weft_shutdown_requested, weft_shutdown_wait,
  * weft_shutdown_chan) and sets the drain deadline to now +
  * shutdown_drain_ns (the default 0: the root scope is cancelled now).
- * Idempotent: a later call changes nothing. Returns 0, or -EPERM (a
- * plain thread, and no runtime runs). Any thread; never blocks. */
+ * From a plain thread, a runtime on the virtual clock has a task of its
+ * own make the request, so that it happens at one virtual instant: the
+ * call may return before the request is seen.
+ * Idempotent: a later call changes nothing. Returns 0, -EPERM (a plain
+ * thread, and no runtime runs), or -ENOMEM (the request is made, but its
+ * drain deadline will not cancel the root scope: no memory for the task
+ * that keeps it; weft_shutdown_deadline can try again). Any thread; never
+ * blocks. */
 WEFT_EXTERN int weft_shutdown_request(void);
 
 /* Non-zero once shutdown has been requested in the calling task's
@@ -246,9 +252,10 @@ WEFT_EXTERN struct weft_chan *weft_shutdown_chan(void);
  * after it, and the latest call wins: the code that sees the work in
  * flight knows its drain better than a configuration written before it.
  * weft_main's second signal still ends the process at once. Every task's
- * weft_deadline() reports the deadline (except inside shielded scopes). Returns
- * 0, -EALREADY (the root scope is cancelled already: too late to move it),
- * -EINVAL (deadline < 0), -EPERM (not in a task). Not a cancellation
+ * weft_deadline() reports the deadline (except inside shielded scopes).
+ * Returns 0, -EALREADY (the root scope is cancelled already: too late to
+ * move it), -EINVAL (deadline < 0), -EPERM (not in a task), -ENOMEM
+ * (stored, but not kept: see weft_shutdown_request). Not a cancellation
  * point; never blocks. */
 WEFT_EXTERN int weft_shutdown_deadline(weft_time deadline);
 

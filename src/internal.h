@@ -312,6 +312,8 @@ typedef struct weft__pool_global {
  * reads and requests; the root scope's lock orders deadline changes. */
 typedef struct weft__shutdown {
     atomic_int requesting;    /* 1 once a request began; never cleared */
+    atomic_int handed;        /* 1: a plain thread's request, on a virtual
+                               * clock, for the keeper to make */
     atomic_int requested;     /* 1 once the request is visible: its
                                * deadline stored, the channel closed */
     _Atomic int64_t deadline; /* the drain deadline: the root scope is
@@ -323,14 +325,12 @@ typedef struct weft__shutdown {
     weft_chan *chan;          /* closed by the request; the runtime's ref */
     /* The keeper: a task on worker 0 that cancels the root scope at the
      * deadline, through the timer wheel (so a virtual clock jumps to it).
-     * Made with the runtime, parked without having run; the first deadline
-     * that needs a timer wakes it. Its home scope is outside the root's
-     * tree: it never keeps the runtime alive, and one left parked at the
-     * end is freed by weft_run. */
+     * Made, on any thread, by the first deadline that needs a timer. Its
+     * home scope is outside the root's tree: it never keeps the runtime
+     * alive, and one left parked at the end is freed by weft_run. */
     weft_task *keeper;
     weft_scope *keeper_home;
-    uint64_t keeper_token;     /* its park token until it is started */
-    atomic_int keeper_started; /* 1 once someone woke it */
+    atomic_int keeper_started; /* 1 once someone made it */
     atomic_int keeper_done;    /* 1 when it returns: its slot is recycled */
     weft_event poke;           /* set when the deadline moves */
     atomic_int notify_fd;      /* weft_main's signal thread's eventfd, -1: none;

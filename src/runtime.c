@@ -22,18 +22,24 @@
  *      task has given one (weft_shutdown_deadline: a task's deadline
  *      always wins over the configured one, and the latest call wins). It
  *      is the root scope's deadline, so weft_deadline() reports it;
- *   2. sets `requested` and closes the shutdown channel: weft_shutdown_wait
+ *   2. hands a deadline still to come to the keeper, a task on worker 0
+ *      parked on the timer wheel until then (a virtual clock jumps to it),
+ *      which then cancels the root scope. A task that moves the deadline
+ *      wakes the keeper to look again;
+ *   3. sets `requested` and closes the shutdown channel: weft_shutdown_wait
  *      returns, receives from weft_shutdown_chan() return -EPIPE, so
  *      intake stops and closes its own channels while the rest of the
- *      program drains. Before any cancel, so that a waiter sees the request
- *      even when the cancel comes at the same instant;
- *   3. a deadline already come (drain 0, the default) cancels the root
- *      scope there and then, as weft_main always did; a later one is kept
- *      by the keeper, a task on worker 0 parked on the timer wheel until
- *      then (a virtual clock jumps to it), which cancels the root scope.
- *      A task that moves the deadline wakes the keeper to look again;
- *   4. a program that finishes before the deadline is never cancelled:
+ *      program drains;
+ *   4. a deadline come already (drain 0, the default) cancels the root
+ *      scope there and then, as weft_main always did: after step 3, so
+ *      that a waiter sees the request even when the cancel comes at the
+ *      same instant;
+ *   5. a program that finishes before the deadline is never cancelled:
  *      the keeper lives outside the root scope and is freed at the end.
+ * A runtime whose shutdown keeps no deadline pays for one channel: the
+ * keeper is made by the first deadline that needs it. On a virtual clock
+ * a plain thread's request is made by the keeper, a task: the clock stands
+ * still while a task runs, not while a plain thread works.
  * weft_main adds a signal thread: SIGINT and SIGTERM are blocked in every
  * runtime thread and read from a signalfd. The first makes the request; a
  * second ends the process at once, and so does the grace period running
@@ -436,12 +442,16 @@ static void cancel_root(weft_runtime *rt)
 
 /* The keeper's body: cancels the root scope when the clock reaches the
  * drain deadline, which may move while it waits. */
+static int request_now(weft_runtime *rt);
+
 static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
     weft__shutdown *sd = &rt->shut;
     for (;;) {
         weft_event_reset(&sd->poke); /* before reading: no move is missed */
+        if (ld_acq(&sd->handed))
+            request_now(rt); /* a plain thread's, on a virtual clock */
         weft_time d = ld_acq(&sd->deadline);
         if (weft__scope_is_cancelled(rt->root))
             break; /* by the deadline or otherwise: nothing left to keep */
@@ -455,42 +465,51 @@ static int keeper_main(void *arg)
     return 0;
 }
 
-/* Before any task runs, on the calling thread: the channel, and the
- * keeper, parked without having run. */
 static int shutdown_init(weft_runtime *rt, const weft_config *c)
 {
     weft__shutdown *sd = &rt->shut;
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
-    int err = weft_chan_new(&sd->chan, 1, 0);
-    if (err)
-        return err;
-    sd->keeper_home = malloc(sizeof(*sd->keeper_home));
-    weft_worker *w0 = &rt->workers[0];
-    weft_task *t = sd->keeper_home ? weft__task_alloc(w0, 0) : NULL;
-    if (!t)
-        return -ENOMEM;
-    weft__scope_init_root(rt, sd->keeper_home);
-    sd->keeper_home->is_root = false; /* its end is not the runtime's */
-    static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
-    weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
-    weft__scope_add_child(sd->keeper_home, t);
-    t->worker = w0; /* where the first wake sends it */
-    sd->keeper_token = weft__park_prepare(t, false);
-    sd->keeper = t;
-    return 0;
+    return weft_chan_new(&sd->chan, 1, 0);
 }
 
 static void shutdown_fini(weft_runtime *rt)
 {
     weft__shutdown *sd = &rt->shut;
-    /* Parked, or never started: its slot goes back with worker 0's. */
+    /* Parked, or never started: the keeper's slot is unmapped. */
     if (sd->keeper && !ld_acq(&sd->keeper_done))
         weft__task_free(&rt->workers[0], sd->keeper);
     free(sd->keeper_home);
     if (sd->chan)
         weft_chan_unref(sd->chan);
+}
+
+/* Makes the keeper and wakes it on worker 0, from whatever thread sets the
+ * first deadline that needs it. Its slot is mapped for it alone (a stack
+ * larger than the pool's makes weft__task_alloc map one, which any thread
+ * may), since only worker 0 may take one from worker 0's pool. */
+static int start_keeper(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_worker *w0 = &rt->workers[0];
+    weft_scope *home = malloc(sizeof(*home));
+    weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
+    if (!t) {
+        free(home);
+        return -ENOMEM;
+    }
+    weft__scope_init_root(rt, home);
+    home->is_root = false; /* its end is not the runtime's */
+    static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
+    weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
+    weft__scope_add_child(home, t);
+    t->worker = w0; /* where the wake sends it, and where it stays */
+    sd->keeper_home = home;
+    sd->keeper = t;
+    /* Parked without having run: the one wake starts it. */
+    weft__wake(t, weft__park_prepare(t, false), 0);
+    return 0;
 }
 
 /* Stores a drain deadline (the root scope's, so weft_deadline() reports
@@ -513,45 +532,75 @@ static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
 }
 
 /* Acts on the stored deadline: cancels the root scope if it has come,
- * else leaves it to the keeper. Idempotent. */
-static void keep_deadline(weft_runtime *rt)
+ * else leaves it to the keeper (made by the first deadline that needs
+ * it). Idempotent. -ENOMEM: no keeper, the deadline is not kept (a later
+ * one tries again). */
+static int keep_deadline(weft_runtime *rt)
 {
     weft__shutdown *sd = &rt->shut;
     weft_time d = ld_acq(&sd->deadline);
-    if (d <= weft__now(rt))
+    int rc = 0;
+    if (d <= weft__now(rt)) {
         cancel_root(rt);
-    else if (d != WEFT_NEVER && !xchg_sc(&sd->keeper_started, 1))
-        weft__wake(sd->keeper, sd->keeper_token, 0);
-    else
+    } else if (d != WEFT_NEVER && !xchg_sc(&sd->keeper_started, 1)) {
+        if ((rc = start_keeper(rt)) != 0)
+            st_rel(&sd->keeper_started, 0);
+    } else {
         weft_event_set(&sd->poke); /* harmless before the keeper runs */
+    }
     notify_watcher(rt);
+    return rc;
 }
 
-/* Steps 1 to 3, once per runtime. */
-static void request(weft_runtime *rt)
+/* Steps 1 to 4, once per runtime: 0, or keep_deadline's -ENOMEM. */
+static int request_now(weft_runtime *rt)
 {
     weft__shutdown *sd = &rt->shut;
     if (xchg_sc(&sd->requesting, 1))
-        return;
+        return 0;
     store_deadline(rt, weft__add_sat(weft__now(rt), sd->drain_ns), false);
-    /* The request is seen before any cancel: a waiter is woken by it, not
-     * by the cancel, even when both come at once (a drain of 0). */
+    /* A deadline come already is not kept before the request is seen: a
+     * waiter is woken by the request, not by the cancel, even when both
+     * come at once (a drain of 0). */
+    int rc = ld_acq(&sd->deadline) > weft__now(rt) ? keep_deadline(rt) : 0;
     st_rel(&sd->requested, 1);
     weft_chan_close(sd->chan);
-    keep_deadline(rt);
+    int e = keep_deadline(rt);
+    return rc ? rc : e;
+}
+
+/* A request from a thread that is no task of rt's, on a virtual clock, is
+ * made by the keeper: a task, while it runs, keeps the clock where it is,
+ * whereas this thread's steps (the wakes of the close, the keeper's
+ * start) would let it jump, to the deadline before the request is seen or
+ * past it before the keeper keeps it. */
+static int request(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_worker *w = weft__tl_worker;
+    if (rt->clock != WEFT_CLOCK_VIRTUAL || (w && w->rt == rt))
+        return request_now(rt);
+    if (ld_acq(&sd->requesting) || xchg_sc(&sd->handed, 1))
+        return 0;
+    if (!xchg_sc(&sd->keeper_started, 1) && start_keeper(rt) != 0) {
+        st_rel(&sd->keeper_started, 0);
+        return request_now(rt); /* no keeper: this thread makes it */
+    }
+    weft_event_set(&sd->poke);
+    return 0;
 }
 
 int weft_shutdown_request(void)
 {
     weft_worker *w = weft__tl_worker;
-    if (w) {
-        request(w->rt);
-        return 0;
-    }
+    if (w)
+        return request(w->rt);
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -EPERM;
-    for (weft_runtime *rt = running; rt; rt = rt->shut.next_running)
-        request(rt);
+    for (weft_runtime *rt = running; rt; rt = rt->shut.next_running) {
+        int e = request(rt);
+        rc = rc ? rc : e;
+    }
     pthread_mutex_unlock(&running_mu);
     return rc;
 }
@@ -589,9 +638,7 @@ int weft_shutdown_deadline(weft_time deadline)
         return -EINVAL;
     int rc = store_deadline(w->rt, deadline, true);
     request(w->rt); /* if nothing has: now, with this deadline */
-    if (rc == 0)
-        keep_deadline(w->rt);
-    return rc;
+    return rc ? rc : keep_deadline(w->rt);
 }
 
 /* ---- weft_main: shutdown on SIGINT/SIGTERM ---- */

@@ -355,6 +355,29 @@ TEST(request_from_plain_thread)
     ASSERT_EQ(weft_shutdown_request(), -EPERM);
 }
 
+/* A plain thread's request with a drain: the keeper it makes cancels the
+ * root scope at the drain deadline, exactly, on the virtual clock. */
+static int plain_thread_drain_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_now(), 0);
+    ASSERT_EQ(pthread_create(&plain, NULL, plain_request, NULL), 0);
+    ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), 0); /* no clock moves */
+    ASSERT_EQ(weft_deadline(), 2 * WEFT_SEC);
+    ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
+    return 4;
+}
+
+TEST(plain_thread_request_keeps_drain_deadline)
+{
+    weft_config cfg = {.workers = 2,
+                       .clock = WEFT_CLOCK_VIRTUAL,
+                       .shutdown_drain_ns = 2 * WEFT_SEC};
+    ASSERT_EQ(weft_run(&cfg, plain_thread_drain_root, NULL), 4);
+    ASSERT_EQ(pthread_join(plain, NULL), 0);
+}
+
 TEST(outside_a_task)
 {
     ASSERT_EQ(weft_shutdown_requested(), 0);
