@@ -361,9 +361,10 @@ struct weft_runtime {
     pthread_mutex_t blocking_mu;
     struct weft__blocking *blocking;
     int blocking_threads, blocking_queue; /* from the config, 0: default */
-    bool pinned;         /* pin_workers: worker i on the i-th CPU of `cpus` */
-    cpu_set_t cpus;      /* the CPUs weft_run's caller may run on */
-    weft__shutdown shut; /* runtime.c: the shutdown request and its drain */
+    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
+    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
+    /* runtime.c: the shutdown request and its drain */
+    weft__shutdown shut;
 };
 
 /* ---- the current worker ---- */

@@ -440,10 +440,10 @@ static void cancel_root(weft_runtime *rt)
     notify_watcher(rt);
 }
 
-/* The keeper's body: cancels the root scope when the clock reaches the
- * drain deadline, which may move while it waits. */
 static int request_now(weft_runtime *rt);
 
+/* The keeper's body: cancels the root scope when the clock reaches the
+ * drain deadline, which may move while it waits. */
 static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
