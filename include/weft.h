@@ -136,9 +136,21 @@ typedef struct weft_config {
      * included, makes weft_run write a message to stderr and return
      * -EINVAL without running anything. */
     uint64_t seed;
-    /* weft_main only: how long after SIGINT/SIGTERM the tasks have to
-     * finish before the process exits. 0: 5 seconds. */
+    /* weft_main only: how long the tasks have to finish once a shutdown
+     * has cancelled the root scope; then the process exits (see
+     * weft_main). 0: 5 seconds. */
     int64_t shutdown_grace_ns;
+    /* The drain: how long after a shutdown request (weft_main's first
+     * SIGINT/SIGTERM, or weft_shutdown_request) the root scope is
+     * cancelled if tasks still run. 0: at once, with the request (the
+     * default: every cancellation point returns -ECANCELED right away, as
+     * Trio's Ctrl-C and asyncio.run do). Non-zero: the tasks see the
+     * request, stop intake and finish what is queued, and only what is
+     * still running at the deadline is cancelled (Go's
+     * signal.NotifyContext, then http.Server.Shutdown(ctx)). WEFT_NEVER: no
+     * deadline unless a task sets one. A task's weft_shutdown_deadline
+     * replaces the deadline this gives. */
+    int64_t shutdown_drain_ns;
     /* weft_blocking: the most OS threads running blocking calls at once.
      * 0: 64. Threads start when work arrives. */
     int blocking_threads;
@@ -162,11 +174,19 @@ typedef struct weft_config {
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
 
-/* weft_run with defaults, plus graceful shutdown: the first SIGINT or
- * SIGTERM cancels the root scope (every cancellation point then returns
- * -ECANCELED) and the tasks get the grace period to finish; a second
- * signal, or the grace period running out, ends the process with exit code
- * 130 and a message on stderr. Returns like weft_run. */
+/* weft_run with defaults, plus graceful shutdown on SIGINT and SIGTERM:
+ * - the first one requests shutdown (as weft_shutdown_request does). With
+ *   shutdown_drain_ns 0, the default, that cancels the root scope at once:
+ *   every cancellation point returns -ECANCELED. With a drain, the root
+ *   scope is cancelled only at the drain deadline, and only if tasks still
+ *   run then: until then they see the request (weft_shutdown_wait,
+ *   weft_shutdown_chan), stop intake and finish their queued work;
+ * - once a shutdown has cancelled the root scope, the tasks have
+ *   shutdown_grace_ns to finish;
+ * - a second signal, or the grace period running out, ends the process
+ *   with exit code 130 and a message on stderr.
+ * A request made by code (weft_shutdown_request, weft_shutdown_deadline)
+ * goes the same way, grace period included. Returns like weft_run. */
 WEFT_EXTERN int weft_main(weft_fn fn, void *arg);
 
 /* Like weft_main with a configuration (cfg may be NULL). */
@@ -182,6 +202,71 @@ WEFT_EXTERN int weft_workers(void);
 /* Index (0 .. workers-1) of the worker running the calling task, or -EPERM
  * outside a runtime. A started task always runs on the same worker. */
 WEFT_EXTERN int weft_worker_id(void);
+
+/* ---- Shutdown requests ----
+ *
+ * A runtime-wide request to stop, in Go's shape (signal.NotifyContext, then
+ * http.Server.Shutdown(ctx)): the tasks that take work in (accept loops,
+ * producers) wait for the request, stop, and close their channels; the
+ * others drain what is queued until a receive returns -EPIPE, and return.
+ * Nothing in flight is lost, because nothing is cancelled: the root scope
+ * is cancelled only if the drain deadline comes first. weft_main makes the
+ * request on the first SIGINT or SIGTERM; any program, weft_run's too, can
+ * make it from code. Set weft_config.shutdown_drain_ns, or call
+ * weft_shutdown_deadline: with the default drain of 0 the request cancels
+ * the root scope at the same instant. A request is never withdrawn.
+ * (weft_shutdown(), in section 8, is a socket's shutdown(2): unrelated.) */
+
+/* Requests shutdown of the calling task's runtime or, from a plain thread
+ * (any thread that is no runtime's worker, weft_blocking's pool
+ * included), of every runtime running in the process. The request is
+ * seen at once (weft_shutdown_requested, weft_shutdown_wait,
+ * weft_shutdown_chan) and sets the drain deadline to now +
+ * shutdown_drain_ns (the default 0: the root scope is cancelled now).
+ * From a plain thread, a runtime on the virtual clock has a task of its
+ * own make the request, so that it happens at one virtual instant: the
+ * call may return before the request is seen.
+ * Idempotent: a later call changes nothing. Returns 0, -EPERM (a plain
+ * thread, and no runtime runs), or -ENOMEM (the request is made, but its
+ * drain deadline will not cancel the root scope: no memory for the task
+ * that keeps it; weft_shutdown_deadline can try again). Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_shutdown_request(void);
+
+/* Non-zero once shutdown has been requested in the calling task's
+ * runtime; 0 before, and outside a task. Never blocks. */
+WEFT_EXTERN int weft_shutdown_requested(void);
+
+/* Waits until shutdown is requested (at once if it has been). Returns 0,
+ * -ETIMEDOUT at the deadline (absolute; WEFT_NEVER: none), -ECANCELED,
+ * -EINVAL (deadline < 0), -EPERM (not in a task). Cancellation point: in
+ * a cancelled scope it returns -ECANCELED even after a request; a cancel
+ * leaves nothing behind. Blocks. */
+WEFT_EXTERN int weft_shutdown_wait(weft_time deadline);
+
+/* The runtime's shutdown channel, to use as a case of weft_select next to
+ * the program's own channels (Go's ctx.Done()): nothing is ever sent on
+ * it, and the request closes it, so a receive from it blocks until the
+ * request and returns -EPIPE from then on. The runtime owns it and frees
+ * it when weft_run returns: never send on it, close it or unref it (take
+ * a reference to keep it longer). NULL outside a task. Never blocks. */
+WEFT_EXTERN struct weft_chan *weft_shutdown_chan(void);
+
+/* Sets the drain deadline: if tasks still run when the runtime's clock
+ * reaches it, the root scope is cancelled then (absolute; WEFT_NEVER:
+ * never; already past: now). So the task that handles the request says how
+ * long the drain may take, as Go's Server.Shutdown(ctx) does. Requests
+ * shutdown first if nothing has. It replaces the deadline the request
+ * takes from shutdown_drain_ns, earlier or later, before the request or
+ * after it, and the latest call wins: the code that sees the work in
+ * flight knows its drain better than a configuration written before it.
+ * weft_main's second signal still ends the process at once. Every task's
+ * weft_deadline() reports the deadline (except inside shielded scopes).
+ * Returns 0, -EALREADY (the root scope is cancelled already: too late to
+ * move it), -EINVAL (deadline < 0), -EPERM (not in a task), -ENOMEM
+ * (stored, but not kept: see weft_shutdown_request). Not a cancellation
+ * point; never blocks. */
+WEFT_EXTERN int weft_shutdown_deadline(weft_time deadline);
 
 /* ------------------------------------------------------------------------
  * 3. Tasks and scopes

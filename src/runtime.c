@@ -11,11 +11,41 @@
  *      every worker; each leaves its loop;
  *   5. join the threads, unmap every stack, return the root task's status.
  * Nothing outlives weft_run: a task cannot, since every task is inside the
- * root scope, and the root scope is empty before step 4.
+ * root scope, and the root scope is empty before step 4; the one
+ * exception, the shutdown keeper below, is freed in step 5.
  *
+ * Shutdown, step by step (the Go shape: signal.NotifyContext, then
+ * http.Server.Shutdown(ctx)). A request (weft_shutdown_request from any
+ * thread, weft_shutdown_deadline, or weft_main's first SIGINT/SIGTERM),
+ * once per runtime:
+ *   1. stores the drain deadline, request + shutdown_drain_ns, unless a
+ *      task has given one (weft_shutdown_deadline: a task's deadline
+ *      always wins over the configured one, and the latest call wins). It
+ *      is the root scope's deadline, so weft_deadline() reports it;
+ *   2. hands a deadline still to come to the keeper, a task on worker 0
+ *      parked on the timer wheel until then (a virtual clock jumps to it),
+ *      which then cancels the root scope. A task that moves the deadline
+ *      wakes the keeper to look again;
+ *   3. sets `requested` and closes the shutdown channel: weft_shutdown_wait
+ *      returns, receives from weft_shutdown_chan() return -EPIPE, so
+ *      intake stops and closes its own channels while the rest of the
+ *      program drains;
+ *   4. a deadline come already (drain 0, the default) cancels the root
+ *      scope there and then, as weft_main always did: after step 3, so
+ *      that a waiter sees the request even when the cancel comes at the
+ *      same instant;
+ *   5. a program that finishes before the deadline is never cancelled:
+ *      the keeper lives outside the root scope and is freed at the end.
+ * A runtime whose shutdown keeps no deadline pays for one channel: the
+ * keeper is made by the first deadline that needs it. On a virtual clock
+ * a plain thread's request is made by the keeper, a task: the clock stands
+ * still while a task runs, not while a plain thread works.
  * weft_main adds a signal thread: SIGINT and SIGTERM are blocked in every
- * runtime thread and read from a signalfd; the first cancels the root
- * scope, a second one (or the grace period running out) ends the process.
+ * runtime thread and read from a signalfd. The first makes the request; a
+ * second ends the process at once, and so does the grace period running
+ * out once the root scope has been cancelled after a request. On the real
+ * clock the thread also cancels the root scope at the drain deadline
+ * itself, in case every worker is held by a task that never yields.
  */
 #include "ctx.h"
 #include "internal.h"
@@ -191,7 +221,7 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->clock != WEFT_CLOCK_MONOTONIC && c->clock != WEFT_CLOCK_VIRTUAL)
         return -EINVAL;
-    if (c->shutdown_grace_ns < 0)
+    if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0)
         return -EINVAL;
     if (c->blocking_threads < 0 || c->blocking_queue < 0)
         return -EINVAL;
@@ -233,9 +263,12 @@ static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
     return 0;
 }
 
+static void shutdown_fini(weft_runtime *rt);
+
 static void runtime_free(weft_runtime *rt)
 {
     weft__blocking_fini(rt);
+    shutdown_fini(rt);
     if (rt->workers) {
         for (int i = 0; i < rt->nworkers; i++)
             weft__worker_fini(&rt->workers[i]);
@@ -307,6 +340,10 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
  * meanwhile must not run weft_main's hook. */
 typedef void (*run_hook_fn)(weft_runtime *rt, void *ctx);
 
+static int shutdown_init(weft_runtime *rt, const weft_config *c);
+static void running_add(weft_runtime *rt);
+static void running_remove(weft_runtime *rt);
+
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
                               int *err, run_hook_fn hook, void *hook_ctx);
 
@@ -341,7 +378,8 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     weft_runtime *rt = runtime_new(cfg, err);
     if (!rt)
         return NULL;
-    if ((*err = spawn_root(rt, fn, arg)) != 0) {
+    if ((*err = spawn_root(rt, fn, arg)) != 0 ||
+        (*err = shutdown_init(rt, cfg)) != 0) {
         runtime_free(rt);
         return NULL;
     }
@@ -365,9 +403,11 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
      * thread_leave disables it: give the caller its own back. */
     stack_t caller_ss;
     bool restore_ss = sigaltstack(NULL, &caller_ss) == 0;
+    running_add(rt);
     thread_enter(w0);
     weft__worker_loop(w0);
     thread_leave(w0);
+    running_remove(rt);
     if (restore_ss)
         sigaltstack(&caller_ss, NULL);
     if (rt->pinned) /* the caller's thread: its own CPUs again */
@@ -382,53 +422,343 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     return rt;
 }
 
-/* ---- weft_main: graceful shutdown on SIGINT/SIGTERM ---- */
+/* ---- shutdown: the request, the drain deadline, the keeper ---- */
+
+/* Runtimes from their first task to their end, for requests made on plain
+ * threads, which belong to no runtime. A request holds the lock, so a
+ * runtime it reaches stays allocated until it is done. */
+static pthread_mutex_t running_mu = PTHREAD_MUTEX_INITIALIZER;
+static weft_runtime *running;
+
+static void running_add(weft_runtime *rt)
+{
+    pthread_mutex_lock(&running_mu);
+    rt->shut.next_running = running;
+    running = rt;
+    pthread_mutex_unlock(&running_mu);
+}
+
+static void running_remove(weft_runtime *rt)
+{
+    pthread_mutex_lock(&running_mu);
+    weft_runtime **p = &running;
+    while (*p != rt)
+        p = &(*p)->shut.next_running;
+    *p = rt->shut.next_running;
+    pthread_mutex_unlock(&running_mu);
+}
+
+/* Wakes weft_main's signal thread, if any, to look at the state again. */
+static void notify_watcher(weft_runtime *rt)
+{
+    int fd = ld_acq(&rt->shut.notify_fd);
+    uint64_t one = 1;
+    if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
+        /* the counter is full: the thread has a wake-up pending anyway */
+    }
+}
+
+static void cancel_root(weft_runtime *rt)
+{
+    weft__scope_cancel(rt->root, CANCEL_DEADLINE);
+    notify_watcher(rt);
+}
+
+static int request_now(weft_runtime *rt);
+
+/* The keeper's body: cancels the root scope when the clock reaches the
+ * drain deadline, which may move while it waits. */
+static int keeper_main(void *arg)
+{
+    weft_runtime *rt = arg;
+    weft__shutdown *sd = &rt->shut;
+    for (;;) {
+        weft_event_reset(&sd->poke); /* before reading: no move is missed */
+        if (ld_acq(&sd->handed))
+            request_now(rt); /* a plain thread's, on a virtual clock */
+        weft_time d = ld_acq(&sd->deadline);
+        if (weft__scope_is_cancelled(rt->root))
+            break; /* by the deadline or otherwise: nothing left to keep */
+        if (d <= weft__now(rt)) {
+            cancel_root(rt);
+            break;
+        }
+        weft_event_wait_until(&sd->poke, d);
+    }
+    st_rel(&sd->keeper_done, 1);
+    return 0;
+}
+
+static int shutdown_init(weft_runtime *rt, const weft_config *c)
+{
+    weft__shutdown *sd = &rt->shut;
+    sd->drain_ns = c->shutdown_drain_ns;
+    atomic_init(&sd->deadline, WEFT_NEVER);
+    atomic_init(&sd->notify_fd, -1);
+    return weft_chan_new(&sd->chan, 1, 0);
+}
+
+static void shutdown_fini(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    /* Parked, or never started: the keeper's slot is unmapped. */
+    if (sd->keeper && !ld_acq(&sd->keeper_done))
+        weft__task_free(&rt->workers[0], sd->keeper);
+    free(sd->keeper_home);
+    if (sd->chan)
+        weft_chan_unref(sd->chan);
+}
+
+/* Makes the keeper and wakes it on worker 0, from whatever thread sets the
+ * first deadline that needs it. Its slot is mapped for it alone (a stack
+ * larger than the pool's makes weft__task_alloc map one, which any thread
+ * may), since only worker 0 may take one from worker 0's pool. */
+static int start_keeper(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_worker *w0 = &rt->workers[0];
+    weft_scope *home = malloc(sizeof(*home));
+    weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
+    if (!t) {
+        free(home);
+        return -ENOMEM;
+    }
+    weft__scope_init_root(rt, home);
+    home->is_root = false; /* its end is not the runtime's */
+    static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
+    weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
+    weft__scope_add_child(home, t);
+    t->worker = w0; /* where the wake sends it, and where it stays */
+    sd->keeper_home = home;
+    sd->keeper = t;
+    /* Parked without having run: the one wake starts it. */
+    weft__wake(t, weft__park_prepare(t, false), 0);
+    return 0;
+}
+
+/* Stores a drain deadline (the root scope's, so weft_deadline() reports
+ * it). A task's (by_task) always replaces the configured one, whichever
+ * is stored first: a request racing with the task must not undo it.
+ * -EALREADY once the root scope is cancelled: no deadline matters then. */
+static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_scope *root = rt->root;
+    weft__lock_acquire(&root->lock);
+    bool over = weft__scope_is_cancelled(root);
+    if (!over && (by_task || !sd->task_deadline)) {
+        sd->task_deadline = sd->task_deadline || by_task;
+        root->deadline = d;
+        st_rel(&sd->deadline, d);
+    }
+    weft__lock_release(&root->lock);
+    return over ? -EALREADY : 0;
+}
+
+/* Acts on the stored deadline: cancels the root scope if it has come,
+ * else leaves it to the keeper (made by the first deadline that needs
+ * it). Idempotent. -ENOMEM: no keeper, the deadline is not kept (a later
+ * one tries again). */
+static int keep_deadline(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_time d = ld_acq(&sd->deadline);
+    int rc = 0;
+    if (d <= weft__now(rt)) {
+        cancel_root(rt);
+    } else if (d != WEFT_NEVER && !xchg_sc(&sd->keeper_started, 1)) {
+        if ((rc = start_keeper(rt)) != 0)
+            st_rel(&sd->keeper_started, 0);
+    } else {
+        weft_event_set(&sd->poke); /* harmless before the keeper runs */
+    }
+    notify_watcher(rt);
+    return rc;
+}
+
+/* Steps 1 to 4, once per runtime: 0, or keep_deadline's -ENOMEM. */
+static int request_now(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    if (xchg_sc(&sd->requesting, 1))
+        return 0;
+    store_deadline(rt, weft__add_sat(weft__now(rt), sd->drain_ns), false);
+    /* A deadline come already is not kept before the request is seen: a
+     * waiter is woken by the request, not by the cancel, even when both
+     * come at once (a drain of 0). */
+    int rc = ld_acq(&sd->deadline) > weft__now(rt) ? keep_deadline(rt) : 0;
+    st_rel(&sd->requested, 1);
+    weft_chan_close(sd->chan);
+    int e = keep_deadline(rt);
+    return rc ? rc : e;
+}
+
+/* A request from a thread that is no task of rt's, on a virtual clock, is
+ * made by the keeper: a task, while it runs, keeps the clock where it is,
+ * whereas this thread's steps (the wakes of the close, the keeper's
+ * start) would let it jump, to the deadline before the request is seen or
+ * past it before the keeper keeps it. */
+static int request(weft_runtime *rt)
+{
+    weft__shutdown *sd = &rt->shut;
+    weft_worker *w = weft__tl_worker;
+    if (rt->clock != WEFT_CLOCK_VIRTUAL || (w && w->rt == rt))
+        return request_now(rt);
+    if (ld_acq(&sd->requesting) || xchg_sc(&sd->handed, 1))
+        return 0;
+    if (!xchg_sc(&sd->keeper_started, 1) && start_keeper(rt) != 0) {
+        st_rel(&sd->keeper_started, 0);
+        return request_now(rt); /* no keeper: this thread makes it */
+    }
+    weft_event_set(&sd->poke);
+    return 0;
+}
+
+int weft_shutdown_request(void)
+{
+    weft_worker *w = weft__tl_worker;
+    if (w)
+        return request(w->rt);
+    pthread_mutex_lock(&running_mu);
+    int rc = running ? 0 : -EPERM;
+    for (weft_runtime *rt = running; rt; rt = rt->shut.next_running) {
+        int e = request(rt);
+        rc = rc ? rc : e;
+    }
+    pthread_mutex_unlock(&running_mu);
+    return rc;
+}
+
+int weft_shutdown_requested(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w && w->cur ? ld_acq(&w->rt->shut.requested) : 0;
+}
+
+int weft_shutdown_wait(weft_time deadline)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (deadline < 0)
+        return -EINVAL;
+    unsigned char none;
+    int rc = weft_chan_recv_until(w->rt->shut.chan, &none, deadline);
+    return rc == -EPIPE ? 0 : rc;
+}
+
+struct weft_chan *weft_shutdown_chan(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w && w->cur ? w->rt->shut.chan : NULL;
+}
+
+int weft_shutdown_deadline(weft_time deadline)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (deadline < 0)
+        return -EINVAL;
+    int rc = store_deadline(w->rt, deadline, true);
+    request(w->rt); /* if nothing has: now, with this deadline */
+    return rc ? rc : keep_deadline(w->rt);
+}
+
+/* ---- weft_main: shutdown on SIGINT/SIGTERM ---- */
 
 struct sigctl {
-    int sfd, efd;
+    int sfd; /* signalfd: SIGINT, SIGTERM */
+    int efd; /* eventfd: the state changed (notify_watcher), or the end */
+    atomic_int finished; /* the runtime has ended: the thread returns */
     int64_t grace_ns;
     weft_runtime *rt;
     pthread_t thread;
 };
 
+static void on_signal(struct sigctl *sc, int signals, int signo)
+{
+    weft_runtime *rt = sc->rt;
+    if (signals > 1) {
+        fprintf(stderr, "weft: second signal, exiting\n");
+        _exit(130);
+    }
+    request(rt);
+    const char *name = strsignal(signo);
+    weft_time d = ld_acq(&rt->shut.deadline);
+    if (weft__scope_is_cancelled(rt->root))
+        fprintf(stderr,
+                "weft: %s received, cancelling all tasks "
+                "(send it again to exit at once)\n",
+                name);
+    else if (d == WEFT_NEVER)
+        fprintf(stderr,
+                "weft: %s received, shutdown requested "
+                "(send it again to exit at once)\n",
+                name);
+    else
+        fprintf(stderr,
+                "weft: %s received, shutdown requested: tasks have %.3f s "
+                "to finish before they are cancelled (send it again to "
+                "exit at once)\n",
+                name, (double)(d - weft__now(rt)) / (double)WEFT_SEC);
+}
+
 static void *signal_thread(void *arg)
 {
     struct sigctl *sc = arg;
+    weft_runtime *rt = sc->rt;
     int signals = 0;
-    weft_time deadline = WEFT_NEVER;
+    bool announced = false;         /* "cancelling all tasks" was said */
+    weft_time exit_at = WEFT_NEVER; /* real time: cancelled + grace */
     for (;;) {
-        struct pollfd p[2] = {{sc->sfd, POLLIN, 0}, {sc->efd, POLLIN, 0}};
-        /* poll() takes int milliseconds: a long grace period is waited for
-         * in pieces, not cast (2^32 ms became 0), and an EINTR does not
-         * restart it. */
-        int n = poll(p, 2,
-                     weft__timeout_ms(deadline == WEFT_NEVER
-                                          ? WEFT_NEVER
-                                          : deadline - weft__now(NULL)));
-        if (n == 0 && weft__now(NULL) >= deadline) {
+        weft_time now = weft__now(NULL);
+        bool requested = ld_acq(&rt->shut.requested);
+        if (exit_at == WEFT_NEVER && requested &&
+            weft__scope_is_cancelled(rt->root)) {
+            if (signals && !announced)
+                fprintf(stderr, "weft: the drain deadline passed, "
+                                "cancelling all tasks\n");
+            exit_at = weft__add_sat(now, sc->grace_ns);
+        }
+        if (ld_acq(&sc->finished)) /* after the note above, if it is due */
+            return NULL;
+        /* The real clock is this thread's too: the drain deadline is
+         * kept here as well, in case no worker can run the keeper. */
+        weft_time drain = rt->clock == WEFT_CLOCK_MONOTONIC && requested &&
+                                  exit_at == WEFT_NEVER
+                              ? ld_acq(&rt->shut.deadline)
+                              : WEFT_NEVER;
+        if (drain <= now) {
+            cancel_root(rt);
+            continue;
+        }
+        if (now >= exit_at) {
             fprintf(stderr, "weft: tasks did not finish within the grace "
-                            "period after a signal; exiting\n");
+                            "period after they were cancelled; exiting\n");
             _exit(130);
         }
+        struct pollfd p[2] = {{sc->sfd, POLLIN, 0}, {sc->efd, POLLIN, 0}};
+        /* poll() takes int milliseconds: a long wait is made in pieces,
+         * not cast (2^32 ms became 0), and an EINTR does not restart it. */
+        weft_time until = drain < exit_at ? drain : exit_at;
+        int n = poll(
+            p, 2,
+            weft__timeout_ms(until == WEFT_NEVER ? WEFT_NEVER : until - now));
         if (n <= 0)
             continue;
-        if (p[1].revents & POLLIN)
-            return NULL; /* the runtime finished */
+        if (p[1].revents & POLLIN) {
+            uint64_t count;
+            if (read(sc->efd, &count, sizeof(count)) < 0) {
+                /* another read took it: nothing to do */
+            }
+        }
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (read(sc->sfd, &si, sizeof(si)) != sizeof(si))
                 continue;
-            if (++signals == 1) {
-                fprintf(stderr,
-                        "weft: %s received, cancelling all tasks "
-                        "(send it again to exit at once)\n",
-                        strsignal((int)si.ssi_signo));
-                weft__scope_cancel(sc->rt->root, CANCEL_USER);
-                deadline = weft__add_sat(weft__now(NULL), sc->grace_ns);
-            } else {
-                fprintf(stderr, "weft: second signal, exiting\n");
-                _exit(130);
-            }
+            on_signal(sc, ++signals, (int)si.ssi_signo);
+            announced = announced || weft__scope_is_cancelled(rt->root);
         }
     }
 }
@@ -437,8 +767,11 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
 {
     struct sigctl *sc = ctx;
     sc->rt = rt;
-    if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0)
+    st_rel(&rt->shut.notify_fd, sc->efd);
+    if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
+        st_rel(&rt->shut.notify_fd, -1);
         sc->rt = NULL;
+    }
 }
 
 int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
@@ -456,7 +789,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     sc.sfd = signalfd(-1, &set, SFD_CLOEXEC);
-    sc.efd = eventfd(0, EFD_CLOEXEC);
+    sc.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sc.sfd < 0 || sc.efd < 0) {
         int e = -errno;
         if (sc.sfd >= 0)
@@ -475,9 +808,11 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
         weft__blocking_fini(rt);
     if (sc.rt) {
         uint64_t one = 1;
+        st_rel(&sc.finished, 1);
         if (write(sc.efd, &one, sizeof(one)) < 0)
             pthread_cancel(sc.thread);
         pthread_join(sc.thread, NULL);
+        st_rel(&rt->shut.notify_fd, -1);
     }
     close(sc.sfd);
     close(sc.efd);

@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * graceful_shutdown: on SIGTERM or SIGINT, stop taking work, let what is
- * in flight finish its cleanup, and exit (signal.NotifyContext in Go,
- * asyncio.run's SIGINT handling, tokio::signal::ctrl_c).
+ * graceful_shutdown: on SIGTERM or SIGINT, stop taking work, finish what
+ * was taken, and exit, losing nothing (signal.NotifyContext and
+ * http.Server.Shutdown(ctx) in Go, asyncio.run's SIGINT handling,
+ * tokio::signal::ctrl_c).
  *
- * weft_main runs the root task like weft_run and adds this: the first
- * SIGINT or SIGTERM cancels the root scope, so every blocking call in
- * every task returns -ECANCELED; the tasks then have a grace period
- * (weft_config.shutdown_grace_ns, 5 s by default) to finish, and a second
- * signal ends the process at once. Here three servers handle requests
- * until the signal, then each flushes its state in a shielded scope (with
- * its own deadline, so cleanup cannot hang). The program sends SIGTERM to
- * itself after 20 ms (real time). Exits 1 unless every server flushed.
+ * weft_main runs the root task like weft_run and turns the first SIGINT
+ * or SIGTERM into a shutdown request. With weft_config.shutdown_drain_ns
+ * set, nothing is cancelled by it: intake sees the request and stops, the
+ * rest drains, and the root scope is cancelled only if tasks still run at
+ * the drain deadline (here 5 s, which the producer narrows to 2 s when it
+ * sees the request). Here a producer takes a job every millisecond and
+ * three consumers take 10 ms a job, so jobs queue up; the program sends
+ * SIGTERM to itself after 20 ms (real time). Exits 1 unless every job
+ * produced was consumed and nothing was cancelled.
  */
 #include <errno.h>
 #include <signal.h>
@@ -21,45 +23,68 @@
 
 #include "weft.h"
 
-#define SERVERS 3
-static atomic_int served, flushed;
+#define CONSUMERS 3
+static atomic_int produced, consumed;
+static size_t queued; /* jobs waiting when intake stopped */
 
-static int server(void *arg)
+static int producer(void *arg)
 {
-    while (weft_sleep(2 * WEFT_MSEC) == 0) /* a request */
-        atomic_fetch_add(&served, 1);
-
-    /* Cancelled: shutting down. Block once more, shielded and bounded. */
-    weft_scope *cleanup;
-    weft_scope_opts o = {.shield = 1, .deadline = weft_now() + WEFT_SEC};
-    weft_scope_open(&cleanup, &o);
-    int rc = weft_sleep(5 * WEFT_MSEC); /* flush, say goodbye */
-    weft_scope_join(cleanup);
-    weft_scope_free(cleanup);
-    if (rc == 0)
-        atomic_fetch_add(&flushed, 1);
+    weft_chan *jobs = arg;
+    /* Intake until shutdown is requested: a job every millisecond. */
+    for (int id = 0; weft_shutdown_wait(weft_now() + WEFT_MSEC) == -ETIMEDOUT;
+         id++) {
+        if (weft_chan_send(jobs, &id) != 0)
+            break;
+        atomic_fetch_add(&produced, 1);
+    }
+    queued = weft_chan_len(jobs);
+    weft_shutdown_deadline(weft_now() + 2 * WEFT_SEC); /* drain within 2 s */
+    weft_chan_close(jobs); /* no more jobs: the consumers drain the rest */
     return 0;
+}
+
+static int consumer(void *arg)
+{
+    weft_chan *jobs = arg;
+    int id, rc;
+    while ((rc = weft_chan_recv(jobs, &id)) == 0) {
+        if ((rc = weft_sleep(10 * WEFT_MSEC)) != 0) /* handle the job */
+            break;
+        atomic_fetch_add(&consumed, 1);
+    }
+    return rc == -EPIPE ? 0 : rc; /* -EPIPE: closed and drained */
 }
 
 static int root(void *arg)
 {
+    weft_chan *jobs;
+    weft_chan_new(&jobs, sizeof(int), 64);
     weft_scope *s;
     weft_scope_open(&s, NULL);
-    for (int i = 0; i < SERVERS; i++)
-        weft_spawn(s, server, NULL);
+    weft_spawn(s, producer, jobs);
+    for (int i = 0; i < CONSUMERS; i++)
+        weft_spawn(s, consumer, jobs);
 
     weft_sleep(20 * WEFT_MSEC);
     kill(getpid(), SIGTERM); /* what `kill <pid>` or systemd would send */
 
-    int rc = weft_scope_join(s); /* waits for the servers' cleanup */
+    int rc = weft_scope_join(s); /* waits for the drain */
     weft_scope_free(s);
-    printf("servers: %s; %d requests served, %d of %d flushed\n",
-           weft_strerror(rc), atomic_load(&served), atomic_load(&flushed),
-           SERVERS);
-    return rc == -ECANCELED && atomic_load(&flushed) == SERVERS ? 0 : -1;
+    weft_chan_unref(jobs);
+    printf("pipeline: %s; %d jobs produced, %zu of them queued at the "
+           "request, %d consumed; cancelled: %s\n",
+           weft_strerror(rc), atomic_load(&produced), queued,
+           atomic_load(&consumed), weft_cancelled() ? "yes" : "no");
+    return rc == 0 && atomic_load(&consumed) == atomic_load(&produced) &&
+                   !weft_cancelled()
+               ? 0
+               : -1;
 }
 
 int main(void)
 {
-    return weft_main(root, NULL) == 0 ? 0 : 1;
+    /* A request first; the root scope is cancelled only if the tasks are
+     * still running 5 s later. */
+    weft_config cfg = {.shutdown_drain_ns = 5 * WEFT_SEC};
+    return weft_main_cfg(&cfg, root, NULL) == 0 ? 0 : 1;
 }
