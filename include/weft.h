@@ -73,7 +73,7 @@ extern "C" {
  * ---------------------------------------------------------------------- */
 
 #define WEFT_VERSION_MAJOR 0
-#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_MINOR 2
 #define WEFT_VERSION_PATCH 0
 #define WEFT_VERSION_HEX                                                       \
     ((WEFT_VERSION_MAJOR << 16) | (WEFT_VERSION_MINOR << 8) |                  \

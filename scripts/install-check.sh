@@ -18,6 +18,9 @@
 # Usage: scripts/install-check.sh   (builds build/release first if needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The version to ask find_package for: the project's MAJOR.MINOR (the package
+# accepts the same minor only, as the ABI policy says).
+minor=$(sed -n 's/^project(weft VERSION \([0-9]*\.[0-9]*\)\..*/\1/p' CMakeLists.txt)
 scripts/deps.sh build cxx pkg-config
 
 work=$(mktemp -d /tmp/weft-install-check.XXXXXX)
@@ -151,7 +154,7 @@ consumers() {
         cat >"$work/cm/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
 project(app C)
-find_package(weft 0.1 REQUIRED)
+find_package(weft $minor REQUIRED)
 message(STATUS "weft_DIR=\${weft_DIR}")
 add_executable(app ../app.c)
 target_link_libraries(app PRIVATE $target)
