@@ -434,7 +434,7 @@ TEST(seed_env_garbage_is_einval)
 TEST(version_matches_header)
 {
     ASSERT_EQ(weft_version(), WEFT_VERSION_HEX);
-    ASSERT_EQ(WEFT_VERSION_HEX, 0x000100);
+    ASSERT_EQ(WEFT_VERSION_HEX, 0x000200);
 }
 
 TEST(strerror_never_null)
