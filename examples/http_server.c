@@ -149,8 +149,7 @@ static int root(void *arg)
     /* Connections live in a scope of their own, each failing alone; it
      * keeps nothing per connection (WEFT_SERVE). */
     weft_scope *conns;
-    int err =
-        weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_SERVE});
+    int err = weft_scope_open(&conns, &(weft_scope_opts){.policy = WEFT_SERVE});
     if (err) {
         weft_close(lfd);
         return err;
