@@ -57,6 +57,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "http_parse.h"
 #include "weft.h"
@@ -86,6 +87,22 @@ static int flush(int fd, const char *out, size_t n, weft_time now, bool *waited)
     *waited = true;
     size_t sent = k > 0 ? (size_t)k : 0;
     return weft_write_all(fd, out + sent, n - sent, NULL, now + timeout.write);
+}
+
+/* Closes in stages after an answer that closes the connection (RFC 9112,
+ * 9.6): a close with the client's bytes still unread would send a reset,
+ * and a reset makes the client's TCP drop the answer it has not read yet.
+ * So: end our side, then read and discard until the client closes, for at
+ * most a second. */
+static void linger(int fd)
+{
+    char sink[1024];
+    weft_time until = weft_now() + WEFT_SEC;
+    if (weft_shutdown(fd, SHUT_WR) != 0)
+        return;
+    for (int i = 0; i < 64; i++)
+        if (weft_read(fd, sink, sizeof sink, until) <= 0)
+            return;
 }
 
 /* One connection: read, answer, write, until the client closes, a
@@ -123,8 +140,10 @@ static int serve(void *arg)
                 goto done;
             n = c.full ? http_answer(&c, out, sizeof out) : 0;
         }
-        if (c.close)
+        if (c.close) {
+            linger(fd);
             break;
+        }
         in_request = c.have || c.skip;
         if (!in_request) /* idle: from the end of the last answer */
             deadline = (waited ? weft_now() : now) + timeout.idle;
