@@ -119,12 +119,24 @@ static void put_free(weft__handle *h)
     pthread_mutex_unlock(&table_mu);
 }
 
+/* Lets go of a record locked by the caller. If this was its last use (the
+ * task done and the handle released, or a spawn that failed), its life
+ * ends and it goes back to the free list; then the joiners the caller
+ * claimed under the lock are woken. */
+static void unlock_and_wake(weft__handle *h, bool last, weft__waiter *joiners)
+{
+    if (last)
+        retire_locked(h);
+    weft__lock_release(&h->lock);
+    if (last)
+        put_free(h);
+    weft__wake_chain(joiners, 0);
+}
+
 void weft__handle_abandon(weft__handle *h)
 {
     weft__lock_acquire(&h->lock);
-    retire_locked(h);
-    weft__lock_release(&h->lock);
-    put_free(h);
+    unlock_and_wake(h, true, NULL);
 }
 
 /* The live record an id names, locked; or -EINVAL (zero, or no such
@@ -162,13 +174,7 @@ WEFT_COLD void weft__handle_exit(weft_task *t)
     h->status = t->status;
     h->done = true;
     weft__waitq_claim_all(&h->joiners, &joiners);
-    bool last = h->released;
-    if (last)
-        retire_locked(h);
-    weft__lock_release(&h->lock);
-    if (last)
-        put_free(h);
-    weft__wake_chain(joiners, 0);
+    unlock_and_wake(h, h->released, joiners);
 }
 
 void weft__handles_fini(weft_runtime *rt)
@@ -181,12 +187,8 @@ void weft__handles_fini(weft_runtime *rt)
         for (unsigned i = 0; i < CHUNK; i++) {
             weft__handle *h = &chunk[i];
             weft__lock_acquire(&h->lock);
-            bool mine = h->live && h->rt == rt;
-            if (mine)
-                retire_locked(h); /* done: every task has finished */
-            weft__lock_release(&h->lock);
-            if (mine)
-                put_free(h);
+            /* done: every task of rt has finished */
+            unlock_and_wake(h, h->live && h->rt == rt, NULL);
         }
     }
 }
@@ -214,13 +216,7 @@ int weft_task_release(weft_task_handle th)
     h->released = true;
     weft__waiter *joiners = NULL;
     weft__waitq_claim_all(&h->joiners, &joiners); /* they find -ESRCH */
-    bool last = h->done;
-    if (last)
-        retire_locked(h);
-    weft__lock_release(&h->lock);
-    if (last)
-        put_free(h);
-    weft__wake_chain(joiners, 0);
+    unlock_and_wake(h, h->done, joiners);
     return 0;
 }
 
@@ -252,9 +248,7 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
             if (status)
                 *status = h->status;
             h->released = true;
-            retire_locked(h);
-            weft__lock_release(&h->lock);
-            put_free(h);
+            unlock_and_wake(h, true, NULL);
             return 0;
         }
         weft__lock_release(&h->lock);
