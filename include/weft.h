@@ -638,36 +638,73 @@ WEFT_EXTERN size_t weft_chan_len(const weft_chan *c);
 WEFT_EXTERN size_t weft_chan_cap(const weft_chan *c);
 
 typedef enum weft_op {
-    WEFT_OP_SEND = 1, /* send *elem */
-    WEFT_OP_RECV = 2, /* receive into *elem */
+    WEFT_OP_SEND = 1,     /* send *elem on chan */
+    WEFT_OP_RECV = 2,     /* receive from chan into *elem */
+    WEFT_OP_READ = 3,     /* fd is readable (as weft_fd_wait's WEFT_IO_READ) */
+    WEFT_OP_WRITE = 4,    /* fd is writable */
+    WEFT_OP_FUTURE = 5,   /* future has settled */
+    WEFT_OP_SCOPE = 6,    /* scope's children have all finished */
+    WEFT_OP_SEM = 7,      /* one permit of sem is acquired */
+    WEFT_OP_DEADLINE = 8, /* the instant `deadline` has come */
 } weft_op;
 
-/* One case of a select. A case whose chan is NULL is never ready (Go's nil
- * channel), so cases can be switched off without rebuilding the array. */
+struct weft_future;
+struct weft_sem;
+
+/* One case of a select: `op` says which of the fields below it uses. A
+ * case whose object is NULL (chan, future, scope, sem), whose fd is
+ * negative or whose deadline is WEFT_NEVER is never ready (Go's nil
+ * channel), so cases can be switched off without rebuilding the array.
+ * When the case is chosen, rc says how it went:
+ * - SEND, RECV: 0, or -EPIPE (the channel is closed; nothing sent or
+ *   received).
+ * - READ, WRITE: 0 (fd is ready, as after weft_fd_wait: a read or write
+ *   may still say EAGAIN), or -EBADF if fd was closed with weft_close or
+ *   weft_fd_forget while the select waited.
+ * - FUTURE: the future's result, as weft_future_try gives it: 0 with the
+ *   value copied to *elem (if elem is not NULL), or its error.
+ * - SCOPE: the scope has no running child: the select joined it
+ *   (weft_scope_join, which no longer waits) and rc is what that
+ *   returned. Only the scope's owner may use this case (else the select
+ *   returns -EPERM); free the scope afterwards as usual.
+ * - SEM: 0: one permit is the caller's, to give back with
+ *   weft_sem_release(sem, 1).
+ * - DEADLINE: 0.
+ * Exactly one case takes effect: cases not chosen sent nothing, received
+ * nothing, took no permit and joined nothing. */
 typedef struct weft_case {
     weft_chan *chan;
     weft_op op;
-    void *elem; /* the value to send, or where to store the received one */
-    int rc;     /* out, for the chosen case: 0, or -EPIPE (closed) */
+    void *elem; /* SEND: the value; RECV: where to store the value;
+                 * FUTURE: where to copy a resolved value (or NULL) */
+    int rc;     /* out, for the chosen case */
+    int fd;     /* READ, WRITE */
+    struct weft_future *future; /* FUTURE */
+    weft_scope *scope;          /* SCOPE */
+    struct weft_sem *sem;       /* SEM */
+    weft_time deadline;         /* DEADLINE: absolute */
 } weft_case;
 
 /* Waits until one of the n cases can proceed, performs it, and returns its
- * index; that case's rc is 0, or -EPIPE if its channel was closed (a
- * receive from a closed, drained channel, or a send to a closed one, is
- * ready at once and chosen like any other). When several are ready, the
- * choice is uniformly random. Returns -ETIMEDOUT at the deadline
- * (WEFT_NEVER: none), -ECANCELED, -EINVAL, -EPERM. A deadline already
- * past (0, say) only skips the wait: a case ready now is still taken, and
- * -ETIMEDOUT comes at once if none is (as weft_try_select, with
- * -ETIMEDOUT for -EAGAIN). Cancellation point: on any error no case
- * happened (nothing sent, nothing taken, no waiter left on any channel);
- * in a cancelled scope it returns -ECANCELED even when a case is ready.
- * Blocks. */
+ * index; that case's rc says how (see weft_case: a receive from a closed,
+ * drained channel, or a send to a closed one, is ready at once and chosen
+ * like any other). When several are ready, the choice is uniformly
+ * random. Returns -ETIMEDOUT at the deadline (WEFT_NEVER: none; a
+ * DEADLINE case at the same instant is chosen instead), -ECANCELED,
+ * -EINVAL (a malformed case), -EPERM (not in a task, or a SCOPE case not
+ * opened by the caller), -ENOMEM. A deadline already past (0, say) only
+ * skips the wait: a case ready now is still taken, and -ETIMEDOUT comes at
+ * once if none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN).
+ * Cancellation point: on any error no case happened (nothing sent, nothing
+ * taken, no permit taken, no waiter left on any object); in a cancelled
+ * scope it returns -ECANCELED even when a case is ready. Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns
  * -EAGAIN at once. When exactly one case is ready, it is always taken.
- * Never blocks. */
+ * A READ or WRITE case is ready if an edge came that no wait has been
+ * given yet; a SCOPE case makes the select a task's call (-EPERM
+ * elsewhere). Never blocks. */
 WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
 
 /* ------------------------------------------------------------------------

@@ -212,7 +212,9 @@ static int chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline,
         return rc;
     }
     weft__waiter self = {.elem = elem};
-    return weft__waitq_wait(&c->lock, queue_of(c, op), &self, deadline);
+    return weft__wait_one(&c->lock, queue_of(c, op), &self,
+                          op == WEFT_OP_SEND ? WEFT__W_SEND : WEFT__W_RECV, c,
+                          deadline);
 }
 
 int weft_chan_send(weft_chan *c, const void *elem)

@@ -210,7 +210,7 @@ static int once_do(weft_once *oo, weft_fn fn, void *arg, int64_t deadline)
         return -EDEADLK;
     }
     weft__waiter self = {0};
-    rc = weft__waitq_wait(&o->lock, &o->q, &self, deadline);
+    rc = weft__wait_one(&o->lock, &o->q, &self, WEFT__W_ONCE, o, deadline);
     if (rc == 0)
         return o->status; /* DONE: written before we were claimed */
     if (rc != ONCE_YOUR_TURN)
@@ -311,7 +311,7 @@ static int barrier_wait(weft_barrier *bb, int64_t deadline)
     }
     unsigned gen = b->gen;
     weft__waiter self = {0};
-    rc = weft__waitq_wait(&b->lock, &b->q, &self, deadline);
+    rc = weft__wait_one(&b->lock, &b->q, &self, WEFT__W_BARRIER, b, deadline);
     if (rc == 0)
         return 0;
     weft__lock_acquire(&b->lock);

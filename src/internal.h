@@ -228,6 +228,13 @@ struct weft_task {
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
+    /* What the current park waits on (wait layer: weft__wait_note), for
+     * the task dump and the deadlock detector; stale once running. */
+    uint8_t wait_kind;    /* weft__wait_kind */
+    const void *wait_obj; /* the object waited on */
+    const char *wait_name; /* its name, if it has one */
+    int64_t wait_since;   /* when it parked (the wheel's time then) */
+
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
 
@@ -586,115 +593,9 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
     return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
 }
 
-/* ---- wait queues: channels and sync primitives ---- */
+/* ---- the wait layer ---- */
 
-/* A task waiting on a primitive, on the waiting task's own stack. Guarded by
- * the primitive's lock; a waker pops it, claims its task (a waiter whose
- * claim fails was woken otherwise: skip it) and finishes the wake after
- * it has handed over whatever the waiter waited for. */
-typedef struct weft__waiter {
-    struct weft__waiter *next, *prev;
-    weft_task *task;
-    uint64_t token; /* the task's park token */
-    void *elem;     /* channels: the value to send, or where to receive */
-    long n;         /* semaphores: permits wanted */
-    int index;      /* select: this waiter's case */
-    int *fired;     /* select: where the waker writes the case that fired */
-    int64_t since;  /* mutex: when it first queued (starvation) */
-    bool queued;
-} weft__waiter;
-
-typedef struct weft__waitq {
-    weft__waiter *head, *tail;
-} weft__waitq;
-
-static inline void weft__waitq_push(weft__waitq *q, weft__waiter *w)
-{
-    w->next = NULL;
-    w->prev = q->tail;
-    if (q->tail)
-        q->tail->next = w;
-    else
-        q->head = w;
-    q->tail = w;
-    w->queued = true;
-}
-
-/* Queues w first in line (a woken mutex waiter that lost keeps its turn). */
-static inline void weft__waitq_push_front(weft__waitq *q, weft__waiter *w)
-{
-    w->prev = NULL;
-    w->next = q->head;
-    if (q->head)
-        q->head->prev = w;
-    else
-        q->tail = w;
-    q->head = w;
-    w->queued = true;
-}
-
-static inline void weft__waitq_remove(weft__waitq *q, weft__waiter *w)
-{
-    if (!w->queued)
-        return;
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        q->head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        q->tail = w->prev;
-    w->queued = false;
-}
-
-/* Pops waiters until one is claimed; returns it, or NULL. */
-static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
-{
-    weft__waiter *w;
-    while ((w = q->head) != NULL) {
-        weft__waitq_remove(q, w);
-        if (weft__wake_claim(w->task, w->token)) {
-            if (w->fired)
-                *w->fired = w->index;
-            return w;
-        }
-    }
-    return NULL;
-}
-
-/* Claims every waiter of q (under its primitive's lock) and appends them,
- * in arrival order, to a chain through `next` whose end is *tail; returns
- * the chain's new end (tail itself if none was claimed). */
-static inline weft__waiter **weft__waitq_claim_all(weft__waitq *q,
-                                                   weft__waiter **tail)
-{
-    weft__waiter *w;
-    while ((w = weft__waitq_claim(q)) != NULL) {
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
-    return tail;
-}
-
-/* Finishes the wakes of a chain of claimed waiters (after unlocking), each
- * with `code`. A waiter's memory is gone once its task runs. */
-static inline void weft__wake_chain(weft__waiter *w, int code)
-{
-    while (w) {
-        weft__waiter *next = w->next;
-        weft__wake_finish(w->task, code);
-        w = next;
-    }
-}
-
-/* Parks the running task as waiter w on q, whose lock l the caller holds;
- * returns with l released, and with the park's result: 0 (or the code the
- * waker finished with) once handed what it waited for, or -ETIMEDOUT /
- * -ECANCELED with w off the queue and nothing handed over. */
-int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
-                     int64_t deadline);
+#include "wait.h"
 
 /* ---- task.c: task handles ---- */
 

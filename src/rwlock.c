@@ -18,7 +18,7 @@
  * not enter now. That is why an arriving task only has to look at "is the
  * queue empty" and the holders.
  *
- * Waiting goes through weft__waitq_wait, so it takes a deadline and is a
+ * Waiting goes through weft__wait_one, so it takes a deadline and is a
  * cancellation point; admit() claims a waiter before counting it as a
  * holder, so a waiter that leaves with -ETIMEDOUT or -ECANCELED holds
  * nothing. A leaving waiter runs admit() again: a writer at the head that
@@ -110,7 +110,7 @@ static int rw_lock(weft_rwlock *ll, long kind, int64_t deadline, bool wait)
         return -EBUSY;
     }
     weft__waiter self = {.n = kind};
-    rc = weft__waitq_wait(&l->lock, &l->q, &self, deadline);
+    rc = weft__wait_one(&l->lock, &l->q, &self, WEFT__W_RWLOCK, l, deadline);
     if (rc != 0)
         admit_and_wake(l); /* we may have been what kept the head out */
     return rc;

@@ -4,7 +4,7 @@
  *
  * Each is a small value (zero means ready: unlocked, no permits, unset,
  * zero count) holding a spinlock and a FIFO wait queue of weft__waiters.
- * Waiting goes through weft__waitq_wait, so every wait takes a deadline and
+ * Waiting goes through weft__wait_one, so every wait takes a deadline and
  * is a cancellation point; a waker claims a waiter before handing it what
  * it waited for (the lock, permits), so a waiter that leaves with
  * -ETIMEDOUT or -ECANCELED was handed nothing.
@@ -15,25 +15,6 @@
 
 #include <limits.h>
 #include <string.h>
-
-int weft__waitq_wait(weft__lock *l, weft__waitq *q, weft__waiter *w,
-                     int64_t deadline)
-{
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
-    w->task = t;
-    w->token = weft__park_prepare(t, true);
-    weft__waitq_push(q, w);
-    weft__lock_release(l);
-    int rc = weft__park_commit(wk, t, deadline);
-    if (rc == -ETIMEDOUT || rc == -ECANCELED) {
-        /* Nobody claimed us (a claim would have set the code): leave. */
-        weft__lock_acquire(l);
-        weft__waitq_remove(q, w);
-        weft__lock_release(l);
-    }
-    return rc;
-}
 
 /* ---- mutex ----
  *
@@ -345,7 +326,7 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
         return -EAGAIN;
     }
     weft__waiter self = {.n = n};
-    rc = weft__waitq_wait(&s->lock, &s->q, &self, deadline);
+    rc = weft__wait_one(&s->lock, &s->q, &self, WEFT__W_SEM, s, deadline);
     if (rc != 0) {
         /* A large request leaving may let smaller ones behind it through. */
         weft__lock_acquire(&s->lock);
@@ -431,7 +412,7 @@ _Static_assert(sizeof(cond_impl) <= sizeof(weft_event), "weft_event size");
 _Static_assert(sizeof(cond_impl) <= sizeof(weft_wg), "weft_wg size");
 
 /* Waits until value == want (event: 1, wait group: 0). */
-static int cond_wait(cond_impl *c, long want, int64_t deadline)
+static int cond_wait(cond_impl *c, long want, int kind, int64_t deadline)
 {
     int rc = weft__checkpoint();
     if (rc)
@@ -442,17 +423,17 @@ static int cond_wait(cond_impl *c, long want, int64_t deadline)
         return 0;
     }
     weft__waiter self = {0};
-    return weft__waitq_wait(&c->lock, &c->q, &self, deadline);
+    return weft__wait_one(&c->lock, &c->q, &self, kind, c, deadline);
 }
 
 int weft_event_wait(weft_event *e)
 {
-    return e ? cond_wait((cond_impl *)e, 1, WEFT_NEVER) : -EINVAL;
+    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, WEFT_NEVER) : -EINVAL;
 }
 
 int weft_event_wait_until(weft_event *e, weft_time deadline)
 {
-    return e ? cond_wait((cond_impl *)e, 1, deadline) : -EINVAL;
+    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, deadline) : -EINVAL;
 }
 
 int weft_event_set(weft_event *ee)
@@ -535,10 +516,10 @@ int weft_wg_done(weft_wg *wg)
 
 int weft_wg_wait(weft_wg *wg)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, WEFT_NEVER) : -EINVAL;
+    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, WEFT_NEVER) : -EINVAL;
 }
 
 int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, deadline) : -EINVAL;
+    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, deadline) : -EINVAL;
 }

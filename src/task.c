@@ -30,7 +30,7 @@
  * then its scope, then the scopes below; nothing takes the record's lock
  * while holding a scope's.
  *
- * Joiners wait on the record's queue through weft__waitq_wait; the exit
+ * Joiners wait on the record's queue through weft__wait_one; the exit
  * and a release wake them all, and each looks at the record again.
  *
  * A task cancelled through its handle that returns -ECANCELED is marked
@@ -240,7 +240,7 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
             rc = -EDEADLK;
         } else if (!h->done) {
             weft__waiter w = {0};
-            rc = weft__waitq_wait(&h->lock, &h->joiners, &w, deadline);
+            rc = weft__wait_one(&h->lock, &h->joiners, &w, WEFT__W_TASK, h, deadline);
             if (rc)
                 return rc; /* -ECANCELED, -ETIMEDOUT: nothing changed */
             continue;      /* woken by the exit or a release: look again */
