@@ -651,7 +651,7 @@ typedef enum weft_op {
 struct weft_future;
 struct weft_sem;
 
-/* One case of a select: `op` says which of the fields below it uses. A
+/* One case of a select: `op` says which members it uses. A
  * case whose object is NULL (chan, future, scope, sem), whose fd is
  * negative or whose deadline is WEFT_NEVER is never ready (Go's nil
  * channel), so cases can be switched off without rebuilding the array.
@@ -671,18 +671,23 @@ struct weft_sem;
  *   weft_sem_release(sem, 1).
  * - DEADLINE: 0.
  * Exactly one case takes effect: cases not chosen sent nothing, received
- * nothing, took no permit and joined nothing. */
+ * nothing, took no permit and joined nothing.
+ * Fill cases by member name: {.op = WEFT_OP_READ, .fd = s} (the
+ * positional form {chan, op, elem, rc} still works, but leaves the union
+ * out, which -Wextra warns about). */
 typedef struct weft_case {
-    weft_chan *chan;
+    weft_chan *chan; /* SEND, RECV */
     weft_op op;
     void *elem; /* SEND: the value; RECV: where to store the value;
                  * FUTURE: where to copy a resolved value (or NULL) */
     int rc;     /* out, for the chosen case */
-    int fd;     /* READ, WRITE */
-    struct weft_future *future; /* FUTURE */
-    weft_scope *scope;          /* SCOPE */
-    struct weft_sem *sem;       /* SEM */
-    weft_time deadline;         /* DEADLINE: absolute */
+    union {
+        struct weft_future *future; /* FUTURE */
+        weft_scope *scope;          /* SCOPE */
+        struct weft_sem *sem;       /* SEM */
+        weft_time deadline;         /* DEADLINE: absolute */
+        int fd;                     /* READ, WRITE */
+    };
 } weft_case;
 
 /* Waits until one of the n cases can proceed, performs it, and returns its

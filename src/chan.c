@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Channels and select.
+ * Channels.
  *
  * A channel is a ring buffer of `cap` values and two wait queues, senders
  * and receivers, all under one spinlock (as Go's hchan). The rule that
@@ -20,12 +20,13 @@
  * value to the back of the ring, which keeps each sender's values in
  * order.
  *
- * select locks every channel of its cases in address order (so two selects
- * over the same channels cannot deadlock), looks at the cases in a random
- * order and performs the first ready one; if none is ready it queues one
- * waiter per case, all carrying the same park token, and parks. The first
- * waker to claim that token wins and records its case; when the task runs
- * again it locks the channels once more and takes its other waiters off.
+ * weft_select (select.c) drives a channel case through the four
+ * weft__chan_case_* functions at the end, as the wait layer's case
+ * interface says: under the channel's lock, a case ready now is
+ * performed as a send or receive would be; otherwise its waiter queues on
+ * the channel like a blocked sender's or receiver's, with the select's
+ * token, so a mover that claims it hands it the value and wins the
+ * select for it.
  */
 #include "internal.h"
 
@@ -35,7 +36,6 @@
 #define CHAN_MAGIC 0x6368616eu /* "chan" */
 #define CHAN_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_ELEM 65536
-#define SELECT_STACK_CASES 8
 
 struct weft_chan {
     uint32_t magic;     /* CHAN_MAGIC while alive */
@@ -274,153 +274,38 @@ int weft_chan_close(weft_chan *c)
     return 0;
 }
 
-/* ---- select ---- */
+/* ---- select's channel cases (see wait.h; select.c drives them) ---- */
 
-/* The distinct channels of the cases, sorted by address: the lock order. */
-static int lock_order(weft_case *cases, int n, weft_chan **order)
+int weft__chan_case_check(const weft_case *c)
 {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        weft_chan *c = cases[i].chan;
-        if (!c)
-            continue;
-        int j = k;
-        while (j > 0 && order[j - 1] > c)
-            j--;
-        if (j > 0 && order[j - 1] == c)
-            continue; /* already there */
-        memmove(order + j + 1, order + j, (size_t)(k - j) * sizeof(*order));
-        order[j] = c;
-        k++;
-    }
-    return k;
-}
-
-static void lock_all(weft_chan **order, int k)
-{
-    for (int i = 0; i < k; i++)
-        weft__lock_acquire(&order[i]->lock);
-}
-
-static void unlock_all(weft_chan **order, int k)
-{
-    for (int i = k - 1; i >= 0; i--)
-        weft__lock_release(&order[i]->lock);
-}
-
-static int check_cases(weft_case *cases, int n)
-{
-    if (n < 0 || (n > 0 && !cases))
+    if (!c->chan)
+        return 1;
+    if (!chan_ok(c->chan) || !c->elem)
         return -EINVAL;
-    for (int i = 0; i < n; i++) {
-        if (!cases[i].chan)
-            continue;
-        if (!chan_ok(cases[i].chan) || !cases[i].elem ||
-            (cases[i].op != WEFT_OP_SEND && cases[i].op != WEFT_OP_RECV))
-            return -EINVAL;
-    }
     return 0;
 }
 
-/* Tries the cases in a random order; returns the index of the one done
- * (its rc set), or -EAGAIN. */
-static int select_ready(weft_case *cases, int n, int *perm,
-                        weft__waiter **woken)
+weft__lock *weft__chan_case_lock(weft_case *c)
 {
-    for (int i = 0; i < n; i++) { /* Fisher-Yates */
-        int j = (int)(weft__rand() % (uint64_t)(i + 1));
-        perm[i] = perm[j];
-        perm[j] = i;
-    }
-    for (int k = 0; k < n; k++) {
-        weft_case *cs = &cases[perm[k]];
-        if (!cs->chan)
-            continue;
-        int rc = op_locked(cs->chan, cs->op, cs->elem, woken);
-        if (rc != -EAGAIN) {
-            cs->rc = rc;
-            return perm[k];
-        }
-    }
-    return -EAGAIN;
+    return &c->chan->lock;
 }
 
-static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
+int weft__chan_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
 {
-    int rc = check_cases(cases, n);
-    if (rc)
-        return rc;
-    if (wait && (rc = weft__checkpoint()) != 0)
-        return rc;
-    weft_chan *order_small[SELECT_STACK_CASES];
-    int perm_small[SELECT_STACK_CASES];
-    weft__waiter ws_small[SELECT_STACK_CASES];
-    weft_chan **order = order_small;
-    int *perm = perm_small;
-    weft__waiter *ws = ws_small;
-    if (n > SELECT_STACK_CASES) {
-        order = malloc((size_t)n * sizeof(*order));
-        perm = malloc((size_t)n * sizeof(*perm));
-        ws = calloc((size_t)n, sizeof(*ws));
-        if (!order || !perm || !ws) {
-            rc = -ENOMEM;
-            goto out;
-        }
+    weft__waiter *w = NULL;
+    int rc = op_locked(c->chan, c->op, c->elem, &w);
+    if (rc == -EAGAIN) {
+        a->q = queue_of(c->chan, c->op);
+        a->w.elem = c->elem;
+        return -EAGAIN;
     }
-    int k = lock_order(cases, n, order);
-    weft__waiter *woken = NULL;
-    lock_all(order, k);
-    rc = select_ready(cases, n, perm, &woken);
-    if (rc != -EAGAIN || !wait) {
-        unlock_all(order, k);
-        finish(woken, 0);
-        goto out;
-    }
-    /* Nothing ready: a waiter on every case, one park for them all. */
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
-    int fired = -1;
-    uint64_t token = weft__park_prepare(t, true);
-    for (int i = 0; i < n; i++) {
-        if (!cases[i].chan)
-            continue;
-        ws[i] = (weft__waiter){.task = t,
-                               .token = token,
-                               .elem = cases[i].elem,
-                               .index = i,
-                               .fired = &fired};
-        weft__waitq_push(queue_of(cases[i].chan, cases[i].op), &ws[i]);
-    }
-    unlock_all(order, k);
-    int code = weft__park_commit(wk, t, deadline);
-    lock_all(order, k);
-    for (int i = 0; i < n; i++) {
-        if (!cases[i].chan)
-            continue;
-        weft__waitq_remove(queue_of(cases[i].chan, cases[i].op), &ws[i]);
-    }
-    unlock_all(order, k);
-    if (fired >= 0 && code != -ETIMEDOUT && code != -ECANCELED) {
-        cases[fired].rc = code; /* 0, or -EPIPE from a close */
-        rc = fired;
-    } else {
-        rc = code;
-    }
-out:
-    if (order != order_small) {
-        free(order);
-        free(perm);
-        free(ws);
-    }
-    return rc;
+    if (w)
+        weft__chain_add(woken, w);
+    c->rc = rc;
+    return 0;
 }
 
-int weft_select(weft_case *cases, int n, weft_time deadline)
+void weft__chan_case_won(weft_case *c, int code)
 {
-    return select_impl(cases, n, deadline, true);
-}
-
-int weft_try_select(weft_case *cases, int n)
-{
-    return select_impl(cases, n, WEFT_NEVER, false);
+    c->rc = code; /* 0, or -EPIPE from a close */
 }

@@ -637,6 +637,12 @@ void weft__handles_fini(weft_runtime *rt);
  * thread; never blocks. */
 size_t weft__chan_elem(const weft_chan *c);
 
+/* Select's channel cases (chan.c; the interface is in wait.h). */
+int weft__chan_case_check(const weft_case *c);
+weft__lock *weft__chan_case_lock(weft_case *c);
+int weft__chan_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__chan_case_won(weft_case *c, int code);
+
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
 

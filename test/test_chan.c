@@ -824,16 +824,19 @@ static int one_ready_root(void *arg)
     for (long i = 0; i < iters; i++) {
         int pos = (int)(i % 6), send = (int)((i / 6) % 2);
         int val = (int)i, out = -1, junk = -1, sendv = -7;
-        weft_case idle[5] = {{e0, WEFT_OP_RECV, &junk, 0},
-                             {e1, WEFT_OP_RECV, &junk, 0},
-                             {f, WEFT_OP_SEND, &sendv, 0},
-                             {z, WEFT_OP_SEND, &sendv, 0},
-                             {NULL, WEFT_OP_RECV, &junk, 0}};
+        weft_case idle[5] = {
+            {.chan = e0, .op = WEFT_OP_RECV, .elem = &junk, .rc = 0},
+            {.chan = e1, .op = WEFT_OP_RECV, .elem = &junk, .rc = 0},
+            {.chan = f, .op = WEFT_OP_SEND, .elem = &sendv, .rc = 0},
+            {.chan = z, .op = WEFT_OP_SEND, .elem = &sendv, .rc = 0},
+            {.chan = NULL, .op = WEFT_OP_RECV, .elem = &junk, .rc = 0}};
         weft_case cs[6];
         for (int k = 0, j = 0; k < 6; k++) {
             if (k == pos) {
-                cs[k] = (weft_case){r, send ? WEFT_OP_SEND : WEFT_OP_RECV,
-                                    send ? (void *)&val : (void *)&out, 99};
+                cs[k] = (weft_case){.chan = r,
+                                    .op = send ? WEFT_OP_SEND : WEFT_OP_RECV,
+                                    .elem = send ? (void *)&val : (void *)&out,
+                                    .rc = 99};
             } else {
                 cs[k] = idle[j++];
                 cs[k].rc = 99;
@@ -889,8 +892,9 @@ static int nbs_selector(void *arg)
 {
     struct nbs *r = arg;
     int a = -1, b = -1;
-    weft_case cs[2] = {{r->c1, WEFT_OP_RECV, &a, 0},
-                       {r->c2, WEFT_OP_RECV, &b, 0}};
+    weft_case cs[2] = {
+        {.chan = r->c1, .op = WEFT_OP_RECV, .elem = &a, .rc = 0},
+        {.chan = r->c2, .op = WEFT_OP_RECV, .elem = &b, .rc = 0}};
     struct nbs_result res = {weft_try_select(cs, 2), -1};
     if (res.idx >= 0) {
         ASSERT_EQ(cs[res.idx].rc, 0);
@@ -911,8 +915,9 @@ static int nbs_root(void *arg)
         ASSERT_EQ(weft_chan_try_send(r.c1, &one), 0);
         spawn(nbs_selector, &r);
         ASSERT_EQ(weft_chan_try_send(r.c2, &two), 0);
-        weft_case cs[2] = {{r.c1, WEFT_OP_RECV, &a, 0},
-                           {r.c2, WEFT_OP_RECV, &b, 0}};
+        weft_case cs[2] = {
+            {.chan = r.c1, .op = WEFT_OP_RECV, .elem = &a, .rc = 0},
+            {.chan = r.c2, .op = WEFT_OP_RECV, .elem = &b, .rc = 0}};
         int idx = weft_select(cs, 2, WEFT_NEVER);
         ASSERT(idx == 0 || idx == 1);
         ASSERT_EQ(cs[idx].rc, 0);
@@ -947,7 +952,8 @@ static int nrr_selector(void *arg)
 {
     struct nrr *r = arg;
     int v = -1;
-    weft_case cs[1] = {{r->c, WEFT_OP_RECV, &v, 99}};
+    weft_case cs[1] = {
+        {.chan = r->c, .op = WEFT_OP_RECV, .elem = &v, .rc = 99}};
     int res[3];
     res[0] = weft_try_select(cs, 1);
     res[1] = cs[0].rc;
@@ -1000,11 +1006,12 @@ static void uniform_round(int blocking)
     ASSERT_EQ(weft_chan_try_send(r1, &one), 0);
     /* Ready cases at 0, 2 and 4 with idle ones between: a random start
      * followed by a scan would favour 2 and 4. */
-    weft_case cs[5] = {{r0, WEFT_OP_RECV, &a, 0},
-                       {e, WEFT_OP_RECV, &junk, 0},
-                       {r1, WEFT_OP_RECV, &b, 0},
-                       {NULL, WEFT_OP_RECV, &junk, 0},
-                       {s2, WEFT_OP_SEND, &sv, 0}};
+    weft_case cs[5] = {
+        {.chan = r0, .op = WEFT_OP_RECV, .elem = &a, .rc = 0},
+        {.chan = e, .op = WEFT_OP_RECV, .elem = &junk, .rc = 0},
+        {.chan = r1, .op = WEFT_OP_RECV, .elem = &b, .rc = 0},
+        {.chan = NULL, .op = WEFT_OP_RECV, .elem = &junk, .rc = 0},
+        {.chan = s2, .op = WEFT_OP_SEND, .elem = &sv, .rc = 0}};
     const long n = 30000;
     long count[5] = {0};
     for (long i = 0; i < n; i++) {
@@ -1070,11 +1077,16 @@ static void trace_init(struct trace *t)
                         .junk = -1};
     int eleven = 11;
     ASSERT_EQ(weft_chan_try_send(t->b, &eleven), 0);
-    t->cs[0] = (weft_case){t->a, WEFT_OP_RECV, &t->outa, 77};
-    t->cs[1] = (weft_case){t->b, WEFT_OP_SEND, &t->vb, 77};
-    t->cs[2] = (weft_case){NULL, WEFT_OP_RECV, &t->junk, 77};
-    t->cs[3] = (weft_case){t->c, WEFT_OP_RECV, &t->outc, 77};
-    t->cs[4] = (weft_case){t->d, WEFT_OP_SEND, &t->vd, 77};
+    t->cs[0] = (weft_case){
+        .chan = t->a, .op = WEFT_OP_RECV, .elem = &t->outa, .rc = 77};
+    t->cs[1] =
+        (weft_case){.chan = t->b, .op = WEFT_OP_SEND, .elem = &t->vb, .rc = 77};
+    t->cs[2] = (weft_case){
+        .chan = NULL, .op = WEFT_OP_RECV, .elem = &t->junk, .rc = 77};
+    t->cs[3] = (weft_case){
+        .chan = t->c, .op = WEFT_OP_RECV, .elem = &t->outc, .rc = 77};
+    t->cs[4] =
+        (weft_case){.chan = t->d, .op = WEFT_OP_SEND, .elem = &t->vd, .rc = 77};
 }
 
 /* After a select that returned an error: nothing moved, and no waiter of
@@ -1184,8 +1196,8 @@ static int select_deadline_root(void *arg)
 
     /* Only switched-off cases: a pure timeout. */
     int x = 0;
-    weft_case nc[2] = {{NULL, WEFT_OP_RECV, &x, 0},
-                       {NULL, WEFT_OP_SEND, &x, 0}};
+    weft_case nc[2] = {{.chan = NULL, .op = WEFT_OP_RECV, .elem = &x, .rc = 0},
+                       {.chan = NULL, .op = WEFT_OP_SEND, .elem = &x, .rc = 0}};
     t0 = weft_now();
     ASSERT_EQ(weft_select(nc, 2, t0 + 2 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), t0 + 2 * WEFT_SEC);
@@ -1216,15 +1228,17 @@ static int past_deadline_root(void *arg)
         weft_chan *buf = mkchan(sizeof(int), 2);
         int v = 40 + (int)k, got = -1;
         ASSERT_EQ(weft_chan_try_send(buf, &v), 0);
-        weft_case rc[2] = {{empty, WEFT_OP_RECV, &got, 0},
-                           {buf, WEFT_OP_RECV, &got, 0}};
+        weft_case rc[2] = {
+            {.chan = empty, .op = WEFT_OP_RECV, .elem = &got, .rc = 0},
+            {.chan = buf, .op = WEFT_OP_RECV, .elem = &got, .rc = 0}};
         ASSERT_EQ(weft_select(rc, 2, past[k]), 1);
         ASSERT_EQ(rc[1].rc, 0);
         ASSERT_EQ(got, 40 + (int)k);
         /* Room to send. */
         int out = 7;
-        weft_case sc[2] = {{full, WEFT_OP_SEND, &out, 0},
-                           {buf, WEFT_OP_SEND, &out, 0}};
+        weft_case sc[2] = {
+            {.chan = full, .op = WEFT_OP_SEND, .elem = &out, .rc = 0},
+            {.chan = buf, .op = WEFT_OP_SEND, .elem = &out, .rc = 0}};
         ASSERT_EQ(weft_select(sc, 2, past[k]), 1);
         ASSERT_EQ(sc[1].rc, 0);
         ASSERT_EQ(weft_chan_len(buf), 1);
@@ -1235,8 +1249,9 @@ static int past_deadline_root(void *arg)
         ASSERT_EQ(rc[1].rc, -EPIPE);
         ASSERT_EQ(weft_chan_unref(buf), 0);
         /* Nothing ready: -ETIMEDOUT at once, nothing left waiting. */
-        weft_case none[2] = {{empty, WEFT_OP_RECV, &got, 0},
-                             {full, WEFT_OP_SEND, &out, 0}};
+        weft_case none[2] = {
+            {.chan = empty, .op = WEFT_OP_RECV, .elem = &got, .rc = 0},
+            {.chan = full, .op = WEFT_OP_SEND, .elem = &out, .rc = 0}};
         ASSERT_EQ(weft_select(none, 2, past[k]), -ETIMEDOUT);
         ASSERT_EQ(weft_now(), t0);
     }
@@ -1247,7 +1262,7 @@ static int past_deadline_root(void *arg)
     spawn(wait_send, &w);
     ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* it is parked in its send */
     int got = -1;
-    weft_case zc[1] = {{z, WEFT_OP_RECV, &got, 0}};
+    weft_case zc[1] = {{.chan = z, .op = WEFT_OP_RECV, .elem = &got, .rc = 0}};
     ASSERT_EQ(weft_select(zc, 1, 0), 0);
     ASSERT_EQ(got, 99);
     scope_end(s);
@@ -1293,9 +1308,9 @@ static int select_send_root(void *arg)
     weft_chan *s1 = mkchan(sizeof(int), 0), *s2 = mkchan(sizeof(int), 0);
     weft_chan *r = mkchan(sizeof(int), 0);
     int v1 = 1, v2 = 2, outr = -1, out;
-    weft_case cs[3] = {{s1, WEFT_OP_SEND, &v1, 0},
-                       {r, WEFT_OP_RECV, &outr, 0},
-                       {s2, WEFT_OP_SEND, &v2, 0}};
+    weft_case cs[3] = {{.chan = s1, .op = WEFT_OP_SEND, .elem = &v1, .rc = 0},
+                       {.chan = r, .op = WEFT_OP_RECV, .elem = &outr, .rc = 0},
+                       {.chan = s2, .op = WEFT_OP_SEND, .elem = &v2, .rc = 0}};
     /* A receiver comes to s2 after 1 s: the send case completes then. */
     struct waiter w = {.c = s2};
     weft_time t0 = weft_now();
@@ -1334,7 +1349,8 @@ static int select_send_root(void *arg)
     fill(b1, 2);
     fill(b2, 1);
     int x1 = 71, x2 = 72;
-    weft_case bs[2] = {{b1, WEFT_OP_SEND, &x1, 0}, {b2, WEFT_OP_SEND, &x2, 0}};
+    weft_case bs[2] = {{.chan = b1, .op = WEFT_OP_SEND, .elem = &x1, .rc = 0},
+                       {.chan = b2, .op = WEFT_OP_SEND, .elem = &x2, .rc = 0}};
     w = (struct waiter){.c = b2};
     t0 = weft_now();
     s = scope_open();
@@ -1376,7 +1392,8 @@ static int select_closed_root(void *arg)
     weft_time t0 = weft_now();
 
     /* A receive from a closed, drained channel is ready at once. */
-    weft_case cs[2] = {{a, WEFT_OP_RECV, &out, 0}, {cl, WEFT_OP_RECV, &out, 0}};
+    weft_case cs[2] = {{.chan = a, .op = WEFT_OP_RECV, .elem = &out, .rc = 0},
+                       {.chan = cl, .op = WEFT_OP_RECV, .elem = &out, .rc = 0}};
     ASSERT_EQ(weft_try_select(cs, 2), 1);
     ASSERT_EQ(cs[1].rc, -EPIPE);
     cs[1].rc = 0;
@@ -1385,7 +1402,8 @@ static int select_closed_root(void *arg)
     ASSERT_EQ(out, -1);
 
     /* So is a send to a closed channel; nothing is delivered. */
-    weft_case ss[2] = {{a, WEFT_OP_RECV, &out, 0}, {cl, WEFT_OP_SEND, &v, 0}};
+    weft_case ss[2] = {{.chan = a, .op = WEFT_OP_RECV, .elem = &out, .rc = 0},
+                       {.chan = cl, .op = WEFT_OP_SEND, .elem = &v, .rc = 0}};
     ASSERT_EQ(weft_try_select(ss, 2), 1);
     ASSERT_EQ(ss[1].rc, -EPIPE);
     ss[1].rc = 0;
@@ -1398,7 +1416,8 @@ static int select_closed_root(void *arg)
     weft_chan *cb = mkchan(sizeof(int), 2);
     fill(cb, 1);
     ASSERT_EQ(weft_chan_close(cb), 0);
-    weft_case bs[2] = {{a, WEFT_OP_RECV, &out, 0}, {cb, WEFT_OP_RECV, &out, 0}};
+    weft_case bs[2] = {{.chan = a, .op = WEFT_OP_RECV, .elem = &out, .rc = 0},
+                       {.chan = cb, .op = WEFT_OP_RECV, .elem = &out, .rc = 0}};
     ASSERT_EQ(weft_select(bs, 2, WEFT_NEVER), 1);
     ASSERT_EQ(bs[1].rc, 0);
     ASSERT_EQ(out, 0);
@@ -1410,7 +1429,8 @@ static int select_closed_root(void *arg)
     /* A select waiting on receives is woken by a close at 1 s; the other
      * channel keeps no waiter. */
     weft_chan *x = mkchan(sizeof(int), 0), *y = mkchan(sizeof(int), 0);
-    weft_case ws[2] = {{x, WEFT_OP_RECV, &out, 0}, {y, WEFT_OP_RECV, &out, 0}};
+    weft_case ws[2] = {{.chan = x, .op = WEFT_OP_RECV, .elem = &out, .rc = 0},
+                       {.chan = y, .op = WEFT_OP_RECV, .elem = &out, .rc = 0}};
     weft_scope *s = scope_open();
     spawn(close_after_1s, y);
     ASSERT_EQ(weft_select(ws, 2, WEFT_NEVER), 1);
@@ -1424,7 +1444,8 @@ static int select_closed_root(void *arg)
     /* The same with send cases. */
     y = mkchan(sizeof(int), 0);
     int v1 = 1, v2 = 2;
-    weft_case sw[2] = {{x, WEFT_OP_SEND, &v1, 0}, {y, WEFT_OP_SEND, &v2, 0}};
+    weft_case sw[2] = {{.chan = x, .op = WEFT_OP_SEND, .elem = &v1, .rc = 0},
+                       {.chan = y, .op = WEFT_OP_SEND, .elem = &v2, .rc = 0}};
     s = scope_open();
     spawn(close_after_1s, y);
     ASSERT_EQ(weft_select(sw, 2, WEFT_NEVER), 1);
@@ -1455,8 +1476,8 @@ struct lose {
 static int lose_selector(void *arg)
 {
     struct lose *l = arg;
-    l->cs[0] = (weft_case){l->c1, l->op, &l->v1, 0};
-    l->cs[1] = (weft_case){l->c2, l->op, &l->v2, 0};
+    l->cs[0] = (weft_case){.chan = l->c1, .op = l->op, .elem = &l->v1};
+    l->cs[1] = (weft_case){.chan = l->c2, .op = l->op, .elem = &l->v2};
     l->idx = weft_select(l->cs, 2, WEFT_NEVER);
     return 0;
 }
@@ -1557,7 +1578,8 @@ static int same_chan_root(void *arg)
     weft_chan *c = mkchan(sizeof(int), 1);
     int a = -1, b = -1, v = 4;
     fill(c, 1);
-    weft_case rr[2] = {{c, WEFT_OP_RECV, &a, 0}, {c, WEFT_OP_RECV, &b, 0}};
+    weft_case rr[2] = {{.chan = c, .op = WEFT_OP_RECV, .elem = &a, .rc = 0},
+                       {.chan = c, .op = WEFT_OP_RECV, .elem = &b, .rc = 0}};
     int idx = weft_select(rr, 2, WEFT_NEVER);
     ASSERT(idx == 0 || idx == 1);
     ASSERT_EQ(idx == 0 ? a : b, 0);
@@ -1565,7 +1587,8 @@ static int same_chan_root(void *arg)
     ASSERT_EQ(weft_chan_len(c), 0);
     /* Empty buffer: only the send case is ready. */
     a = -1;
-    weft_case rs[2] = {{c, WEFT_OP_RECV, &a, 0}, {c, WEFT_OP_SEND, &v, 0}};
+    weft_case rs[2] = {{.chan = c, .op = WEFT_OP_RECV, .elem = &a, .rc = 0},
+                       {.chan = c, .op = WEFT_OP_SEND, .elem = &v, .rc = 0}};
     ASSERT_EQ(weft_try_select(rs, 2), 1);
     ASSERT_EQ(weft_chan_len(c), 1);
     /* Full buffer: only the receive case is. */
@@ -1602,11 +1625,15 @@ static int self_selector(void *arg)
         int out = -1, v = p;
         weft_case cs[2];
         if ((p + i) % 2) {
-            cs[0] = (weft_case){ss->c, WEFT_OP_SEND, &v, 0};
-            cs[1] = (weft_case){ss->c, WEFT_OP_RECV, &out, 0};
+            cs[0] = (weft_case){
+                .chan = ss->c, .op = WEFT_OP_SEND, .elem = &v, .rc = 0};
+            cs[1] = (weft_case){
+                .chan = ss->c, .op = WEFT_OP_RECV, .elem = &out, .rc = 0};
         } else {
-            cs[0] = (weft_case){ss->c, WEFT_OP_RECV, &out, 0};
-            cs[1] = (weft_case){ss->c, WEFT_OP_SEND, &v, 0};
+            cs[0] = (weft_case){
+                .chan = ss->c, .op = WEFT_OP_RECV, .elem = &out, .rc = 0};
+            cs[1] = (weft_case){
+                .chan = ss->c, .op = WEFT_OP_SEND, .elem = &v, .rc = 0};
         }
         int idx = weft_select(cs, 2, WEFT_NEVER);
         ASSERT(idx == 0 || idx == 1);
@@ -1658,7 +1685,8 @@ static int sb_producer(void *arg)
     for (uint32_t v = p; v < m->n; v += MP_PRODUCERS) {
         weft_case cs[SB_CHANS];
         for (int k = 0; k < SB_CHANS; k++)
-            cs[k] = (weft_case){m->ch[k], WEFT_OP_SEND, &v, 0};
+            cs[k] = (weft_case){
+                .chan = m->ch[k], .op = WEFT_OP_SEND, .elem = &v, .rc = 0};
         int idx = weft_select(cs, SB_CHANS, WEFT_NEVER);
         ASSERT(idx >= 0 && idx < SB_CHANS);
         ASSERT_EQ(cs[idx].rc, 0);
@@ -1675,7 +1703,8 @@ static int sb_consumer(void *arg)
     uint32_t val[SB_CHANS];
     weft_case cs[SB_CHANS];
     for (int k = 0; k < SB_CHANS; k++)
-        cs[k] = (weft_case){m->ch[k], WEFT_OP_RECV, &val[k], 0};
+        cs[k] = (weft_case){
+            .chan = m->ch[k], .op = WEFT_OP_RECV, .elem = &val[k], .rc = 0};
     int open = SB_CHANS;
     long got = 0;
     while (open > 0) {
@@ -1834,9 +1863,10 @@ static int cs_sender(void *arg)
             rc = weft_chan_try_send(c, &v);
             break;
         default: {
-            weft_case cs[3] = {{c, WEFT_OP_SEND, &v, 1},
-                               {NULL, WEFT_OP_SEND, &v, 1},
-                               {m->ch[k2], WEFT_OP_SEND, &v, 1}};
+            weft_case cs[3] = {
+                {.chan = c, .op = WEFT_OP_SEND, .elem = &v, .rc = 1},
+                {.chan = NULL, .op = WEFT_OP_SEND, .elem = &v, .rc = 1},
+                {.chan = m->ch[k2], .op = WEFT_OP_SEND, .elem = &v, .rc = 1}};
             int idx = weft_select(cs, 3, cs_deadline(t, r >> 24));
             ASSERT(idx != 1);
             rc = idx >= 0 ? cs[idx].rc : idx;
@@ -1883,8 +1913,10 @@ static int cs_receiver(void *arg)
             uint32_t vals[3] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
             weft_case cs[3];
             for (int j = 0; j < 3; j++)
-                cs[j] = (weft_case){m->ch[(k + 2 * j) % CS_CHANS], WEFT_OP_RECV,
-                                    &vals[j], 1};
+                cs[j] = (weft_case){.chan = m->ch[(k + 2 * j) % CS_CHANS],
+                                    .op = WEFT_OP_RECV,
+                                    .elem = &vals[j],
+                                    .rc = 1};
             int idx = weft_select(cs, 3, cs_deadline(t, r >> 24));
             rc = idx >= 0 ? cs[idx].rc : idx;
             if (idx >= 0)
@@ -2015,7 +2047,8 @@ static int level_root(void *arg)
     ASSERT_EQ(weft_scope_cancel(s), 0);
     weft_time t0 = weft_now();
     int v = 9, out = -1;
-    weft_case cs[2] = {{c, WEFT_OP_RECV, &out, 0}, {c, WEFT_OP_SEND, &v, 0}};
+    weft_case cs[2] = {{.chan = c, .op = WEFT_OP_RECV, .elem = &out, .rc = 0},
+                       {.chan = c, .op = WEFT_OP_SEND, .elem = &v, .rc = 0}};
     for (int i = 0; i < 3; i++) {
         ASSERT_EQ(weft_chan_send(c, &v), -ECANCELED);
         ASSERT_EQ(weft_chan_send_until(c, &v, t0 + WEFT_SEC), -ECANCELED);
@@ -2175,7 +2208,7 @@ TEST(blocking_calls_outside_a_task_eperm)
     ASSERT_EQ(weft_chan_recv_until(c, &out, WEFT_NEVER), -EPERM);
     ASSERT_EQ(weft_chan_len(c), 1);
     ASSERT_EQ(out, -1);
-    weft_case cs[1] = {{c, WEFT_OP_RECV, &out, 0}};
+    weft_case cs[1] = {{.chan = c, .op = WEFT_OP_RECV, .elem = &out, .rc = 0}};
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -EPERM);
     ASSERT_EQ(weft_chan_len(c), 1);
     ASSERT_EQ(weft_chan_try_recv(c, &out), 0);
@@ -2194,10 +2227,11 @@ static int errors_in_task_root(void *arg)
     ASSERT_EQ(weft_chan_recv_until(NULL, &v, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_select(NULL, 1, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_try_select(NULL, 1), -EINVAL);
-    weft_case cs[2] = {{c, WEFT_OP_SEND, &v, 0}, {c, WEFT_OP_RECV, &v, 0}};
+    weft_case cs[2] = {{.chan = c, .op = WEFT_OP_SEND, .elem = &v, .rc = 0},
+                       {.chan = c, .op = WEFT_OP_RECV, .elem = &v, .rc = 0}};
     ASSERT_EQ(weft_select(cs, -1, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_try_select(cs, -1), -EINVAL);
-    weft_case bad[1] = {{c, (weft_op)7, &v, 0}};
+    weft_case bad[1] = {{.chan = c, .op = (weft_op)99, .elem = &v}};
     ASSERT_EQ(weft_select(bad, 1, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_try_select(bad, 1), -EINVAL);
     ASSERT_EQ(weft_chan_len(c), 0);
