@@ -470,6 +470,7 @@ static int lock_timeout_root(void *arg)
     ASSERT_EQ(w3.rc, -ETIMEDOUT);
     ASSERT_EQ(w3.at, 11 * WEFT_SEC);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    ASSERT_EQ(weft_mutex_destroy(&m), 0); /* no waiter mark left behind */
     return 0;
 }
 
