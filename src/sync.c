@@ -295,20 +295,24 @@ typedef struct sem_impl {
 } sem_impl;
 _Static_assert(sizeof(sem_impl) <= sizeof(weft_sem), "weft_sem size");
 
+static bool sem_fits(const weft__waiter *w, void *ctx)
+{
+    return w->n <= ((sem_impl *)ctx)->count;
+}
+
+static void sem_take(weft__waiter *w, void *ctx)
+{
+    ((sem_impl *)ctx)->count -= w->n;
+}
+
 /* Under the lock: hands permits to waiters in order while the first one's
- * request fits; returns the claimed ones chained through `next`. */
+ * request fits (claimed first: a waiter leaving on its deadline or a
+ * cancel, or a select whose other case won, takes nothing); returns the
+ * granted ones chained through `next`, to finish after unlocking. */
 static weft__waiter *sem_grant(sem_impl *s)
 {
-    weft__waiter *granted = NULL, **tail = &granted, *w;
-    while ((w = s->q.head) != NULL && w->n <= s->count) {
-        weft__waitq_remove(&s->q, w);
-        if (!weft__wake_claim(w->task, w->token))
-            continue; /* it is leaving (deadline, cancel): next one */
-        s->count -= w->n;
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
+    weft__waiter *granted = NULL;
+    weft__waitq_grant(&s->q, sem_fits, sem_take, s, &granted);
     return granted;
 }
 
