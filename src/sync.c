@@ -9,7 +9,8 @@
  * so every wait takes a deadline and is a cancellation point (but the
  * relock of a condition variable); a waker claims a waiter before handing
  * it what it waited for (the lock, permits), so a waiter that leaves with
- * -ETIMEDOUT or -ECANCELED was handed nothing.
+ * -ETIMEDOUT or -ECANCELED was handed nothing. The semaphore also gives
+ * select its SEM case.
  *
  * The mutex is described at its section below.
  */
@@ -417,6 +418,47 @@ long weft_sem_available(weft_sem *ss)
     long n = s->count;
     weft__lock_release(&s->lock);
     return n;
+}
+
+/* ---- select's semaphore case (wait.h, "select's cases") ----
+ * A select waits for one permit as a plain waiter wanting n = 1, queued
+ * in line with weft_sem_acquire's callers. sem_grant claims it before it
+ * takes the permit, so a select that another case won (or that timed
+ * out) takes nothing; it unlinks itself when it runs again. A waiter
+ * wanting one permit never holds up those behind it (they want one or
+ * more), so it leaves without granting anything. */
+
+int weft__sem_case_check(const weft_case *c)
+{
+    /* NULL: switched off. A weft_sem has no dead state to look for: a
+     * destroyed one is zeroed, which is a valid semaphore without permits
+     * (weft_sem_acquire waits on it too). */
+    return c->sem ? 0 : 1;
+}
+
+weft__lock *weft__sem_case_lock(weft_case *c)
+{
+    return &((sem_impl *)c->sem)->lock;
+}
+
+int weft__sem_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken); /* taking a permit wakes nobody */
+    sem_impl *s = (sem_impl *)c->sem;
+    if (!s->q.head && s->count >= 1) { /* FIFO, as sem_acquire */
+        s->count--;
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &s->q;
+    a->w.elem = NULL;
+    a->w.n = 1;
+    return -EAGAIN;
+}
+
+void weft__sem_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: sem_grant took our permit before it claimed us */
 }
 
 /* ---- event and wait group: wait until a condition, wake everyone ---- */
