@@ -47,26 +47,19 @@ _Static_assert(sizeof(condvar_impl) <= sizeof(weft_cond), "weft_cond size");
 _Static_assert(_Alignof(condvar_impl) <= _Alignof(weft_cond), "weft_cond");
 
 /* Queues the running task on c, unlocks m, parks until signalled or until
- * the deadline or a cancel, and leaves the queue if not signalled. */
+ * the deadline or a cancel (leaving the queue then: weft__wait_park). */
 static int cond_park(condvar_impl *c, weft_mutex *m, int64_t deadline)
 {
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
-    weft__waiter self = {.task = t};
+    weft__waiter self = {0};
     weft__lock_acquire(&c->lock);
-    self.token = weft__park_prepare(t, true);
+    weft__wait_arm(&self, WEFT__W_COND, c, 0);
     weft__waitq_push(&c->q, &self);
-    weft__lock_release(&c->lock);
     /* Queued first, unlocked second: a signaller that gets m after this
-     * finds us in the queue. (Cannot fail: cond_wait checked we hold m.) */
+     * finds us in the queue. Under c's lock: m's spinlock is taken inside
+     * c's, never the other way. (Cannot fail: cond_wait checked we hold
+     * m.) */
     weft_mutex_unlock(m);
-    int rc = weft__park_commit(wk, t, deadline);
-    if (rc == -ETIMEDOUT || rc == -ECANCELED) {
-        weft__lock_acquire(&c->lock); /* not claimed: leave the queue */
-        weft__waitq_remove(&c->q, &self);
-        weft__lock_release(&c->lock);
-    }
-    return rc;
+    return weft__wait_park(&c->lock, &c->q, &self, deadline);
 }
 
 static int cond_wait(weft_cond *cc, weft_mutex *m, int64_t deadline)
@@ -78,6 +71,8 @@ static int cond_wait(weft_cond *cc, weft_mutex *m, int64_t deadline)
     int rc = weft__checkpoint();
     if (rc)
         return rc; /* still holding m: it was never unlocked */
+    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline))
+        return -ETIMEDOUT; /* likewise */
     rc = cond_park((condvar_impl *)cc, m, deadline);
     weft__mutex_relock(m);
     return rc;

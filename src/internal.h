@@ -578,6 +578,16 @@ int weft__mutex_relock(weft_mutex *m);
 /* 1 if the calling task holds m, else 0. */
 int weft__mutex_held_by_me(weft_mutex *m);
 
+/* Select's semaphore case (sync.c; the four calls of wait.h's "select's
+ * cases"): check: 1 for a NULL sem (off), else 0; try (under the sem's
+ * lock): takes one permit if one is there and nobody waits ahead (0,
+ * c->rc = 0), else -EAGAIN with a->q the sem's queue and a->w.n = 1; won:
+ * c->rc = code (0: the permit was handed over). */
+int weft__sem_case_check(const weft_case *c);
+weft__lock *weft__sem_case_lock(weft_case *c);
+int weft__sem_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__sem_case_won(weft_case *c, int code);
+
 /* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
  * cancelled scope (every blocking call is a checkpoint, as in Trio, even
  * one that could complete at once), else 0. */

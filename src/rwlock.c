@@ -58,20 +58,23 @@ static void enter(rwlock_impl *l, long kind, weft_task *t)
         l->readers++;
 }
 
-/* Under the lock: lets waiters in from the head while the head can enter;
- * returns the claimed ones chained through `next`, in arrival order. */
+static bool admit_fits(const weft__waiter *w, void *ctx)
+{
+    return can_enter(ctx, w->n);
+}
+
+static void admit_take(weft__waiter *w, void *ctx)
+{
+    enter(ctx, w->n, w->task);
+}
+
+/* Under the lock: lets waiters in from the head while the head can enter
+ * (claimed first: one leaving on its deadline or a cancel holds nothing);
+ * returns the admitted ones chained through `next`, in arrival order. */
 static weft__waiter *admit(rwlock_impl *l)
 {
-    weft__waiter *granted = NULL, **tail = &granted, *w;
-    while ((w = l->q.head) != NULL && can_enter(l, w->n)) {
-        weft__waitq_remove(&l->q, w);
-        if (!weft__wake_claim(w->task, w->token))
-            continue; /* it is leaving (deadline, cancel): holds nothing */
-        enter(l, w->n, w->task);
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
+    weft__waiter *granted = NULL;
+    weft__waitq_grant(&l->q, admit_fits, admit_take, l, &granted);
     return granted;
 }
 

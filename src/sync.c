@@ -4,10 +4,13 @@
  *
  * Each is a small value (zero means ready: unlocked, no permits, unset,
  * zero count) holding a spinlock and a FIFO wait queue of weft__waiters.
- * Waiting goes through weft__wait_one, so every wait takes a deadline and
- * is a cancellation point; a waker claims a waiter before handing it what
- * it waited for (the lock, permits), so a waiter that leaves with
- * -ETIMEDOUT or -ECANCELED was handed nothing.
+ * Waiting goes through the wait layer (wait.h: weft__wait_one; the mutex,
+ * which queues a loser first in line, weft__wait_arm + weft__wait_park),
+ * so every wait takes a deadline and is a cancellation point (but the
+ * relock of a condition variable); a waker claims a waiter before handing
+ * it what it waited for (the lock, permits), so a waiter that leaves with
+ * -ETIMEDOUT or -ECANCELED was handed nothing. The semaphore also gives
+ * select its SEM case.
  *
  * The mutex is described at its section below.
  */
@@ -67,6 +70,15 @@ static bool mutex_take(mutex_impl *m, int *s, int clear)
     return false;
 }
 
+/* The waiter left the queue (a deadline, a cancel): with nobody queued
+ * behind it, M_WAITERS goes. Under m->lock, which makes the test and the
+ * clear one step for lockers that queue. */
+static void mutex_left(mutex_impl *m)
+{
+    if (!m->q.head)
+        atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
+}
+
 static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
                            bool cancellable)
 {
@@ -75,7 +87,8 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         return -EINVAL;
     if (ld_rlx(&m->owner) == t)
         return -EDEADLK;
-    weft__waiter self = {.task = t, .since = INT64_MIN};
+    int flags = cancellable ? 0 : WEFT__WAIT_FIRM;
+    weft__waiter self = {.since = INT64_MIN};
     int woken = 0; /* M_WOKEN while we hold it, so we clear it */
     for (;;) {
         weft__lock_acquire(&m->lock);
@@ -90,26 +103,27 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
                 goto locked;
             }
         }
+        if (WEFT_UNLIKELY(deadline != WEFT_NEVER) &&
+            weft__wait_past(deadline)) {
+            mutex_left(m); /* not queued; any M_WOKEN of ours went above */
+            weft__lock_release(&m->lock);
+            return -ETIMEDOUT;
+        }
         if (self.since == INT64_MIN)
             self.since = weft__now(wk->rt);
-        self.token = weft__park_prepare(t, cancellable);
+        weft__wait_arm(&self, WEFT__W_MUTEX, m, flags);
         if (woken)
             weft__waitq_push_front(&m->q, &self);
         else
             weft__waitq_push(&m->q, &self);
-        weft__lock_release(&m->lock);
         woken = 0;
-        int rc = weft__park_commit(wk, t, deadline);
+        int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
         if (rc == WAKE_OWNER)
             return 0; /* handed over: the unlocker set the owner */
         if (rc != WAKE_RETRY && rc != WAKE_RETRY_FAR) {
-            /* Deadline or cancel; nobody claimed us, so we were handed
-             * nothing. Leave the queue; if it is now empty, say so. */
+            /* Deadline or cancel: off the queue, handed nothing. */
             weft__lock_acquire(&m->lock);
-            weft__waitq_remove(&m->q, &self);
-            if (!m->q.head)
-                atomic_fetch_and_explicit(&m->state, ~M_WAITERS,
-                                          memory_order_acq_rel);
+            mutex_left(m);
             weft__lock_release(&m->lock);
             return rc;
         }
@@ -142,10 +156,11 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
              * would be woken by its next unlock, across workers, only to
              * lose again (a wake there costs microseconds of cache misses
              * on both sides): keep M_WOKEN instead, so its unlocks stay
-             * one compare-and-swap, and look again in SNOOZE_NS. */
-            weft__park_prepare(t, cancellable);
-            weft__park_commit(
-                wk, t, now + SNOOZE_NS < deadline ? now + SNOOZE_NS : deadline);
+             * one compare-and-swap, and look again in SNOOZE_NS (a sleep
+             * that a cancel ends unless this is a relock). */
+            weft__wait_sleep_on(now + SNOOZE_NS < deadline ? now + SNOOZE_NS
+                                                           : deadline,
+                                WEFT__W_MUTEX, m, flags);
         }
     }
 locked:
@@ -281,20 +296,24 @@ typedef struct sem_impl {
 } sem_impl;
 _Static_assert(sizeof(sem_impl) <= sizeof(weft_sem), "weft_sem size");
 
+static bool sem_fits(const weft__waiter *w, void *ctx)
+{
+    return w->n <= ((sem_impl *)ctx)->count;
+}
+
+static void sem_take(weft__waiter *w, void *ctx)
+{
+    ((sem_impl *)ctx)->count -= w->n;
+}
+
 /* Under the lock: hands permits to waiters in order while the first one's
- * request fits; returns the claimed ones chained through `next`. */
+ * request fits (claimed first: a waiter leaving on its deadline or a
+ * cancel, or a select whose other case won, takes nothing); returns the
+ * granted ones chained through `next`, to finish after unlocking. */
 static weft__waiter *sem_grant(sem_impl *s)
 {
-    weft__waiter *granted = NULL, **tail = &granted, *w;
-    while ((w = s->q.head) != NULL && w->n <= s->count) {
-        weft__waitq_remove(&s->q, w);
-        if (!weft__wake_claim(w->task, w->token))
-            continue; /* it is leaving (deadline, cancel): next one */
-        s->count -= w->n;
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
+    weft__waiter *granted = NULL;
+    weft__waitq_grant(&s->q, sem_fits, sem_take, s, &granted);
     return granted;
 }
 
@@ -401,6 +420,47 @@ long weft_sem_available(weft_sem *ss)
     return n;
 }
 
+/* ---- select's semaphore case (wait.h, "select's cases") ----
+ * A select waits for one permit as a plain waiter wanting n = 1, queued
+ * in line with weft_sem_acquire's callers. sem_grant claims it before it
+ * takes the permit, so a select that another case won (or that timed
+ * out) takes nothing; it unlinks itself when it runs again. A waiter
+ * wanting one permit never holds up those behind it (they want one or
+ * more), so it leaves without granting anything. */
+
+int weft__sem_case_check(const weft_case *c)
+{
+    /* NULL: switched off. A weft_sem has no dead state to look for: a
+     * destroyed one is zeroed, which is a valid semaphore without permits
+     * (weft_sem_acquire waits on it too). */
+    return c->sem ? 0 : 1;
+}
+
+weft__lock *weft__sem_case_lock(weft_case *c)
+{
+    return &((sem_impl *)c->sem)->lock;
+}
+
+int weft__sem_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken); /* taking a permit wakes nobody */
+    sem_impl *s = (sem_impl *)c->sem;
+    if (!s->q.head && s->count >= 1) { /* FIFO, as sem_acquire */
+        s->count--;
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &s->q;
+    a->w.elem = NULL;
+    a->w.n = 1;
+    return -EAGAIN;
+}
+
+void weft__sem_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: sem_grant took our permit before it claimed us */
+}
+
 /* ---- event and wait group: wait until a condition, wake everyone ---- */
 
 typedef struct cond_impl {
@@ -428,7 +488,8 @@ static int cond_wait(cond_impl *c, long want, int kind, int64_t deadline)
 
 int weft_event_wait(weft_event *e)
 {
-    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, WEFT_NEVER) : -EINVAL;
+    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, WEFT_NEVER)
+             : -EINVAL;
 }
 
 int weft_event_wait_until(weft_event *e, weft_time deadline)
@@ -516,10 +577,12 @@ int weft_wg_done(weft_wg *wg)
 
 int weft_wg_wait(weft_wg *wg)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, WEFT_NEVER) : -EINVAL;
+    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, WEFT_NEVER)
+              : -EINVAL;
 }
 
 int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, deadline) : -EINVAL;
+    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, deadline)
+              : -EINVAL;
 }

@@ -207,3 +207,12 @@ int weft__wait_sleep(int64_t deadline)
     weft__wait_note(t, WEFT__W_SLEEP, NULL);
     return weft__park_commit(wk, t, deadline);
 }
+
+int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
+{
+    weft_worker *wk = weft__tl_worker;
+    weft_task *t = wk->cur;
+    weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
+    weft__wait_note(t, kind, obj);
+    return weft__park_commit(wk, t, deadline);
+}

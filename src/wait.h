@@ -364,4 +364,10 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
 int weft__wait_sleep(int64_t deadline);
 
+/* weft__wait_sleep noting (kind, obj) as what the task waits on, with
+ * flags (WEFT__WAIT_FIRM: a cancel does not end it): for a waiter that
+ * is queued nowhere but still waits for an object, looking at it again
+ * after the sleep (the mutex's snooze). Returns as weft__wait_sleep. */
+int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags);
+
 #endif

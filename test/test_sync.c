@@ -5,6 +5,7 @@
  * order (arrival order, FIFO permits) and times are checked exactly on the
  * virtual clock, under several scheduling seeds.
  */
+#include "internal.h" /* select's semaphore case: weft__sem_case_* */
 #include "t.h"
 #include "weft.h"
 
@@ -470,6 +471,7 @@ static int lock_timeout_root(void *arg)
     ASSERT_EQ(w3.rc, -ETIMEDOUT);
     ASSERT_EQ(w3.at, 11 * WEFT_SEC);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    ASSERT_EQ(weft_mutex_destroy(&m), 0); /* no waiter mark left behind */
     return 0;
 }
 
@@ -917,6 +919,179 @@ TEST(sem_timeout_and_cancel_take_nothing)
 {
     ASSERT_EQ(t_run_virtual(1, sem_leave_root, NULL), 0);
     ASSERT_EQ(t_run_virtual(2, sem_leave_root, NULL), 0);
+}
+
+/* ---- select's semaphore case, driven as weft_select will drive it ---- */
+
+/* Under every case's lock, tries each case; if none can take effect, waits
+ * on all of them (weft__wait_many) until one is granted or the deadline.
+ * Returns the chosen index, with the waker's code in *code, or the wait's
+ * error. */
+static int sc_select(weft_case *c, int n, weft_time deadline, int *code)
+{
+    weft__arm arms[2];
+    weft__lock *order[2];
+    ASSERT(n <= 2);
+    memset(arms, 0, sizeof(arms));
+    for (int i = 0; i < n; i++) {
+        ASSERT_EQ(weft__sem_case_check(&c[i]), 0);
+        arms[i].lock = weft__sem_case_lock(&c[i]);
+    }
+    int k = weft__locks_order(arms, n, order);
+    weft__locks_acquire(order, k);
+    weft__chain woken;
+    weft__chain_init(&woken);
+    for (int i = 0; i < n; i++) {
+        int rc = weft__sem_case_try(&c[i], &arms[i], &woken);
+        if (rc == 0) {
+            weft__locks_release(order, k);
+            ASSERT(woken.head == NULL);
+            *code = 0;
+            return i;
+        }
+        ASSERT_EQ(rc, -EAGAIN);
+        /* The arm waits on the semaphore's own queue, for one permit. */
+        ASSERT((char *)arms[i].q >= (char *)c[i].sem &&
+               (char *)arms[i].q < (char *)(c[i].sem + 1));
+        ASSERT_EQ(arms[i].w.n, 1);
+    }
+    int idx =
+        weft__wait_many(order, k, arms, n, WEFT__W_SELECT, c, deadline, code);
+    if (idx >= 0)
+        weft__sem_case_won(&c[idx], *code);
+    return idx;
+}
+
+struct sc_rel {
+    weft_sem *s[2]; /* released in this order, at the same instant */
+    long n;
+    weft_time at;
+};
+
+static int sc_rel_task(void *arg)
+{
+    struct sc_rel *r = arg;
+    ASSERT_EQ(weft_sleep_until(r->at), 0);
+    for (int i = 0; i < 2 && r->s[i]; i++)
+        ASSERT_EQ(weft_sem_release(r->s[i], r->n), 0);
+    return 0;
+}
+
+static int sem_case_root(void *arg)
+{
+    (void)arg;
+    weft_sem s, s2;
+    ASSERT_EQ(weft_sem_init(&s, 1), 0);
+    ASSERT_EQ(weft_sem_init(&s2, 0), 0);
+    weft_case off = {.op = WEFT_OP_SEM, .sem = NULL};
+    ASSERT_EQ(weft__sem_case_check(&off), 1);
+    weft_case c = {.op = WEFT_OP_SEM, .sem = &s, .rc = 99};
+    ASSERT_EQ(weft__sem_case_check(&c), 0);
+
+    /* A free permit, nobody waiting: taken at once, nothing to wait on. */
+    weft__arm a;
+    memset(&a, 0, sizeof(a));
+    weft__chain woken;
+    weft__chain_init(&woken);
+    weft__lock *l = weft__sem_case_lock(&c);
+    weft__lock_acquire(l);
+    ASSERT_EQ(weft__sem_case_try(&c, &a, &woken), 0);
+    weft__lock_release(l);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT(a.q == NULL);
+    ASSERT(woken.head == NULL);
+    ASSERT_EQ(weft_sem_available(&s), 0);
+
+    /* None left: -EAGAIN, the arm set to wait for one permit of s. */
+    c.rc = 99;
+    weft__lock_acquire(l);
+    ASSERT_EQ(weft__sem_case_try(&c, &a, &woken), -EAGAIN);
+    weft__lock_release(l);
+    ASSERT((char *)a.q >= (char *)&s && (char *)a.q < (char *)(&s + 1));
+    ASSERT_EQ(a.w.n, 1);
+    ASSERT_EQ(c.rc, 99);
+
+    /* Queued, then granted by a release from another task: one permit
+     * is ours, the rest stay. */
+    weft_time t0 = weft_now();
+    struct sc_rel r = {.s = {&s, NULL}, .n = 3, .at = t0 + 2 * WEFT_SEC};
+    weft_scope *sc = scope_open();
+    spawn(sc_rel_task, &r);
+    int code = 99;
+    ASSERT_EQ(sc_select(&c, 1, t0 + 5 * WEFT_SEC, &code), 0);
+    ASSERT_EQ(code, 0);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(weft_now(), t0 + 2 * WEFT_SEC);
+    scope_end(sc);
+    ASSERT_EQ(weft_sem_available(&s), 2);
+    ASSERT_EQ(weft_sem_release(&s, 1), 0); /* give ours back */
+    ASSERT_EQ(weft_sem_available(&s), 3);
+
+    /* A timeout takes nothing and leaves no waiter behind. */
+    ASSERT_EQ(weft_sem_try_acquire(&s, 3), 0);
+    t0 = weft_now();
+    c.rc = 99;
+    ASSERT_EQ(sc_select(&c, 1, t0 + 3 * WEFT_SEC, &code), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t0 + 3 * WEFT_SEC);
+    ASSERT_EQ(c.rc, 99);
+    ASSERT_EQ(weft_sem_available(&s), 0);
+    ASSERT_EQ(weft_sem_release(&s, 1), 0);
+    ASSERT_EQ(weft_sem_available(&s), 1); /* nobody took it */
+    ASSERT_EQ(weft_sem_try_acquire(&s, 1), 0);
+    /* A deadline already past: at once. */
+    ASSERT_EQ(sc_select(&c, 1, t0, &code), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t0 + 3 * WEFT_SEC);
+
+    /* Two semaphores released at the same instant, s2 first: only the
+     * chosen case takes a permit (s's grant finds the select claimed and
+     * passes it by), even while its waiter is still on s's queue. */
+    weft_case cs[2] = {{.op = WEFT_OP_SEM, .sem = &s, .rc = 99},
+                       {.op = WEFT_OP_SEM, .sem = &s2, .rc = 99}};
+    t0 = weft_now();
+    r = (struct sc_rel){.s = {&s2, &s}, .n = 1, .at = t0 + WEFT_SEC};
+    sc = scope_open();
+    spawn(sc_rel_task, &r);
+    ASSERT_EQ(sc_select(cs, 2, WEFT_NEVER, &code), 1);
+    ASSERT_EQ(code, 0);
+    ASSERT_EQ(cs[1].rc, 0);
+    ASSERT_EQ(cs[0].rc, 99);
+    ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
+    scope_end(sc);
+    ASSERT_EQ(weft_sem_available(&s), 1);
+    ASSERT_EQ(weft_sem_available(&s2), 0);
+
+    /* In line with weft_sem_acquire: behind a waiting request of 2, the
+     * free permit is not the select's; one release serves both, in
+     * order. */
+    t0 = weft_now();
+    struct sw big = {.s = &s, .arrive = 1, .n = 2};
+    r = (struct sc_rel){.s = {&s, NULL}, .n = 2, .at = t0 + 3 * WEFT_SEC};
+    sc = scope_open();
+    spawn(sw_task, &big);
+    spawn(sc_rel_task, &r);
+    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT(!big.done);
+    ASSERT_EQ(weft_sem_available(&s), 1);
+    c.rc = 99;
+    ASSERT_EQ(sc_select(&c, 1, WEFT_NEVER, &code), 0);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(weft_now(), t0 + 3 * WEFT_SEC);
+    scope_end(sc);
+    ASSERT_EQ(big.rc, 0);
+    ASSERT_EQ(big.at, t0 + 3 * WEFT_SEC);
+    ASSERT_EQ(weft_sem_available(&s), 0); /* 1 + 2 = 2 + 1 */
+
+    ASSERT_EQ(weft_sem_destroy(&s), 0); /* nobody queued on either */
+    ASSERT_EQ(weft_sem_destroy(&s2), 0);
+    return 0;
+}
+
+TEST(sem_select_case)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++)
+        ASSERT_EQ(
+            t_run(1, WEFT_CLOCK_VIRTUAL, T_SEED(seed), sem_case_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, sem_case_root, NULL), 0);
 }
 
 /* Release from a plain thread wakes tasks on the workers. */
