@@ -43,6 +43,8 @@ static const case_ops ops_of[] = {
                       weft__chan_case_try, weft__chan_case_won, NULL},
     [WEFT_OP_RECV] = {weft__chan_case_check, weft__chan_case_lock,
                       weft__chan_case_try, weft__chan_case_won, NULL},
+    [WEFT_OP_SEM] = {weft__sem_case_check, weft__sem_case_lock,
+                     weft__sem_case_try, weft__sem_case_won, NULL},
     [WEFT_OP_DEADLINE] = {deadline_check, NULL, NULL, NULL, NULL},
 };
 #define NOPS ((int)(sizeof(ops_of) / sizeof(ops_of[0])))
