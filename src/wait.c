@@ -201,9 +201,19 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
 
 int weft__wait_sleep(int64_t deadline)
 {
+    return weft__wait_sleep_on(deadline, WEFT__W_SLEEP, NULL);
+}
+
+int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj)
+{
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
     weft__park_prepare(t, true);
-    weft__wait_note(t, WEFT__W_SLEEP, NULL);
+    weft__wait_note(t, kind, obj);
     return weft__park_commit(wk, t, deadline);
+}
+
+void weft__wake_new(weft_task *t)
+{
+    weft__wake(t, weft__park_prepare(t, false), 0);
 }

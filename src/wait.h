@@ -364,4 +364,14 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
 int weft__wait_sleep(int64_t deadline);
 
+/* weft__wait_sleep recording (kind, obj) as what the task waits on: a
+ * primitive whose wait is a sleep until an instant it worked out (the
+ * limiter: until its tokens are due). Returns -ETIMEDOUT at the deadline,
+ * -ECANCELED on a cancel. */
+int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj);
+
+/* Starts t, made parked without ever having run (the shutdown keeper):
+ * the one wake, with code 0, that queues it on t->worker. Any thread. */
+void weft__wake_new(weft_task *t);
+
 #endif
