@@ -1,9 +1,10 @@
 # shellcheck shell=bash disable=SC2034,SC2154 # globals shared with the sourcing script
 # SPDX-License-Identifier: MIT
-# What bench/run and bench/compare share: the list of benchmarks, installing
-# missing packages, building weft's benchmark programs, and running one
-# program (an http server included) into one `BENCH` line. Sourced, not run;
-# the sourcing script sets `set -euo pipefail`, `repo` and `log_tag`.
+# What bench/run, bench/compare and bench/ab share: the list of benchmarks,
+# installing missing packages, building weft's benchmark programs, and
+# running one program (an http server included) into one `BENCH` line.
+# Sourced, not run; the sourcing script sets `set -euo pipefail`, `repo`
+# and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
 BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http"
@@ -43,12 +44,16 @@ need_weft_tools() {
 # build_weft BUILD_DIR BENCH...: a Release build without tests in
 # BUILD_DIR, of the programs bench_BENCH. Configuring every time is cheap
 # once cached, and picks up new bench/*.c.
-build_weft() {
-    local dir=$1 out b targets=()
-    shift
+build_weft() { build_weft_from "$repo" "$@"; }
+
+# build_weft_from SRC BUILD_DIR BENCH...: build_weft of the source tree SRC
+# (bench/ab builds two revisions, each in a worktree of its own).
+build_weft_from() {
+    local src=$1 dir=$2 out b targets=()
+    shift 2
     for b; do targets+=("bench_$b"); done
     log "building ${targets[*]} in $dir"
-    if ! out=$({ cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+    if ! out=$({ cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
         -DWEFT_TESTS=OFF -DWEFT_EXAMPLES=OFF -DWEFT_BENCH=ON &&
         cmake --build "$dir" --target "${targets[@]}" -j2; } 2>&1); then
         echo "$out" >&2

@@ -4,20 +4,22 @@
  * tasks waiting for one.
  *
  * A counting semaphore of turns with a bounded FIFO wait queue, under one
- * spinlock, built as weft_sem is (sync.c): a waiter queues a weft__waiter
- * on its own stack with its park token and parks; whoever hands it a turn
- * first claims its park (weft__wake_claim), so a waiter that wakes with
- * -ETIMEDOUT or -ECANCELED was handed nothing, and takes itself off the
+ * spinlock, built as weft_sem is (sync.c), waiting through the wait layer
+ * (wait.h): a waiter queues a weft__waiter on its own stack
+ * (weft__wait_one) and parks; whoever hands it a turn first claims it
+ * (weft__waitq_claim), so a waiter that wakes with -ETIMEDOUT or
+ * -ECANCELED was handed nothing, and the wait layer takes it off the
  * queue.
  *
- * Counts, all under the lock:
+ * Counts, both under the lock:
  * - held: turns held, including a turn handed to a waiter that has not
  *   run yet. leave without a turn held is -EINVAL.
- * - queued: waiters in q (for max_queue).
  * - waiting: enter calls that will still touch the bulkhead: the queued
  *   ones and those woken by their deadline or a cancel that have not yet
  *   taken themselves off. A waiter handed a turn stops counting here the
- *   moment it is claimed (its turn is in `held` instead).
+ *   moment it is claimed (its turn is in `held` instead). It is also what
+ *   max_queue bounds: a waiter woken by its deadline or a cancel keeps its
+ *   place in the count until it has run and left.
  * free is -EBUSY while held or waiting is not zero, so no enter or leave
  * in progress can touch a freed bulkhead.
  *
@@ -49,7 +51,6 @@ struct weft_bulkhead {
     weft__lock lock; /* guards every field below */
     int max_calls, max_queue;
     int held;    /* turns held (see the top comment) */
-    int queued;  /* waiters in q */
     int waiting; /* enter calls still to touch the bulkhead */
     weft__waitq q;
 };
@@ -82,21 +83,18 @@ int weft_bulkhead_free(weft_bulkhead *b)
 
 /* Under the lock, a turn held by the caller: hands it to the first waiter
  * that can be claimed and returns that waiter (the caller finishes its
- * wake after unlocking), or frees the turn and returns NULL. */
+ * wake after unlocking), or frees the turn and returns NULL. Each waiter
+ * wants one turn and there is one to give, so the wait layer's claim (pop
+ * until one is claimed; a waiter woken otherwise is skipped) is the whole
+ * grant. */
 static weft__waiter *hand_on(weft_bulkhead *b)
 {
-    weft__waiter *w;
-    while ((w = b->q.head) != NULL) {
-        weft__waitq_remove(&b->q, w);
-        b->queued--;
-        if (weft__wake_claim(w->task, w->token)) {
-            b->waiting--;
-            return w;
-        }
-        /* Woken by its deadline or a cancel: it is leaving. Next one. */
-    }
-    b->held--;
-    return NULL;
+    weft__waiter *w = weft__waitq_claim(&b->q);
+    if (w)
+        b->waiting--;
+    else
+        b->held--;
+    return w;
 }
 
 static void give_back(weft_bulkhead *b)
@@ -115,29 +113,19 @@ int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline)
     int rc = weft__checkpoint();
     if (rc)
         return rc;
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
     weft__lock_acquire(&b->lock);
-    if (b->held < b->max_calls && !b->q.head) {
+    if (b->held < b->max_calls && weft__waitq_empty(&b->q)) {
         b->held++;
         weft__lock_release(&b->lock);
         return 0;
     }
-    if (b->queued >= b->max_queue) {
+    if (b->waiting >= b->max_queue) {
         weft__lock_release(&b->lock);
         return -EBUSY;
     }
-    if (deadline <= weft__now(wk->rt)) {
-        weft__lock_release(&b->lock);
-        return -ETIMEDOUT;
-    }
-    weft__waiter self = {.task = t};
-    self.token = weft__park_prepare(t, true);
-    weft__waitq_push(&b->q, &self);
-    b->queued++;
     b->waiting++;
-    weft__lock_release(&b->lock);
-    rc = weft__park_commit(wk, t, deadline);
+    weft__waiter self = {0};
+    rc = weft__wait_one(&b->lock, &b->q, &self, WEFT__W_BULKHEAD, b, deadline);
     if (rc == 0) {
         /* Handed a turn (held counts it; we are off the queue). */
         if (!weft__checkpoint())
@@ -145,13 +133,9 @@ int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline)
         give_back(b); /* cancelled as the turn came: pass it on */
         return -ECANCELED;
     }
-    /* Deadline or cancel: nobody claimed us, so we hold nothing. A leave
-     * that tried may have taken us off the queue already. */
+    /* Deadline (perhaps already past: nothing was queued) or cancel:
+     * nobody claimed us, so we hold nothing, and we are off the queue. */
     weft__lock_acquire(&b->lock);
-    if (self.queued) {
-        weft__waitq_remove(&b->q, &self);
-        b->queued--;
-    }
     b->waiting--;
     weft__lock_release(&b->lock);
     return rc;

@@ -26,7 +26,8 @@
  * weft_limiter_acquire(n, deadline) reserves under the lock: if d <= now
  * the tokens are taken at once; if d > deadline it returns -ETIMEDOUT at
  * once and Z is not changed (nothing taken); else it keeps the reservation
- * and sleeps until exactly d (weft_sleep_until). Reservations are made in
+ * and sleeps until exactly d (weft__wait_sleep_on, which records the
+ * limiter as what the task waits on). Reservations are made in
  * arrival order and each one's d is at or after the one before, so takers
  * are served in arrival order (FIFO) with no queue, no polling and no
  * background task. weft_limiter_try takes n tokens only if d <= now (so it
@@ -162,7 +163,10 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
     l->sleepers++;
     weft__lock_release(&l->lock);
 
-    rc = weft_sleep_until((weft_time)due);
+    /* Nothing wakes it but the instant its tokens are due or a cancel. */
+    rc = weft__wait_sleep_on((int64_t)due, WEFT__W_LIMITER, l, 0);
+    if (rc == -ETIMEDOUT)
+        rc = 0; /* due: the tokens are ours */
 
     weft__lock_acquire(&l->lock);
     l->sleepers--;

@@ -498,7 +498,7 @@ static int start_keeper(weft_runtime *rt)
     sd->keeper_home = home;
     sd->keeper = t;
     /* Parked without having run: the one wake starts it. */
-    weft__wake(t, weft__park_prepare(t, false), 0);
+    weft__wake_new(t);
     return 0;
 }
 
@@ -852,9 +852,9 @@ int weft_sleep_until(weft_time t)
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)
         return -EPERM;
-    if (t <= weft__now(w->rt))
+    if (weft__wait_past(t))
         return weft_cancelled() ? -ECANCELED : 0;
-    int rc = weft__park_sleep(t);
+    int rc = weft__wait_sleep(t);
     return rc == -ETIMEDOUT ? 0 : rc;
 }
 

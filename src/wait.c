@@ -8,26 +8,16 @@
 #include <string.h>
 
 static const char *const kind_names[WEFT__W_KINDS] = {
-    [WEFT__W_NONE] = "nothing",
-    [WEFT__W_SLEEP] = "sleep",
-    [WEFT__W_SEND] = "channel send",
-    [WEFT__W_RECV] = "channel receive",
-    [WEFT__W_SELECT] = "select",
-    [WEFT__W_MUTEX] = "mutex",
-    [WEFT__W_RWLOCK] = "rwlock",
-    [WEFT__W_COND] = "condition variable",
-    [WEFT__W_SEM] = "semaphore",
-    [WEFT__W_EVENT] = "event",
-    [WEFT__W_WAITGROUP] = "wait group",
-    [WEFT__W_ONCE] = "once",
-    [WEFT__W_BARRIER] = "barrier",
-    [WEFT__W_FUTURE] = "future",
-    [WEFT__W_FD] = "descriptor",
-    [WEFT__W_BLOCKING] = "blocking call",
-    [WEFT__W_BULKHEAD] = "bulkhead",
-    [WEFT__W_LIMITER] = "rate limiter",
-    [WEFT__W_SCOPE] = "scope join",
-    [WEFT__W_TASK] = "task join",
+    [WEFT__W_NONE] = "nothing",         [WEFT__W_SLEEP] = "sleep",
+    [WEFT__W_SEND] = "channel send",    [WEFT__W_RECV] = "channel receive",
+    [WEFT__W_SELECT] = "select",        [WEFT__W_MUTEX] = "mutex",
+    [WEFT__W_RWLOCK] = "rwlock",        [WEFT__W_COND] = "condition variable",
+    [WEFT__W_SEM] = "semaphore",        [WEFT__W_EVENT] = "event",
+    [WEFT__W_WAITGROUP] = "wait group", [WEFT__W_ONCE] = "once",
+    [WEFT__W_BARRIER] = "barrier",      [WEFT__W_FUTURE] = "future",
+    [WEFT__W_FD] = "descriptor",        [WEFT__W_BLOCKING] = "blocking call",
+    [WEFT__W_BULKHEAD] = "bulkhead",    [WEFT__W_LIMITER] = "rate limiter",
+    [WEFT__W_SCOPE] = "scope join",     [WEFT__W_TASK] = "task join",
 };
 
 const char *weft__wait_kind_name(int kind)
@@ -37,8 +27,7 @@ const char *weft__wait_kind_name(int kind)
 
 bool weft__wait_past(int64_t deadline)
 {
-    return deadline != WEFT_NEVER &&
-           deadline <= weft__now(weft__tl_worker->rt);
+    return deadline != WEFT_NEVER && deadline <= weft__now(weft__tl_worker->rt);
 }
 
 void weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
@@ -110,8 +99,8 @@ void weft__locks_release(weft__lock **order, int k)
         weft__lock_release(order[i]);
 }
 
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
-                    int kind, const void *obj, int64_t deadline, int *code)
+int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
+                    const void *obj, int64_t deadline, int *code)
 {
     if (deadline != WEFT_NEVER && weft__wait_past(deadline)) {
         weft__locks_release(order, k);
@@ -149,8 +138,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
 
 /* ---- wait sets ---- */
 
-void weft__waitset_init(weft__waitset *s, int *fired, int kind,
-                        const void *obj)
+void weft__waitset_init(weft__waitset *s, int *fired, int kind, const void *obj)
 {
     weft_task *t = weft__tl_worker->cur;
     *s = (weft__waitset){.task = t, .fired = fired};
@@ -171,8 +159,8 @@ bool weft__waitset_fire(weft__waiter *w)
     return won;
 }
 
-int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
-                       int *from, int *to)
+int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
+                       int *to)
 {
     weft__lock_acquire(&s->lock);
     while (s->seen == s->nfired) {
@@ -201,11 +189,7 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
 
 int weft__wait_sleep(int64_t deadline)
 {
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
-    weft__park_prepare(t, true);
-    weft__wait_note(t, WEFT__W_SLEEP, NULL);
-    return weft__park_commit(wk, t, deadline);
+    return weft__wait_sleep_on(deadline, WEFT__W_SLEEP, NULL, 0);
 }
 
 int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
@@ -215,4 +199,9 @@ int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     weft__wait_note(t, kind, obj);
     return weft__park_commit(wk, t, deadline);
+}
+
+void weft__wake_new(weft_task *t)
+{
+    weft__wake(t, weft__park_prepare(t, false), 0);
 }

@@ -279,9 +279,8 @@ void weft__locks_release(weft__lock **order, int k);
  * Returns the index of the arm whose waiter was claimed, with the waker's
  * code in *code (0, or e.g. -EPIPE from a close), or -ETIMEDOUT /
  * -ECANCELED if none was. */
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
-                    int kind, const void *obj, int64_t deadline, int *code);
-
+int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
+                    const void *obj, int64_t deadline, int *code);
 
 /* A chain of claimed waiters through `next`, to finish after unlocking. */
 typedef struct weft__chain {
@@ -358,8 +357,8 @@ static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
  * -ECANCELED when the deadline or a cancel came with nothing new. A
  * result that fired at the same time as a deadline or cancel wins: the
  * call returns it, and the next call the code. */
-int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
-                       int *from, int *to);
+int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
+                       int *to);
 
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
 int weft__wait_sleep(int64_t deadline);
@@ -369,5 +368,9 @@ int weft__wait_sleep(int64_t deadline);
  * is queued nowhere but still waits for an object, looking at it again
  * after the sleep (the mutex's snooze). Returns as weft__wait_sleep. */
 int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags);
+
+/* Starts t, made parked without ever having run (the shutdown keeper):
+ * the one wake, with code 0, that queues it on t->worker. Any thread. */
+void weft__wake_new(weft_task *t);
 
 #endif

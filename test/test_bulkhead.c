@@ -8,6 +8,7 @@
  * waiter that is being cancelled passed on. Across workers, with rounds
  * cancelled at random moments, no turn is ever lost or doubled.
  */
+#include "internal.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 
@@ -623,4 +624,45 @@ TEST(bulkhead_stress_across_workers)
     run_st(1, WEFT_CLOCK_VIRTUAL, T_SEED(5));
     run_st(2, WEFT_CLOCK_MONOTONIC, 0);
     run_st(4, WEFT_CLOCK_MONOTONIC, 0);
+}
+
+/* ---- what a waiter records ---------------------------------------------- */
+
+/* A task queued on a bulkhead records it (kind and address) as what it
+ * waits on, for the task dump and the deadlock detector. */
+struct rec {
+    weft_bulkhead *b;
+    weft_task *task;
+};
+
+static int rec_waiter(void *arg)
+{
+    struct rec *r = arg;
+    r->task = weft__current();
+    ASSERT_EQ(weft_bulkhead_enter(r->b, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_bulkhead_leave(r->b), 0);
+    return 0;
+}
+
+static int record_root(void *arg)
+{
+    (void)arg;
+    struct rec r = {.b = mk(1, 1)};
+    ASSERT_EQ(weft_bulkhead_enter(r.b, WEFT_NEVER), 0);
+    weft_scope *s = scope_open();
+    spawn(rec_waiter, &r);
+    until(TICK); /* one worker: the waiter has queued and parked */
+    ASSERT(r.task != NULL);
+    ASSERT_EQ(r.task->wait_kind, WEFT__W_BULKHEAD);
+    ASSERT(r.task->wait_obj == r.b);
+    ASSERT_EQ(weft_bulkhead_leave(r.b), 0);
+    scope_end(s);
+    expect_free_turns(r.b, 1);
+    ASSERT_EQ(weft_bulkhead_free(r.b), 0);
+    return 0;
+}
+
+TEST(bulkhead_waiter_records_the_bulkhead)
+{
+    ASSERT_EQ(t_run_virtual(1, record_root, NULL), 0);
 }

@@ -8,6 +8,7 @@
  * stress on the real clock (also run under TSan) checks the same with
  * cancels, timeouts and a plain thread calling weft_limiter_try.
  */
+#include "internal.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 
@@ -708,4 +709,49 @@ TEST(limiter_stress_real_clock)
         check_bound(st.grants, ng, st.T, st.P, st.B, st.t0);
         free(st.grants);
     }
+}
+
+/* ---- what a waiter records -------------------------------------------- */
+
+/* A task sleeping until its tokens are due records the limiter (kind and
+ * address) as what it waits on, not a plain sleep. */
+struct rec {
+    weft_limiter *l;
+    weft_task *task;
+    weft_time at;
+};
+
+static int rec_taker(void *arg)
+{
+    struct rec *r = arg;
+    r->task = weft__current();
+    ASSERT_EQ(weft_limiter_acquire(r->l, 1, WEFT_NEVER), 0);
+    r->at = weft_now();
+    return 0;
+}
+
+static int record_root(void *arg)
+{
+    (void)arg;
+    struct rec r = {.at = -1};
+    /* 1 token a second, burst 1: the root takes it, the taker waits 1 s. */
+    ASSERT_EQ(weft_limiter_new(&r.l, 1, WEFT_SEC, 1), 0);
+    ASSERT_EQ(weft_limiter_acquire(r.l, 1, WEFT_NEVER), 0);
+    weft_scope *s = scope_open();
+    spawn(rec_taker, &r);
+    ASSERT_EQ(weft_sleep(WEFT_SEC / 2), 0); /* one worker: it sleeps now */
+    ASSERT(r.task != NULL);
+    ASSERT_EQ(r.task->wait_kind, WEFT__W_LIMITER);
+    ASSERT(r.task->wait_obj == r.l);
+    ASSERT_EQ(r.at, -1);
+    ASSERT_EQ(weft_limiter_free(r.l), -EBUSY); /* it sleeps in it */
+    scope_end(s);
+    ASSERT_EQ(r.at, WEFT_SEC);
+    ASSERT_EQ(weft_limiter_free(r.l), 0);
+    return 0;
+}
+
+TEST(limiter_waiter_records_the_limiter)
+{
+    ASSERT_EQ(t_run_virtual(1, record_root, NULL), 0);
 }

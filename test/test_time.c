@@ -3,6 +3,7 @@
  * Time: the virtual clock, sleeps and timers. Every time asserted here is
  * exact: with WEFT_CLOCK_VIRTUAL a sleep of d wakes at start + d, no later.
  */
+#include "internal.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 
@@ -564,4 +565,48 @@ TEST(cancelled_sleep_timer_is_disarmed)
     struct cancelled_sleep c = {1, -1};
     ASSERT_EQ(t_run_virtual(1, disarm_root, &c), 0);
     ASSERT_EQ(c.r, -ECANCELED);
+}
+
+/* ---- what a sleeper records -------------------------------------------- */
+
+/* A sleeping task records a sleep (no object) as what it waits on, even
+ * right after another kind of wait (here an event's). */
+struct rec {
+    weft_event go;
+    weft_task *task;
+    weft_time woke;
+};
+
+static int rec_sleeper(void *arg)
+{
+    struct rec *r = arg;
+    r->task = weft__current();
+    ASSERT_EQ(weft_event_wait(&r->go), 0);
+    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    r->woke = weft_now();
+    return 0;
+}
+
+static int record_root(void *arg)
+{
+    (void)arg;
+    struct rec r = {.go = WEFT_EVENT_INIT, .woke = -1};
+    weft_scope *s = scope_open();
+    spawn(rec_sleeper, &r);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* one worker: it waits on go */
+    ASSERT(r.task != NULL);
+    ASSERT_EQ(r.task->wait_kind, WEFT__W_EVENT);
+    weft_event_set(&r.go);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
+    ASSERT_EQ(r.task->wait_kind, WEFT__W_SLEEP);
+    ASSERT(r.task->wait_obj == NULL);
+    ASSERT_EQ(r.woke, -1);
+    scope_end(s);
+    ASSERT_EQ(r.woke, 3 * WEFT_SEC);
+    return 0;
+}
+
+TEST(sleep_records_a_sleep)
+{
+    ASSERT_EQ(t_run_virtual(1, record_root, NULL), 0);
 }
