@@ -7,7 +7,8 @@ set -eu
 cd "$(dirname "$0")/.."
 bad=0
 for f in $(git ls-files -- '*.c' '*.h' '*.S' '*.cpp' '*.inc' '*.sh' \
-    '*.cmake.in' CMakeLists.txt Makefile .ci/run bench/run bench/compare); do
+    '*.cmake.in' CMakeLists.txt Makefile .ci/run bench/run bench/compare \
+    bench/ab); do
     if ! head -n 3 "$f" | grep -q 'SPDX-License-Identifier: MIT'; then
         echo "spdx-check: no SPDX-License-Identifier line: $f"
         bad=1
