@@ -51,6 +51,10 @@
  * nothing is runnable does it switch to the worker's own context, which
  * steals, sleeps, and drives the virtual clock.
  *
+ * What the scheduler does not know: descriptors (the worker's poller,
+ * poller.h, and the pending hook, weft__pending_add, say whether to poll
+ * it and sleep in it).
+ *
  * Parking: the park word of a task holds a generation and a state. A
  * blocking primitive calls weft__park_prepare (new generation, state
  * "parked") while it still holds its own lock, publishes the token next to
@@ -60,8 +64,9 @@
  * queues the task on its own worker (locally, or through the inbox). A
  * token from an older park never matches, so a late waker is harmless.
  *
- * Sleeping: an idle worker announces itself (sleeping = 1, nsleeping++),
- * looks once more for work, and only then waits on a futex. Whoever makes
+ * Sleeping: an idle worker announces itself (sleeping = its mode,
+ * nsleeping++), looks once more for work, and only then waits on a futex
+ * (or in its poller, while its tasks wait for descriptors). Whoever makes
  * work (an inbox push, a spawn) stores first and checks the flag second;
  * both sides use seq_cst so at least one sees the other.
  */
@@ -94,7 +99,7 @@
 #define STEAL_AGE 128
 #define DEQUE_EVERY 8
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
-#define IO_POLL_NS (20 * WEFT_USEC) /* epoll polled before sleeping in it */
+#define IO_POLL_NS (20 * WEFT_USEC) /* poller polled before sleeping in it */
 #define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
 #define POOL_AUTOJUMP_NS (50 * WEFT_MSEC) /* and for blocking calls */
 #define DEQUE_INITIAL 256
@@ -355,8 +360,8 @@ static void virtual_unidle(weft_runtime *rt, weft_worker *w)
 }
 
 /* How an idle worker sleeps: on its futex, or (when its tasks wait for
- * descriptors) in epoll_wait, which its eventfd interrupts. */
-enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_EPOLL = 2 };
+ * descriptors) in its poller, which the poller's wake interrupts. */
+enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_POLLER = 2 };
 
 static void wake_sleeper(weft_worker *w)
 {
@@ -366,16 +371,16 @@ static void wake_sleeper(weft_worker *w)
     int was = xchg_sc(&w->sleeping, SLEEP_NONE);
     if (was == SLEEP_FUTEX)
         futex_wake(&w->sleeping);
-    else if (was == SLEEP_EPOLL)
+    else if (was == SLEEP_POLLER)
         weft__io_wake(w);
 }
 
 /* Sleeps until woken or `timeout` ns pass (WEFT_NEVER: no limit), the
  * caller having stored `sleeping` and checked for work. Returns true if
- * epoll reported events (dispatched already). */
+ * the poller reported events (dispatched already). */
 static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
 {
-    if (mode == SLEEP_EPOLL)
+    if (mode == SLEEP_POLLER)
         return weft__io_poll(w, timeout) > 0;
     futex_wait(&w->sleeping, SLEEP_FUTEX, timeout);
     return false;
@@ -523,7 +528,7 @@ static weft_task *pick_inner(weft_worker *w)
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
         inbox_drain(w);
         poll_timers(w);
-        if (w->nio)
+        if (weft__pending(w, WEFT__PENDING_IO))
             weft__io_poll(w, 0);
         if ((t = q_pop(&w->yieldq)) != NULL)
             return t;
@@ -541,7 +546,8 @@ static weft_task *pick_inner(weft_worker *w)
         if ((t = take_local(w)) != NULL)
             return t;
     }
-    if (w->nio && weft__io_poll(w, 0) && (t = take_local(w)) != NULL)
+    if (weft__pending(w, WEFT__PENDING_IO) && weft__io_poll(w, 0) &&
+        (t = take_local(w)) != NULL)
         return t;
     return q_pop(&w->yieldq);
 }
@@ -877,7 +883,7 @@ static bool work_visible(weft_worker *w)
  * unless work is visible or timeout <= 0. Returns sleep_until_woken's. */
 static bool nap(weft_worker *w, int64_t timeout)
 {
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    int mode = weft__pending(w, WEFT__PENDING_IO) ? SLEEP_POLLER : SLEEP_FUTEX;
     bool events = false;
     st_sc(&w->sleeping, mode);
     add_sc(&w->rt->nsleeping, 1);
@@ -888,7 +894,15 @@ static bool nap(weft_worker *w, int64_t timeout)
     return events;
 }
 
-/* A worker whose tasks wait for descriptors polls epoll (without
+int weft__pending_all(weft_runtime *rt, int kind)
+{
+    int n = 0;
+    for (int i = 0; i < rt->nworkers; i++)
+        n += ld_rlx(&rt->workers[i].pending[kind]);
+    return n;
+}
+
+/* A worker whose tasks wait for descriptors polls its poller (without
  * sleeping in it) for IO_POLL_NS before it sleeps there, as Go's spinning
  * Ms poll the network: a peer that writes to a socket of a worker asleep
  * in epoll_wait pays for waking it (on these VMs an IPI, a VM exit) on its
@@ -912,14 +926,15 @@ static void idle_real(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     weft__pool_trim(w);
+    bool io = weft__pending(w, WEFT__PENDING_IO) != 0;
     if (rt->nworkers > 1) {
         add_sc(&rt->nspinning, 1);
         bool found = false;
-        /* With tasks waiting for descriptors, epoll is polled instead of
-         * spinning (io_busy_poll), and once. */
-        int rounds = w->nio ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
+        /* With tasks waiting for descriptors, the poller is polled
+         * instead of spinning (io_busy_poll), and once. */
+        int rounds = io ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
         for (int i = 1; i <= rounds && !found; i++) {
-            if (w->nio) {
+            if (io) {
                 found = io_busy_poll(w);
             } else {
                 /* Our own inbox is cheap to watch (only wakers write
@@ -939,7 +954,7 @@ static void idle_real(weft_worker *w)
         add_sc(&rt->nspinning, -1);
         if (found)
             return;
-    } else if (w->nio && io_busy_poll(w)) {
+    } else if (io && io_busy_poll(w)) {
         return;
     }
     int64_t next = weft__wheel_next(&w->wheel);
@@ -949,7 +964,8 @@ static void idle_real(weft_worker *w)
 /* Virtual clock, before time jumps: real work the clock cannot see may
  * still wake a task. Tasks waiting for descriptors give the kernel
  * AUTOJUMP_NS of real time to make one ready, and tasks waiting for
- * weft_blocking calls give the pool POOL_AUTOJUMP_NS to finish them
+ * weft_blocking calls (on any worker) give the pool POOL_AUTOJUMP_NS to
+ * finish them
  * (Trio's autojump threshold), so that loopback I/O and a quick blocking
  * call complete at the virtual instant they started. Asleep meanwhile, so
  * a wake from another thread ends the wait at once. Returns true if work
@@ -957,8 +973,9 @@ static void idle_real(weft_worker *w)
 static bool autojump_grace(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
-    int64_t grace = ld_sc(&rt->pool_waiters) ? POOL_AUTOJUMP_NS : 0;
-    if (w->nio && grace < AUTOJUMP_NS)
+    int64_t grace =
+        weft__pending_all(rt, WEFT__PENDING_POOL) ? POOL_AUTOJUMP_NS : 0;
+    if (weft__pending(w, WEFT__PENDING_IO) && grace < AUTOJUMP_NS)
         grace = AUTOJUMP_NS;
     return grace && (nap(w, grace) || work_visible(w));
 }
@@ -997,7 +1014,7 @@ static void idle_virtual(weft_worker *w)
         /* Every task waits on something with no deadline: only another
          * thread (a cancel, later an I/O event) can wake one. */
     }
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
+    int mode = weft__pending(w, WEFT__PENDING_IO) ? SLEEP_POLLER : SLEEP_FUTEX;
     st_sc(&w->sleeping, mode);
     add_sc(&rt->nsleeping, 1);
     pthread_mutex_unlock(&rt->vmu);
@@ -1044,7 +1061,6 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     if (!w->rng)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
-    w->epfd = w->evfd = -1;
     w->seen = calloc(2 * (size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");
