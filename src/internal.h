@@ -7,8 +7,10 @@
  *                sanitizer fiber hooks
  *   stack.c      task slots: a stack with the task struct at its top
  *   timer.c      per-worker hierarchical timing wheel
- *   sched.c      workers, run queues, stealing, park/wake, spawn, and
+ *   sched.c      workers, run queues, stealing, park/wake, idling, and
  *                the pending hook (work outside the runtime)
+ *   clock.c      the clocks, monotonic and virtual (clock.h), which the
+ *                idle worker loop goes through
  *   poll_epoll.c the worker's poller (poller.h), under io.c
  *   scope.c      structured concurrency: scopes, policies, cancellation
  *   runtime.c    weft_run / weft_main, clocks, signals, public entry points
@@ -385,6 +387,8 @@ struct weft_runtime {
     atomic_int done;
     atomic_int nsleeping; /* workers asleep or about to be */
     atomic_int nspinning; /* workers looking for work to steal */
+    /* the clock's implementation (clock.h), picked once from `clock` */
+    const struct weft__clock_ops *clock_ops;
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
@@ -443,6 +447,8 @@ void weft__wake_finish(weft_task *t, int code);
 uint64_t weft__rand(void);
 /* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
 void weft__wake_if_cancelled(weft_task *t);
+/* Work was made for w by another thread: w leaves the clock's idle books
+ * and is woken if it sleeps. Any thread. */
 void weft__worker_notify(weft_worker *w);
 /* Queues t on worker w, from w's own thread (or before w runs). */
 void weft__make_ready(weft_worker *w, weft_task *t);
@@ -451,7 +457,6 @@ void *weft__worker_thread(void *arg);
 int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
                 const char *file, int line);
 int weft__yield(weft_worker *w);
-int64_t weft__now(weft_runtime *rt);
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
 void weft__worker_fini(weft_worker *w);
 void weft__task_main(void *arg);
@@ -476,6 +481,33 @@ static inline int weft__pending(weft_worker *w, int kind)
 }
 /* The count over every worker of rt (a snapshot; any thread). */
 int weft__pending_all(weft_runtime *rt, int kind);
+
+/* Idling, for the clocks (clock.c), on w's thread. */
+/* True if work may be there for w: its inbox, any deque, the end. */
+bool weft__work_visible(weft_worker *w);
+/* Looks for work before idling: spins and steals where it pays, polls
+ * the poller while tasks wait for descriptors, gives idle slot memory
+ * back. True if it found work. */
+bool weft__idle_look(weft_worker *w);
+/* Steals from any worker with tasks not started; true if it took some. */
+bool weft__steal_any(weft_worker *w);
+/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
+ * unless work is visible or timeout <= 0; in the poller while w's tasks
+ * wait for descriptors, else on its futex. True if the poller reported
+ * events (dispatched already). */
+bool weft__nap(weft_worker *w, int64_t timeout);
+/* A nap in parts, for a clock that flags the worker asleep under its own
+ * lock: announce (returns how it will sleep), sleep (until woken or
+ * timeout; true if the poller reported events), done. */
+int weft__sleep_announce(weft_worker *w);
+bool weft__sleep(weft_worker *w, int mode, int64_t timeout);
+void weft__sleep_done(weft_worker *w);
+/* Wakes w if it sleeps (the clock's books untouched). Any thread. */
+void weft__wake_sleeper(weft_worker *w);
+
+/* ---- clock.c ---- */
+
+#include "clock.h"
 
 /* ---- stack.c ---- */
 

@@ -49,11 +49,13 @@
  * A task switches straight to the next task (no detour through the
  * scheduler's stack): one context switch per park or yield. Only when
  * nothing is runnable does it switch to the worker's own context, which
- * steals, sleeps, and drives the virtual clock.
+ * idles as the runtime's clock has it (clock.h: the monotonic clock spins
+ * and steals, then sleeps until the next timer; the virtual one moves
+ * time when every worker is idle), through the sleep below.
  *
  * What the scheduler does not know: descriptors (the worker's poller,
  * poller.h, and the pending hook, weft__pending_add, say whether to poll
- * it and sleep in it).
+ * it and sleep in it), and which clock runs.
  *
  * Parking: the park word of a task holds a generation and a state. A
  * blocking primitive calls weft__park_prepare (new generation, state
@@ -100,22 +102,9 @@
 #define DEQUE_EVERY 8
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
 #define IO_POLL_NS (20 * WEFT_USEC) /* poller polled before sleeping in it */
-#define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
-#define POOL_AUTOJUMP_NS (50 * WEFT_MSEC) /* and for blocking calls */
 #define DEQUE_INITIAL 256
 
 WEFT_TLS weft_worker *weft__tl_worker;
-
-/* ---- clock ---- */
-
-int64_t weft__now(weft_runtime *rt)
-{
-    if (rt && rt->clock == WEFT_CLOCK_VIRTUAL)
-        return ld_acq(&rt->vnow);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
 
 /* ---- futex ---- */
 
@@ -349,21 +338,11 @@ static bool inbox_drain(weft_worker *w)
     return true;
 }
 
-static void virtual_unidle(weft_runtime *rt, weft_worker *w)
-{
-    pthread_mutex_lock(&rt->vmu);
-    if (w->vidle) {
-        w->vidle = false;
-        rt->nvidle--;
-    }
-    pthread_mutex_unlock(&rt->vmu);
-}
-
 /* How an idle worker sleeps: on its futex, or (when its tasks wait for
  * descriptors) in its poller, which the poller's wake interrupts. */
 enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_POLLER = 2 };
 
-static void wake_sleeper(weft_worker *w)
+void weft__wake_sleeper(weft_worker *w)
 {
     /* Pairs with the sleeper's store of `sleeping` (Dekker). */
     if (!ld_sc(&w->sleeping))
@@ -376,9 +355,9 @@ static void wake_sleeper(weft_worker *w)
 }
 
 /* Sleeps until woken or `timeout` ns pass (WEFT_NEVER: no limit), the
- * caller having stored `sleeping` and checked for work. Returns true if
- * the poller reported events (dispatched already). */
-static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
+ * caller having announced it and checked for work. Returns true if the
+ * poller reported events (dispatched already). */
+bool weft__sleep(weft_worker *w, int mode, int64_t timeout)
 {
     if (mode == SLEEP_POLLER)
         return weft__io_poll(w, timeout) > 0;
@@ -388,9 +367,10 @@ static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
 
 void weft__worker_notify(weft_worker *w)
 {
-    if (w->rt->clock == WEFT_CLOCK_VIRTUAL)
-        virtual_unidle(w->rt, w);
-    wake_sleeper(w);
+    const weft__clock_ops *c = w->rt->clock_ops;
+    if (WEFT_UNLIKELY(c->unidle != NULL))
+        c->unidle(w);
+    weft__wake_sleeper(w);
 }
 
 bool weft__wake_claim(weft_task *t, uint64_t token)
@@ -868,7 +848,7 @@ static bool steal(weft_worker *w, int round)
     return false;
 }
 
-static bool work_visible(weft_worker *w)
+bool weft__work_visible(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     if (ld_sc(&w->inbox) || ld_acq(&rt->done))
@@ -879,18 +859,27 @@ static bool work_visible(weft_worker *w)
     return false;
 }
 
-/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
- * unless work is visible or timeout <= 0. Returns sleep_until_woken's. */
-static bool nap(weft_worker *w, int64_t timeout)
+int weft__sleep_announce(weft_worker *w)
 {
     int mode = weft__pending(w, WEFT__PENDING_IO) ? SLEEP_POLLER : SLEEP_FUTEX;
-    bool events = false;
     st_sc(&w->sleeping, mode);
     add_sc(&w->rt->nsleeping, 1);
-    if (!work_visible(w) && timeout > 0)
-        events = sleep_until_woken(w, mode, timeout);
+    return mode;
+}
+
+void weft__sleep_done(weft_worker *w)
+{
     st_sc(&w->sleeping, SLEEP_NONE);
     add_sc(&w->rt->nsleeping, -1);
+}
+
+bool weft__nap(weft_worker *w, int64_t timeout)
+{
+    bool events = false;
+    int mode = weft__sleep_announce(w);
+    if (!weft__work_visible(w) && timeout > 0)
+        events = weft__sleep(w, mode, timeout);
+    weft__sleep_done(w);
     return events;
 }
 
@@ -900,6 +889,11 @@ int weft__pending_all(weft_runtime *rt, int kind)
     for (int i = 0; i < rt->nworkers; i++)
         n += ld_rlx(&rt->workers[i].pending[kind]);
     return n;
+}
+
+bool weft__steal_any(weft_worker *w)
+{
+    return steal(w, -1);
 }
 
 /* A worker whose tasks wait for descriptors polls its poller (without
@@ -914,15 +908,15 @@ int weft__pending_all(weft_runtime *rt, int kind)
  * found work. */
 static bool io_busy_poll(weft_worker *w)
 {
-    int64_t until = weft__now(w->rt) + IO_POLL_NS;
+    int64_t until = weft__mono_now() + IO_POLL_NS;
     do {
         if (ld_rlx(&w->inbox) || ld_acq(&w->rt->done) || weft__io_poll(w, 0))
             return true;
-    } while (weft__now(w->rt) < until);
+    } while (weft__mono_now() < until);
     return false;
 }
 
-static void idle_real(weft_worker *w)
+bool weft__idle_look(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     weft__pool_trim(w);
@@ -952,76 +946,9 @@ static void idle_real(weft_worker *w)
                 found = true;
         }
         add_sc(&rt->nspinning, -1);
-        if (found)
-            return;
-    } else if (io && io_busy_poll(w)) {
-        return;
+        return found;
     }
-    int64_t next = weft__wheel_next(&w->wheel);
-    nap(w, next == WEFT_NEVER ? WEFT_NEVER : next - weft__now(rt));
-}
-
-/* Virtual clock, before time jumps: real work the clock cannot see may
- * still wake a task. Tasks waiting for descriptors give the kernel
- * AUTOJUMP_NS of real time to make one ready, and tasks waiting for
- * weft_blocking calls (on any worker) give the pool POOL_AUTOJUMP_NS to
- * finish them
- * (Trio's autojump threshold), so that loopback I/O and a quick blocking
- * call complete at the virtual instant they started. Asleep meanwhile, so
- * a wake from another thread ends the wait at once. Returns true if work
- * turned up. */
-static bool autojump_grace(weft_worker *w)
-{
-    weft_runtime *rt = w->rt;
-    int64_t grace =
-        weft__pending_all(rt, WEFT__PENDING_POOL) ? POOL_AUTOJUMP_NS : 0;
-    if (weft__pending(w, WEFT__PENDING_IO) && grace < AUTOJUMP_NS)
-        grace = AUTOJUMP_NS;
-    return grace && (nap(w, grace) || work_visible(w));
-}
-
-/* Virtual clock: time moves only when every worker is idle, to the
- * earliest deadline of any worker. */
-static void idle_virtual(weft_worker *w)
-{
-    weft_runtime *rt = w->rt;
-    if (autojump_grace(w))
-        return;
-    pthread_mutex_lock(&rt->vmu);
-    if (work_visible(w)) {
-        pthread_mutex_unlock(&rt->vmu);
-        return;
-    }
-    w->vnext = weft__wheel_next_exact(&w->wheel);
-    w->vidle = true;
-    if (++rt->nvidle == rt->nworkers) {
-        int64_t min = WEFT_NEVER;
-        for (int i = 0; i < rt->nworkers; i++)
-            if (rt->workers[i].vnext < min)
-                min = rt->workers[i].vnext;
-        if (min != WEFT_NEVER) {
-            if (min > ld_rlx(&rt->vnow))
-                st_rel(&rt->vnow, min);
-            for (int i = 0; i < rt->nworkers; i++)
-                rt->workers[i].vidle = false;
-            rt->nvidle = 0;
-            pthread_mutex_unlock(&rt->vmu);
-            for (int i = 0; i < rt->nworkers; i++)
-                if (&rt->workers[i] != w)
-                    wake_sleeper(&rt->workers[i]);
-            return;
-        }
-        /* Every task waits on something with no deadline: only another
-         * thread (a cancel, later an I/O event) can wake one. */
-    }
-    int mode = weft__pending(w, WEFT__PENDING_IO) ? SLEEP_POLLER : SLEEP_FUTEX;
-    st_sc(&w->sleeping, mode);
-    add_sc(&rt->nsleeping, 1);
-    pthread_mutex_unlock(&rt->vmu);
-    sleep_until_woken(w, mode, WEFT_NEVER);
-    virtual_unidle(rt, w);
-    st_sc(&w->sleeping, SLEEP_NONE);
-    add_sc(&rt->nsleeping, -1);
+    return io && io_busy_poll(w);
 }
 
 int weft__worker_loop(weft_worker *w)
@@ -1038,12 +965,10 @@ int weft__worker_loop(weft_worker *w)
         }
         if (ld_acq(&rt->done))
             break;
-        if (rt->clock == WEFT_CLOCK_VIRTUAL) {
-            if (!steal(w, -1))
-                idle_virtual(w);
-        } else {
-            idle_real(w); /* spins, stealing where it pays, then sleeps */
-        }
+        /* Waits for work or the next timer, as the clock has it (the
+         * monotonic one spins and steals first, the virtual one moves
+         * when every worker is idle). */
+        rt->clock_ops->idle_until(w);
     }
     finish_switch(w);
     return 0;
