@@ -13,6 +13,8 @@
  *                idle worker loop goes through
  *   poll_epoll.c the worker's poller (poller.h), under io.c
  *   scope.c      structured concurrency: scopes, policies, cancellation
+ *   spawn.c      a task's spawn into its scope and its exit (the exit hook
+ *                the scheduler calls)
  *   runtime.c    weft_run / weft_main, clocks, signals, public entry points
  *
  * Thread rules, stated once:
@@ -378,6 +380,15 @@ typedef struct weft__shutdown {
     weft_runtime *next_running; /* list of running runtimes (runtime.c) */
 } weft__shutdown;
 
+/* The layer above the scheduler, as the scheduler sees it. */
+typedef struct weft__task_hooks {
+    /* t's function has returned (t->status holds its result): the layers
+     * above finish it (the scopes it left open, its handle, its home
+     * scope's books). On t, which the scheduler then switches away from
+     * for good and recycles. */
+    void (*exit)(weft_task *t);
+} weft__task_hooks;
+
 struct weft_runtime {
     int nworkers;
     weft_worker *workers;
@@ -392,6 +403,9 @@ struct weft_runtime {
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
+    /* what the scheduler calls at a task's exit: the scope layer's
+     * (weft__scope_hooks), set once by runtime_new */
+    weft__task_hooks hooks;
     weft_scope *root;
     int root_status;
     pthread_mutex_t orphan_mu;
@@ -454,8 +468,6 @@ void weft__worker_notify(weft_worker *w);
 void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
-                const char *file, int line);
 int weft__yield(weft_worker *w);
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
 void weft__worker_fini(weft_worker *w);
@@ -463,6 +475,11 @@ void weft__task_main(void *arg);
 /* Resets a slot's task for a new life running fn(arg). */
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line);
+/* A task just made on w's thread (prepared, registered in its scope)
+ * becomes runnable: on `pin` if not NULL (nobody steals it), else in w's
+ * deque, where idle workers may steal it (one asleep is woken). A
+ * spawner that has spawned a budget's worth since it last ran yields. */
+void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
 
 /* Pending work outside the runtime (WEFT__PENDING_*): a task of w's about
  * to park on it counts itself (+1) before the park and uncounts itself
@@ -508,6 +525,13 @@ void weft__wake_sleeper(weft_worker *w);
 /* ---- clock.c ---- */
 
 #include "clock.h"
+
+/* ---- spawn.c: a task spawned into a scope, and its exit ---- */
+
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
+                const char *file, int line);
+/* The scope layer's hooks, for weft_runtime.hooks. */
+extern const weft__task_hooks weft__scope_hooks;
 
 /* ---- stack.c ---- */
 

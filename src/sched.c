@@ -53,9 +53,12 @@
  * and steals, then sleeps until the next timer; the virtual one moves
  * time when every worker is idle), through the sleep below.
  *
- * What the scheduler does not know: descriptors (the worker's poller,
- * poller.h, and the pending hook, weft__pending_add, say whether to poll
- * it and sleep in it), and which clock runs.
+ * What the scheduler does not know: scopes and handles (spawn.c
+ * registers a task in its scope, then hands it over with
+ * weft__task_submit; at a task's exit the runtime's exit hook, the scope
+ * layer's, does the rest), descriptors (the worker's poller, poller.h,
+ * and the pending hook, weft__pending_add, say whether to poll it and
+ * sleep in it), and which clock runs.
  *
  * Parking: the park word of a task holds a generation and a state. A
  * blocking primitive calls weft__park_prepare (new generation, state
@@ -577,13 +580,7 @@ void weft__task_main(void *arg)
     weft_worker *w = t->worker;
     finish_switch(w);
     t->status = t->fn(t->arg);
-    /* The scopes it left open; with a handle, those inside the handle's
-     * scope, which handle_exit then closes (and wakes the joiners). */
-    weft__scope_join_above(t, WEFT_LIKELY(!t->handle) ? t->home
-                                                      : &t->handle->scope);
-    if (WEFT_UNLIKELY(t->handle != NULL))
-        weft__handle_exit(t);
-    weft__scope_child_done(t->home, t);
+    w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
     weft__stack_check(t);
     w->dead = t;
     weft_task *next = pick(w);
@@ -727,56 +724,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
 }
 
-/* A spawn with a handle failed (rc): the record goes back unused and the
- * caller's handle reads zero. */
-WEFT_COLD static int spawn_failed(const weft_spawn_opts *o, weft__handle *h,
-                                  int rc)
+/* Runs on w's thread, t prepared and registered in its scope. */
+void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
 {
-    if (o && o->handle) {
-        if (h)
-            weft__handle_abandon(h);
-        *o->handle = (weft_task_handle){0};
-    }
-    return rc;
-}
-
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
-                const char *file, int line)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return spawn_failed(o, NULL, -EPERM);
-    if (!fn)
-        return spawn_failed(o, NULL, -EINVAL);
-    /* The stack limit is weft_config's, which also keeps the slot size
-     * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 || o->worker > w->rt->nworkers ||
-              o->stack_size > WEFT__MAX_STACK))
-        return spawn_failed(o, NULL, -EINVAL);
-    /* the worker the task must start on */
-    weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
-    weft_task *self = w->cur;
-    if (!s) {
-        s = ld_rlx(&self->cur);
-        if (WEFT_UNLIKELY(s->task_scope))
-            s = s->parent; /* a handle's scope is not the task's to fill */
-    }
-    /* Only a spawn that asks for a handle pays for one. */
-    weft__handle *h = NULL;
-    if (WEFT_UNLIKELY(o && o->handle) && !(h = weft__handle_new(w->rt)))
-        return spawn_failed(o, NULL, -ENOMEM);
-    weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
-    if (!t)
-        return spawn_failed(o, h, -ENOMEM);
-    weft__task_prepare(t, fn, arg, o, file, line);
-    t->handle = h;
-    int idx = weft__scope_add_child(s, t);
-    if (idx < 0) {
-        weft__task_free(w, t);
-        return spawn_failed(o, h, idx);
-    }
-    if (WEFT_UNLIKELY(h != NULL)) /* before the task can run anywhere */
-        o->handle->id = weft__handle_id(h);
     if (pin && pin != w) {
         inbox_push(pin, t);
     } else if (w->rt->seeded) {
@@ -791,7 +741,6 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     st_rlx(&w->spawned, ld_rlx(&w->spawned) + 1);
     if (++w->spawns >= SPAWN_BUDGET)
         weft__yield(w);
-    return idx;
 }
 
 /* ---- the worker's own loop ---- */
