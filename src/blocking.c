@@ -11,21 +11,24 @@
  *   1. The caller allocates a job (never on its stack: it may leave before
  *      fn ends) and, under the lock, puts it in the queue, or, when the
  *      queue is full (or others already wait), in `room`, the line of
- *      callers waiting for room. Both are FIFO. It takes a park token,
- *      stores it in the job and parks.
+ *      callers waiting for room. Both are FIFO. It arms the job's waiter
+ *      (the wait layer: kind WEFT__W_BLOCKING, the job as the object)
+ *      and parks (weft__wait_park_mutex, as the lock is a mutex its
+ *      threads also wait on a condition variable with).
  *   2. A pool thread pops the oldest queued job (RUNNING), moves the first
  *      caller waiting for room into the freed slot (claiming it first, as
  *      sync.c's wakers do, and waking it with W_GRANTED), and runs fn
  *      without the lock.
- *   3. A caller woken with W_GRANTED takes a fresh token under the lock
- *      (unless its job is DONE already) and parks again.
+ *   3. A caller woken with W_GRANTED arms its waiter again under the
+ *      lock (unless its job is DONE already) and parks again.
  *   4. When fn returns, the thread marks the job DONE under the lock and
  *      claims the caller with the job's token. If that works, it wakes the
  *      caller with W_DONE and the caller frees the job. If it fails, the
  *      caller is awake (its deadline or a cancel won the race, or it is
  *      between step 3's parks) and will find DONE under the lock.
- *   5. A caller woken by its deadline or a cancel takes the lock and looks
- *      at its job: waiting for room or queued, it unlinks and frees it (fn
+ *   5. A caller woken by its deadline or a cancel is back under the lock,
+ *      off the queue it was on (the wait layer unlinks it), and looks at
+ *      its job: waiting for room or queued, it frees it (fn
  *      never runs; a freed queue slot goes to the next caller waiting for
  *      room); RUNNING, it marks it abandoned and leaves: the thread frees
  *      it after fn; DONE, it returns fn's status (fn won the race).
@@ -239,7 +242,7 @@ static void run_job(pool *p, job *j)
     j->result = result;
     weft_task *caller = NULL;
     bool abandoned = j->abandoned;
-    if (!abandoned && weft__wake_claim(j->w.task, j->w.token))
+    if (!abandoned && weft__waiter_claim(&j->w))
         caller = j->w.task;
     /* Else the caller is awake: it sees DONE under the lock and frees j. */
     pthread_mutex_unlock(mu);
@@ -300,19 +303,18 @@ void weft__blocking_fini(weft_runtime *rt)
 
 /* ---- callers ---- */
 
-/* Under the lock: the caller's deadline or a cancel (rc) ended its park.
- * Drops or abandons j (see the essay, step 5) and unlocks. Returns rc, or
- * fn's status if fn finished first. */
+/* Under the lock: the caller's deadline or a cancel (rc) ended its park,
+ * which took j off its queue (room or queue), or fn finished between two
+ * parks. Drops or abandons j (see the essay, step 5) and unlocks. Returns
+ * rc, or fn's status if fn finished first. */
 static int leave(pool *p, job *j, int rc, bool *abandoned)
 {
     weft_task *granted = NULL;
     bool drop = true;
     switch (j->state) {
     case J_ROOM:
-        weft__waitq_remove(&p->room, &j->w);
         break;
     case J_QUEUED:
-        weft__waitq_remove(&p->queue, &j->w);
         p->nqueued--;
         granted = grant_room(p);
         break;
@@ -332,25 +334,29 @@ static int leave(pool *p, job *j, int rc, bool *abandoned)
     return rc;
 }
 
-/* Called with the lock held, j in room or queue and the caller's token in
- * j. Parks until fn's status is known or the caller leaves; returns the
- * call's result, unlocked. */
-static int wait_job(pool *p, job *j, weft_worker *wk, int64_t deadline,
-                    bool *abandoned)
+/* Called with the lock held, j in room or queue. Parks until fn's status
+ * is known or the caller leaves; returns the call's result, unlocked. */
+static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
 {
-    weft_task *t = j->w.task;
+    pthread_mutex_t *mu = &p->rt->blocking_mu;
     for (;;) {
-        pthread_mutex_unlock(&p->rt->blocking_mu);
-        int rc = weft__park_commit(wk, t, deadline);
+        /* Armed under the lock, after everything that can fail: a wait
+         * that is armed must park. The queue j is on, or none (RUNNING:
+         * a thread popped it; a claim that failed popped it from room). */
+        weft__wait_arm(&j->w, WEFT__W_BLOCKING, j, 0);
+        int rc = weft__wait_park_mutex(
+            mu, j->state == J_ROOM ? &p->room : &p->queue, &j->w, deadline);
         if (rc == W_DONE) {
             int result = j->result; /* the thread is done with j */
             free(j);
             return result;
         }
-        pthread_mutex_lock(&p->rt->blocking_mu);
-        if (rc != W_GRANTED || j->state == J_DONE)
-            return leave(p, j, rc, abandoned);
-        j->w.token = weft__park_prepare(t, true);
+        if (rc == W_GRANTED) {
+            pthread_mutex_lock(mu);
+            if (j->state != J_DONE)
+                continue; /* queued now: park again */
+        }
+        return leave(p, j, rc, abandoned);
     }
 }
 
@@ -381,14 +387,13 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
     if (rc)
         return rc;
     weft_worker *wk = weft__tl_worker;
-    if (deadline <= weft__now(wk->rt))
+    if (weft__wait_past(deadline))
         return -ETIMEDOUT;
     job *j = calloc(1, sizeof(*j));
     if (!j)
         return -ENOMEM;
     j->fn = fn;
     j->arg = arg;
-    j->w.task = wk->cur;
     pool *p = pool_lock(wk->rt);
     if (!p) {
         free(j);
@@ -399,14 +404,11 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
         free(j);
         return -EAGAIN;
     }
-    /* Published under the lock, after everything that can fail: a park
-     * that is prepared must be committed. */
-    j->w.token = weft__park_prepare(wk->cur, true);
     /* Counted while parked, so that the virtual clock gives fn time to
-     * finish before it jumps (idle_virtual). */
-    add_sc(&wk->rt->pool_waiters, 1);
-    rc = wait_job(p, j, wk, deadline, abandoned);
-    add_sc(&wk->rt->pool_waiters, -1);
+     * finish before it jumps (the pending hook; clock.c's autojump). */
+    weft__pending_add(wk, WEFT__PENDING_POOL, 1);
+    rc = wait_job(p, j, deadline, abandoned);
+    weft__pending_add(wk, WEFT__PENDING_POOL, -1);
     return rc;
 }
 

@@ -7,8 +7,14 @@
  *                sanitizer fiber hooks
  *   stack.c      task slots: a stack with the task struct at its top
  *   timer.c      per-worker hierarchical timing wheel
- *   sched.c      workers, run queues, stealing, park/wake, spawn
+ *   sched.c      workers, run queues, stealing, park/wake, idling, and
+ *                the pending hook (work outside the runtime)
+ *   clock.c      the clocks, monotonic and virtual (clock.h), which the
+ *                idle worker loop goes through
+ *   poll_epoll.c the worker's poller (poller.h), under io.c
  *   scope.c      structured concurrency: scopes, policies, cancellation
+ *   spawn.c      a task's spawn into its scope and its exit (the exit hook
+ *                the scheduler calls)
  *   runtime.c    weft_run / weft_main, clocks, signals, public entry points
  *
  * Thread rules, stated once:
@@ -201,6 +207,11 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
     char *carve_start;       /* that chunk's first slot */
 } weft__pool_local;
 
+/* Work outside the runtime that a parked task waits for: the kernel's
+ * readiness of a descriptor (the worker's poller must be read, and slept
+ * in), a call on the blocking pool. */
+enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
+
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
@@ -235,11 +246,13 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     bool vidle;
     int64_t vnext;
 
-    /* reactor (io.c): made on the first wait for a descriptor */
-    int epfd, evfd;  /* epoll set; eventfd that wakes it from elsewhere */
-    uint32_t *fdreg; /* per descriptor: generation + 1 it is added for */
-    int nfdreg;
-    int nio; /* tasks of this worker waiting for a descriptor */
+    /* its poller (poller.h), made by io.c at the first wait for a
+     * descriptor; its state is the implementation's */
+    struct weft__poller *poller;
+    /* tasks of this worker parked on work outside the runtime, per
+     * WEFT__PENDING_* (weft__pending_add); written by the owner only,
+     * read by others only when idle (the virtual clock) */
+    atomic_int pending[WEFT__PENDING_KINDS];
 
     pthread_t thread;
     void *stack_lo; /* the thread's own stack, for ASan */
@@ -293,6 +306,15 @@ typedef struct weft__shutdown {
     weft_runtime *next_running; /* list of running runtimes (runtime.c) */
 } weft__shutdown;
 
+/* The layer above the scheduler, as the scheduler sees it. */
+typedef struct weft__task_hooks {
+    /* t's function has returned (t->status holds its result): the layers
+     * above finish it (the scopes it left open, its handle, its home
+     * scope's books). On t, which the scheduler then switches away from
+     * for good and recycles. */
+    void (*exit)(weft_task *t);
+} weft__task_hooks;
+
 struct weft_runtime {
     int nworkers;
     weft_worker *workers;
@@ -302,10 +324,14 @@ struct weft_runtime {
     atomic_int done;
     atomic_int nsleeping; /* workers asleep or about to be */
     atomic_int nspinning; /* workers looking for work to steal */
+    /* the clock's implementation (clock.h), picked once from `clock` */
+    const struct weft__clock_ops *clock_ops;
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
-    atomic_int pool_waiters; /* tasks parked on a weft_blocking call */
+    /* what the scheduler calls at a task's exit: the scope layer's
+     * (weft__scope_hooks), set once by runtime_new */
+    weft__task_hooks hooks;
     weft_scope *root;
     int root_status;
     pthread_mutex_t orphan_mu;
@@ -361,21 +387,77 @@ void weft__wake_finish(weft_task *t, int code);
 uint64_t weft__rand(void);
 /* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
 void weft__wake_if_cancelled(weft_task *t);
+/* Work was made for w by another thread: w leaves the clock's idle books
+ * and is woken if it sleeps. Any thread. */
 void weft__worker_notify(weft_worker *w);
 /* Queues t on worker w, from w's own thread (or before w runs). */
 void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
-                const char *file, int line);
 int weft__yield(weft_worker *w);
-int64_t weft__now(weft_runtime *rt);
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
 void weft__worker_fini(weft_worker *w);
 void weft__task_main(void *arg);
 /* Resets a slot's task for a new life running fn(arg). */
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line);
+/* A task just made on w's thread (prepared, registered in its scope)
+ * becomes runnable: on `pin` if not NULL (nobody steals it), else in w's
+ * deque, where idle workers may steal it (one asleep is woken). A
+ * spawner that has spawned a budget's worth since it last ran yields. */
+void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
+
+/* Pending work outside the runtime (WEFT__PENDING_*): a task of w's about
+ * to park on it counts itself (+1) before the park and uncounts itself
+ * (-1) after, on w's thread. An idle worker with descriptor waits polls
+ * and sleeps in its poller; the virtual clock gives both kinds a grace
+ * of real time before it jumps. Plain loads and stores of w's own
+ * counter: no shared atomic on the path. */
+static inline void weft__pending_add(weft_worker *w, int kind, int delta)
+{
+    st_rlx(&w->pending[kind], ld_rlx(&w->pending[kind]) + delta);
+}
+/* w's own count (w's thread). */
+static inline int weft__pending(weft_worker *w, int kind)
+{
+    return ld_rlx(&w->pending[kind]);
+}
+/* The count over every worker of rt (a snapshot; any thread). */
+int weft__pending_all(weft_runtime *rt, int kind);
+
+/* Idling, for the clocks (clock.c), on w's thread. */
+/* True if work may be there for w: its inbox, any deque, the end. */
+bool weft__work_visible(weft_worker *w);
+/* Looks for work before idling: spins and steals where it pays, polls
+ * the poller while tasks wait for descriptors, gives idle slot memory
+ * back. True if it found work. */
+bool weft__idle_look(weft_worker *w);
+/* Steals from any worker with tasks not started; true if it took some. */
+bool weft__steal_any(weft_worker *w);
+/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
+ * unless work is visible or timeout <= 0; in the poller while w's tasks
+ * wait for descriptors, else on its futex. True if the poller reported
+ * events (dispatched already). */
+bool weft__nap(weft_worker *w, int64_t timeout);
+/* A nap in parts, for a clock that flags the worker asleep under its own
+ * lock: announce (returns how it will sleep), sleep (until woken or
+ * timeout; true if the poller reported events), done. */
+int weft__sleep_announce(weft_worker *w);
+bool weft__sleep(weft_worker *w, int mode, int64_t timeout);
+void weft__sleep_done(weft_worker *w);
+/* Wakes w if it sleeps (the clock's books untouched). Any thread. */
+void weft__wake_sleeper(weft_worker *w);
+
+/* ---- clock.c ---- */
+
+#include "clock.h"
+
+/* ---- spawn.c: a task spawned into a scope, and its exit ---- */
+
+int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
+                const char *file, int line);
+/* The scope layer's hooks, for weft_runtime.hooks. */
+extern const weft__task_hooks weft__scope_hooks;
 
 /* ---- stack.c ---- */
 
@@ -404,13 +486,38 @@ void weft__stack_report_overflow(const weft_task *t);
 
 /* ---- io.c ---- */
 
-/* Reads w's ready events (waiting up to timeout ns, 0: not at all,
- * WEFT_NEVER: until one comes or weft__io_wake) and wakes their tasks.
- * Returns how many events it read. w's thread only. */
-int weft__io_poll(weft_worker *w, int64_t timeout);
-/* Interrupts weft__io_poll sleeping on w. Any thread. */
-void weft__io_wake(weft_worker *w);
-void weft__io_fini(weft_worker *w);
+/* The worker's poller, and the calls the scheduler makes on it. */
+#include "poller.h"
+
+/* select's descriptor case (wait.h, "select's cases"): WEFT_OP_READ or
+ * WEFT_OP_WRITE on c->fd.
+ * check: 1 (off) for fd < 0, -EINVAL for fd >= 2^20, -ENOMEM if fd's
+ *   record cannot be made; else 0 (the record is made).
+ * lock: the record's lock.
+ * try: an edge not yet given to a wait is consumed: rc 0. Else fd is
+ *   registered with the worker's poller if it is not (and, for a
+ *   descriptor weft did not make, the check at park: see io.c), and the
+ *   wait goes on the record's read or write queue: -EAGAIN with a->q set.
+ *   A registration that fails is the case's result (c->rc = the error,
+ *   return 0), except for an always ready regular file (rc 0). The check
+ *   may find the number's file replaced: the old file's waiters are then
+ *   appended to woken with -EAGAIN returned, and the select must finish
+ *   them (with 0) before it parks: unlock, finish, try again (the second
+ *   try finds the record current). Outside a task (weft_try_select on a
+ *   plain thread) only a kept edge counts.
+ * won: c->rc = code: 0 (an edge, or the number was found to name a new
+ *   file), -EBADF (weft_close or weft_fd_forget under the wait).
+ * A select that parks on descriptor cases counts itself pending
+ * (weft__pending_add(w, WEFT__PENDING_IO, +1), -1 after), so that its
+ * worker reads (and sleeps in) its poller meanwhile. */
+struct weft__arm;   /* wait.h */
+struct weft__chain; /* wait.h */
+int weft__fd_case_check(const weft_case *c);
+weft__lock *weft__fd_case_lock(weft_case *c);
+int weft__fd_case_try(weft_case *c, struct weft__arm *a,
+                      struct weft__chain *woken);
+void weft__fd_case_won(weft_case *c, int code);
+
 /* TCP reads (see io.c): fd is a TCP socket; the read edges dispatched so
  * far (take it just before a read); after a read that returned data,
  * whether it came back short; and, before a read, wait first if the last

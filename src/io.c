@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The reactor: one epoll instance per worker, edge-triggered.
+ * Descriptors: weft_fd_wait, select's descriptor cases, weft_close, over
+ * each worker's poller (poller.h; epoll, edge-triggered: poll_epoll.c).
  *
  * A task that waits for a descriptor registers it (once per worker and
- * descriptor) in its own worker's epoll and parks there; since a started
- * task never leaves its worker, the events that wake it are read by the
- * same thread that runs it. The first wait on a descriptor adds it with
- * EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET and it stays added:
- * later waits on weft's own sockets cost no system call (on descriptors
- * weft did not make, see below).
+ * descriptor) with its own worker's poller and parks there; since a
+ * started task never leaves its worker, the events that wake it are read
+ * by the same thread that runs it. The registration stays: later waits on
+ * weft's own sockets cost no system call (on descriptors weft did not
+ * make, see below).
  *
  * Per descriptor, process-wide, a record (fd_rec) holds the tasks waiting
  * to read and to write, and counts of the read and write edges dispatched
@@ -32,67 +32,73 @@
  * file that no event could end (they slept to their deadline). So a
  * record knows whether weft made the descriptor and will close it
  * (owned: net.c's sockets, the signalfd below), and a wait on any other
- * one that is about to park first re-registers it with EPOLL_CTL_MOD
- * (io_recheck). epoll keys a registration by number and open file, so
- * MOD succeeds only if this worker's registration is for the file the
- * number names now (and it polls the file again: a readiness present now
- * is reported even if its edge was missed); ENOENT says the worker's
- * file has left the number, which another now has. Then the record
- * forgets the old file as weft_close would (rec_reset: a new generation,
- * no edges kept), so a registration of the old file that lives on (the
- * old file still open under another number, after a dup) is ignored, and
- * waits parked elsewhere, which may have registered the new file under
- * the old generation, are woken with 0 to try again; the new file is
- * added. EBADF: the number is not open, the wait fails. Weft's own
- * descriptors skip the check: weft closes them, bumping the generation,
- * and making one resets the record of its number (weft__fd_own) in case
- * a foreign file had it and was closed behind weft's back. So their
- * waits stay free of system calls; a foreign one pays one epoll_ctl per
- * park, none when a kept edge ends the wait at once. The alternatives
- * cost the same call and do less: EPOLLONESHOT re-armed per wait would
- * drop the edges that come between waits (kept now, see above), and an
- * identity check through fstat's st_dev and st_ino cannot tell apart the
- * files that share one anonymous inode (eventfd, timerfd, signalfd), and
- * does not re-arm anything. What no check can see is a close while a
- * task already waits (nothing wakes it to look): weft_fd_forget, from a
- * library's close hook, ends such waits with -EBADF and resets the
- * record as weft_close does, without the close.
+ * one that is about to park first has the poller check its registration
+ * (rec_check; epoll re-registers it with EPOLL_CTL_MOD, which succeeds
+ * only if this worker's registration is for the file the number names
+ * now, and polls the file again: a readiness present now is reported
+ * even if its edge was missed). If the poller says the worker's file has
+ * left the number, which another now has, the record forgets the old
+ * file as weft_close would (rec_reset: a new generation, no edges kept),
+ * so a registration of the old file that lives on (the old file still
+ * open under another number, after a dup) is ignored, and waits parked
+ * elsewhere, which may have registered the new file under the old
+ * generation, are woken with 0 to try again; the new file is registered,
+ * and the wait looks again before it parks. EBADF: the number is not
+ * open, the wait fails. Weft's own descriptors skip the check: weft
+ * closes them, bumping the generation, and making one resets the record
+ * of its number (weft__fd_own) in case a foreign file had it and was
+ * closed behind weft's back. So their waits stay free of system calls; a
+ * foreign one pays one epoll_ctl per park, none when a kept edge ends the
+ * wait at once. The alternatives cost the same call and do less:
+ * EPOLLONESHOT re-armed per wait would drop the edges that come between
+ * waits (kept now, see above), and an identity check through fstat's
+ * st_dev and st_ino cannot tell apart the files that share one anonymous
+ * inode (eventfd, timerfd, signalfd), and does not re-arm anything. What
+ * no check can see is a close while a task already waits (nothing wakes
+ * it to look): weft_fd_forget, from a library's close hook, ends such
+ * waits with -EBADF and resets the record as weft_close does, without
+ * the close.
  *
- * Waking follows the primitives' rule: under the record's lock a waker
- * claims a waiter before handing it anything, and a waiter that leaves on
- * a deadline or a cancel takes itself off the queue. Events are read by
- * the worker when it has nothing else to do, every FAIR_EVERY scheduling
- * decisions while it is busy, and in its sleep: an idle worker with tasks
- * waiting on descriptors sleeps in epoll_wait instead of on its futex, and
- * other threads wake it through an eventfd in its epoll set.
+ * A close under a wait. weft_close and weft_fd_forget claim every waiter
+ * of the record, of both directions, and wake it with -EBADF: a
+ * weft_fd_wait returns -EBADF (for READ | WRITE too: one wake for both),
+ * a select's descriptor case is chosen with rc -EBADF. Only a wait's
+ * check at park (above) wakes with 0: the number names a new file, which
+ * the woken wait registers when it looks again.
+ *
+ * Waiting goes through the wait layer (wait.h): one arm per direction
+ * waited for, on the record's read or write queue, under the record's
+ * lock, kind WEFT__W_FD with the record as the object; a waker claims a
+ * waiter before handing it anything, and a waiter that leaves on a
+ * deadline or a cancel takes itself off the queue (wait.c does). Events
+ * are read by the worker when it has nothing else to do, every FAIR_EVERY
+ * scheduling decisions while it is busy, and in its sleep: an idle worker
+ * with tasks waiting on descriptors (the pending hook, WEFT__PENDING_IO)
+ * sleeps in its poller instead of on its futex, and other threads wake it
+ * through the poller (epoll: an eventfd in its set).
  *
  * io_uring later: the interface the rest of weft sees is weft_fd_wait
- * (readiness) plus the per-worker poll hook (weft__io_poll) and the
- * sleep hook. A uring backend would keep that shape for readiness
- * (IORING_OP_POLL_ADD, multishot, in place of epoll_ctl; the completion
- * queue read in weft__io_poll; io_uring_enter with a timeout as the
- * sleep, an eventfd or IORING_OP_MSG_RING for cross-thread wakes) and
- * could add completion-style calls (read/write/accept submitted with the
- * waiter as user_data, the result handed over by the same claim-then-
- * finish step) behind the same socket functions, chosen per worker at
- * start-up when the kernel allows it.
+ * (readiness), select's descriptor case, and the poller (poller.h): poll
+ * with a timeout, wake, wait (register interest), cancel. A uring backend
+ * would fill in that table for readiness (IORING_OP_POLL_ADD, multishot,
+ * in place of epoll_ctl; the completion queue read in poll; io_uring_enter
+ * with a timeout as the sleep, an eventfd or IORING_OP_MSG_RING for
+ * cross-thread wakes) and could add completion-style calls (read/write/
+ * accept submitted with the waiter as user_data, the result handed over
+ * by the same claim-then-finish step) behind the same socket functions,
+ * chosen per worker at start-up when the kernel allows it.
  */
 #include "internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FD_CHUNK_BITS 10
 #define FD_CHUNK (1 << FD_CHUNK_BITS)
 #define FD_CHUNKS 1024 /* descriptors below 1M */
-#define WAKE_TAG UINT64_MAX
-#define MAX_EVENTS 256
 
 typedef struct fd_rec {
     weft__lock lock;      /* guards everything but gen and edges' reads */
@@ -130,45 +136,24 @@ static fd_rec *fd_lookup(int fd, bool create)
     return &chunk[fd & (FD_CHUNK - 1)];
 }
 
-/* ---- per worker ---- */
+/* ---- per worker: the poller ---- */
 
-static int io_start(weft_worker *w)
+/* w's poller, made at its first wait for a descriptor; NULL with *err if
+ * it cannot be. w's thread. */
+static weft__poller *io_poller(weft_worker *w, int *err)
 {
-    w->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (w->epfd < 0)
-        return -errno;
-    w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WAKE_TAG};
-    if (w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0) {
-        int err = -errno;
-        if (w->evfd >= 0)
-            close(w->evfd);
-        close(w->epfd);
-        w->epfd = w->evfd = -1;
-        return err;
-    }
-    return 0;
+    if (WEFT_LIKELY(w->poller != NULL))
+        return w->poller;
+    w->poller = weft__poller_epoll.init(w, err);
+    return w->poller;
 }
 
 void weft__io_fini(weft_worker *w)
 {
-    if (w->epfd >= 0) {
-        close(w->evfd);
-        close(w->epfd);
-    }
-    w->epfd = w->evfd = -1;
-    free(w->fdreg);
-    w->fdreg = NULL;
-    w->nfdreg = 0;
-}
-
-/* What a registration of fd for generation gen asks for and carries. */
-static struct epoll_event reg_event(int fd, uint32_t gen)
-{
-    return (struct epoll_event){
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
-        .data.u64 = (uint64_t)gen << 32 | (uint32_t)fd,
-    };
+    weft__poller *p = w->poller;
+    w->poller = NULL;
+    if (p)
+        p->ops->fini(p);
 }
 
 /* Under r's lock: forgets the file r's number named. A new generation
@@ -187,135 +172,69 @@ static weft__waiter **rec_reset(fd_rec *r, weft__waiter **tail)
                                  weft__waitq_claim_all(&r->q[0], tail));
 }
 
-/* Under fd's record lock (fd_wait, which saw that fd is not there yet):
- * puts fd in w's epoll for generation gen. Returns 0, 1 if fd cannot be
- * polled because it is always ready (a regular file), or a negative
- * errno. */
-static int io_register(weft_worker *w, int fd, uint32_t gen)
+/* Under fd's record lock r, with the generation read under it: as
+ * weft_close bumps the generation and closes the descriptor under the
+ * lock, the descriptor registered is the one the caller means (after a
+ * close the number is closed, and the registration fails, or a new
+ * descriptor has it), and a close never runs while the poller looks at
+ * the number. Makes sure p watches fd for r's generation: 0, with *fresh
+ * set if it registered it just now; WEFT__POLL_ALWAYS (a regular file);
+ * or a negative errno. Free of system calls once registered. */
+static int rec_watch(weft__poller *p, fd_rec *r, int fd, bool *fresh)
 {
-    if (w->epfd < 0) {
-        int err = io_start(w);
-        if (err)
-            return err;
-    }
-    if (fd >= w->nfdreg) {
-        int n = w->nfdreg ? w->nfdreg : 256;
-        while (n <= fd)
-            n *= 2;
-        uint32_t *g = realloc(w->fdreg, (size_t)n * sizeof(*g));
-        if (!g)
-            return -ENOMEM;
-        memset(g + w->nfdreg, 0, (size_t)(n - w->nfdreg) * sizeof(*g));
-        w->fdreg = g;
-        w->nfdreg = n;
-    }
-    struct epoll_event ev = reg_event(fd, gen);
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        if (errno == EPERM)
-            return 1; /* regular files and the like: always ready */
-        if (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
-            return -errno;
-    }
-    w->fdreg[fd] = gen + 1;
-    return 0;
+    int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), false);
+    *fresh = rc == WEFT__POLL_NEW;
+    return *fresh ? 0 : rc;
 }
 
-/* Under r's lock, as a wait on fd (not weft's own, registered in w for
- * r's generation) is about to park: makes sure the registration is for
- * the file the number names now (see "Descriptors weft did not make").
- * MOD finds it (0), or says the number is not open (-EBADF), or that w
- * has no registration of this file under it: the file it had was closed,
- * and the number reused. Then r forgets the old file, its other waiters
- * are claimed onto *stale to be woken with 0 (they try again and register
- * the new file), and the new file is added. Returns 0, 1 (the number now
- * names a regular file: always ready), or a negative errno. */
-static int io_recheck(weft_worker *w, fd_rec *r, int fd, weft__waiter **stale)
+/* Under r's lock, as a wait on fd (not weft's own, registered with p for
+ * r's generation, nothing ready) is about to park: the poller makes sure
+ * its registration is for the file the number names now (see
+ * "Descriptors weft did not make"). If that file has left the number, r
+ * forgets it, its waiters are claimed onto *stale (to be woken with 0
+ * after unlocking: they try again and register the new file), and the
+ * new file is registered. Returns 0, WEFT__POLL_ALWAYS (the number now
+ * names a regular file), or a negative errno. */
+static int rec_check(weft__poller *p, fd_rec *r, int fd, weft__chain *stale)
 {
-    struct epoll_event ev = reg_event(fd, ld_rlx(&r->gen));
-    if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
-        return 0;
-    if (errno != ENOENT)
-        return -errno;
-    rec_reset(r, stale);
-    return io_register(w, fd, ld_rlx(&r->gen));
+    int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), true);
+    if (rc != WEFT__POLL_GONE)
+        return rc;
+    stale->tail = rec_reset(r, stale->tail);
+    rc = p->ops->wait(p, fd, ld_rlx(&r->gen), false);
+    return rc == WEFT__POLL_NEW ? 0 : rc;
 }
 
-static void dispatch(weft_worker *w, const struct epoll_event *ev)
+void weft__fd_ready(int fd, uint32_t gen, unsigned ev)
 {
-    if (ev->data.u64 == WAKE_TAG) {
-        uint64_t v;
-        if (read(w->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */
-        }
-        return;
-    }
-    int fd = (int)(uint32_t)ev->data.u64;
-    uint32_t gen = (uint32_t)(ev->data.u64 >> 32);
     fd_rec *r = fd_lookup(fd, false);
     if (!r)
         return;
-    int kinds = 0;
-    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR))
-        kinds |= WEFT_IO_READ;
-    if (ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
-        kinds |= WEFT_IO_WRITE;
-    weft__waiter *woken = NULL, **tail = &woken;
+    weft__chain woken;
+    weft__chain_init(&woken);
     weft__lock_acquire(&r->lock);
     if (ld_rlx(&r->gen) == gen) {
         /* A short read no longer means "empty": after the end of the
          * stream, and at TCP's urgent mark, where a read stops short
          * with data still queued and no edge to come for it. */
-        if (ev->events & (EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR))
+        if (ev & WEFT__FD_HUP)
             r->hup = true;
-        for (int k = 0; k < 2; k++) {
-            if (!(kinds & (1 << k)))
+        for (int k = 0; k < 2; k++) { /* WEFT__FD_READ, WEFT__FD_WRITE */
+            if (!(ev & (1u << k)))
                 continue;
             unsigned e = ld_rlx(&r->edges[k]) + 1;
             st_rel(&r->edges[k], e);
-            weft__waiter **before = tail;
-            tail = weft__waitq_claim_all(&r->q[k], tail);
-            if (tail != before)
+            weft__waiter **before = woken.tail;
+            woken.tail = weft__waitq_claim_all(&r->q[k], woken.tail);
+            if (woken.tail != before)
                 r->seen[k] = e; /* given to the waiters; else kept */
         }
     }
     weft__lock_release(&r->lock);
-    weft__wake_chain(woken, 0);
+    weft__wake_chain(woken.head, 0);
 }
 
-static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
-{
-#if defined(SYS_epoll_pwait2)
-    static atomic_int no_pwait2;
-    if (timeout > 0 && timeout != WEFT_NEVER && !ld_rlx(&no_pwait2)) {
-        struct timespec ts = {timeout / WEFT_SEC, timeout % WEFT_SEC};
-        long n = syscall(SYS_epoll_pwait2, epfd, evs, MAX_EVENTS, &ts, NULL,
-                         (size_t)0);
-        if (n >= 0 || errno != ENOSYS)
-            return (int)n;
-        st_rlx(&no_pwait2, 1);
-    }
-#endif
-    return epoll_wait(epfd, evs, MAX_EVENTS, weft__timeout_ms(timeout));
-}
-
-int weft__io_poll(weft_worker *w, int64_t timeout)
-{
-    if (w->epfd < 0)
-        return 0;
-    struct epoll_event evs[MAX_EVENTS];
-    int n = epoll_wait_ns(w->epfd, evs, timeout);
-    for (int i = 0; i < n; i++)
-        dispatch(w, &evs[i]);
-    return n > 0 ? n : 0;
-}
-
-void weft__io_wake(weft_worker *w)
-{
-    uint64_t one = 1;
-    if (write(w->evfd, &one, sizeof one) < 0) { /* full: it is awake */
-    }
-}
-
-/* ---- public ---- */
+/* ---- waits ---- */
 
 /* Waits for events on fd. after == NULL: an edge not yet given to a wait
  * counts (weft_fd_wait); else only a read edge past *after does. */
@@ -332,69 +251,129 @@ static int fd_wait(int fd, int events, weft_time deadline,
     if (!r)
         return fd >= FD_CHUNK * FD_CHUNKS ? -EINVAL : -ENOMEM;
     weft_worker *w = weft__tl_worker;
-    weft_task *t = w->cur;
-    /* Registered under the lock, with the generation read under it: as
-     * weft_close bumps the generation and closes the descriptor under the
-     * lock, the descriptor registered is the one the caller means (after
-     * a close the number is closed, and the registration fails, or a new
-     * descriptor has it), and a close never runs while epoll_ctl looks at
-     * the number. The ADD happens once per worker and descriptor; a wait
-     * on a foreign descriptor adds a MOD each time it parks (io_recheck). */
-    weft__lock_acquire(&r->lock);
+    weft__poller *p = io_poller(w, &rc);
+    if (!p)
+        return rc;
+    /* The registration happens once per worker and descriptor; a wait on
+     * a foreign descriptor adds a check each time it parks (rec_check). */
+    bool checked = false;
+    for (;;) {
+        weft__lock_acquire(&r->lock);
+        bool fresh;
+        if ((rc = rec_watch(p, r, fd, &fresh)) != 0) {
+            weft__lock_release(&r->lock);
+            return rc > 0 ? 0 : rc;
+        }
+        bool ready = false;
+        for (int k = 0; k < 2; k++) {
+            unsigned e = ld_rlx(&r->edges[k]);
+            if ((events & (1 << k)) &&
+                (after ? e != *after : e != r->seen[k])) {
+                r->seen[k] = e;
+                ready = true;
+            }
+        }
+        if (ready) {
+            weft__lock_release(&r->lock);
+            return 0;
+        }
+        if (fresh || checked || r->owned)
+            break;
+        /* About to park: a descriptor weft did not make may have been
+         * closed and its number reused behind weft's back. */
+        weft__chain stale;
+        weft__chain_init(&stale);
+        rc = rec_check(p, r, fd, &stale);
+        if (rc == 0 && !stale.head)
+            break;
+        /* Failed, or the number names a new file, registered now: wake
+         * the waits of the old one, and look again. */
+        weft__lock_release(&r->lock);
+        weft__wake_chain(stale.head, 0);
+        if (rc)
+            return rc > 0 ? 0 : rc;
+        checked = true;
+    }
+    /* Counted while parked, so that the worker polls (and sleeps in) its
+     * poller meanwhile. */
     uint32_t gen = ld_rlx(&r->gen);
-    bool added = fd >= w->nfdreg || w->fdreg[fd] != gen + 1;
-    if (added && (rc = io_register(w, fd, gen)) != 0) {
-        weft__lock_release(&r->lock);
-        return rc > 0 ? 0 : rc;
+    weft__pending_add(w, WEFT__PENDING_IO, 1);
+    if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
+        weft__waiter ws = {.fired = NULL};
+        rc = weft__wait_one(&r->lock, &r->q[events == WEFT_IO_READ ? 0 : 1],
+                            &ws, WEFT__W_FD, r, deadline);
+    } else {
+        weft__arm arms[2] = {{.lock = &r->lock, .q = &r->q[0]},
+                             {.lock = &r->lock, .q = &r->q[1]}};
+        weft__lock *order[1] = {&r->lock};
+        int code = 0;
+        rc = weft__wait_many(order, 1, arms, 2, WEFT__W_FD, r, deadline, &code);
+        if (rc >= 0)
+            rc = code;
     }
-    weft__waiter ws[2];
-    memset(ws, 0, sizeof ws);
-    bool ready = false;
-    for (int k = 0; k < 2; k++) {
-        unsigned e = ld_rlx(&r->edges[k]);
-        if ((events & (1 << k)) && (after ? e != *after : e != r->seen[k])) {
-            r->seen[k] = e;
-            ready = true;
-        }
-    }
-    /* About to park: a descriptor weft did not make may have been closed
-     * and its number reused behind weft's back. */
-    weft__waiter *stale = NULL;
-    if (!ready && !added && !r->owned &&
-        (rc = io_recheck(w, r, fd, &stale)) != 0) {
-        weft__lock_release(&r->lock);
-        weft__wake_chain(stale, 0);
-        return rc > 0 ? 0 : rc;
-    }
-    if (ready) {
-        weft__lock_release(&r->lock);
-        return 0;
-    }
-    uint64_t token = weft__park_prepare(t, true);
-    for (int k = 0; k < 2; k++) {
-        if (events & (1 << k)) {
-            ws[k].task = t;
-            ws[k].token = token;
-            weft__waitq_push(&r->q[k], &ws[k]);
-        }
-    }
-    weft__lock_release(&r->lock);
-    weft__wake_chain(stale, 0);
-    w->nio++;
-    rc = weft__park_commit(w, t, deadline);
-    w->nio--;
-    if (rc != 0 || events == (WEFT_IO_READ | WEFT_IO_WRITE)) {
-        weft__lock_acquire(&r->lock); /* take what is left off the queues */
-        weft__waitq_remove(&r->q[0], &ws[0]);
-        weft__waitq_remove(&r->q[1], &ws[1]);
-        weft__lock_release(&r->lock);
-    }
+    weft__pending_add(w, WEFT__PENDING_IO, -1);
+    if (rc == -ETIMEDOUT || rc == -ECANCELED)
+        p->ops->cancel(p, fd, gen);
     return rc;
 }
 
 int weft_fd_wait(int fd, int events, weft_time deadline)
 {
     return fd_wait(fd, events, deadline, NULL);
+}
+
+/* ---- select's descriptor case (wait.h, "select's cases") ---- */
+
+int weft__fd_case_check(const weft_case *c)
+{
+    if (c->fd < 0)
+        return 1;
+    if (c->fd >= FD_CHUNK * FD_CHUNKS)
+        return -EINVAL;
+    return fd_lookup(c->fd, true) ? 0 : -ENOMEM; /* for case_lock */
+}
+
+weft__lock *weft__fd_case_lock(weft_case *c)
+{
+    fd_rec *r = fd_lookup(c->fd, true); /* made by the check already */
+    return r ? &r->lock : NULL;
+}
+
+int weft__fd_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    fd_rec *r = fd_lookup(c->fd, false);
+    int k = c->op == WEFT_OP_READ ? 0 : 1;
+    int rc = 0;
+    weft_worker *w = weft__tl_worker;
+    weft__poller *p = NULL;
+    bool fresh = false;
+    if (!r)
+        rc = -ENOMEM;
+    else if (w && !(p = io_poller(w, &rc)))
+        ; /* rc says why */
+    else if (p)
+        rc = rec_watch(p, r, c->fd, &fresh);
+    if (rc) { /* the case's result: an error, or always ready (0) */
+        c->rc = rc > 0 ? 0 : rc;
+        return 0;
+    }
+    unsigned e = ld_rlx(&r->edges[k]);
+    if (e != r->seen[k]) {
+        r->seen[k] = e;
+        c->rc = 0;
+        return 0;
+    }
+    if (p && !fresh && !r->owned && (rc = rec_check(p, r, c->fd, woken))) {
+        c->rc = rc > 0 ? 0 : rc;
+        return 0;
+    }
+    a->q = &r->q[k];
+    return -EAGAIN;
+}
+
+void weft__fd_case_won(weft_case *c, int code)
+{
+    c->rc = code;
 }
 
 /* ---- stream reads: skip the read that would say EAGAIN ----

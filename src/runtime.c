@@ -269,7 +269,8 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
                                         &rt->cpus) == 0 &&
                  CPU_COUNT(&rt->cpus) > 0;
     rt->nworkers = c->workers ? c->workers : online_cpus();
-    rt->clock = c->clock;
+    weft__clock_init(rt, c->clock);
+    rt->hooks = weft__scope_hooks;
     rt->seed = seed;
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
     size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;

@@ -49,7 +49,16 @@
  * A task switches straight to the next task (no detour through the
  * scheduler's stack): one context switch per park or yield. Only when
  * nothing is runnable does it switch to the worker's own context, which
- * steals, sleeps, and drives the virtual clock.
+ * idles as the runtime's clock has it (clock.h: the monotonic clock spins
+ * and steals, then sleeps until the next timer; the virtual one moves
+ * time when every worker is idle), through the sleep below.
+ *
+ * What the scheduler does not know: scopes and handles (spawn.c
+ * registers a task in its scope, then hands it over with
+ * weft__task_submit; at a task's exit the runtime's exit hook, the scope
+ * layer's, does the rest), descriptors (the worker's poller, poller.h,
+ * and the pending hook, weft__pending_add, say whether to poll it and
+ * sleep in it), and which clock runs.
  *
  * Parking: the park word of a task holds a generation and a state. A
  * blocking primitive calls weft__park_prepare (new generation, state
@@ -60,8 +69,9 @@
  * queues the task on its own worker (locally, or through the inbox). A
  * token from an older park never matches, so a late waker is harmless.
  *
- * Sleeping: an idle worker announces itself (sleeping = 1, nsleeping++),
- * looks once more for work, and only then waits on a futex. Whoever makes
+ * Sleeping: an idle worker announces itself (sleeping = its mode,
+ * nsleeping++), looks once more for work, and only then waits on a futex
+ * (or in its poller, while its tasks wait for descriptors). Whoever makes
  * work (an inbox push, a spawn) stores first and checks the flag second;
  * both sides use seq_cst so at least one sees the other.
  */
@@ -94,23 +104,10 @@
 #define STEAL_AGE 128
 #define DEQUE_EVERY 8
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
-#define IO_POLL_NS (20 * WEFT_USEC) /* epoll polled before sleeping in it */
-#define AUTOJUMP_NS (5 * WEFT_MSEC) /* virtual clock: real wait for I/O */
-#define POOL_AUTOJUMP_NS (50 * WEFT_MSEC) /* and for blocking calls */
+#define IO_POLL_NS (20 * WEFT_USEC) /* poller polled before sleeping in it */
 #define DEQUE_INITIAL 256
 
 WEFT_TLS weft_worker *weft__tl_worker;
-
-/* ---- clock ---- */
-
-int64_t weft__now(weft_runtime *rt)
-{
-    if (rt && rt->clock == WEFT_CLOCK_VIRTUAL)
-        return ld_acq(&rt->vnow);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
 
 /* ---- futex ---- */
 
@@ -344,21 +341,11 @@ static bool inbox_drain(weft_worker *w)
     return true;
 }
 
-static void virtual_unidle(weft_runtime *rt, weft_worker *w)
-{
-    pthread_mutex_lock(&rt->vmu);
-    if (w->vidle) {
-        w->vidle = false;
-        rt->nvidle--;
-    }
-    pthread_mutex_unlock(&rt->vmu);
-}
-
 /* How an idle worker sleeps: on its futex, or (when its tasks wait for
- * descriptors) in epoll_wait, which its eventfd interrupts. */
-enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_EPOLL = 2 };
+ * descriptors) in its poller, which the poller's wake interrupts. */
+enum { SLEEP_NONE = 0, SLEEP_FUTEX = 1, SLEEP_POLLER = 2 };
 
-static void wake_sleeper(weft_worker *w)
+void weft__wake_sleeper(weft_worker *w)
 {
     /* Pairs with the sleeper's store of `sleeping` (Dekker). */
     if (!ld_sc(&w->sleeping))
@@ -366,16 +353,16 @@ static void wake_sleeper(weft_worker *w)
     int was = xchg_sc(&w->sleeping, SLEEP_NONE);
     if (was == SLEEP_FUTEX)
         futex_wake(&w->sleeping);
-    else if (was == SLEEP_EPOLL)
+    else if (was == SLEEP_POLLER)
         weft__io_wake(w);
 }
 
 /* Sleeps until woken or `timeout` ns pass (WEFT_NEVER: no limit), the
- * caller having stored `sleeping` and checked for work. Returns true if
- * epoll reported events (dispatched already). */
-static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
+ * caller having announced it and checked for work. Returns true if the
+ * poller reported events (dispatched already). */
+bool weft__sleep(weft_worker *w, int mode, int64_t timeout)
 {
-    if (mode == SLEEP_EPOLL)
+    if (mode == SLEEP_POLLER)
         return weft__io_poll(w, timeout) > 0;
     futex_wait(&w->sleeping, SLEEP_FUTEX, timeout);
     return false;
@@ -383,9 +370,10 @@ static bool sleep_until_woken(weft_worker *w, int mode, int64_t timeout)
 
 void weft__worker_notify(weft_worker *w)
 {
-    if (w->rt->clock == WEFT_CLOCK_VIRTUAL)
-        virtual_unidle(w->rt, w);
-    wake_sleeper(w);
+    const weft__clock_ops *c = w->rt->clock_ops;
+    if (WEFT_UNLIKELY(c->unidle != NULL))
+        c->unidle(w);
+    weft__wake_sleeper(w);
 }
 
 bool weft__wake_claim(weft_task *t, uint64_t token)
@@ -523,7 +511,7 @@ static weft_task *pick_inner(weft_worker *w)
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
         inbox_drain(w);
         poll_timers(w);
-        if (w->nio)
+        if (weft__pending(w, WEFT__PENDING_IO))
             weft__io_poll(w, 0);
         if ((t = q_pop(&w->yieldq)) != NULL)
             return t;
@@ -541,7 +529,8 @@ static weft_task *pick_inner(weft_worker *w)
         if ((t = take_local(w)) != NULL)
             return t;
     }
-    if (w->nio && weft__io_poll(w, 0) && (t = take_local(w)) != NULL)
+    if (weft__pending(w, WEFT__PENDING_IO) && weft__io_poll(w, 0) &&
+        (t = take_local(w)) != NULL)
         return t;
     return q_pop(&w->yieldq);
 }
@@ -591,13 +580,7 @@ void weft__task_main(void *arg)
     weft_worker *w = t->worker;
     finish_switch(w);
     t->status = t->fn(t->arg);
-    /* The scopes it left open; with a handle, those inside the handle's
-     * scope, which handle_exit then closes (and wakes the joiners). */
-    weft__scope_join_above(t, WEFT_LIKELY(!t->handle) ? t->home
-                                                      : &t->handle->scope);
-    if (WEFT_UNLIKELY(t->handle != NULL))
-        weft__handle_exit(t);
-    weft__scope_child_done(t->home, t);
+    w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
     weft__stack_check(t);
     w->dead = t;
     weft_task *next = pick(w);
@@ -741,56 +724,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
 }
 
-/* A spawn with a handle failed (rc): the record goes back unused and the
- * caller's handle reads zero. */
-WEFT_COLD static int spawn_failed(const weft_spawn_opts *o, weft__handle *h,
-                                  int rc)
+/* Runs on w's thread, t prepared and registered in its scope. */
+void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
 {
-    if (o && o->handle) {
-        if (h)
-            weft__handle_abandon(h);
-        *o->handle = (weft_task_handle){0};
-    }
-    return rc;
-}
-
-int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
-                const char *file, int line)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return spawn_failed(o, NULL, -EPERM);
-    if (!fn)
-        return spawn_failed(o, NULL, -EINVAL);
-    /* The stack limit is weft_config's, which also keeps the slot size
-     * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 || o->worker > w->rt->nworkers ||
-              o->stack_size > WEFT__MAX_STACK))
-        return spawn_failed(o, NULL, -EINVAL);
-    /* the worker the task must start on */
-    weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
-    weft_task *self = w->cur;
-    if (!s) {
-        s = ld_rlx(&self->cur);
-        if (WEFT_UNLIKELY(s->task_scope))
-            s = s->parent; /* a handle's scope is not the task's to fill */
-    }
-    /* Only a spawn that asks for a handle pays for one. */
-    weft__handle *h = NULL;
-    if (WEFT_UNLIKELY(o && o->handle) && !(h = weft__handle_new(w->rt)))
-        return spawn_failed(o, NULL, -ENOMEM);
-    weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
-    if (!t)
-        return spawn_failed(o, h, -ENOMEM);
-    weft__task_prepare(t, fn, arg, o, file, line);
-    t->handle = h;
-    int idx = weft__scope_add_child(s, t);
-    if (idx < 0) {
-        weft__task_free(w, t);
-        return spawn_failed(o, h, idx);
-    }
-    if (WEFT_UNLIKELY(h != NULL)) /* before the task can run anywhere */
-        o->handle->id = weft__handle_id(h);
     if (pin && pin != w) {
         inbox_push(pin, t);
     } else if (w->rt->seeded) {
@@ -805,7 +741,6 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     st_rlx(&w->spawned, ld_rlx(&w->spawned) + 1);
     if (++w->spawns >= SPAWN_BUDGET)
         weft__yield(w);
-    return idx;
 }
 
 /* ---- the worker's own loop ---- */
@@ -862,7 +797,7 @@ static bool steal(weft_worker *w, int round)
     return false;
 }
 
-static bool work_visible(weft_worker *w)
+bool weft__work_visible(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     if (ld_sc(&w->inbox) || ld_acq(&rt->done))
@@ -873,22 +808,44 @@ static bool work_visible(weft_worker *w)
     return false;
 }
 
-/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
- * unless work is visible or timeout <= 0. Returns sleep_until_woken's. */
-static bool nap(weft_worker *w, int64_t timeout)
+int weft__sleep_announce(weft_worker *w)
 {
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
-    bool events = false;
+    int mode = weft__pending(w, WEFT__PENDING_IO) ? SLEEP_POLLER : SLEEP_FUTEX;
     st_sc(&w->sleeping, mode);
     add_sc(&w->rt->nsleeping, 1);
-    if (!work_visible(w) && timeout > 0)
-        events = sleep_until_woken(w, mode, timeout);
+    return mode;
+}
+
+void weft__sleep_done(weft_worker *w)
+{
     st_sc(&w->sleeping, SLEEP_NONE);
     add_sc(&w->rt->nsleeping, -1);
+}
+
+bool weft__nap(weft_worker *w, int64_t timeout)
+{
+    bool events = false;
+    int mode = weft__sleep_announce(w);
+    if (!weft__work_visible(w) && timeout > 0)
+        events = weft__sleep(w, mode, timeout);
+    weft__sleep_done(w);
     return events;
 }
 
-/* A worker whose tasks wait for descriptors polls epoll (without
+int weft__pending_all(weft_runtime *rt, int kind)
+{
+    int n = 0;
+    for (int i = 0; i < rt->nworkers; i++)
+        n += ld_rlx(&rt->workers[i].pending[kind]);
+    return n;
+}
+
+bool weft__steal_any(weft_worker *w)
+{
+    return steal(w, -1);
+}
+
+/* A worker whose tasks wait for descriptors polls its poller (without
  * sleeping in it) for IO_POLL_NS before it sleeps there, as Go's spinning
  * Ms poll the network: a peer that writes to a socket of a worker asleep
  * in epoll_wait pays for waking it (on these VMs an IPI, a VM exit) on its
@@ -900,26 +857,27 @@ static bool nap(weft_worker *w, int64_t timeout)
  * found work. */
 static bool io_busy_poll(weft_worker *w)
 {
-    int64_t until = weft__now(w->rt) + IO_POLL_NS;
+    int64_t until = weft__mono_now() + IO_POLL_NS;
     do {
         if (ld_rlx(&w->inbox) || ld_acq(&w->rt->done) || weft__io_poll(w, 0))
             return true;
-    } while (weft__now(w->rt) < until);
+    } while (weft__mono_now() < until);
     return false;
 }
 
-static void idle_real(weft_worker *w)
+bool weft__idle_look(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     weft__pool_trim(w);
+    bool io = weft__pending(w, WEFT__PENDING_IO) != 0;
     if (rt->nworkers > 1) {
         add_sc(&rt->nspinning, 1);
         bool found = false;
-        /* With tasks waiting for descriptors, epoll is polled instead of
-         * spinning (io_busy_poll), and once. */
-        int rounds = w->nio ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
+        /* With tasks waiting for descriptors, the poller is polled
+         * instead of spinning (io_busy_poll), and once. */
+        int rounds = io ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
         for (int i = 1; i <= rounds && !found; i++) {
-            if (w->nio) {
+            if (io) {
                 found = io_busy_poll(w);
             } else {
                 /* Our own inbox is cheap to watch (only wakers write
@@ -937,74 +895,9 @@ static void idle_real(weft_worker *w)
                 found = true;
         }
         add_sc(&rt->nspinning, -1);
-        if (found)
-            return;
-    } else if (w->nio && io_busy_poll(w)) {
-        return;
+        return found;
     }
-    int64_t next = weft__wheel_next(&w->wheel);
-    nap(w, next == WEFT_NEVER ? WEFT_NEVER : next - weft__now(rt));
-}
-
-/* Virtual clock, before time jumps: real work the clock cannot see may
- * still wake a task. Tasks waiting for descriptors give the kernel
- * AUTOJUMP_NS of real time to make one ready, and tasks waiting for
- * weft_blocking calls give the pool POOL_AUTOJUMP_NS to finish them
- * (Trio's autojump threshold), so that loopback I/O and a quick blocking
- * call complete at the virtual instant they started. Asleep meanwhile, so
- * a wake from another thread ends the wait at once. Returns true if work
- * turned up. */
-static bool autojump_grace(weft_worker *w)
-{
-    weft_runtime *rt = w->rt;
-    int64_t grace = ld_sc(&rt->pool_waiters) ? POOL_AUTOJUMP_NS : 0;
-    if (w->nio && grace < AUTOJUMP_NS)
-        grace = AUTOJUMP_NS;
-    return grace && (nap(w, grace) || work_visible(w));
-}
-
-/* Virtual clock: time moves only when every worker is idle, to the
- * earliest deadline of any worker. */
-static void idle_virtual(weft_worker *w)
-{
-    weft_runtime *rt = w->rt;
-    if (autojump_grace(w))
-        return;
-    pthread_mutex_lock(&rt->vmu);
-    if (work_visible(w)) {
-        pthread_mutex_unlock(&rt->vmu);
-        return;
-    }
-    w->vnext = weft__wheel_next_exact(&w->wheel);
-    w->vidle = true;
-    if (++rt->nvidle == rt->nworkers) {
-        int64_t min = WEFT_NEVER;
-        for (int i = 0; i < rt->nworkers; i++)
-            if (rt->workers[i].vnext < min)
-                min = rt->workers[i].vnext;
-        if (min != WEFT_NEVER) {
-            if (min > ld_rlx(&rt->vnow))
-                st_rel(&rt->vnow, min);
-            for (int i = 0; i < rt->nworkers; i++)
-                rt->workers[i].vidle = false;
-            rt->nvidle = 0;
-            pthread_mutex_unlock(&rt->vmu);
-            for (int i = 0; i < rt->nworkers; i++)
-                if (&rt->workers[i] != w)
-                    wake_sleeper(&rt->workers[i]);
-            return;
-        }
-        /* Every task waits on something with no deadline: only another
-         * thread (a cancel, later an I/O event) can wake one. */
-    }
-    int mode = w->nio ? SLEEP_EPOLL : SLEEP_FUTEX;
-    st_sc(&w->sleeping, mode);
-    add_sc(&rt->nsleeping, 1);
-    pthread_mutex_unlock(&rt->vmu);
-    sleep_until_woken(w, mode, WEFT_NEVER);
-    virtual_unidle(rt, w);
-    st_sc(&w->sleeping, SLEEP_NONE);
-    add_sc(&rt->nsleeping, -1);
+    return io && io_busy_poll(w);
 }
 
 int weft__worker_loop(weft_worker *w)
@@ -1021,12 +914,10 @@ int weft__worker_loop(weft_worker *w)
         }
         if (ld_acq(&rt->done))
             break;
-        if (rt->clock == WEFT_CLOCK_VIRTUAL) {
-            if (!steal(w, -1))
-                idle_virtual(w);
-        } else {
-            idle_real(w); /* spins, stealing where it pays, then sleeps */
-        }
+        /* Waits for work or the next timer, as the clock has it (the
+         * monotonic one spins and steals first, the virtual one moves
+         * when every worker is idle). */
+        rt->clock_ops->idle_until(w);
     }
     finish_switch(w);
     return 0;
@@ -1044,7 +935,6 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     if (!w->rng)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
-    w->epfd = w->evfd = -1;
     w->seen = calloc(2 * (size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");

@@ -54,6 +54,20 @@ int weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
     return rc;
 }
 
+int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
+                          int64_t deadline)
+{
+    weft_worker *wk = weft__tl_worker;
+    pthread_mutex_unlock(m);
+    int rc = weft__park_commit(wk, w->task, deadline);
+    if (rc == -ETIMEDOUT || rc == -ECANCELED) {
+        /* Nobody claimed us: leave, and keep the lock for the caller. */
+        pthread_mutex_lock(m);
+        weft__waitq_remove(q, w);
+    }
+    return rc;
+}
+
 int weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
                    const void *obj, int64_t deadline)
 {

@@ -249,6 +249,16 @@ void weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags);
 int weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
                     int64_t deadline);
 
+/* weft__wait_park for a primitive guarded by a pthread mutex m (the
+ * blocking pool's, which its threads also wait on with a condition
+ * variable): the caller holds m, w is armed and queued on q (or was, and
+ * a claim that failed popped it). Releases m and parks. Returns the
+ * park's result with m released; or -ETIMEDOUT / -ECANCELED with m held
+ * again and w off q, nothing handed over, for the caller to undo the rest
+ * of its books under the same lock. */
+int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
+                          int64_t deadline);
+
 /* The whole wait, for the common case: the caller holds l and found
  * nothing ready. A past deadline returns -ETIMEDOUT at once (l released);
  * otherwise arms w, queues it at q's tail and parks (weft__wait_park). */

@@ -12,6 +12,8 @@
 #include "t.h"
 #include "weft.h"
 
+#include "internal.h" /* select's descriptor case */
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -753,6 +755,267 @@ TEST(regular_file_is_always_ready)
 {
     int before = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, file_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* ---- a close under a waiting wait, every way it can wait --------------- */
+
+/* Fills fd's send buffer, so that it is not writable. */
+static void fill(int fd)
+{
+    static const char buf[4096];
+    while (write(fd, buf, sizeof buf) > 0) {
+    }
+    ASSERT_EQ(errno, EAGAIN);
+}
+
+struct dir_wait {
+    int fd;
+    int events;
+    int rc;
+    weft_time at;
+};
+
+static int dir_waiter(void *arg)
+{
+    struct dir_wait *d = arg;
+    d->rc = weft_fd_wait(d->fd, d->events, WEFT_NEVER);
+    d->at = weft_now();
+    return 0;
+}
+
+static int close_fn(void *arg)
+{
+    return weft_close(*(int *)arg); /* on a pool thread: not a worker */
+}
+
+static int close_under_wait_root(void *arg)
+{
+    bool from_pool = *(bool *)arg;
+    int sv[2];
+    nb_pair(sv);
+    fill(sv[0]); /* neither readable nor writable */
+    /* Reads, writes, both (one wake for both arms), on every worker. */
+    static const int evs[3] = {WEFT_IO_READ, WEFT_IO_WRITE,
+                               WEFT_IO_READ | WEFT_IO_WRITE};
+    struct dir_wait d[6];
+    weft_scope *s = scope_open();
+    for (int i = 0; i < 6; i++) {
+        d[i] = (struct dir_wait){.fd = sv[0], .events = evs[i % 3], .rc = 1};
+        spawn_on(i, dir_waiter, &d[i]);
+    }
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    for (int i = 0; i < 6; i++)
+        ASSERT_EQ(d[i].rc, 1); /* all still waiting */
+    int fd = sv[0];
+    ASSERT_EQ(from_pool ? weft_blocking(close_fn, &fd) : weft_close(fd), 0);
+    scope_end(s);
+    for (int i = 0; i < 6; i++) {
+        ASSERT_EQ(d[i].rc, -EBADF);
+        ASSERT_EQ(d[i].at, WEFT_SEC);
+    }
+    /* Nothing was left queued: a descriptor given the number works. */
+    int nv[2];
+    nb_pair(nv);
+    struct dir_wait r = {.fd = nv[0], .events = WEFT_IO_READ, .rc = 1};
+    s = scope_open();
+    spawn(dir_waiter, &r);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(nv[1], 1);
+    scope_end(s);
+    ASSERT_EQ(r.rc, 0);
+    ASSERT_EQ(r.at, 2 * WEFT_SEC);
+    close_pair(nv);
+    ASSERT_EQ(weft_close(sv[1]), 0);
+    return 0;
+}
+
+TEST(close_under_waiting_fd_wait_every_direction)
+{
+    int before = t_proc_count("/proc/self/fd");
+    for (int workers = 1; workers <= 3; workers++) {
+        bool from_pool = false;
+        ASSERT_EQ(t_run_virtual(workers, close_under_wait_root, &from_pool), 0);
+        from_pool = true;
+        ASSERT_EQ(t_run_virtual(workers, close_under_wait_root, &from_pool), 0);
+    }
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* ---- select's descriptor case (internal.h), driven as a select does ---- */
+
+/* A select over descriptor cases only, driving the case interface as
+ * wait.h's "select's cases" describe: check, lock, try under every lock,
+ * a park over every case (counted pending), won. */
+static int fd_select(weft_case *cs, int n, weft_time deadline)
+{
+    weft__arm arms[4];
+    weft__lock *order[4];
+    ASSERT(n <= 4);
+    for (int i = 0; i < n; i++)
+        ASSERT_EQ(weft__fd_case_check(&cs[i]), 0);
+    for (;;) {
+        for (int i = 0; i < n; i++)
+            arms[i] = (weft__arm){.lock = weft__fd_case_lock(&cs[i])};
+        int k = weft__locks_order(arms, n, order);
+        weft__chain woken;
+        weft__chain_init(&woken);
+        weft__locks_acquire(order, k);
+        int done = -1;
+        for (int i = 0; i < n && done < 0; i++)
+            if (weft__fd_case_try(&cs[i], &arms[i], &woken) == 0)
+                done = i;
+        if (done >= 0 || woken.head) {
+            weft__locks_release(order, k);
+            weft__wake_chain(woken.head, 0);
+            if (done >= 0)
+                return done;
+            continue; /* woke a replaced file's waiters: look again */
+        }
+        weft_worker *w = weft__tl_worker;
+        int code = 0;
+        weft__pending_add(w, WEFT__PENDING_IO, 1);
+        int rc = weft__wait_many(order, k, arms, n, WEFT__W_SELECT, cs,
+                                 deadline, &code);
+        weft__pending_add(w, WEFT__PENDING_IO, -1);
+        if (rc >= 0)
+            weft__fd_case_won(&cs[rc], code);
+        return rc;
+    }
+}
+
+struct sel {
+    weft_case cs[2];
+    int got[3]; /* the three selects' results */
+    int rc[3];  /* and their cases' */
+    weft_time at[3];
+};
+
+static int selector(void *arg)
+{
+    struct sel *s = arg;
+    for (int i = 0; i < 3; i++) {
+        s->got[i] =
+            fd_select(s->cs, 2, i == 2 ? weft_now() + WEFT_SEC : WEFT_NEVER);
+        s->rc[i] = s->got[i] >= 0 ? s->cs[s->got[i]].rc : 1;
+        s->at[i] = weft_now();
+        if (s->got[i] == 0) /* readable: read it, or it stays ready */
+            ASSERT(read_byte(s->cs[0].fd, WEFT_NEVER) >= 0);
+    }
+    return 0;
+}
+
+static int fd_case_root(void *arg)
+{
+    (void)arg;
+    int a[2], b[2];
+    nb_pair(a);
+    nb_pair(b);
+    fill(b[0]);
+    struct sel s = {.cs = {{.op = WEFT_OP_READ, .fd = a[0], .rc = 1},
+                           {.op = WEFT_OP_WRITE, .fd = b[0], .rc = 1}}};
+    weft_scope *sc = scope_open();
+    spawn_on(1, selector, &s);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    write_byte(a[1], 1); /* the read case, at 1 s */
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_close(b[0]), 0); /* the write case: -EBADF, at 2 s */
+    scope_end(sc);
+    ASSERT_EQ(s.got[0], 0);
+    ASSERT_EQ(s.rc[0], 0);
+    ASSERT_EQ(s.at[0], WEFT_SEC);
+    ASSERT_EQ(s.got[1], 1);
+    ASSERT_EQ(s.rc[1], -EBADF);
+    ASSERT_EQ(s.at[1], 2 * WEFT_SEC);
+    /* The third: the read edge was given to the first, and b[0]'s number
+     * is not open now (registering it fails: the case's result). */
+    ASSERT_EQ(s.got[2], 1);
+    ASSERT_EQ(s.rc[2], -EBADF);
+    ASSERT_EQ(s.at[2], 2 * WEFT_SEC);
+    /* A select that times out leaves nothing queued; the next wait is
+     * woken by the next byte, at its instant. */
+    weft_case one = {.op = WEFT_OP_READ, .fd = a[0], .rc = 1};
+    ASSERT_EQ(fd_select(&one, 1, weft_now() + WEFT_SEC), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
+    write_byte(a[1], 2);
+    ASSERT_EQ(weft_fd_wait(a[0], WEFT_IO_READ, weft_now() + WEFT_SEC), 0);
+    ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
+    ASSERT_EQ(weft__fd_case_check(&(weft_case){.fd = -1}), 1);
+    ASSERT_EQ(weft__fd_case_check(&(weft_case){.fd = 1 << 20}), -EINVAL);
+    close_pair(a);
+    ASSERT_EQ(weft_close(b[1]), 0);
+    return 0;
+}
+
+TEST(select_fd_case_ready_closed_and_timed_out)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(1, fd_case_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, fd_case_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
+/* reader_10s, waiting through a select's descriptor case. */
+static int select_reader_10s(void *arg)
+{
+    struct rw *r = arg;
+    weft_time deadline = weft_now() + 10 * WEFT_SEC;
+    for (;;) {
+        unsigned char c;
+        ssize_t n = read(r->fd, &c, 1);
+        if (n == 1) {
+            r->got = c;
+            break;
+        }
+        ASSERT(n < 0 && errno == EAGAIN);
+        weft_case rc = {.op = WEFT_OP_READ, .fd = r->fd, .rc = 1};
+        int got = fd_select(&rc, 1, deadline);
+        if (got < 0 || rc.rc) {
+            r->got = got < 0 ? got : rc.rc;
+            break;
+        }
+    }
+    r->at = weft_now();
+    return 0;
+}
+
+/* foreign_close_then_reuse_wakes_the_next_wait with a select on the worker
+ * that has the old file's registration: its case's check finds the file
+ * replaced and wakes the wait parked on the new one (which must then
+ * register the new file again), before the select parks. */
+static int reuse_select_root(void *arg)
+{
+    (void)arg;
+    int sv[2], peer;
+    nb_pair(sv);
+    int fd = sv[0];
+    register_on(0, &fd);
+    ASSERT_EQ(close(sv[0]), 0); /* plain close: weft is not told */
+    ASSERT_EQ(weft_close(sv[1]), 0);
+    reuse_number(fd, &peer);
+    struct rw r[2] = {{.fd = fd, .got = -1}, {.fd = fd, .got = -1}};
+    weft_scope *s = scope_open();
+    spawn_on(1, reader_10s, &r[1]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    spawn_on(0, select_reader_10s, &r[0]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(write(peer, "ab", 2), 2);
+    scope_end(s);
+    for (int i = 0; i < 2; i++) {
+        ASSERT(r[i].got == 'a' || r[i].got == 'b');
+        ASSERT_EQ(r[i].at, 2 * WEFT_SEC);
+    }
+    ASSERT(r[0].got != r[1].got);
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_close(peer), 0);
+    return 0;
+}
+
+TEST(select_fd_case_on_a_reused_foreign_number)
+{
+    int before = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(2, reuse_select_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(3, reuse_select_root, NULL), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
