@@ -322,6 +322,13 @@ static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
  *       The case's waiter was claimed (code: the waker's) and its object
  *       handed it whatever it waited for; sets c->rc. No lock held.
  *
+ * The scope case is the one whose effect cannot happen under its lock
+ * (the join takes the scope's lock itself): its try returns 0 without
+ * setting rc when no child runs, and select, once it has chosen that
+ * case, calls won(c, 0) after unlocking in both paths (try returned 0,
+ * or its waiter was claimed by the last child's exit); won joins the
+ * scope and sets rc.
+ *
  * The claim protocol makes exactly one case take effect: a waker hands
  * over (a value, a permit) only after claiming the select's token, which
  * succeeds once.
