@@ -532,8 +532,8 @@ enum {
 struct weft_scope {
     weft__lock lock;
     atomic_int cancelled; /* CANCEL_*, the first reason; read lock-free */
-    /* Its policy's table (policy.h). */
-    const weft__policy *pol;
+    /* pol->flags (below), at hand on the spawn and exit paths. */
+    uint8_t pflags;
     bool joined;        /* join has completed: closed for spawns */
     bool shield;        /* enclosing cancellation stops here */
     bool orphaned;      /* joined at its owner's exit: anyone may free */
@@ -545,9 +545,10 @@ struct weft_scope {
     weft_task *owner;          /* task that opened it (NULL for the root) */
     weft_task *members;        /* children still running */
     int spawned, live, failed; /* UNINDEXED: spawned, failed stop at INT_MAX */
-    weft__policy_state ps;     /* what the policy keeps (winner, error) */
-    int64_t *statuses; /* WEFT__POL_STATUSES: per child, INT64_MIN running */
     int capstatuses;
+    weft__policy_state ps; /* what the policy keeps (winner, error) */
+    int64_t *statuses; /* WEFT__POL_STATUSES: per child, INT64_MIN running */
+    const weft__policy *pol; /* its policy's table (policy.h) */
     /* SERVE: where failures go (immutable after open; NULL: stderr), and
      * the stderr lines' rate limit: lines in the window that started at
      * log_window, and failures left out since the last line. */

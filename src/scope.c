@@ -64,7 +64,16 @@ scope_unlock(const weft_scope *s)
 
 static inline bool has(const weft_scope *s, unsigned flag)
 {
-    return (s->pol->flags & flag) != 0;
+    return (s->pflags & flag) != 0;
+}
+
+/* A new scope's policy: the table, its flags, its state before any child
+ * has finished. */
+static void set_policy(weft_scope *s, const weft__policy *pol)
+{
+    s->pol = pol;
+    s->pflags = (uint8_t)pol->flags;
+    weft__policy_start(&s->ps);
 }
 
 /* Links kid k into its parent p's kid list; p's lock is held. */
@@ -188,8 +197,7 @@ WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 {
     weft_scope *p = &t->handle->scope;
     memset(p, 0, sizeof(*p));
-    p->pol = &weft__policy_fail_fast;
-    weft__policy_start(&p->ps);
+    set_policy(p, &weft__policy_fail_fast);
     p->task_scope = true;
     p->owner = t;
     p->deadline = WEFT_NEVER;
@@ -200,7 +208,7 @@ WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 /* The index of a new child of s (its lock held), or an error. */
 static int next_index(weft_scope *s)
 {
-    unsigned flags = s->pol->flags;
+    unsigned flags = s->pflags;
     if (WEFT_LIKELY(!(flags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED))))
         return s->spawned == INT_MAX ? -EOVERFLOW : s->spawned++;
     if (flags & WEFT__POL_UNINDEXED) {
@@ -246,9 +254,8 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
 /* Under s's lock: t's status goes to s's policy (and status array). */
 static void record_status(weft_scope *s, weft_task *t)
 {
-    const weft__policy *pol = s->pol;
     int st = t->status;
-    if (pol->flags & WEFT__POL_STATUSES)
+    if (has(s, WEFT__POL_STATUSES))
         s->statuses[t->index] = st;
     if (st < 0) {
         if (s->failed < INT_MAX)
@@ -256,10 +263,10 @@ static void record_status(weft_scope *s, weft_task *t)
         if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
             return; /* stopped alone through its handle (task.c) */
     }
-    if (WEFT_LIKELY(st >= 0 && !(pol->flags & WEFT__POL_SUCCESSES)))
+    if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
         return; /* the policy does not look at successes */
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
+    if (s->pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
         cancel_locked(s, CANCEL_POLICY);
 }
 
@@ -325,11 +332,33 @@ WEFT_COLD static void report_failure(weft_scope *s, weft_task *t)
     s->on_failure(s->failure_ctx, &f);
 }
 
+/* The last running child of s has left (s's lock held): claims the done
+ * queue (the owner's join, or its select's scope case), unlocks, wakes
+ * them; after the root's last child, tells the workers that every task
+ * has finished. Out of line, so the exit path it hangs off stays small
+ * (one exit in a scope's many takes it), but not cold: in a tree of
+ * small scopes (skynet) it is one exit in ten. */
+static __attribute__((noinline)) void last_child_done(weft_scope *s,
+                                                      weft_runtime *rt)
+{
+    weft__waiter *woken = NULL;
+    weft__waitq_claim_all(&s->done, &woken);
+    bool all_done = s->is_root;
+    scope_unlock(s);
+    /* The claimed tasks stay parked until finished, so s outlives these
+     * wakes, though not necessarily anything after them. */
+    weft__wake_chain(woken, 0);
+    if (all_done) {
+        /* The root scope is empty: every task has finished. */
+        st_rel(&rt->done, 1);
+        for (int i = 0; i < rt->nworkers; i++)
+            weft__worker_notify(&rt->workers[i]);
+    }
+}
+
 void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
     weft_runtime *rt = t->worker->rt;
-    bool all_done = false;
-    weft__waiter *woken = NULL;
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
@@ -342,31 +371,18 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (s->is_root && t->index == 0)
         rt->root_status = t->status;
     record_status(s, t);
-    if (--s->live == 0) {
-        /* The owner's join, or its select: no child runs now. */
-        if (!weft__waitq_empty(&s->done))
-            weft__waitq_claim_all(&s->done, &woken);
-        all_done = s->is_root;
+    if (WEFT_UNLIKELY(--s->live == 0)) {
+        last_child_done(s, rt);
+        return;
     }
     scope_unlock(s);
-    /* The claimed waiters' tasks stay parked until finished: s outlives
-     * the wake, though not necessarily this call's next line. */
-    if (woken)
-        weft__wake_chain(woken, 0);
-    if (all_done) {
-        /* The root scope is empty: every task has finished. */
-        st_rel(&rt->done, 1);
-        for (int i = 0; i < rt->nworkers; i++)
-            weft__worker_notify(&rt->workers[i]);
-    }
 }
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
 {
     WEFT_UNUSED(rt);
     memset(s, 0, sizeof(*s));
-    s->pol = &weft__policy_fail_fast;
-    weft__policy_start(&s->ps);
+    set_policy(s, &weft__policy_fail_fast);
     s->is_root = true;
     s->deadline = WEFT_NEVER;
     return 0;
@@ -410,8 +426,7 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
     if (!s)
         return -ENOMEM;
     weft_scope *parent = ld_rlx(&t->cur);
-    s->pol = pol;
-    weft__policy_start(&s->ps);
+    set_policy(s, pol);
     s->shield = opts && opts->shield;
     s->owner = t;
     s->deadline = WEFT_NEVER;
