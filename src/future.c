@@ -421,17 +421,12 @@ static int wait_futures(wait_op *op, int *fired, int64_t deadline)
         }
     }
 
-    /* Leave no trace: every waiter off its future. Under the future's
-     * lock, so a settler still claiming a waiter of ours is done with the
-     * set. */
-    for (int i = 0; i < op->n; i++) {
-        fut_wait *fw = &op->ws[i];
-        if (!fw->w.set)
-            continue;
-        fut_lock(op->fs[i]);
-        weft__waitq_remove(&op->fs[i]->waiters, &fw->w);
-        fut_unlock(op->fs[i]);
-    }
+    /* Leave no trace: every waiter off its future (and every settler
+     * still claiming one done with the set). */
+    for (int i = 0; i < op->n; i++)
+        if (op->ws[i].w.set)
+            weft__waitset_leave(&op->fs[i]->lock, &op->fs[i]->waiters,
+                                &op->ws[i].w);
     if (op->give_up)
         give_up(op);
     return op_result(op, decided ? 0 : rc);

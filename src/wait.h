@@ -368,6 +368,19 @@ static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
 int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code,
                        int *from, int *to);
 
+/* The end of a set's wait, however it ended (decided, deadline, cancel),
+ * for each notify waiter w it queued: takes w off its source's queue q
+ * under the source's lock l, so a source still firing w has finished
+ * with the set (on the waiting task's stack) when this returns. A waiter
+ * that fired is off its queue already: then only the lock is taken. */
+static inline void weft__waitset_leave(weft__lock *l, weft__waitq *q,
+                                       weft__waiter *w)
+{
+    weft__lock_acquire(l);
+    weft__waitq_remove(q, w);
+    weft__lock_release(l);
+}
+
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
 int weft__wait_sleep(int64_t deadline);
 
