@@ -4,28 +4,32 @@
  *
  * A future is a refcounted heap object, as a channel is: a spinlock, a
  * state (pending, resolved, rejected), the value bytes inline after the
- * struct, an optional canceller, and a list of waiter nodes. It settles
+ * struct, an optional canceller, and a wait queue (wait.h). It settles
  * once, under its lock, from any thread (a task, a plain pthread, a foreign
- * library's callback): the settler copies the value in, takes every node
- * off the list and notifies it, then, after unlocking, finishes the wakes
- * of the tasks it claimed (as weft_event_set does, so a plain thread can
- * settle).
+ * library's callback): the settler copies the value in, claims every
+ * waiter of the queue (weft__waitq_claim_all), then, after unlocking,
+ * finishes the wakes of the tasks it claimed (weft__wake_chain, as
+ * weft_event_set does, so a plain thread can settle).
  *
- * Waiting on n futures at once (weft_future_await is n = 1). A waiting call
- * has one group on its stack: the waiting task, its current park token
- * (0 while it is not parked) and the list of the indexes that have fired,
- * in the order they fired, all under the group's own lock. It puts one node
- * per future on that future's list, each pointing at the group. A settling
- * future, still holding its own lock, appends the node's index to its
- * group's list and, if the group holds a token, claims the task with it.
- * The waiting task reads the fired indexes under the group's lock and parks
- * (publishing a new token under that lock) only when it has seen them all,
- * so no settle can slip between its look and its park. Lock order: a
- * future's lock, then a group's; a group's lock is never held while a
- * future's is taken. Before it returns, the call takes every node it
- * registered off its future (under that future's lock, so a settler that
- * is still notifying has finished with the group), leaving no trace, as
- * select does for channels.
+ * Two kinds of waiter queue on a future. A select's future case queues a
+ * plain waiter, claimed by the select's token (one case wins). The calls
+ * below wait on n futures at once (weft_future_await is n = 1) through a
+ * wait set (weft__waitset): one notify waiter per future, on that
+ * future's queue; a settle claims it, which records its index in the set
+ * in firing order and claims the task only if it is parked in the set
+ * (weft__waitset_fire), and the task takes the fired indexes in as it
+ * gets them (weft__waitset_wait), reading each result then. Lock order: a
+ * future's lock, then a set's (the claim's); the set's lock is never held
+ * while a future's is taken. Before it returns, the call takes every
+ * waiter it queued off its future (under that future's lock, so a settler
+ * still claiming one has finished with the set), leaving no trace, as
+ * select does.
+ *
+ * What a call decides is a result policy's (policy.h), the same tables as
+ * scopes': await and all are WEFT_FAIL_FAST (the first rejection decides),
+ * all_settled WEFT_COLLECT, any WEFT_FIRST (the first resolution wins),
+ * race WEFT_RACE (the first settle wins); any and race return the
+ * winner's index.
  *
  * Determinism: futures already settled when a call starts are looked at in
  * index order, and the call stops at the first that decides it. So when
@@ -65,32 +69,9 @@
 #define MAX_VALUE 65536
 #define MAX_WAIT 1024    /* futures per combinator call */
 #define MAX_GATHER 65536 /* tasks per weft_gather */
-#define STACK_NODES 8    /* combinators this small need no malloc */
+#define STACK_WAITS 8    /* combinators this small need no malloc */
 
 enum { F_PENDING = 0, F_RESOLVED = 1, F_REJECTED = 2 };
-
-typedef struct fut_group fut_group;
-
-/* One future of one waiting call, on that future's list. */
-typedef struct fut_node {
-    struct fut_node *next, *prev; /* the future's list, under its lock */
-    fut_group *g;
-    int index;    /* the future's place in the call's array */
-    bool queued;  /* on the list (under the future's lock) */
-    bool reg;     /* the call put it there (owner only) */
-    bool settled; /* the call has taken in its result (owner only) */
-} fut_node;
-
-/* The waiting call: everything below is under `lock`. */
-struct fut_group {
-    weft__lock lock;
-    weft_task *task;
-    uint64_t token;   /* the park token while parked and unclaimed, else 0 */
-    int *fired;       /* indexes of the futures settled, in settle order */
-    int nfired;       /* entries in fired (each node fires at most once) */
-    int seen;         /* entries the waiting task has taken in */
-    fut_group *wnext; /* a settler's chain of groups it claimed */
-};
 
 struct weft_future {
     uint32_t magic;  /* FUT_MAGIC while alive */
@@ -101,8 +82,8 @@ struct weft_future {
     size_t size;
     void (*cancel_fn)(void *arg);
     void *cancel_arg;
-    bool cancel_called;    /* the canceller has been called (once) */
-    fut_node *head, *tail; /* waiter nodes, in arrival order */
+    bool cancel_called;  /* the canceller has been called (once) */
+    weft__waitq waiters; /* in arrival order */
     /* weft_future_spawn only */
     bool task_cancel;       /* cancel asked: cancel the scope when open */
     weft_scope *task_scope; /* the wrapper's scope while it exists */
@@ -161,70 +142,19 @@ int weft_future_unref(weft_future *f)
 
 /* ---- settling ---- */
 
-static void node_remove(weft_future *f, fut_node *nd)
-{
-    if (!nd->queued)
-        return;
-    if (nd->prev)
-        nd->prev->next = nd->next;
-    else
-        f->head = nd->next;
-    if (nd->next)
-        nd->next->prev = nd->prev;
-    else
-        f->tail = nd->prev;
-    nd->queued = false;
-}
-
-/* Appends: a settling future notifies its nodes in arrival order, so one
- * call's nodes on one future fire in index order. */
-static void node_push(weft_future *f, fut_node *nd)
-{
-    nd->next = NULL;
-    nd->prev = f->tail;
-    if (f->tail)
-        f->tail->next = nd;
-    else
-        f->head = nd;
-    f->tail = nd;
-    nd->queued = true;
-}
-
-/* Under f's lock: settles f and notifies every node; returns the groups
- * whose tasks it claimed, to finish after unlocking. */
-static fut_group *settle_locked(weft_future *f, int state, int err,
-                                const void *value)
+/* Under f's lock: settles f and claims every waiter; returns the chain of
+ * those claimed, to finish after unlocking. The queue is in arrival
+ * order, so one call's waiters on one future fire in index order. */
+static weft__waiter *settle_locked(weft_future *f, int state, int err,
+                                   const void *value)
 {
     f->state = state;
     f->err = err;
     if (state == F_RESOLVED && f->size)
         memcpy(f->value, value, f->size);
-    fut_group *woken = NULL;
-    fut_node *nd;
-    while ((nd = f->head) != NULL) {
-        node_remove(f, nd);
-        fut_group *g = nd->g;
-        weft__lock_acquire(&g->lock);
-        g->fired[g->nfired++] = nd->index;
-        if (g->token && weft__wake_claim(g->task, g->token)) {
-            g->token = 0;
-            g->wnext = woken;
-            woken = g;
-        }
-        weft__lock_release(&g->lock);
-    }
+    weft__waiter *woken = NULL;
+    weft__waitq_claim_all(&f->waiters, &woken);
     return woken;
-}
-
-/* After unlocking: lets the claimed tasks run. A group is gone once its
- * task runs, so read the link first. */
-static void finish_woken(fut_group *g)
-{
-    while (g) {
-        fut_group *next = g->wnext;
-        weft__wake_finish(g->task, 0);
-        g = next;
-    }
 }
 
 static int settle(weft_future *f, int state, int err, const void *value)
@@ -234,9 +164,9 @@ static int settle(weft_future *f, int state, int err, const void *value)
         fut_unlock(f);
         return -EALREADY;
     }
-    fut_group *woken = settle_locked(f, state, err, value);
+    weft__waiter *woken = settle_locked(f, state, err, value);
     fut_unlock(f);
-    finish_woken(woken);
+    weft__wake_chain(woken, 0);
     return 0;
 }
 
@@ -288,9 +218,9 @@ static int cancel(weft_future *f, bool reject_bare)
         return -ENOTSUP;
     }
     if (!f->cancel_fn) {
-        fut_group *woken = settle_locked(f, F_REJECTED, -ECANCELED, NULL);
+        weft__waiter *woken = settle_locked(f, F_REJECTED, -ECANCELED, NULL);
         fut_unlock(f);
-        finish_woken(woken);
+        weft__wake_chain(woken, 0);
         return 0;
     }
     bool call = !f->cancel_called;
@@ -312,8 +242,9 @@ int weft_future_cancel(weft_future *f)
     return cancel(f, true);
 }
 
-/* Under f's lock: its result now, copying a resolved value to out. */
-static int result_locked(const weft_future *f, void *out)
+/* Its result now, copying a resolved value to out: under f's lock, or
+ * without it once f is known settled (the result is final). */
+static int result_of(const weft_future *f, void *out)
 {
     switch (f->state) {
     case F_RESOLVED:
@@ -332,7 +263,7 @@ int weft_future_try(const weft_future *f, void *out)
     if (!fut_ok(f))
         return -EINVAL;
     fut_lock(f);
-    int rc = result_locked(f, out);
+    int rc = result_of(f, out);
     fut_unlock(f);
     return rc;
 }
@@ -343,64 +274,87 @@ int weft__future_nwaiters(const weft_future *f)
         return -EINVAL;
     int n = 0;
     fut_lock(f);
-    for (const fut_node *nd = f->head; nd; nd = nd->next)
+    for (const weft__waiter *w = f->waiters.head; w; w = w->next)
         n++;
     fut_unlock(f);
     return n;
 }
 
+/* ---- select's future case (wait.h) ---- */
+
+int weft__future_case_check(const weft_case *c)
+{
+    if (!c->future)
+        return 1;
+    return fut_ok(c->future) ? 0 : -EINVAL;
+}
+
+weft__lock *weft__future_case_lock(weft_case *c)
+{
+    return &c->future->lock;
+}
+
+int weft__future_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft_future *f = c->future;
+    if (f->state != F_PENDING) {
+        c->rc = result_of(f, c->elem);
+        return 0;
+    }
+    a->q = &f->waiters; /* a plain waiter: the select's token claims it */
+    return -EAGAIN;
+}
+
+void weft__future_case_won(weft_case *c, int code)
+{
+    WEFT_UNUSED(code);
+    /* The settle that claimed the waiter wrote the result first, under
+     * the lock, and the wake orders it before this read. */
+    c->rc = result_of(c->future, c->elem);
+}
+
 /* ---- waiting on n futures ---- */
 
-enum wait_kind { K_AWAIT, K_ALL, K_SETTLED, K_ANY, K_RACE };
+/* One future of a waiting call. */
+typedef struct fut_wait {
+    weft__waiter w; /* notify waiter on the future's queue; w.set is NULL
+                     * if the call never queued it (settled at the look) */
+    bool taken;     /* the call has taken in its result */
+} fut_wait;
 
 typedef struct wait_op {
-    enum wait_kind kind;
+    const weft__policy *pol;
+    bool give_up; /* cancel the futures not taken in (not await) */
     weft_future *const *fs;
     int n;
-    void *out;     /* K_AWAIT: where the value goes */
-    int *statuses; /* K_SETTLED: each result (may be NULL) */
-    int left;      /* futures whose result has not been taken in */
-    int first_err; /* K_ANY: the first rejection */
-    int result;    /* the call's return value once decided */
-    fut_node *nodes;
+    const void *obj; /* what the task waits on, for the dump */
+    void *out;       /* await: where the value goes */
+    int *statuses;   /* all_settled: each result (may be NULL) */
+    int left;        /* futures whose result has not been taken in */
+    weft__policy_state ps;
+    fut_wait *ws;
 } wait_op;
 
 /* Takes in future i's result st (0 or its error); true once the call's
- * result is known (in op->result). */
+ * result is known. */
 static bool take_in(wait_op *op, int i, int st)
 {
-    op->nodes[i].settled = true;
+    op->ws[i].taken = true;
     op->left--;
-    switch (op->kind) {
-    case K_AWAIT:
-        op->result = st;
-        return true;
-    case K_ALL:
-        if (st < 0) {
-            op->result = st;
-            return true;
-        }
-        op->result = 0;
-        return op->left == 0;
-    case K_SETTLED:
-        if (op->statuses)
-            op->statuses[i] = st;
-        op->result = 0;
-        return op->left == 0;
-    case K_ANY:
-        if (st >= 0) {
-            op->result = i;
-            return true;
-        }
-        if (op->first_err == 0)
-            op->first_err = st;
-        op->result = op->first_err;
-        return op->left == 0;
-    case K_RACE:
-        op->result = i;
-        return true;
-    }
-    return true;
+    if (op->statuses)
+        op->statuses[i] = st;
+    unsigned v = weft__policy_child_done(op->pol, &op->ps, i, st, false);
+    return (v & WEFT__POL_DECIDED) || op->left == 0;
+}
+
+/* The call's result: the winner's index (any, race), else the policy's;
+ * interrupted: the deadline or cancel that ended an undecided call. */
+static int op_result(const wait_op *op, int interrupted)
+{
+    if (op->ps.winner >= 0)
+        return op->ps.winner;
+    return op->pol->result(&op->ps, interrupted, op->n);
 }
 
 /* Cancels every future whose settling the call has not seen (the
@@ -409,93 +363,73 @@ static bool take_in(wait_op *op, int i, int st)
 static void give_up(wait_op *op)
 {
     for (int i = 0; i < op->n; i++) {
-        if (op->nodes[i].settled)
+        if (op->ws[i].taken)
             continue;
         int rc = cancel(op->fs[i], false);
-        if (op->kind == K_SETTLED && op->statuses)
+        if (op->statuses)
             op->statuses[i] = rc == -EALREADY ? weft_future_try(op->fs[i], NULL)
                                               : -EINPROGRESS;
     }
 }
 
 /* Waits until op is decided, its deadline passes or its task is cancelled;
- * op->nodes and fired have room for n. Called from a task, past the
+ * op->ws and fired have room for n. Called from a task, past the
  * checkpoint. */
 static int wait_futures(wait_op *op, int *fired, int64_t deadline)
 {
-    weft_worker *w = weft__tl_worker;
-    weft_task *t = w->cur;
-    fut_group g = {.task = t, .fired = fired};
-    int code = 0;
+    weft__waitset set;
+    weft__waitset_init(&set, fired, WEFT__W_FUTURE, op->obj);
+    weft__policy_start(&op->ps);
     bool decided = false;
     op->left = op->n;
     for (int i = 0; i < op->n; i++)
-        op->nodes[i] = (fut_node){.g = &g, .index = i};
+        op->ws[i] = (fut_wait){.taken = false};
 
-    /* Register, looking at each future in index order: one already
-     * settled is taken in at once, and the first that decides the call
-     * stops the look (see "Determinism" above). */
+    /* Queue, looking at each future in index order: one already settled
+     * is taken in at once, and the first that decides the call stops the
+     * look (see "Determinism" above). */
     for (int i = 0; i < op->n && !decided; i++) {
         weft_future *f = op->fs[i];
-        fut_node *nd = &op->nodes[i];
+        fut_wait *fw = &op->ws[i];
         fut_lock(f);
         bool pending = f->state == F_PENDING;
         int st = 0;
         if (pending) {
-            node_push(f, nd);
-            nd->reg = true;
+            weft__waitset_waiter(&set, &fw->w, i);
+            weft__waitq_push(&f->waiters, &fw->w);
         } else {
-            st = result_locked(f, op->kind == K_AWAIT ? op->out : NULL);
+            st = result_of(f, op->out);
         }
         fut_unlock(f);
         if (!pending)
             decided = take_in(op, i, st);
     }
 
+    /* Take in what fired, in firing order (the results are final; read
+     * them under each future's lock, as the set's lock is not held). A
+     * result already there wins over a deadline or a cancel that came at
+     * the same time: the wait returns it first, the code next time. */
+    int code = 0, rc = 0;
     while (!decided) {
-        weft__lock_acquire(&g.lock);
-        if (g.seen == g.nfired) {
-            if (code) { /* gave up, and nothing came meanwhile */
-                weft__lock_release(&g.lock);
-                op->result = code;
-                break;
-            }
-            g.token = weft__park_prepare(t, true);
-            weft__lock_release(&g.lock);
-            code = weft__park_commit(w, t, deadline);
-            if (code != -ETIMEDOUT && code != -ECANCELED)
-                code = 0;
-            weft__lock_acquire(&g.lock);
-            g.token = 0; /* a claim clears it; a timeout or cancel does not */
-        }
-        /* Take in what fired (the results are final: read them without
-         * holding the group's lock, which must not be held with a
-         * future's). A result already there wins over a deadline or a
-         * cancel that came at the same time. */
-        int from = g.seen, to = g.nfired;
-        g.seen = to;
-        weft__lock_release(&g.lock);
+        int from, to;
+        rc = weft__waitset_wait(&set, deadline, &code, &from, &to);
+        if (rc)
+            break;
         for (int k = from; k < to && !decided; k++) {
             int i = fired[k];
-            int st = weft_future_try(op->fs[i],
-                                     op->kind == K_AWAIT ? op->out : NULL);
-            decided = take_in(op, i, st);
+            decided = take_in(op, i, weft_future_try(op->fs[i], op->out));
         }
     }
 
-    /* Leave no trace: every node off its future. Under the future's lock,
-     * so a settler still notifying a node of ours is done with g. */
-    for (int i = 0; i < op->n; i++) {
-        fut_node *nd = &op->nodes[i];
-        if (!nd->reg)
-            continue;
-        fut_lock(op->fs[i]);
-        node_remove(op->fs[i], nd);
-        fut_unlock(op->fs[i]);
-    }
-    if (op->kind != K_AWAIT)
+    /* Leave no trace: every waiter off its future (and every settler
+     * still claiming one done with the set). */
+    for (int i = 0; i < op->n; i++)
+        if (op->ws[i].w.set)
+            weft__waitset_leave(&op->fs[i]->lock, &op->fs[i]->waiters,
+                                &op->ws[i].w);
+    if (op->give_up)
         give_up(op);
-    return op->result;
+    return op_result(op, decided ? 0 : rc);
 }
 
 int weft_future_await(weft_future *f, void *out, weft_time deadline)
@@ -505,23 +439,27 @@ int weft_future_await(weft_future *f, void *out, weft_time deadline)
     int rc = weft__checkpoint();
     if (rc)
         return rc;
-    /* Settled already: no group, no park. */
+    /* Settled already: no set, no park. */
     fut_lock(f);
     bool pending = f->state == F_PENDING;
     if (!pending)
-        rc = result_locked(f, out);
+        rc = result_of(f, out);
     fut_unlock(f);
     if (!pending)
         return rc;
     weft_future *fs[1] = {f};
-    fut_node node;
+    fut_wait fw;
     int fired[1];
-    wait_op op = {
-        .kind = K_AWAIT, .fs = fs, .n = 1, .out = out, .nodes = &node};
+    wait_op op = {.pol = &weft__policy_fail_fast,
+                  .fs = fs,
+                  .n = 1,
+                  .obj = f,
+                  .out = out,
+                  .ws = &fw};
     return wait_futures(&op, fired, deadline);
 }
 
-/* The combinators: argument checks, the entry checkpoint, the nodes. */
+/* The combinators: argument checks, the entry checkpoint, the waiters. */
 static int combine(wait_op *op, int64_t deadline)
 {
     if (!op->fs || op->n < 1 || op->n > MAX_WAIT)
@@ -532,20 +470,22 @@ static int combine(wait_op *op, int64_t deadline)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    fut_node nodes_small[STACK_NODES];
-    int fired_small[STACK_NODES];
-    fut_node *nodes = nodes_small;
+    fut_wait ws_small[STACK_WAITS];
+    int fired_small[STACK_WAITS];
+    fut_wait *ws = ws_small;
     int *fired = fired_small;
-    if (op->n > STACK_NODES) {
-        nodes = malloc((size_t)op->n * sizeof(*nodes));
+    if (op->n > STACK_WAITS) {
+        ws = malloc((size_t)op->n * sizeof(*ws));
         fired = malloc((size_t)op->n * sizeof(*fired));
-        if (!nodes || !fired) {
-            free(nodes);
+        if (!ws || !fired) {
+            free(ws);
             free(fired);
             return -ENOMEM;
         }
     }
-    op->nodes = nodes;
+    op->ws = ws;
+    op->give_up = true;
+    op->obj = op->fs;
     if (op->statuses)
         for (int i = 0; i < op->n; i++)
             op->statuses[i] = -EINPROGRESS;
@@ -554,14 +494,14 @@ static int combine(wait_op *op, int64_t deadline)
         /* A cancellation point even when the answer is known: give up on
          * every future at once. */
         for (int i = 0; i < op->n; i++)
-            nodes[i] = (fut_node){.index = i};
+            ws[i] = (fut_wait){.taken = false};
         give_up(op);
         rc = -ECANCELED;
     } else {
         rc = wait_futures(op, fired, deadline);
     }
-    if (nodes != nodes_small) {
-        free(nodes);
+    if (ws != ws_small) {
+        free(ws);
         free(fired);
     }
     return rc;
@@ -569,26 +509,27 @@ static int combine(wait_op *op, int64_t deadline)
 
 int weft_future_all(weft_future *const *fs, int n, weft_time deadline)
 {
-    wait_op op = {.kind = K_ALL, .fs = fs, .n = n};
+    wait_op op = {.pol = &weft__policy_fail_fast, .fs = fs, .n = n};
     return combine(&op, deadline);
 }
 
 int weft_future_all_settled(weft_future *const *fs, int n, int *statuses,
                             weft_time deadline)
 {
-    wait_op op = {.kind = K_SETTLED, .fs = fs, .n = n, .statuses = statuses};
+    wait_op op = {
+        .pol = &weft__policy_collect, .fs = fs, .n = n, .statuses = statuses};
     return combine(&op, deadline);
 }
 
 int weft_future_any(weft_future *const *fs, int n, weft_time deadline)
 {
-    wait_op op = {.kind = K_ANY, .fs = fs, .n = n};
+    wait_op op = {.pol = &weft__policy_first, .fs = fs, .n = n};
     return combine(&op, deadline);
 }
 
 int weft_future_race(weft_future *const *fs, int n, weft_time deadline)
 {
-    wait_op op = {.kind = K_RACE, .fs = fs, .n = n};
+    wait_op op = {.pol = &weft__policy_race, .fs = fs, .n = n};
     return combine(&op, deadline);
 }
 

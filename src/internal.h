@@ -549,6 +549,11 @@ extern int64_t weft__blocking_keepalive_ns;
 
 /* ---- scope.c ---- */
 
+/* The wait layer (a scope's done queue) and the result policies, which
+ * struct weft_scope embeds; wait.h is included again below, a no-op. */
+#include "policy.h"
+#include "wait.h"
+
 enum {
     CANCEL_NONE = 0,
     CANCEL_USER = 1,     /* weft_scope_cancel */
@@ -560,7 +565,8 @@ enum {
 struct weft_scope {
     weft__lock lock;
     atomic_int cancelled; /* CANCEL_*, the first reason; read lock-free */
-    weft_policy policy;
+    /* pol->flags (below), at hand on the spawn and exit paths. */
+    uint8_t pflags;
     bool joined;        /* join has completed: closed for spawns */
     bool shield;        /* enclosing cancellation stops here */
     bool orphaned;      /* joined at its owner's exit: anyone may free */
@@ -571,11 +577,11 @@ struct weft_scope {
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */
     weft_task *owner;          /* task that opened it (NULL for the root) */
     weft_task *members;        /* children still running */
-    int spawned, live, failed; /* SERVE: spawned, failed stop at INT_MAX */
-    int first_error;   /* first failure (FAIL_FAST, FIRST); RACE: winner's */
-    int winner;        /* FIRST: winning child, else -1 */
-    int64_t *statuses; /* COLLECT, FIRST, RACE: per child, INT64_MIN running */
+    int spawned, live, failed; /* UNINDEXED: spawned, failed stop at INT_MAX */
     int capstatuses;
+    weft__policy_state ps; /* what the policy keeps (winner, error) */
+    int64_t *statuses; /* WEFT__POL_STATUSES: per child, INT64_MIN running */
+    const weft__policy *pol; /* its policy's table (policy.h) */
     /* SERVE: where failures go (immutable after open; NULL: stderr), and
      * the stderr lines' rate limit: lines in the window that started at
      * log_window, and failures left out since the last line. */
@@ -584,8 +590,9 @@ struct weft_scope {
     int64_t log_window;
     int log_lines;
     long long log_dropped;
-    weft_task *joiner; /* owner parked in join, with its token */
-    uint64_t join_token;
+    /* The owner's join (a firm waiter) or its select's scope case (a
+     * plain one): claimed by the exit that leaves no child running. */
+    weft__waitq done;
     weft__timer deadline_timer; /* on the owner's worker */
     int64_t deadline;
     bool is_root;
@@ -625,6 +632,17 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
 {
     return ld_sc((atomic_int *)&s->cancelled) != CANCEL_NONE;
 }
+
+/* select's scope case (wait.h, "select's cases"): joins the scope once no
+ * child runs. check: scope NULL 1; the caller not its owner -EPERM;
+ * joined already, or not the caller's innermost open scope -EINVAL. try
+ * returns 0 without setting rc when no child runs (the join, which takes
+ * the lock, is won()'s, which select calls then with code 0), else
+ * -EAGAIN with a->q the done queue. won: rc = weft_scope_join(scope). */
+int weft__scope_case_check(const weft_case *c);
+weft__lock *weft__scope_case_lock(weft_case *c);
+int weft__scope_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__scope_case_won(weft_case *c, int code);
 
 /* ---- the wait layer ---- */
 
@@ -678,6 +696,16 @@ void weft__chan_case_won(weft_case *c, int code);
 
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
+
+/* select's future case (wait.h, "select's cases"): check: future NULL 1,
+ * not a live future -EINVAL; try: settled: rc its result (the value
+ * copied to elem, if elem is not NULL and the future has one), else
+ * -EAGAIN with a->q its waiter queue; won: the same result, read without
+ * the lock (it is final). */
+int weft__future_case_check(const weft_case *c);
+weft__lock *weft__future_case_lock(weft_case *c);
+int weft__future_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__future_case_won(weft_case *c, int code);
 
 /* Locks m ignoring cancellation (condition variables re-lock with it
  * before returning, whatever ended the wait). Returns 0. Blocks. */

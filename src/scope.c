@@ -22,9 +22,12 @@
  * so no park is missed (see the fence's comment in sched.c).
  *
  * Results flow up at join: each finishing child records its status under
- * the scope's lock as its policy says; the last one wakes the owner parked
- * in join. A WEFT_SERVE scope records nothing per child: a failure goes to
- * the scope's handler (or a rate-limited line on stderr) from the failing
+ * the scope's lock as its policy says (a table of policy.h: what it keeps,
+ * whether a child's end cancels the rest, what join returns); the last
+ * one claims the scope's done queue, where the owner waits in join
+ * (through the wait layer, firmly) or in a select's scope case. A
+ * WEFT_SERVE scope records nothing per child: a failure goes to the
+ * scope's handler (or a rate-limited line on stderr) from the failing
  * child, before it takes the lock to leave.
  *
  * A task spawned with a handle runs inside a scope of its own (the
@@ -59,9 +62,18 @@ scope_unlock(const weft_scope *s)
     weft__lock_release((weft__lock *)&s->lock);
 }
 
-static bool keeps_statuses(const weft_scope *s)
+static inline bool has(const weft_scope *s, unsigned flag)
 {
-    return s->policy != WEFT_FAIL_FAST && s->policy != WEFT_SERVE;
+    return (s->pflags & flag) != 0;
+}
+
+/* A new scope's policy: the table, its flags, its state before any child
+ * has finished. */
+static void set_policy(weft_scope *s, const weft__policy *pol)
+{
+    s->pol = pol;
+    s->pflags = (uint8_t)pol->flags;
+    weft__policy_start(&s->ps);
 }
 
 /* Links kid k into its parent p's kid list; p's lock is held. */
@@ -185,8 +197,7 @@ WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 {
     weft_scope *p = &t->handle->scope;
     memset(p, 0, sizeof(*p));
-    p->policy = WEFT_FAIL_FAST;
-    p->winner = -1;
+    set_policy(p, &weft__policy_fail_fast);
     p->task_scope = true;
     p->owner = t;
     p->deadline = WEFT_NEVER;
@@ -197,9 +208,10 @@ WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 /* The index of a new child of s (its lock held), or an error. */
 static int next_index(weft_scope *s)
 {
-    if (WEFT_LIKELY(s->policy == WEFT_FAIL_FAST))
+    unsigned flags = s->pflags;
+    if (WEFT_LIKELY(!(flags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED))))
         return s->spawned == INT_MAX ? -EOVERFLOW : s->spawned++;
-    if (s->policy == WEFT_SERVE) {
+    if (flags & WEFT__POL_UNINDEXED) {
         if (s->spawned < INT_MAX) /* a count, not an index: it may stop */
             s->spawned++;
         return 0;
@@ -239,11 +251,11 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
     return rc;
 }
 
+/* Under s's lock: t's status goes to s's policy (and status array). */
 static void record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
-    bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (keeps_statuses(s))
+    if (has(s, WEFT__POL_STATUSES))
         s->statuses[t->index] = st;
     if (st < 0) {
         if (s->failed < INT_MAX)
@@ -251,32 +263,11 @@ static void record_status(weft_scope *s, weft_task *t)
         if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
             return; /* stopped alone through its handle (task.c) */
     }
-    switch (s->policy) {
-    case WEFT_FAIL_FAST:
-        if (st < 0 && !cancelled) {
-            s->first_error = st;
-            cancel_locked(s, CANCEL_POLICY);
-        }
-        break;
-    case WEFT_FIRST:
-        if (st >= 0 && s->winner < 0 && !cancelled) {
-            s->winner = t->index;
-            cancel_locked(s, CANCEL_POLICY);
-        } else if (st < 0 && s->first_error == 0) {
-            s->first_error = st;
-        }
-        break;
-    case WEFT_RACE:
-        if (s->winner < 0 && !cancelled) {
-            s->winner = t->index;
-            s->first_error = st; /* the winner's status, whatever it is */
-            cancel_locked(s, CANCEL_POLICY);
-        }
-        break;
-    case WEFT_COLLECT:
-    case WEFT_SERVE:
-        break;
-    }
+    if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
+        return; /* the policy does not look at successes */
+    bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
+    if (s->pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
+        cancel_locked(s, CANCEL_POLICY);
 }
 
 /* A WEFT_SERVE child failed, and no handler was given: one line on
@@ -341,11 +332,34 @@ WEFT_COLD static void report_failure(weft_scope *s, weft_task *t)
     s->on_failure(s->failure_ctx, &f);
 }
 
+/* The last running child of s has left (s's lock held): claims the done
+ * queue (the owner's join, or its select's scope case), unlocks, wakes
+ * them; after the root's last child, tells the workers that every task
+ * has finished. Out of line, so the exit path it hangs off stays small
+ * (one exit in a scope's many takes it), but not cold: in a tree of
+ * small scopes (skynet) it is one exit in ten. */
+static __attribute__((noinline)) void last_child_done(weft_scope *s,
+                                                      weft_runtime *rt)
+{
+    weft__waiter *woken = NULL;
+    weft__waitq_claim_all(&s->done, &woken);
+    bool all_done = s->is_root;
+    scope_unlock(s);
+    /* The claimed tasks stay parked until finished, so s outlives these
+     * wakes, though not necessarily anything after them. */
+    weft__wake_chain(woken, 0);
+    if (all_done) {
+        /* The root scope is empty: every task has finished. */
+        st_rel(&rt->done, 1);
+        for (int i = 0; i < rt->nworkers; i++)
+            weft__worker_notify(&rt->workers[i]);
+    }
+}
+
 void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
     weft_runtime *rt = t->worker->rt;
-    bool all_done = false;
-    if (WEFT_UNLIKELY(t->status < 0) && s->policy == WEFT_SERVE)
+    if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
     if (t->mprev)
@@ -357,26 +371,18 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (s->is_root && t->index == 0)
         rt->root_status = t->status;
     record_status(s, t);
-    if (--s->live == 0) {
-        if (s->joiner)
-            weft__wake(s->joiner, s->join_token, 0);
-        all_done = s->is_root;
+    if (WEFT_UNLIKELY(--s->live == 0)) {
+        last_child_done(s, rt);
+        return;
     }
     scope_unlock(s);
-    if (all_done) {
-        /* The root scope is empty: every task has finished. */
-        st_rel(&rt->done, 1);
-        for (int i = 0; i < rt->nworkers; i++)
-            weft__worker_notify(&rt->workers[i]);
-    }
 }
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
 {
     WEFT_UNUSED(rt);
     memset(s, 0, sizeof(*s));
-    s->policy = WEFT_FAIL_FAST;
-    s->winner = -1;
+    set_policy(s, &weft__policy_fail_fast);
     s->is_root = true;
     s->deadline = WEFT_NEVER;
     return 0;
@@ -408,20 +414,19 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    weft_policy policy = opts ? opts->policy : WEFT_FAIL_FAST;
-    if (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT &&
-        policy != WEFT_FIRST && policy != WEFT_RACE && policy != WEFT_SERVE)
+    const weft__policy *pol =
+        weft__policy_of(opts ? opts->policy : WEFT_FAIL_FAST);
+    if (!pol)
         return -EINVAL;
     if (opts && opts->deadline < 0)
         return -EINVAL;
-    if (opts && opts->on_failure && policy != WEFT_SERVE)
+    if (opts && opts->on_failure && !(pol->flags & WEFT__POL_REPORT))
         return -EINVAL;
     weft_scope *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     weft_scope *parent = ld_rlx(&t->cur);
-    s->policy = policy;
-    s->winner = -1;
+    set_policy(s, pol);
     s->shield = opts && opts->shield;
     s->owner = t;
     s->deadline = WEFT_NEVER;
@@ -442,6 +447,8 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
     return 0;
 }
 
+/* Join's result: the policy's, told what cancelled the scope (a cancel
+ * by the policy itself is not an interruption). */
 static int scope_result(const weft_scope *s)
 {
     int reason = ld_rlx((atomic_int *)&s->cancelled);
@@ -449,26 +456,7 @@ static int scope_result(const weft_scope *s)
                     : reason == CANCEL_USER || reason == CANCEL_PARENT
                         ? -ECANCELED
                         : 0;
-    switch (s->policy) {
-    case WEFT_FAIL_FAST:
-        return s->first_error ? s->first_error : by_cancel;
-    case WEFT_COLLECT:
-    case WEFT_SERVE:
-        return by_cancel;
-    case WEFT_FIRST:
-        if (s->winner >= 0)
-            return 0;
-        if (by_cancel)
-            return by_cancel;
-        return s->spawned == 0 ? -ENOENT : s->first_error;
-    case WEFT_RACE:
-        if (s->winner >= 0)
-            return s->first_error;
-        if (by_cancel)
-            return by_cancel;
-        return s->spawned == 0 ? -ENOENT : 0;
-    }
-    return -EINVAL;
+    return s->pol->result(&s->ps, by_cancel, s->spawned);
 }
 
 int weft_scope_join(weft_scope *s)
@@ -484,14 +472,15 @@ int weft_scope_join(weft_scope *s)
         return -EINVAL;
     weft_worker *w = t->worker;
     scope_lock(s);
+    /* Firm: a cancel does not end it, only the exit of the last child,
+     * which claims the done queue. Again if a spawn came in between. */
     while (s->live > 0) {
-        s->joiner = t;
-        s->join_token = weft__park_prepare(t, false);
-        scope_unlock(s);
-        weft__park_commit(w, t, WEFT_NEVER);
+        weft__waiter self = {0};
+        weft__wait_arm(&self, WEFT__W_SCOPE, s, WEFT__WAIT_FIRM);
+        weft__waitq_push(&s->done, &self);
+        weft__wait_park(&s->lock, &s->done, &self, WEFT_NEVER);
         scope_lock(s);
     }
-    s->joiner = NULL;
     s->joined = true;
     scope_unlock(s);
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
@@ -500,9 +489,48 @@ int weft_scope_join(weft_scope *s)
     kid_unlink_locked(parent, s);
     scope_unlock(parent);
     atomic_store_explicit(&t->cur, parent, memory_order_release);
-    if (s->policy == WEFT_SERVE && !s->on_failure)
+    if (has(s, WEFT__POL_REPORT) && !s->on_failure)
         log_dropped_at_join(s);
     return scope_result(s);
+}
+
+/* ---- select's scope case ---- */
+
+int weft__scope_case_check(const weft_case *c)
+{
+    weft_scope *s = c->scope;
+    if (!s)
+        return 1;
+    weft_task *t = weft__current();
+    if (!t || s->owner != t)
+        return -EPERM;
+    /* What join would refuse: it must not fail after the case won. */
+    if (s->joined || ld_rlx(&t->cur) != s)
+        return -EINVAL;
+    return 0;
+}
+
+weft__lock *weft__scope_case_lock(weft_case *c)
+{
+    return &c->scope->lock;
+}
+
+int weft__scope_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft_scope *s = c->scope;
+    if (s->live == 0)
+        return 0; /* won() joins it, after select unlocks */
+    a->q = &s->done;
+    return -EAGAIN;
+}
+
+void weft__scope_case_won(weft_case *c, int code)
+{
+    WEFT_UNUSED(code);
+    /* No child runs (unless someone spawned into the scope since, which
+     * the join then waits for, as join does). */
+    c->rc = weft_scope_join(c->scope);
 }
 
 void weft__scope_close_task(weft_scope *p)
@@ -622,11 +650,11 @@ int weft_scope_status(const weft_scope *s, int child, int *status)
         return -EINVAL;
     int rc = 0;
     scope_lock(s);
-    if (s->policy == WEFT_SERVE)
+    if (has(s, WEFT__POL_UNINDEXED))
         rc = -ENODATA; /* its children have no index */
     else if (child < 0 || child >= s->spawned)
         rc = -ENOENT;
-    else if (!keeps_statuses(s))
+    else if (!has(s, WEFT__POL_STATUSES))
         rc = -ENODATA;
     else if (s->statuses[child] == INT64_MIN)
         rc = -EAGAIN;
@@ -641,7 +669,7 @@ int weft_scope_winner(const weft_scope *s)
     if (!s)
         return -EINVAL;
     scope_lock(s);
-    int w = s->winner;
+    int w = s->ps.winner;
     scope_unlock(s);
     return w >= 0 ? w : -ENOENT;
 }

@@ -331,6 +331,13 @@ static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
  *       The case's waiter was claimed (code: the waker's) and its object
  *       handed it whatever it waited for; sets c->rc. No lock held.
  *
+ * The scope case is the one whose effect cannot happen under its lock
+ * (the join takes the scope's lock itself): its try returns 0 without
+ * setting rc when no child runs, and select, once it has chosen that
+ * case, calls won(c, 0) after unlocking in both paths (try returned 0,
+ * or its waiter was claimed by the last child's exit); won joins the
+ * scope and sets rc.
+ *
  * The claim protocol makes exactly one case take effect: a waker hands
  * over (a value, a permit) only after claiming the select's token, which
  * succeeds once.
@@ -369,6 +376,19 @@ static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
  * call returns it, and the next call the code. */
 int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
                        int *to);
+
+/* The end of a set's wait, however it ended (decided, deadline, cancel),
+ * for each notify waiter w it queued: takes w off its source's queue q
+ * under the source's lock l, so a source still firing w has finished
+ * with the set (on the waiting task's stack) when this returns. A waiter
+ * that fired is off its queue already: then only the lock is taken. */
+static inline void weft__waitset_leave(weft__lock *l, weft__waitq *q,
+                                       weft__waiter *w)
+{
+    weft__lock_acquire(l);
+    weft__waitq_remove(q, w);
+    weft__lock_release(l);
+}
 
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
 int weft__wait_sleep(int64_t deadline);

@@ -2076,3 +2076,208 @@ TEST(stress_cross_worker_settle_and_await)
     ASSERT_EQ(t_run_mono(4, stress_root, NULL), 0);
     ASSERT(atomic_load(&s.got) + atomic_load(&s.timeouts) > 0);
 }
+
+/* ============== select's future case, driven as select drives it ======== */
+
+/* One case through the select protocol of wait.h: lock, try, and if it is
+ * not ready, wait_many on its queue; then won. Returns the case's index
+ * (0) or wait_many's error. */
+static int case_select(weft_case *c, int64_t deadline)
+{
+    weft__arm a;
+    memset(&a, 0, sizeof a);
+    a.lock = weft__future_case_lock(c);
+    weft__lock *order[1];
+    int k = weft__locks_order(&a, 1, order);
+    weft__locks_acquire(order, k);
+    weft__chain woken;
+    weft__chain_init(&woken);
+    int rc = weft__future_case_try(c, &a, &woken);
+    if (rc == 0) {
+        weft__locks_release(order, k);
+        weft__wake_chain(woken.head, 0);
+        return 0;
+    }
+    ASSERT_EQ(rc, -EAGAIN);
+    ASSERT(a.q != NULL);
+    int code = 0;
+    rc = weft__wait_many(order, k, &a, 1, WEFT__W_SELECT, c, deadline, &code);
+    if (rc >= 0)
+        weft__future_case_won(c, code);
+    return rc;
+}
+
+struct fcase {
+    weft_future *f;
+    weft_time deadline;
+    int rc, v, idx;
+    weft_time at;
+};
+
+static int fcase_fn(void *arg)
+{
+    struct fcase *p = arg;
+    weft_case c;
+    memset(&c, 0, sizeof c);
+    c.op = WEFT_OP_FUTURE;
+    c.future = p->f;
+    c.elem = &p->v;
+    c.rc = 99;
+    p->idx = case_select(&c, p->deadline);
+    p->rc = c.rc;
+    p->at = weft_now();
+    return 0;
+}
+
+static int future_case_root(void *arg)
+{
+    (void)arg;
+    /* check: NULL switches the case off; a non-future is -EINVAL. */
+    weft_case c;
+    memset(&c, 0, sizeof c);
+    c.op = WEFT_OP_FUTURE;
+    ASSERT_EQ(weft__future_case_check(&c), 1);
+    static uint64_t junk[16];
+    c.future = (weft_future *)junk;
+    ASSERT_EQ(weft__future_case_check(&c), -EINVAL);
+
+    /* Settled before: try takes it under the lock, value and all. */
+    weft_future *f = mkfut(sizeof(int));
+    c.future = f;
+    ASSERT_EQ(weft__future_case_check(&c), 0);
+    int v = 7, out = -1;
+    ASSERT_EQ(weft_future_resolve(f, &v), 0);
+    c.elem = &out;
+    c.rc = 99;
+    ASSERT_EQ(case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(out, 7);
+    c.elem = NULL; /* no copy wanted */
+    c.rc = 99;
+    ASSERT_EQ(case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(weft_future_unref(f), 0);
+
+    /* A rejected one: its error, elem untouched; a future without a
+     * value copies nothing to elem. */
+    f = mkfut(sizeof(int));
+    ASSERT_EQ(weft_future_reject(f, -EIO), 0);
+    c.future = f;
+    c.elem = &out;
+    out = -1;
+    ASSERT_EQ(case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, -EIO);
+    ASSERT_EQ(out, -1);
+    ASSERT_EQ(weft_future_unref(f), 0);
+    f = mkfut(0);
+    ASSERT_EQ(weft_future_resolve(f, NULL), 0);
+    c.future = f;
+    ASSERT_EQ(case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(out, -1);
+    ASSERT_EQ(weft_future_unref(f), 0);
+
+    /* Waiting: a select waiter (plain) and an await (notify, through a
+     * wait set) on one future are both claimed by the settle. */
+    f = mkfut(sizeof(int));
+    struct fcase p = {f, WEFT_NEVER, 99, -1, 99, 0};
+    struct aw a = {f, WEFT_NEVER, 99, 0, 0};
+    weft_scope *s = scope_open();
+    spawn(fcase_fn, &p);
+    spawn(aw_fn, &a);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft__future_nwaiters(f), 2);
+    v = 42;
+    ASSERT_EQ(weft_future_resolve(f, &v), 0);
+    scope_end(s);
+    ASSERT_EQ(p.idx, 0);
+    ASSERT_EQ(p.rc, 0);
+    ASSERT_EQ(p.v, 42);
+    ASSERT_EQ(p.at, WEFT_SEC);
+    ASSERT_EQ(a.rc, 0);
+    ASSERT_EQ(a.v, 42);
+    ASSERT_EQ(weft__future_nwaiters(f), 0);
+    ASSERT_EQ(weft_future_unref(f), 0);
+
+    /* A select that times out leaves no waiter; a rejection wakes the
+     * next one with the error. */
+    f = mkfut(sizeof(int));
+    p = (struct fcase){f, weft_now() + WEFT_SEC, 99, -1, 99, 0};
+    s = scope_open();
+    spawn(fcase_fn, &p);
+    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(p.idx, -ETIMEDOUT);
+    ASSERT_EQ(p.at, 2 * WEFT_SEC);
+    ASSERT_EQ(weft__future_nwaiters(f), 0);
+    p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
+    spawn(fcase_fn, &p);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft__future_nwaiters(f), 1);
+    ASSERT_EQ(weft_future_reject(f, -EPIPE), 0);
+    scope_end(s);
+    ASSERT_EQ(p.idx, 0);
+    ASSERT_EQ(p.rc, -EPIPE);
+    ASSERT_EQ(p.v, -1);
+    ASSERT_EQ(weft__future_nwaiters(f), 0);
+    ASSERT_EQ(weft_future_unref(f), 0);
+
+    /* Cancelled while it waits: -ECANCELED, no waiter left, the future
+     * untouched. */
+    f = mkfut(sizeof(int));
+    p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
+    s = scope_open();
+    spawn(fcase_fn, &p);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft__future_nwaiters(f), 1);
+    scope_cancel_end(s);
+    ASSERT_EQ(p.idx, -ECANCELED);
+    ASSERT_EQ(weft__future_nwaiters(f), 0);
+    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_unref(f), 0);
+    return 0;
+}
+
+TEST(select_future_case_functions)
+{
+    ASSERT_EQ(t_run_virtual(1, future_case_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, future_case_root, NULL), 0);
+}
+
+/* The dump's record: a task parked in await or a combinator waits on a
+ * future (the future itself, or the combinator's array). */
+struct kindp {
+    weft_task *t;
+    weft_future *const *fs;
+};
+
+static int any_fn(void *arg)
+{
+    struct kindp *k = arg;
+    k->t = weft__current();
+    return weft_future_any(k->fs, 2, WEFT_NEVER) == 1 ? 0 : -EIO;
+}
+
+static int wait_kind_root(void *arg)
+{
+    (void)arg;
+    weft_future *fs[2] = {mkfut(0), mkfut(0)};
+    struct kindp k = {NULL, fs};
+    weft_scope *s = scope_open();
+    spawn(any_fn, &k);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(k.t->wait_kind, WEFT__W_FUTURE);
+    ASSERT(k.t->wait_obj == (const void *)fs);
+    ASSERT_EQ(weft__future_nwaiters(fs[0]), 1);
+    ASSERT_EQ(weft__future_nwaiters(fs[1]), 1);
+    ASSERT_EQ(weft_future_resolve(fs[1], NULL), 0);
+    scope_end(s);
+    ASSERT_EQ(weft__future_nwaiters(fs[0]), 0);
+    ASSERT_EQ(weft_future_unref(fs[0]), 0);
+    ASSERT_EQ(weft_future_unref(fs[1]), 0);
+    return 0;
+}
+
+TEST(combinator_records_what_it_waits_on)
+{
+    ASSERT_EQ(t_run_virtual(1, wait_kind_root, NULL), 0);
+}

@@ -1925,3 +1925,271 @@ TEST(serve_default_log_is_rate_limited)
     ASSERT_EQ(count_substr(buf, "(-5)"), 10);  /* -EIO */
     ASSERT_EQ(count_substr(buf, __FILE__), 20);
 }
+
+/* ================= the join on the wait layer, select's case ============ */
+
+struct sleeper {
+    weft_time ns;
+    int status;
+    weft_task *owner;
+    weft_scope *s;
+    int kind;
+    const void *obj;
+};
+
+static int sleeper_fn(void *arg)
+{
+    struct sleeper *p = arg;
+    if (p->owner) { /* the owner is parked in join by now (one worker) */
+        p->kind = p->owner->wait_kind;
+        p->obj = p->owner->wait_obj;
+    }
+    weft_sleep(p->ns);
+    return p->status;
+}
+
+/* One scope case through the select protocol of wait.h: check, lock,
+ * try, wait_many on its queue if it is not ready, then won in both
+ * paths. Returns the case's index (0) or an error. */
+static int scope_case_select(weft_case *c, int64_t deadline)
+{
+    int rc = weft__scope_case_check(c);
+    if (rc)
+        return rc;
+    weft__arm a;
+    memset(&a, 0, sizeof a);
+    a.lock = weft__scope_case_lock(c);
+    weft__lock *order[1];
+    int k = weft__locks_order(&a, 1, order);
+    weft__locks_acquire(order, k);
+    weft__chain woken;
+    weft__chain_init(&woken);
+    rc = weft__scope_case_try(c, &a, &woken);
+    int code = 0;
+    if (rc == 0) {
+        weft__locks_release(order, k);
+        weft__wake_chain(woken.head, 0);
+    } else {
+        ASSERT_EQ(rc, -EAGAIN);
+        ASSERT(a.q != NULL);
+        rc = weft__wait_many(order, k, &a, 1, WEFT__W_SELECT, c, deadline,
+                             &code);
+    }
+    if (rc >= 0)
+        weft__scope_case_won(c, code);
+    return rc;
+}
+
+static int join_records_root(void *arg)
+{
+    (void)arg;
+    weft_scope *s = open_scope(WEFT_FAIL_FAST, 0, 0);
+    struct sleeper p = {.ns = WEFT_SEC, .owner = weft__current(), .s = s};
+    ASSERT(weft_spawn(s, sleeper_fn, &p) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT_EQ(p.kind, WEFT__W_SCOPE);
+    ASSERT(p.obj == (const void *)s);
+    ASSERT(weft__waitq_empty(&s->done));
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* Firm: a cancel of the scope does not end the join early. */
+    s = open_scope(WEFT_FAIL_FAST, 0, 0);
+    struct sleeper q = {.ns = 2 * WEFT_SEC};
+    ASSERT(weft_spawn(s, sleeper_fn, &q) >= 0);
+    ASSERT_EQ(weft_scope_set_deadline(s, 3 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(join_waits_on_the_wait_layer)
+{
+    ASSERT_EQ(t_run_virtual(1, join_records_root, NULL), 0);
+}
+
+struct foreign_case {
+    weft_scope *s;
+    int rc;
+};
+
+static int foreign_case_fn(void *arg)
+{
+    struct foreign_case *f = arg;
+    weft_case c;
+    memset(&c, 0, sizeof c);
+    c.op = WEFT_OP_SCOPE;
+    c.scope = f->s;
+    f->rc = weft__scope_case_check(&c);
+    return 0;
+}
+
+static int scope_case_root(void *arg)
+{
+    (void)arg;
+    weft_case c;
+    memset(&c, 0, sizeof c);
+    c.op = WEFT_OP_SCOPE;
+    ASSERT_EQ(weft__scope_case_check(&c), 1); /* off */
+
+    /* The scope is the select's task's current one: a cancel of it (here
+     * by its policy, when the winner ends) ends the select, a cancellation
+     * point, before the last exit; the join comes after. */
+    weft_scope *s = open_scope(WEFT_RACE, 0, 0);
+    c.scope = s;
+    ASSERT_EQ(weft__scope_case_check(&c), 0);
+    struct sleeper a = {.ns = WEFT_SEC, .status = -EIO};
+    struct sleeper b = {.ns = 2 * WEFT_SEC};
+    ASSERT(weft_spawn(s, sleeper_fn, &a) >= 0);
+    ASSERT(weft_spawn(s, sleeper_fn, &b) >= 0);
+    c.rc = 99;
+    ASSERT_EQ(scope_case_select(&c, WEFT_NEVER), -ECANCELED);
+    ASSERT_EQ(c.rc, 99);
+    ASSERT_EQ(weft_now(), WEFT_SEC);
+    ASSERT(weft_scope_current() == s);
+    ASSERT_EQ(weft_scope_join(s), -EIO); /* the winner's status */
+    ASSERT(weft_scope_current() != s);
+    ASSERT_EQ(weft__scope_case_check(&c), -EINVAL); /* joined already */
+    ASSERT(weft__waitq_empty(&s->done));
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* Children running: the select waits for the last one, whose exit
+     * claims its waiter, then joins: rc is the join's. */
+    s = open_scope(WEFT_COLLECT, 0, 0);
+    c.scope = s;
+    a = (struct sleeper){.ns = WEFT_SEC, .status = -EIO};
+    b = (struct sleeper){.ns = 2 * WEFT_SEC};
+    ASSERT(weft_spawn(s, sleeper_fn, &a) >= 0);
+    ASSERT(weft_spawn(s, sleeper_fn, &b) >= 0);
+    struct foreign_case fc = {s, 99};
+    /* A task of the scope is not its owner: -EPERM. */
+    ASSERT(weft_spawn(s, foreign_case_fn, &fc) >= 0);
+    weft_time t0 = weft_now();
+    c.rc = 99;
+    ASSERT_EQ(scope_case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(fc.rc, -EPERM);
+    ASSERT_EQ(c.rc, 0);
+    ASSERT_EQ(weft_now(), t0 + 2 * WEFT_SEC);
+    ASSERT(weft_scope_current() != s);
+    int st = 0;
+    ASSERT_EQ(weft_scope_status(s, 0, &st), 0);
+    ASSERT_EQ(st, -EIO);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* No child running: try is ready, won joins without waiting. */
+    s = open_scope(WEFT_COLLECT, 0, 0);
+    c.scope = s;
+    struct sleeper z = {.ns = 0, .status = -EPIPE};
+    ASSERT(weft_spawn(s, sleeper_fn, &z) >= 0);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    c.rc = 99;
+    ASSERT_EQ(scope_case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, 0); /* COLLECT */
+    ASSERT_EQ(weft_scope_status(s, 0, &st), 0);
+    ASSERT_EQ(st, -EPIPE);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    s = open_scope(WEFT_FIRST, 0, 0); /* no child at all */
+    c.scope = s;
+    ASSERT_EQ(scope_case_select(&c, WEFT_NEVER), 0);
+    ASSERT_EQ(c.rc, -ENOENT);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* Not the innermost open scope: -EINVAL, as join says. */
+    s = open_scope(WEFT_FAIL_FAST, 0, 0);
+    weft_scope *inner = open_scope(WEFT_FAIL_FAST, 0, 0);
+    c.scope = s;
+    ASSERT_EQ(weft__scope_case_check(&c), -EINVAL);
+    scope_end(inner);
+    ASSERT_EQ(weft__scope_case_check(&c), 0);
+
+    /* A select that times out leaves the scope as it was, with no waiter
+     * on its queue; a join afterwards waits as usual. */
+    struct sleeper l = {.ns = 5 * WEFT_SEC};
+    ASSERT(weft_spawn(s, sleeper_fn, &l) >= 0);
+    t0 = weft_now();
+    ASSERT_EQ(scope_case_select(&c, t0 + WEFT_SEC), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
+    ASSERT(weft__waitq_empty(&s->done));
+    ASSERT(weft_scope_current() == s);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_now(), t0 + 5 * WEFT_SEC);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(select_scope_case_functions)
+{
+    ASSERT_EQ(t_run_virtual(1, scope_case_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, scope_case_root, NULL), 0);
+}
+
+/* The policy tables (policy.h) driven directly: what each decides. */
+static unsigned pol_done(const weft__policy *p, weft__policy_state *st, int i,
+                         int status)
+{
+    return weft__policy_child_done(p, st, i, status, false);
+}
+
+TEST(policy_tables)
+{
+    const unsigned dc = WEFT__POL_DECIDED | WEFT__POL_CANCEL;
+    ASSERT(weft__policy_of(WEFT_FAIL_FAST) == &weft__policy_fail_fast);
+    ASSERT(weft__policy_of(WEFT_COLLECT) == &weft__policy_collect);
+    ASSERT(weft__policy_of(WEFT_FIRST) == &weft__policy_first);
+    ASSERT(weft__policy_of(WEFT_RACE) == &weft__policy_race);
+    ASSERT(weft__policy_of(WEFT_SERVE) == &weft__policy_serve);
+    ASSERT(weft__policy_of((weft_policy)5) == NULL);
+    ASSERT(weft__policy_of((weft_policy)-1) == NULL);
+
+    weft__policy_state st;
+    const weft__policy *p = &weft__policy_fail_fast;
+    weft__policy_start(&st);
+    ASSERT_EQ(pol_done(p, &st, 0, 3), 0u);
+    ASSERT_EQ(pol_done(p, &st, 1, -EIO), dc);
+    ASSERT_EQ(p->result(&st, -ETIMEDOUT, 2), -EIO);
+    weft__policy_start(&st);
+    ASSERT_EQ(p->done(&st, 0, -EIO, true), 0u); /* after a cancel */
+    ASSERT_EQ(p->result(&st, -ECANCELED, 1), -ECANCELED);
+    ASSERT_EQ(p->result(&st, 0, 1), 0);
+
+    p = &weft__policy_collect;
+    weft__policy_start(&st);
+    ASSERT_EQ(pol_done(p, &st, 0, -EIO), 0u);
+    ASSERT_EQ(pol_done(p, &st, 1, 0), 0u);
+    ASSERT_EQ(p->result(&st, 0, 2), 0);
+    ASSERT_EQ(p->result(&st, -ETIMEDOUT, 2), -ETIMEDOUT);
+
+    p = &weft__policy_first;
+    weft__policy_start(&st);
+    ASSERT_EQ(pol_done(p, &st, 0, -EIO), 0u);
+    ASSERT_EQ(pol_done(p, &st, 1, -EPIPE), 0u);
+    ASSERT_EQ(p->result(&st, 0, 2), -EIO); /* every one failed: the first */
+    ASSERT_EQ(p->result(&st, -ECANCELED, 2), -ECANCELED);
+    ASSERT_EQ(pol_done(p, &st, 2, 5), dc);
+    ASSERT_EQ(st.winner, 2);
+    ASSERT_EQ(pol_done(p, &st, 3, 0), 0u); /* one winner */
+    ASSERT_EQ(st.winner, 2);
+    ASSERT_EQ(p->result(&st, -ECANCELED, 4), 0);
+    weft__policy_start(&st);
+    ASSERT_EQ(p->result(&st, 0, 0), -ENOENT);
+    ASSERT_EQ(p->done(&st, 0, 0, true), 0u); /* a success after a cancel */
+    ASSERT_EQ(st.winner, -1);
+
+    p = &weft__policy_race;
+    weft__policy_start(&st);
+    ASSERT_EQ(pol_done(p, &st, 1, -EPIPE), dc);
+    ASSERT_EQ(pol_done(p, &st, 0, 0), 0u);
+    ASSERT_EQ(st.winner, 1);
+    ASSERT_EQ(p->result(&st, -ECANCELED, 2), -EPIPE);
+    weft__policy_start(&st);
+    ASSERT_EQ(p->result(&st, 0, 0), -ENOENT);
+    ASSERT_EQ(p->result(&st, -ETIMEDOUT, 3), -ETIMEDOUT);
+
+    p = &weft__policy_serve;
+    weft__policy_start(&st);
+    ASSERT_EQ(pol_done(p, &st, 0, -EIO), 0u);
+    ASSERT_EQ(p->result(&st, 0, 1), 0);
+    ASSERT(p->flags & WEFT__POL_UNINDEXED);
+    ASSERT(p->flags & WEFT__POL_REPORT);
+}
