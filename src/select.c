@@ -38,11 +38,26 @@ static int deadline_check(const weft_case *c)
     return c->deadline == WEFT_NEVER ? 1 : c->deadline < 0 ? -EINVAL : 0;
 }
 
+/* A scope case found ready (no child runs) is joined after the locks are
+ * released: the join takes the scope's lock itself. */
+static void scope_ready(weft_case *c)
+{
+    weft__scope_case_won(c, 0);
+}
+
 static const case_ops ops_of[] = {
     [WEFT_OP_SEND] = {weft__chan_case_check, weft__chan_case_lock,
                       weft__chan_case_try, weft__chan_case_won, NULL},
     [WEFT_OP_RECV] = {weft__chan_case_check, weft__chan_case_lock,
                       weft__chan_case_try, weft__chan_case_won, NULL},
+    [WEFT_OP_READ] = {weft__fd_case_check, weft__fd_case_lock,
+                      weft__fd_case_try, weft__fd_case_won, NULL},
+    [WEFT_OP_WRITE] = {weft__fd_case_check, weft__fd_case_lock,
+                       weft__fd_case_try, weft__fd_case_won, NULL},
+    [WEFT_OP_FUTURE] = {weft__future_case_check, weft__future_case_lock,
+                        weft__future_case_try, weft__future_case_won, NULL},
+    [WEFT_OP_SCOPE] = {weft__scope_case_check, weft__scope_case_lock,
+                       weft__scope_case_try, weft__scope_case_won, scope_ready},
     [WEFT_OP_SEM] = {weft__sem_case_check, weft__sem_case_lock,
                      weft__sem_case_try, weft__sem_case_won, NULL},
     [WEFT_OP_DEADLINE] = {deadline_check, NULL, NULL, NULL, NULL},
@@ -179,11 +194,11 @@ static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
     int code = 0;
     weft_worker *w = weft__tl_worker;
     if (nfd)
-        w->nio++;
+        weft__pending_add(w, WEFT__PENDING_IO, 1);
     rc = weft__wait_many(s.order, k, s.arms, n, WEFT__W_SELECT, cases, until,
                          &code);
     if (nfd)
-        w->nio--;
+        weft__pending_add(w, WEFT__PENDING_IO, -1);
     if (rc >= 0) {
         ops(&cases[rc])->won(&cases[rc], code);
     } else if (rc == -ETIMEDOUT && timer_case >= 0) {
