@@ -25,11 +25,6 @@ const char *weft__wait_kind_name(int kind)
     return kind >= 0 && kind < WEFT__W_KINDS ? kind_names[kind] : "?";
 }
 
-bool weft__wait_past(int64_t deadline)
-{
-    return deadline != WEFT_NEVER && deadline <= weft__now(weft__tl_worker->rt);
-}
-
 void weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
 {
     weft_task *t = weft__tl_worker->cur;
