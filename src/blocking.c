@@ -50,7 +50,7 @@
  * run. It sets `stopping`, wakes idle threads (they exit), waits until the
  * last thread is gone, joins it and frees the pool.
  */
-#include "internal.h"
+#include "io.h"
 
 #include <stdlib.h>
 #include <string.h>

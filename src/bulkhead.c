@@ -43,7 +43,7 @@
  * past when it would have to wait is -ETIMEDOUT at once, queueing
  * nothing.
  */
-#include "internal.h"
+#include "future.h"
 
 #include <stdlib.h>
 

@@ -28,7 +28,7 @@
  * token, so a mover that claims it hands it the value and wins the
  * select for it.
  */
-#include "internal.h"
+#include "sync.h"
 
 #include <stdlib.h>
 #include <string.h>

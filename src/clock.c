@@ -13,7 +13,7 @@
  * another thread makes work for leaves the books (unidle) before it is
  * woken, so time cannot jump past work that is already there.
  */
-#include "internal.h"
+#include "scheduler.h"
 
 #include <time.h>
 

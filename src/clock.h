@@ -17,7 +17,7 @@
 #ifndef WEFT_CLOCK_H
 #define WEFT_CLOCK_H
 
-/* Included by internal.h after the runtime's structures. */
+/* Included by scheduler.h after the runtime's structures. */
 
 typedef struct weft__clock_ops {
     const char *name;

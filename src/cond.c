@@ -33,7 +33,7 @@
  * completed with its arrival counted (the deadline or the cancel lost the
  * race by a hair) and it returns 0 like the others released with it.
  */
-#include "internal.h"
+#include "sync.h"
 
 #include <string.h>
 

@@ -10,7 +10,11 @@
 #ifndef WEFT_CTX_H
 #define WEFT_CTX_H
 
-#include "internal.h"
+#include "util.h"
+
+#if defined(WEFT_UCONTEXT)
+#include <ucontext.h>
+#endif
 
 #if defined(WEFT_ASAN)
 #include <sanitizer/common_interface_defs.h>
@@ -18,6 +22,14 @@
 #if defined(WEFT_TSAN)
 #include <sanitizer/tsan_interface.h>
 #endif
+
+typedef struct weft__ctx {
+#if defined(WEFT_UCONTEXT)
+    ucontext_t uc;
+#else
+    void *sp; /* saved stack pointer; the registers are on that stack */
+#endif
+} weft__ctx;
 
 #if !defined(WEFT_UCONTEXT)
 void weft__ctx_jump(void **save_sp, void *to_sp);
@@ -85,45 +97,6 @@ static inline void ctx_jump(weft__ctx *from, weft__ctx *to)
     swapcontext(&from->uc, &to->uc);
 }
 #endif
-
-/* The stack a target context runs on, for ASan. */
-static inline void ctx_target_stack(weft_worker *w, weft_task *to,
-                                    const void **lo, size_t *size)
-{
-    if (to) {
-        *lo = to->stack_lo;
-        *size = (size_t)((char *)to - to->stack_lo);
-    } else {
-        *lo = w->stack_lo;
-        *size = w->stack_size;
-    }
-}
-
-/* Saves `from` (a task, or the scheduler if NULL) and resumes `to` (a task,
- * or the scheduler if NULL). `dying`: from will never run again. Returns
- * when from is resumed. */
-static inline void ctx_switch(weft_worker *w, weft_task *from, weft_task *to,
-                              bool dying)
-{
-    weft__ctx *fc = from ? &from->ctx : &w->sched_ctx;
-    weft__ctx *tc = to ? &to->ctx : &w->sched_ctx;
-#if defined(WEFT_ASAN)
-    void *fake = NULL;
-    const void *lo;
-    size_t size;
-    ctx_target_stack(w, to, &lo, &size);
-    __sanitizer_start_switch_fiber(dying ? NULL : &fake, lo, size);
-#else
-    WEFT_UNUSED(dying);
-#endif
-#if defined(WEFT_TSAN)
-    __tsan_switch_to_fiber(to ? to->tsan_fiber : w->tsan_fiber, 0);
-#endif
-    ctx_jump(fc, tc);
-#if defined(WEFT_ASAN)
-    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
-#endif
-}
 
 /* First thing a new task does on its own stack. */
 static inline void ctx_entered(void)

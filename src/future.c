@@ -59,7 +59,7 @@
  * WEFT_FAIL_FAST scope keeps only its first error, and a task that was
  * never spawned, its scope cancelled first, has none: -ECANCELED).
  */
-#include "internal.h"
+#include "future.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -88,7 +88,7 @@
  * by the same claim-then-finish step) behind the same socket functions,
  * chosen per worker at start-up when the kernel allows it.
  */
-#include "internal.h"
+#include "io.h"
 
 #include <signal.h>
 #include <stdlib.h>

@@ -51,7 +51,7 @@
  * never across a sleep); `sleepers` counts tasks sleeping on a
  * reservation, for weft_limiter_free's -EBUSY.
  */
-#include "internal.h"
+#include "future.h"
 
 #include <stdlib.h>
 

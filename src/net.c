@@ -35,7 +35,7 @@
  * that finishes last frees it; a lookup the pool dropped before it started
  * is freed by its caller at once (weft__blocking_call says which).
  */
-#include "internal.h"
+#include "io.h"
 
 #include <arpa/inet.h>
 #include <limits.h>

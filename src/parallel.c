@@ -72,7 +72,7 @@
  *   joined, when no task is left to touch it. The pipeline holds a
  *   reference to `in` and `out` while it runs.
  */
-#include "internal.h"
+#include "future.h"
 
 #include <limits.h>
 #include <stdalign.h>

@@ -36,7 +36,7 @@
  * entry in weft__policy_of: neither scope.c nor future.c switches on the
  * policy.
  *
- * Included by internal.h (the scope section), before struct weft_scope,
+ * Included by scope.h, before struct weft_scope,
  * which embeds the state: it needs only weft.h's types.
  */
 #ifndef WEFT_POLICY_H

@@ -21,7 +21,7 @@
  * Other threads wake a worker asleep in epoll_wait through an eventfd in
  * its set, tagged WAKE_TAG.
  */
-#include "internal.h"
+#include "io.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 #ifndef WEFT_POLLER_H
 #define WEFT_POLLER_H
 
-/* Included by internal.h after the scheduler's declarations. */
+/* Included by scheduler.h after the scheduler's declarations. */
 
 typedef struct weft__poller weft__poller;
 

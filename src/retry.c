@@ -65,7 +65,7 @@
  * returns its status, unless the caller's own scope is cancelled, in which
  * case it returns -ECANCELED and the fallback does not run.
  */
-#include "internal.h"
+#include "future.h"
 
 #include <limits.h>
 #include <sys/random.h>

@@ -47,8 +47,7 @@
  * clock the thread also cancels the root scope at the drain deadline
  * itself, in case every worker is held by a task that never yields.
  */
-#include "ctx.h"
-#include "internal.h"
+#include "runtime.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -254,11 +253,18 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     uint64_t seed;
     if ((*err = seed_from_env(c->seed, &seed)) != 0)
         return NULL;
-    weft_runtime *rt = calloc(1, sizeof(*rt));
-    if (!rt) {
+    /* The runtime and this layer's state in one allocation (the runtime
+     * first: free(rt) frees both). */
+    struct rt_box {
+        weft_runtime rt;
+        weft__shutdown shut;
+    } *box = calloc(1, sizeof(*box));
+    if (!box) {
         *err = -ENOMEM;
         return NULL;
     }
+    weft_runtime *rt = &box->rt;
+    rt->shut = &box->shut;
     pthread_mutex_init(&rt->vmu, NULL);
     pthread_mutex_init(&rt->orphan_mu, NULL);
     pthread_mutex_init(&rt->blocking_mu, NULL);
@@ -400,7 +406,7 @@ static weft_runtime *running;
 static void running_add(weft_runtime *rt)
 {
     pthread_mutex_lock(&running_mu);
-    rt->shut.next_running = running;
+    rt->shut->next_running = running;
     running = rt;
     pthread_mutex_unlock(&running_mu);
 }
@@ -410,15 +416,15 @@ static void running_remove(weft_runtime *rt)
     pthread_mutex_lock(&running_mu);
     weft_runtime **p = &running;
     while (*p != rt)
-        p = &(*p)->shut.next_running;
-    *p = rt->shut.next_running;
+        p = &(*p)->shut->next_running;
+    *p = rt->shut->next_running;
     pthread_mutex_unlock(&running_mu);
 }
 
 /* Wakes weft_main's signal thread, if any, to look at the state again. */
 static void notify_watcher(weft_runtime *rt)
 {
-    int fd = ld_acq(&rt->shut.notify_fd);
+    int fd = ld_acq(&rt->shut->notify_fd);
     uint64_t one = 1;
     if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
         /* the counter is full: the thread has a wake-up pending anyway */
@@ -438,7 +444,7 @@ static int request_now(weft_runtime *rt);
 static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     for (;;) {
         weft_event_reset(&sd->poke); /* before reading: no move is missed */
         if (ld_acq(&sd->handed))
@@ -458,7 +464,7 @@ static int keeper_main(void *arg)
 
 static int shutdown_init(weft_runtime *rt, const weft_config *c)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
@@ -467,7 +473,7 @@ static int shutdown_init(weft_runtime *rt, const weft_config *c)
 
 static void shutdown_fini(weft_runtime *rt)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     /* Parked, or never started: the keeper's slot is unmapped. */
     if (sd->keeper && !ld_acq(&sd->keeper_done))
         weft__task_free(&rt->workers[0], sd->keeper);
@@ -482,7 +488,7 @@ static void shutdown_fini(weft_runtime *rt)
  * may), since only worker 0 may take one from worker 0's pool. */
 static int start_keeper(weft_runtime *rt)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     weft_worker *w0 = &rt->workers[0];
     weft_scope *home = malloc(sizeof(*home));
     weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
@@ -509,7 +515,7 @@ static int start_keeper(weft_runtime *rt)
  * -EALREADY once the root scope is cancelled: no deadline matters then. */
 static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     weft_scope *root = rt->root;
     weft__lock_acquire(&root->lock);
     bool over = weft__scope_is_cancelled(root);
@@ -528,7 +534,7 @@ static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
  * one tries again). */
 static int keep_deadline(weft_runtime *rt)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     weft_time d = ld_acq(&sd->deadline);
     int rc = 0;
     if (d <= weft__now(rt)) {
@@ -546,7 +552,7 @@ static int keep_deadline(weft_runtime *rt)
 /* Steps 1 to 4, once per runtime: 0, or keep_deadline's -ENOMEM. */
 static int request_now(weft_runtime *rt)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     if (xchg_sc(&sd->requesting, 1))
         return 0;
     store_deadline(rt, weft__add_sat(weft__now(rt), sd->drain_ns), false);
@@ -567,7 +573,7 @@ static int request_now(weft_runtime *rt)
  * past it before the keeper keeps it. */
 static int request(weft_runtime *rt)
 {
-    weft__shutdown *sd = &rt->shut;
+    weft__shutdown *sd = rt->shut;
     weft_worker *w = weft__tl_worker;
     if (rt->clock != WEFT_CLOCK_VIRTUAL || (w && w->rt == rt))
         return request_now(rt);
@@ -588,7 +594,7 @@ int weft_shutdown_request(void)
         return request(w->rt);
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -EPERM;
-    for (weft_runtime *rt = running; rt; rt = rt->shut.next_running) {
+    for (weft_runtime *rt = running; rt; rt = rt->shut->next_running) {
         int e = request(rt);
         rc = rc ? rc : e;
     }
@@ -599,7 +605,7 @@ int weft_shutdown_request(void)
 int weft_shutdown_requested(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? ld_acq(&w->rt->shut.requested) : 0;
+    return w && w->cur ? ld_acq(&w->rt->shut->requested) : 0;
 }
 
 int weft_shutdown_wait(weft_time deadline)
@@ -610,14 +616,14 @@ int weft_shutdown_wait(weft_time deadline)
     if (deadline < 0)
         return -EINVAL;
     unsigned char none;
-    int rc = weft_chan_recv_until(w->rt->shut.chan, &none, deadline);
+    int rc = weft_chan_recv_until(w->rt->shut->chan, &none, deadline);
     return rc == -EPIPE ? 0 : rc;
 }
 
 struct weft_chan *weft_shutdown_chan(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? w->rt->shut.chan : NULL;
+    return w && w->cur ? w->rt->shut->chan : NULL;
 }
 
 int weft_shutdown_deadline(weft_time deadline)
@@ -652,7 +658,7 @@ static void on_signal(struct sigctl *sc, int signals, int signo)
     }
     request(rt);
     const char *name = strsignal(signo);
-    weft_time d = ld_acq(&rt->shut.deadline);
+    weft_time d = ld_acq(&rt->shut->deadline);
     if (weft__scope_is_cancelled(rt->root))
         fprintf(stderr,
                 "weft: %s received, cancelling all tasks "
@@ -680,7 +686,7 @@ static void *signal_thread(void *arg)
     weft_time exit_at = WEFT_NEVER; /* real time: cancelled + grace */
     for (;;) {
         weft_time now = weft__now(NULL);
-        bool requested = ld_acq(&rt->shut.requested);
+        bool requested = ld_acq(&rt->shut->requested);
         if (exit_at == WEFT_NEVER && requested &&
             weft__scope_is_cancelled(rt->root)) {
             if (signals && !announced)
@@ -694,7 +700,7 @@ static void *signal_thread(void *arg)
          * kept here as well, in case no worker can run the keeper. */
         weft_time drain = rt->clock == WEFT_CLOCK_MONOTONIC && requested &&
                                   exit_at == WEFT_NEVER
-                              ? ld_acq(&rt->shut.deadline)
+                              ? ld_acq(&rt->shut->deadline)
                               : WEFT_NEVER;
         if (drain <= now) {
             cancel_root(rt);
@@ -734,9 +740,9 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
 {
     struct sigctl *sc = ctx;
     sc->rt = rt;
-    st_rel(&rt->shut.notify_fd, sc->efd);
+    st_rel(&rt->shut->notify_fd, sc->efd);
     if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
-        st_rel(&rt->shut.notify_fd, -1);
+        st_rel(&rt->shut->notify_fd, -1);
         sc->rt = NULL;
     }
 }
@@ -779,7 +785,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
         if (write(sc.efd, &one, sizeof(one)) < 0)
             pthread_cancel(sc.thread);
         pthread_join(sc.thread, NULL);
-        st_rel(&rt->shut.notify_fd, -1);
+        st_rel(&rt->shut->notify_fd, -1);
     }
     close(sc.sfd);
     close(sc.efd);

@@ -27,7 +27,7 @@
  * Readers are counted, not named, so any task may drop a read hold; the
  * writer is named, so only it may drop the write hold.
  */
-#include "internal.h"
+#include "sync.h"
 
 #include <string.h>
 

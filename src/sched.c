@@ -75,8 +75,7 @@
  * work (an inbox push, a spawn) stores first and checks the flag second;
  * both sides use seq_cst so at least one sees the other.
  */
-#include "ctx.h"
-#include "internal.h"
+#include "scheduler.h"
 
 #if defined(WEFT_ASAN)
 #include <sanitizer/asan_interface.h>
@@ -91,6 +90,47 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- context switches, told to the sanitizers ---- */
+
+/* The stack a target context runs on, for ASan. */
+static inline void ctx_target_stack(weft_worker *w, weft_task *to,
+                                    const void **lo, size_t *size)
+{
+    if (to) {
+        *lo = to->stack_lo;
+        *size = (size_t)((char *)to - to->stack_lo);
+    } else {
+        *lo = w->stack_lo;
+        *size = w->stack_size;
+    }
+}
+
+/* Saves `from` (a task, or the scheduler if NULL) and resumes `to` (a task,
+ * or the scheduler if NULL). `dying`: from will never run again. Returns
+ * when from is resumed. */
+static inline void ctx_switch(weft_worker *w, weft_task *from, weft_task *to,
+                              bool dying)
+{
+    weft__ctx *fc = from ? &from->ctx : &w->sched_ctx;
+    weft__ctx *tc = to ? &to->ctx : &w->sched_ctx;
+#if defined(WEFT_ASAN)
+    void *fake = NULL;
+    const void *lo;
+    size_t size;
+    ctx_target_stack(w, to, &lo, &size);
+    __sanitizer_start_switch_fiber(dying ? NULL : &fake, lo, size);
+#else
+    WEFT_UNUSED(dying);
+#endif
+#if defined(WEFT_TSAN)
+    __tsan_switch_to_fiber(to ? to->tsan_fiber : w->tsan_fiber, 0);
+#endif
+    ctx_jump(fc, tc);
+#if defined(WEFT_ASAN)
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
 
 #define RUNNEXT_STREAK 16
 #define FAIR_EVERY 61
@@ -661,14 +701,6 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
     if (weft__timer_armed(&t->timer))
         weft__wheel_disarm(&w->wheel, &t->timer);
     return t->wake_code;
-}
-
-int weft__park_sleep(int64_t deadline)
-{
-    weft_worker *w = weft__tl_worker;
-    weft_task *t = w->cur;
-    weft__park_prepare(t, true);
-    return weft__park_commit(w, t, deadline);
 }
 
 int weft__yield(weft_worker *w)

@@ -37,7 +37,7 @@
  * never sees it: a spawn into "the current scope" and weft_scope_current()
  * skip it, and the task closes it at its exit.
  */
-#include "internal.h"
+#include "scope.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -137,7 +137,7 @@ static void cancel_locked(weft_scope *s, int reason)
     if (!mark_locked(s, reason))
         return;
     /* Every flag is set: make sure each parker either sees its flag or
-     * has its park word seen below (pairs with weft__park_prepare). */
+     * has its park word seen below (pairs with the parker's fence in sched.c). */
     weft__cancel_fence();
     wake_locked(s);
 }

@@ -17,7 +17,7 @@
  *
  * This file sits above every layer it waits on; none of them knows it.
  */
-#include "internal.h"
+#include "future.h"
 
 #include <stdlib.h>
 

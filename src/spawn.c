@@ -10,7 +10,7 @@
  * task's function returns it calls the runtime's exit hook, which is
  * task_exit below (weft__scope_hooks, set by runtime_new).
  */
-#include "internal.h"
+#include "scope.h"
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
  * caller's handle reads zero. */

@@ -45,7 +45,7 @@
  * lower) every stranded slot is unmapped again; one that still cannot be
  * waits for the next custom stack or the next runtime's end.
  */
-#include "internal.h"
+#include "scheduler.h"
 
 #include <signal.h>
 #include <stdio.h>

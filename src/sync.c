@@ -14,7 +14,7 @@
  *
  * The mutex is described at its section below.
  */
-#include "internal.h"
+#include "sync.h"
 
 #include <limits.h>
 #include <string.h>

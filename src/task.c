@@ -39,7 +39,7 @@
  * because one was stopped on purpose; Trio's cancel scope likewise
  * swallows the Cancelled it caused).
  */
-#include "internal.h"
+#include "scope.h"
 
 #include <stdlib.h>
 
@@ -240,7 +240,8 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
             rc = -EDEADLK;
         } else if (!h->done) {
             weft__waiter w = {0};
-            rc = weft__wait_one(&h->lock, &h->joiners, &w, WEFT__W_TASK, h, deadline);
+            rc = weft__wait_one(&h->lock, &h->joiners, &w, WEFT__W_TASK, h,
+                                deadline);
             if (rc)
                 return rc; /* -ECANCELED, -ETIMEDOUT: nothing changed */
             continue;      /* woken by the exit or a release: look again */

@@ -18,7 +18,7 @@
  * at most 10 times before it fires. Most timers in a runtime are deadlines
  * of blocking calls that are disarmed long before that.
  */
-#include "internal.h"
+#include "timer.h"
 
 #include <string.h>
 

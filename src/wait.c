@@ -3,7 +3,7 @@
  * The wait layer (see wait.h for the protocol): one wait, several waits
  * of which exactly one wins, and wait sets.
  */
-#include "internal.h"
+#include "wait.h"
 
 #include <string.h>
 

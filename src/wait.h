@@ -42,7 +42,7 @@
 #ifndef WEFT_WAIT_H
 #define WEFT_WAIT_H
 
-/* Included by internal.h after the scheduler's declarations. */
+#include "scheduler.h"
 
 /* What a parked task waits on. Names for the dump: weft__wait_kind_name. */
 typedef enum weft__wait_kind {

@@ -12,7 +12,7 @@
 #include "t.h"
 #include "weft.h"
 
-#include "internal.h" /* select's descriptor case */
+#include "runtime.h" /* select's descriptor case */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -842,7 +842,7 @@ TEST(close_under_waiting_fd_wait_every_direction)
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
-/* ---- select's descriptor case (internal.h), driven as a select does ---- */
+/* ---- select's descriptor case (io.h), driven as a select does ---- */
 
 /* A select over descriptor cases only, driving the case interface as
  * wait.h's "select's cases" describe: check, lock, try under every lock,

@@ -8,7 +8,7 @@
  * stress on the real clock (also run under TSan) checks the same with
  * cancels, timeouts and a plain thread calling weft_limiter_try.
  */
-#include "internal.h" /* a parked task's wait record */
+#include "runtime.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 

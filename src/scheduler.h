@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The scheduler layer: tasks and their stacks (stack.c), workers, run
+ * queues, stealing, park and wake, idling (sched.c), and the interfaces of
+ * the parts that touch the outside world: the clock (clock.h, clock.c)
+ * and the poller (poller.h, implemented above, in poll_epoll.c).
+ *
+ * Thread rules, stated once:
+ * - A task is run by one worker for its whole life, from its first run on.
+ *   Everything in a weft_task marked "owner" is touched only by that worker
+ *   (or, before the task first runs, by the worker that holds it).
+ * - A worker's run queues, timer wheel and pools are touched only by the
+ *   worker's thread. Other threads reach a worker through its inbox (a
+ *   lock-free stack of tasks to make runnable) and its sleeping flag.
+ * - A scope's fields are guarded by its lock, except `cancelled`, which is
+ *   atomic so blocking calls can read it without the lock.
+ */
+#ifndef WEFT_SCHEDULER_H
+#define WEFT_SCHEDULER_H
+
+#include <pthread.h>
+
+#include "ctx.h"
+#include "timer.h"
+
+/* ---- tasks ---- */
+
+/* The park word of a task: (generation << 2) | state. A park takes a new
+ * generation, so a waker holding the token of an older park can never wake
+ * a newer one: waking is a CAS from the exact token to "running". */
+enum {
+    PARK_RUNNING = 0,
+    PARK_CANCELLABLE = 1, /* parked; cancellation may wake it */
+    PARK_FIRM = 2,        /* parked; only its event may wake it (join) */
+};
+#define PARK_STATE(w) ((unsigned)((w)&3u))
+
+enum {
+    TASK_STARTED = 1u << 0,     /* has run: pinned to `worker` */
+    TASK_GUARDED = 1u << 1,     /* its stack has a guard page below it */
+    TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
+    TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
+    TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
+    TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
+                                 * returned -ECANCELED: its scope's policy
+                                 * does not take that for its result */
+};
+
+/* A task and its stack share one slot of memory: the struct sits at the top
+ * of the slot and the stack grows down from just below it, so a parked task
+ * that used little stack costs one page. */
+struct weft_task {
+    weft__ctx ctx;         /* owner: saved registers while not running */
+    weft_worker *worker;   /* set when first run; never changes afterwards */
+    weft_task *next;       /* owner: link in a run queue, inbox or free list */
+    _Atomic uint64_t park; /* park word (see above); any thread CASes it */
+    int wake_code;  /* result of the last park, set by the winning waker */
+    unsigned flags; /* TASK_* */
+
+    weft__timer timer; /* owner: deadline of the current park */
+
+    weft_scope *home;            /* scope it was spawned into */
+    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
+    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
+    int index;                   /* child index in home (WEFT_SERVE: 0) */
+    int status;                  /* fn's return value */
+    struct weft__handle *handle; /* its handle's record (task.c), or NULL:
+                                  * set at spawn, read at exit */
+
+    weft_fn fn;
+    void *arg;
+    const char *name; /* for diagnostics, may be NULL */
+    const char *file; /* spawn site */
+    int line;
+
+    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
+    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
+    size_t slot_size; /* bytes from slot_lo to the slot's end */
+
+    /* What the current park waits on (wait layer: weft__wait_note), for
+     * the task dump and the deadlock detector; stale once running. */
+    uint8_t wait_kind;     /* weft__wait_kind */
+    const void *wait_obj;  /* the object waited on */
+    const char *wait_name; /* its name, if it has one */
+    int64_t wait_since;    /* when it parked (the wheel's time then) */
+
+    /* valgrind's id of the stack while the slot is laid out (stack.c) */
+    unsigned vg_stack;
+
+#if defined(WEFT_TSAN)
+    void *tsan_fiber;
+#endif
+};
+
+/* ---- scheduler ---- */
+
+typedef struct weft__queue { /* FIFO of tasks, owner only */
+    weft_task *head, *tail;
+    size_t len;
+} weft__queue;
+
+/* Chase-Lev work-stealing deque of tasks that have not started: the owner
+ * pushes and pops at the bottom (LIFO, so a node's newest child runs next
+ * and trees are walked depth first), thieves take from the top (oldest,
+ * usually the largest piece of work). */
+typedef struct weft__dqbuf {
+    int64_t mask;                /* capacity - 1 */
+    struct weft__dqbuf *retired; /* older buffers, freed with the deque */
+    atomic_uint *stamp;          /* owner's tick when each was pushed */
+    _Atomic(weft_task *) a[];
+} weft__dqbuf;
+
+typedef struct weft__deque {
+    _Atomic int64_t top; /* thieves CAS it */
+    char pad1[WEFT_CACHELINE - sizeof(int64_t)];
+    _Atomic int64_t bottom;     /* owner only writes it */
+    _Atomic(weft__dqbuf *) buf; /* owner replaces it when growing */
+} weft__deque;
+
+typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
+    weft_task *free;
+    size_t nfree;
+    char *carve, *carve_end; /* untouched slots left in the newest chunk */
+    char *carve_start;       /* that chunk's first slot */
+} weft__pool_local;
+
+/* Work outside the runtime that a parked task waits for: the kernel's
+ * readiness of a descriptor (the worker's poller must be read, and slept
+ * in), a call on the blocking pool. */
+enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
+
+struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
+    /* ---- touched by other threads ---- */
+    _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
+    atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
+    char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
+    weft__deque deque; /* not-started tasks; thieves steal */
+    char pad1[WEFT_CACHELINE];
+
+    /* ---- owner only ---- */
+    weft_runtime *rt;
+    int id;
+    weft_task *cur;     /* running task, NULL in the scheduler loop */
+    weft_task *runnext; /* woken by the running task: runs next */
+    unsigned runnext_streak;
+    weft__queue runq;    /* woken tasks, FIFO */
+    weft__queue yieldq;  /* tasks that yielded: after everything else */
+    weft_task *dead;     /* finished task to recycle after the switch */
+    atomic_uint tick;    /* scheduling decisions taken; thieves read it */
+    atomic_uint spawned; /* spawns, progress too (thieves read it) */
+    unsigned rounds;     /* this worker's stealing rounds, ever */
+    unsigned spawns;     /* spawns by the running task since it resumed */
+    uint64_t rng;        /* xorshift state: victims, seeded picks */
+    weft__ctx sched_ctx; /* the scheduler loop's context */
+    weft__wheel wheel;
+    weft__pool_local pool;
+    /* seeded scheduling: every runnable task lives in this array */
+    weft_task **ready;
+    size_t nready, capready;
+    unsigned *seen; /* per victim: its tick, and the spin round that
+                     * tick was first seen in (stealing heuristic) */
+    /* virtual clock bookkeeping, under rt->vmu */
+    bool vidle;
+    int64_t vnext;
+
+    /* its poller (poller.h), made by io.c at the first wait for a
+     * descriptor; its state is the implementation's */
+    struct weft__poller *poller;
+    /* tasks of this worker parked on work outside the runtime, per
+     * WEFT__PENDING_* (weft__pending_add); written by the owner only,
+     * read by others only when idle (the virtual clock) */
+    atomic_int pending[WEFT__PENDING_KINDS];
+
+    pthread_t thread;
+    void *stack_lo; /* the thread's own stack, for ASan */
+    size_t stack_size;
+    void *altstack; /* signal stack for reporting stack overflows */
+#if defined(WEFT_TSAN)
+    void *tsan_fiber;
+#endif
+};
+
+typedef struct weft__pool_global {
+    pthread_mutex_t mu;
+    weft_task *free; /* warm slots handed back by workers */
+    size_t nfree;
+    void **cold; /* slots whose memory was given back (madvise) */
+    size_t ncold, capcold;
+    void **chunks; /* every mapping, unmapped at the end */
+    size_t nchunks, capchunks;
+    atomic_long guards_left; /* guard pages we may still create */
+    size_t slot_size;        /* default slot size (stack + task) */
+} weft__pool_global;
+
+struct weft__shutdown; /* runtime.h */
+
+/* The layer above the scheduler, as the scheduler sees it. */
+typedef struct weft__task_hooks {
+    /* t's function has returned (t->status holds its result): the layers
+     * above finish it (the scopes it left open, its handle, its home
+     * scope's books). On t, which the scheduler then switches away from
+     * for good and recycles. */
+    void (*exit)(weft_task *t);
+} weft__task_hooks;
+
+struct weft_runtime {
+    int nworkers;
+    weft_worker *workers;
+    weft_clock_kind clock;
+    uint64_t seed;
+    bool seeded; /* seed != 0 and one worker: random picks */
+    atomic_int done;
+    atomic_int nsleeping; /* workers asleep or about to be */
+    atomic_int nspinning; /* workers looking for work to steal */
+    /* the clock's implementation (clock.h), picked once from `clock` */
+    const struct weft__clock_ops *clock_ops;
+    _Atomic int64_t vnow; /* virtual clock */
+    pthread_mutex_t vmu;  /* virtual clock: idle accounting */
+    int nvidle;
+    /* what the scheduler calls at a task's exit: the scope layer's
+     * (weft__scope_hooks), set once by runtime_new */
+    weft__task_hooks hooks;
+    weft_scope *root;
+    int root_status;
+    pthread_mutex_t orphan_mu;
+    weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
+    weft__pool_global pool;
+    /* blocking.c: the pool for weft_blocking, made on first use */
+    pthread_mutex_t blocking_mu;
+    struct weft__blocking *blocking;
+    int blocking_threads, blocking_queue; /* from the config, 0: default */
+    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
+    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
+    /* runtime.h: the shutdown request and its drain (the runtime layer's
+     * state, allocated with the runtime) */
+    struct weft__shutdown *shut;
+};
+
+/* ---- the current worker ---- */
+
+extern WEFT_TLS weft_worker *weft__tl_worker;
+
+static inline weft_task *weft__current(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? w->cur : NULL;
+}
+
+/* ---- sched.c ---- */
+
+/* Parks the running task. Before calling, the caller has taken a token with
+ * weft__park_prepare() and published it where wakers find it (under the
+ * primitive's lock, released before this call). Returns the wake code: 0 or
+ * the waker's code for an event, -ETIMEDOUT for the deadline, -ECANCELED for
+ * cancellation (only if the token is cancellable). */
+uint64_t weft__park_prepare(weft_task *t, bool cancellable);
+/* Decides, once per process, how parkers and cancellers fence. */
+void weft__fence_init(void);
+/* The canceller's side of the park/cancel Dekker pair. */
+void weft__cancel_fence(void);
+int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline);
+/* Wakes the task parked with `token`, with `code` as park's result. Returns
+ * true if this call woke it, false if the park was already over (someone
+ * else won). Any thread. */
+bool weft__wake(weft_task *t, uint64_t token, int code);
+/* weft__wake in two steps, for wakers that must hand data over between
+ * winning the race and letting the task run: claim (true: this caller won;
+ * the task stays parked until finish), then finish (sets the wake code and
+ * queues it). Any thread. */
+bool weft__wake_claim(weft_task *t, uint64_t token);
+void weft__wake_finish(weft_task *t, int code);
+/* A random number from the calling worker's generator (seeded runs stay
+ * reproducible), or a thread-local one outside a runtime. */
+uint64_t weft__rand(void);
+/* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
+void weft__wake_if_cancelled(weft_task *t);
+/* Work was made for w by another thread: w leaves the clock's idle books
+ * and is woken if it sleeps. Any thread. */
+void weft__worker_notify(weft_worker *w);
+/* Queues t on worker w, from w's own thread (or before w runs). */
+void weft__make_ready(weft_worker *w, weft_task *t);
+int weft__worker_loop(weft_worker *w);
+void *weft__worker_thread(void *arg);
+int weft__yield(weft_worker *w);
+void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
+void weft__worker_fini(weft_worker *w);
+void weft__task_main(void *arg);
+/* Resets a slot's task for a new life running fn(arg). */
+void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
+                        const weft_spawn_opts *o, const char *file, int line);
+/* A task just made on w's thread (prepared, registered in its scope)
+ * becomes runnable: on `pin` if not NULL (nobody steals it), else in w's
+ * deque, where idle workers may steal it (one asleep is woken). A
+ * spawner that has spawned a budget's worth since it last ran yields. */
+void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
+
+/* Pending work outside the runtime (WEFT__PENDING_*): a task of w's about
+ * to park on it counts itself (+1) before the park and uncounts itself
+ * (-1) after, on w's thread. An idle worker with descriptor waits polls
+ * and sleeps in its poller; the virtual clock gives both kinds a grace
+ * of real time before it jumps. Plain loads and stores of w's own
+ * counter: no shared atomic on the path. */
+static inline void weft__pending_add(weft_worker *w, int kind, int delta)
+{
+    st_rlx(&w->pending[kind], ld_rlx(&w->pending[kind]) + delta);
+}
+/* w's own count (w's thread). */
+static inline int weft__pending(weft_worker *w, int kind)
+{
+    return ld_rlx(&w->pending[kind]);
+}
+/* The count over every worker of rt (a snapshot; any thread). */
+int weft__pending_all(weft_runtime *rt, int kind);
+
+/* Idling, for the clocks (clock.c), on w's thread. */
+/* True if work may be there for w: its inbox, any deque, the end. */
+bool weft__work_visible(weft_worker *w);
+/* Looks for work before idling: spins and steals where it pays, polls
+ * the poller while tasks wait for descriptors, gives idle slot memory
+ * back. True if it found work. */
+bool weft__idle_look(weft_worker *w);
+/* Steals from any worker with tasks not started; true if it took some. */
+bool weft__steal_any(weft_worker *w);
+/* Flagged asleep (so that wakers wake it), sleeps up to `timeout` ns
+ * unless work is visible or timeout <= 0; in the poller while w's tasks
+ * wait for descriptors, else on its futex. True if the poller reported
+ * events (dispatched already). */
+bool weft__nap(weft_worker *w, int64_t timeout);
+/* A nap in parts, for a clock that flags the worker asleep under its own
+ * lock: announce (returns how it will sleep), sleep (until woken or
+ * timeout; true if the poller reported events), done. */
+int weft__sleep_announce(weft_worker *w);
+bool weft__sleep(weft_worker *w, int mode, int64_t timeout);
+void weft__sleep_done(weft_worker *w);
+/* Wakes w if it sleeps (the clock's books untouched). Any thread. */
+void weft__wake_sleeper(weft_worker *w);
+
+/* ---- clock.c ---- */
+
+#include "clock.h"
+
+/* ---- the poller: the interface the scheduler and io.c use ---- */
+
+#include "poller.h"
+
+/* ---- stack.c ---- */
+
+int weft__pool_init(weft__pool_global *g, size_t stack_size);
+void weft__pool_fini(weft__pool_global *g);
+void weft__pool_fini_local(weft_worker *w);
+/* A fresh task in a slot with a stack of stack_size (0: default). */
+weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
+void weft__task_free(weft_worker *w, weft_task *t);
+/* Gives idle slot memory back to the kernel; called by an idle worker. */
+void weft__pool_trim(weft_worker *w);
+/* Stacks registered with valgrind (whether or not it runs) and not yet
+ * deregistered, in the whole process: 0 when no runtime runs. For tests. */
+extern atomic_long weft__stacks_registered;
+/* Overflow detection: the canary below the stack, and the signal handler. */
+void weft__stack_check_slow(weft_task *t);
+/* Called at every switch away from t. */
+static inline void weft__stack_check(weft_task *t)
+{
+    if (!(t->flags & TASK_GUARDED))
+        weft__stack_check_slow(t);
+}
+int weft__overflow_handler_install(void);
+void weft__overflow_handler_remove(void);
+void weft__stack_report_overflow(const weft_task *t);
+
+/* ---- a scope's cancel flag, as the scheduler reads it ----
+ * The first member of struct weft_scope (scope.h checks) is its atomic
+ * cancel reason, CANCEL_NONE (0) while not cancelled; the scheduler and
+ * the wait layer read it through the task's current scope without the
+ * scope layer. */
+static inline bool weft__scope_is_cancelled(const weft_scope *s)
+{
+    return ld_sc((atomic_int *)(uintptr_t)s) != 0;
+}
+
+/* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
+ * cancelled scope (every blocking call is a checkpoint, as in Trio, even
+ * one that could complete at once), else 0. */
+static inline int weft__checkpoint(void)
+{
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    weft_scope *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    return weft__scope_is_cancelled(cur) ? -ECANCELED : 0;
+}
+
+#endif
