@@ -93,6 +93,7 @@
 
 /* ---- context switches, told to the sanitizers ---- */
 
+#if defined(WEFT_ASAN)
 /* The stack a target context runs on, for ASan. */
 static inline void ctx_target_stack(weft_worker *w, weft_task *to,
                                     const void **lo, size_t *size)
@@ -105,6 +106,7 @@ static inline void ctx_target_stack(weft_worker *w, weft_task *to,
         *size = w->stack_size;
     }
 }
+#endif
 
 /* Saves `from` (a task, or the scheduler if NULL) and resumes `to` (a task,
  * or the scheduler if NULL). `dying`: from will never run again. Returns

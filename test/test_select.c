@@ -329,14 +329,14 @@ static int mixed_main(void *arg)
         ASSERT_EQ(weft_future_new(&m.f, sizeof(int)), 0);
         weft_scope *s, *kid;
         int v = 0, fv = 0;
-        int64_t d = 2 * MS;
+        int64_t d = 2 * MS, long_d = 10 * MS;
         ASSERT_EQ(weft_scope_open(&s, NULL), 0);
         ASSERT(weft_spawn(s, mixed_poker, &m) >= 0);
         ASSERT_EQ(weft_scope_open(&kid, NULL), 0);
         if (m.which == 5)
             ASSERT(weft_spawn(kid, sleeper, &d) >= 0);
         else
-            ASSERT(weft_spawn(kid, sleeper, &(int64_t){10 * MS}) >= 0);
+            ASSERT(weft_spawn(kid, sleeper, &long_d) >= 0);
         weft_time t0 = weft_now();
         weft_case cs[6] = {recv_case(m.c, &v),
                            fd_case(m.sv[0], WEFT_OP_READ),
