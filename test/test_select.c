@@ -89,8 +89,9 @@ TEST(deadline_case_alone)
 
 struct fdrun {
     int sv[2];
-    int closer; /* 1: close sv[0] instead of writing to sv[1] */
-    weft_time at;
+    int closer;           /* 1: close sv[0] instead of writing to sv[1] */
+    _Atomic weft_time at; /* the write reaches the selector through the
+                           * kernel, which TSan does not see */
 };
 
 static int fd_poker(void *arg)
@@ -428,9 +429,9 @@ static int race_main(void *arg)
         ASSERT_EQ(weft_scope_open(&s, NULL), 0);
         ASSERT(weft_spawn(s, race_chan, r) >= 0);
         ASSERT(weft_spawn(s, race_other, r) >= 0);
-        weft_case cs[2] = {recv_case(r->c, &v),
-                           r->kind == 0 ? sem_case(&r->sem)
-                                        : future_case(r->f, &fv)};
+        weft_case cs[2] = {recv_case(r->c, &v), r->kind == 0
+                                                    ? sem_case(&r->sem)
+                                                    : future_case(r->f, &fv)};
         int got = weft_select(cs, 2, WEFT_NEVER);
         ASSERT(got == 0 || got == 1);
         ASSERT_EQ(cs[got].rc, 0);
