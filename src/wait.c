@@ -25,73 +25,23 @@ const char *weft__wait_kind_name(int kind)
     return kind >= 0 && kind < WEFT__W_KINDS ? kind_names[kind] : "?";
 }
 
-void weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
-{
-    weft_task *t = weft__tl_worker->cur;
-    w->task = t;
-    w->set = NULL;
-    w->token = weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
-    weft__wait_note(t, kind, obj);
-}
-
-/* True if a park's result says nobody claimed the waiter (a claim sets
- * the waker's code): it must leave its queue. */
-static inline bool unclaimed(int rc)
-{
-    return rc == -ETIMEDOUT || rc == -ECANCELED;
-}
-
-/* Parks the running task, whose waiter w is queued on q, the queue's lock
- * released; if nobody claimed w, relocks (relock(l)) and takes w off q,
- * returning with the lock held. Inlined with its relock at each use. */
-static inline int park_queued(weft__waitq *q, weft__waiter *w, int64_t deadline,
-                              void (*relock)(void *), void *l)
-{
-    int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
-    if (unclaimed(rc)) {
-        relock(l);
-        weft__waitq_remove(q, w);
-    }
-    return rc;
-}
-
-static void spin_relock(void *l)
+void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
 {
     weft__lock_acquire(l);
-}
-
-static void mutex_relock(void *m)
-{
-    pthread_mutex_lock(m);
-}
-
-int weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
-                    int64_t deadline)
-{
+    weft__waitq_remove(q, w);
     weft__lock_release(l);
-    int rc = park_queued(q, w, deadline, spin_relock, l);
-    if (unclaimed(rc))
-        weft__lock_release(l);
-    return rc;
 }
 
 int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
                           int64_t deadline)
 {
     pthread_mutex_unlock(m);
-    return park_queued(q, w, deadline, mutex_relock, m);
-}
-
-int weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
-                   const void *obj, int64_t deadline)
-{
-    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline)) {
-        weft__lock_release(l);
-        return -ETIMEDOUT;
+    int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
+    if (weft__wait_unclaimed(rc)) { /* leave, and keep m for the caller */
+        pthread_mutex_lock(m);
+        weft__waitq_remove(q, w);
     }
-    weft__wait_arm(w, kind, obj, 0);
-    weft__waitq_push(q, w);
-    return weft__wait_park(l, q, w, deadline);
+    return rc;
 }
 
 /* ---- several at once ---- */
@@ -157,7 +107,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         if (arms[i].q)
             weft__waitq_remove(arms[i].q, &arms[i].w);
     weft__locks_release(order, k);
-    if (fired >= 0 && !unclaimed(rc)) {
+    if (fired >= 0 && !weft__wait_unclaimed(rc)) {
         *code = rc;
         return fired;
     }
@@ -204,7 +154,7 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
         s->token = weft__park_prepare(s->task, true);
         weft__lock_release(&s->lock);
         int rc = weft__park_commit(wk, s->task, deadline);
-        *code = unclaimed(rc) ? rc : 0;
+        *code = weft__wait_unclaimed(rc) ? rc : 0;
         weft__lock_acquire(&s->lock);
         s->token = 0; /* a claim clears it; a timeout or cancel does not */
     }

@@ -245,16 +245,44 @@ enum {
 
 /* Makes w the running task's waiter for a park that follows: sets its task
  * and a fresh token, and notes (kind, obj) in the task. Call under the
- * primitive's lock, then queue w and call weft__wait_park. */
-void weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags);
+ * primitive's lock, then queue w and call weft__wait_park. Inline: every
+ * blocking call's hot path. */
+static inline __attribute__((always_inline)) void
+weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
+{
+    weft_task *t = weft__tl_worker->cur;
+    w->task = t;
+    w->set = NULL;
+    w->token = weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
+    weft__wait_note(t, kind, obj);
+}
+
+/* True if a park's result says nobody claimed the waiter (a claim sets
+ * the waker's code): it was handed nothing and must leave its queue. */
+static inline bool weft__wait_unclaimed(int rc)
+{
+    return rc == -ETIMEDOUT || rc == -ECANCELED;
+}
+
+/* Takes an unclaimed waiter off its queue, under the queue's lock. */
+void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
+    __attribute__((cold));
 
 /* Parks the running task, whose waiter w (armed, queued on q) is under
  * lock l, which the caller holds; returns with l released, with the
  * park's result: 0 (or the code the waker finished with) once handed
  * what it waited for, or -ETIMEDOUT / -ECANCELED with w off the queue and
  * nothing handed over. */
-int weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
-                    int64_t deadline);
+static inline __attribute__((always_inline)) int
+weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
+                int64_t deadline)
+{
+    weft__lock_release(l);
+    int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
+    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc)))
+        weft__wait_leave(l, q, w);
+    return rc;
+}
 
 /* weft__wait_park for a primitive guarded by a pthread mutex m (the
  * blocking pool's, which its threads also wait on with a condition
@@ -269,8 +297,18 @@ int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
 /* The whole wait, for the common case: the caller holds l and found
  * nothing ready. A past deadline returns -ETIMEDOUT at once (l released);
  * otherwise arms w, queues it at q's tail and parks (weft__wait_park). */
-int weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
-                   const void *obj, int64_t deadline);
+static inline __attribute__((always_inline)) int
+weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
+               const void *obj, int64_t deadline)
+{
+    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline)) {
+        weft__lock_release(l);
+        return -ETIMEDOUT;
+    }
+    weft__wait_arm(w, kind, obj, 0);
+    weft__waitq_push(q, w);
+    return weft__wait_park(l, q, w, deadline);
+}
 
 /* ---- several waits at once, exactly one wins ---- */
 
