@@ -211,11 +211,8 @@ static int chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline,
         finish(woken, 0);
         return rc;
     }
-    /* Only what a channel waiter's claim and move read (the wait layer
-     * sets the rest): zeroing the whole waiter costs a rep stos. */
     weft__waiter self;
-    self.elem = elem;
-    self.fired = NULL;
+    weft__waiter_init(&self, elem, 0);
     return weft__wait_one(&c->lock, queue_of(c, op), &self,
                           op == WEFT_OP_SEND ? WEFT__W_SEND : WEFT__W_RECV, c,
                           deadline);

@@ -299,7 +299,8 @@ static int fd_wait(int fd, int events, weft_time deadline,
     uint32_t gen = ld_rlx(&r->gen);
     weft__pending_add(w, WEFT__PENDING_IO, 1);
     if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
-        weft__waiter ws = {.fired = NULL};
+        weft__waiter ws;
+        weft__waiter_init(&ws, NULL, 0);
         rc = weft__wait_one(&r->lock, &r->q[events == WEFT_IO_READ ? 0 : 1],
                             &ws, WEFT__W_FD, r, deadline);
     } else {

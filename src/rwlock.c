@@ -112,7 +112,8 @@ static int rw_lock(weft_rwlock *ll, long kind, int64_t deadline, bool wait)
         weft__lock_release(&l->lock);
         return -EBUSY;
     }
-    weft__waiter self = {.n = kind};
+    weft__waiter self;
+    weft__waiter_init(&self, NULL, kind);
     rc = weft__wait_one(&l->lock, &l->q, &self, WEFT__W_RWLOCK, l, deadline);
     if (rc != 0)
         admit_and_wake(l); /* we may have been what kept the head out */

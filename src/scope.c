@@ -137,7 +137,8 @@ static void cancel_locked(weft_scope *s, int reason)
     if (!mark_locked(s, reason))
         return;
     /* Every flag is set: make sure each parker either sees its flag or
-     * has its park word seen below (pairs with the parker's fence in sched.c). */
+     * has its park word seen below (pairs with the parker's fence in sched.c).
+     */
     weft__cancel_fence();
     wake_locked(s);
 }

@@ -88,8 +88,10 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
     if (ld_rlx(&m->owner) == t)
         return -EDEADLK;
     int flags = cancellable ? 0 : WEFT__WAIT_FIRM;
-    weft__waiter self = {.since = INT64_MIN};
-    int woken = 0; /* M_WOKEN while we hold it, so we clear it */
+    weft__waiter self;
+    weft__waiter_init(&self, NULL, 0);
+    self.since = INT64_MIN; /* when it first queued: not yet */
+    int woken = 0;          /* M_WOKEN while we hold it, so we clear it */
     for (;;) {
         weft__lock_acquire(&m->lock);
         int s = ld_rlx(&m->state);
@@ -344,7 +346,8 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
         weft__lock_release(&s->lock);
         return -EAGAIN;
     }
-    weft__waiter self = {.n = n};
+    weft__waiter self;
+    weft__waiter_init(&self, NULL, n);
     rc = weft__wait_one(&s->lock, &s->q, &self, WEFT__W_SEM, s, deadline);
     if (rc != 0) {
         /* A large request leaving may let smaller ones behind it through. */
@@ -482,7 +485,8 @@ static int cond_wait(cond_impl *c, long want, int kind, int64_t deadline)
         weft__lock_release(&c->lock);
         return 0;
     }
-    weft__waiter self = {0};
+    weft__waiter self;
+    weft__waiter_init(&self, NULL, 0);
     return weft__wait_one(&c->lock, &c->q, &self, kind, c, deadline);
 }
 
