@@ -313,7 +313,7 @@ static int fd_wait(int fd, int events, weft_time deadline,
             rc = code;
     }
     weft__pending_add(w, WEFT__PENDING_IO, -1);
-    if (rc == -ETIMEDOUT || rc == -ECANCELED)
+    if (weft__wait_unclaimed(rc))
         p->ops->cancel(p, fd, gen);
     return rc;
 }

@@ -23,9 +23,10 @@
  *   A registration that fails is the case's result (c->rc = the error,
  *   return 0), except for an always ready regular file (rc 0). The check
  *   may find the number's file replaced: the old file's waiters are then
- *   appended to woken with -EAGAIN returned, and the select must finish
- *   them (with 0) before it parks: unlock, finish, try again (the second
- *   try finds the record current). Outside a task (weft_try_select on a
+ *   appended to woken with -EAGAIN returned and a->q set (the new file is
+ *   registered already), and the select must finish them (with 0) before
+ *   it parks: select.c does so still holding the locks, then parks.
+ *   Outside a task (weft_try_select on a
  *   plain thread) only a kept edge counts.
  * won: c->rc = code: 0 (an edge, or the number was found to name a new
  *   file), -EBADF (weft_close or weft_fd_forget under the wait).

@@ -313,9 +313,11 @@ static void register_on(int worker, int *fd)
     scope_end(s);
 }
 
+/* arg: the second reader (on worker 0), a weft_fn: its wait is
+ * weft_fd_wait's or a select's. */
 static int reuse_root(void *arg)
 {
-    (void)arg;
+    weft_fn second = *(const weft_fn *)arg;
     int sv[2], peer;
     nb_pair(sv);
     int fd = sv[0];
@@ -330,7 +332,7 @@ static int reuse_root(void *arg)
     weft_scope *s = scope_open();
     spawn_on(1, reader_10s, &r[1]);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    spawn_on(0, reader_10s, &r[0]);
+    spawn_on(0, second, &r[0]);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
     ASSERT_EQ(write(peer, "ab", 2), 2);
     scope_end(s);
@@ -347,9 +349,9 @@ static int reuse_root(void *arg)
 TEST(foreign_close_then_reuse_wakes_the_next_wait)
 {
     int before = t_proc_count("/proc/self/fd");
-    ASSERT_EQ(t_run_virtual(1, reuse_root, NULL), 0);
-    ASSERT_EQ(t_run_virtual(2, reuse_root, NULL), 0);
-    ASSERT_EQ(t_run_virtual(3, reuse_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(1, reuse_root, &(weft_fn){reader_10s}), 0);
+    ASSERT_EQ(t_run_virtual(2, reuse_root, &(weft_fn){reader_10s}), 0);
+    ASSERT_EQ(t_run_virtual(3, reuse_root, &(weft_fn){reader_10s}), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
@@ -842,47 +844,7 @@ TEST(close_under_waiting_fd_wait_every_direction)
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
-/* ---- select's descriptor case (io.h), driven as a select does ---- */
-
-/* A select over descriptor cases only, driving the case interface as
- * wait.h's "select's cases" describe: check, lock, try under every lock,
- * a park over every case (counted pending), won. */
-static int fd_select(weft_case *cs, int n, weft_time deadline)
-{
-    weft__arm arms[4];
-    weft__lock *order[4];
-    ASSERT(n <= 4);
-    for (int i = 0; i < n; i++)
-        ASSERT_EQ(weft__fd_case_check(&cs[i]), 0);
-    for (;;) {
-        for (int i = 0; i < n; i++)
-            arms[i] = (weft__arm){.lock = weft__fd_case_lock(&cs[i])};
-        int k = weft__locks_order(arms, n, order);
-        weft__chain woken;
-        weft__chain_init(&woken);
-        weft__locks_acquire(order, k);
-        int done = -1;
-        for (int i = 0; i < n && done < 0; i++)
-            if (weft__fd_case_try(&cs[i], &arms[i], &woken) == 0)
-                done = i;
-        if (done >= 0 || woken.head) {
-            weft__locks_release(order, k);
-            weft__wake_chain(woken.head, 0);
-            if (done >= 0)
-                return done;
-            continue; /* woke a replaced file's waiters: look again */
-        }
-        weft_worker *w = weft__tl_worker;
-        int code = 0;
-        weft__pending_add(w, WEFT__PENDING_IO, 1);
-        int rc = weft__wait_many(order, k, arms, n, WEFT__W_SELECT, cs,
-                                 deadline, &code);
-        weft__pending_add(w, WEFT__PENDING_IO, -1);
-        if (rc >= 0)
-            weft__fd_case_won(&cs[rc], code);
-        return rc;
-    }
-}
+/* ---- weft_select's descriptor cases ---- */
 
 struct sel {
     weft_case cs[2];
@@ -896,7 +858,7 @@ static int selector(void *arg)
     struct sel *s = arg;
     for (int i = 0; i < 3; i++) {
         s->got[i] =
-            fd_select(s->cs, 2, i == 2 ? weft_now() + WEFT_SEC : WEFT_NEVER);
+            weft_select(s->cs, 2, i == 2 ? weft_now() + WEFT_SEC : WEFT_NEVER);
         s->rc[i] = s->got[i] >= 0 ? s->cs[s->got[i]].rc : 1;
         s->at[i] = weft_now();
         if (s->got[i] == 0) /* readable: read it, or it stays ready */
@@ -935,7 +897,7 @@ static int fd_case_root(void *arg)
     /* A select that times out leaves nothing queued; the next wait is
      * woken by the next byte, at its instant. */
     weft_case one = {.op = WEFT_OP_READ, .fd = a[0], .rc = 1};
-    ASSERT_EQ(fd_select(&one, 1, weft_now() + WEFT_SEC), -ETIMEDOUT);
+    ASSERT_EQ(weft_select(&one, 1, weft_now() + WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
     write_byte(a[1], 2);
     ASSERT_EQ(weft_fd_wait(a[0], WEFT_IO_READ, weft_now() + WEFT_SEC), 0);
@@ -969,7 +931,7 @@ static int select_reader_10s(void *arg)
         }
         ASSERT(n < 0 && errno == EAGAIN);
         weft_case rc = {.op = WEFT_OP_READ, .fd = r->fd, .rc = 1};
-        int got = fd_select(&rc, 1, deadline);
+        int got = weft_select(&rc, 1, deadline);
         if (got < 0 || rc.rc) {
             r->got = got < 0 ? got : rc.rc;
             break;
@@ -983,39 +945,11 @@ static int select_reader_10s(void *arg)
  * that has the old file's registration: its case's check finds the file
  * replaced and wakes the wait parked on the new one (which must then
  * register the new file again), before the select parks. */
-static int reuse_select_root(void *arg)
-{
-    (void)arg;
-    int sv[2], peer;
-    nb_pair(sv);
-    int fd = sv[0];
-    register_on(0, &fd);
-    ASSERT_EQ(close(sv[0]), 0); /* plain close: weft is not told */
-    ASSERT_EQ(weft_close(sv[1]), 0);
-    reuse_number(fd, &peer);
-    struct rw r[2] = {{.fd = fd, .got = -1}, {.fd = fd, .got = -1}};
-    weft_scope *s = scope_open();
-    spawn_on(1, reader_10s, &r[1]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    spawn_on(0, select_reader_10s, &r[0]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    ASSERT_EQ(write(peer, "ab", 2), 2);
-    scope_end(s);
-    for (int i = 0; i < 2; i++) {
-        ASSERT(r[i].got == 'a' || r[i].got == 'b');
-        ASSERT_EQ(r[i].at, 2 * WEFT_SEC);
-    }
-    ASSERT(r[0].got != r[1].got);
-    ASSERT_EQ(weft_close(fd), 0);
-    ASSERT_EQ(weft_close(peer), 0);
-    return 0;
-}
-
 TEST(select_fd_case_on_a_reused_foreign_number)
 {
     int before = t_proc_count("/proc/self/fd");
-    ASSERT_EQ(t_run_virtual(2, reuse_select_root, NULL), 0);
-    ASSERT_EQ(t_run_virtual(3, reuse_select_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, reuse_root, &(weft_fn){select_reader_10s}), 0);
+    ASSERT_EQ(t_run_virtual(3, reuse_root, &(weft_fn){select_reader_10s}), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
 }
 
