@@ -21,6 +21,9 @@
 #endif
 #if defined(WEFT_TSAN)
 #include <sanitizer/tsan_interface.h>
+/* The instrumentation's own exit hook (the runtime exports it; no header
+ * declares it): a task that never returns pops its frame with it. */
+void __tsan_func_exit(void);
 #endif
 
 typedef struct weft__ctx {

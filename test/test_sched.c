@@ -584,6 +584,40 @@ TEST(spawn_heavy_loop_four_workers)
     heavy_run(4);
 }
 
+/* ---- one stack slot, many tasks in turn ---- */
+
+static int turn_child(void *arg)
+{
+    long *ran = arg;
+    (*ran)++;
+    return 0;
+}
+
+static int turn_root(void *arg)
+{
+    long *ran = arg;
+    /* Unscaled: a million tasks run one after another on a reused slot
+     * and, under TSan, on the slot's one fiber, whose shadow stack each
+     * finished task must leave as it found it (one frame left behind per
+     * task overran it before this loop's end). */
+    for (long i = 0; i < 1000000; i++) {
+        weft_scope *s;
+        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        ASSERT(weft_spawn(s, turn_child, ran) >= 0);
+        ASSERT_EQ(weft_scope_join(s), 0);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        ASSERT_EQ(*ran, i + 1);
+    }
+    return 0;
+}
+
+TEST(a_slot_serves_a_million_tasks_in_turn)
+{
+    long ran = 0;
+    ASSERT_EQ(t_run_mono(1, turn_root, &ran), 0);
+    ASSERT_EQ(ran, 1000000);
+}
+
 /* ---- placement: weft_spawn_opts.worker ------------------------------- */
 
 #define PIN_PER_WORKER 50
