@@ -1786,6 +1786,365 @@ WEFT_EXTERN int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
 WEFT_EXTERN int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
                                    weft_fn fallback, void *fallback_arg);
 
+/* ------------------------------------------------------------------------
+ * 12. Actors
+ *
+ * An actor is a task that owns its state and handles messages from a
+ * bounded mailbox one at a time (Erlang's process, Akka's actor, Go's
+ * goroutine that owns a channel). Nobody else touches the state, so it
+ * needs no lock. Messages are of a fixed size chosen at spawn and copied
+ * into the mailbox. A full mailbox pushes back: weft_actor_tell waits (up
+ * to a deadline), weft_actor_try_tell says -EAGAIN; nothing grows without
+ * bound.
+ *
+ * A weft_actor pointer is a counted reference: the spawner gets one,
+ * weft_actor_ref/unref take and drop more, and the memory stays until the
+ * last is dropped, so a reference stays safe to use after the actor has
+ * exited: calls on it return -ESRCH. The actor is a task of the scope it
+ * was spawned into: the scope waits for it and its cancel stops it.
+ *
+ * An ask is a message with a reply: the asker waits for the behaviour's
+ * weft_actor_reply. The reply reaches the asker at most once; an asker
+ * that gave up (deadline, cancel) leaves its message to be handled, and
+ * the late reply is dropped: nothing leaks and the actor never blocks on
+ * it. When an actor exits, every ask still queued or unanswered fails
+ * with -ESRCH, and every monitor fires once.
+ * ---------------------------------------------------------------------- */
+
+typedef struct weft_actor weft_actor;
+
+/* What a message is. */
+enum {
+    WEFT_MSG_TELL = 0, /* from weft_actor_tell / try_tell: no reply */
+    WEFT_MSG_ASK = 1,  /* from weft_actor_ask: reply with weft_actor_reply */
+    WEFT_MSG_DOWN = 2, /* a monitor fired (weft_actor_monitor) */
+};
+
+/* One message as the behaviour sees it; valid during the call only. */
+typedef struct weft_actor_msg {
+    int kind;   /* WEFT_MSG_* */
+    void *data; /* TELL, ASK: the message (msg_size bytes); DOWN: NULL */
+    /* DOWN: the actor that exited (a reference valid during the call;
+     * weft_actor_ref it to keep it), its exit status, and the monitor's
+     * id as weft_actor_monitor returned it. */
+    weft_actor *down;
+    int down_status;
+    long monitor;
+    void *priv_; /* the runtime's */
+} weft_actor_msg;
+
+/* The behaviour: handles one message. Returns 0 to go on, WEFT_ACTOR_STOP
+ * to stop normally (exit status 0; what is still queued is refused as
+ * after weft_actor_stop(WEFT_STOP_NOW)), or a negative code: the actor
+ * fails and exits with it. It may block (tell, ask other actors, sleep):
+ * the mailbox waits meanwhile. Its cancellation points return -ECANCELED
+ * once the actor is stopped with WEFT_STOP_NOW or its scope is cancelled. */
+typedef int (*weft_actor_fn)(void *state, weft_actor_msg *m);
+#define WEFT_ACTOR_STOP 1
+
+typedef struct weft_actor_opts {
+    weft_actor_fn fn;  /* required */
+    void *state;       /* the behaviour's first argument */
+    size_t msg_size;   /* bytes per message, 1 .. 65536 */
+    size_t reply_size; /* bytes per reply, 0 .. 65536 (0: replies carry
+                        * only success or an error) */
+    int capacity;      /* mailbox slots, >= 1 */
+    /* A name for diagnostics (the task's name; the string must outlive
+     * the actor). */
+    const char *name;
+    /* Non-NULL: the actor registers itself under this name before it
+     * handles its first message (weft_register; the string is copied) and
+     * is unregistered when it exits. A name already taken makes the actor
+     * fail at once with -EEXIST. */
+    const char *register_as;
+    /* Optional: runs first, on the actor's task; a negative return makes
+     * the actor exit with it before any message (a failed start). */
+    int (*on_start)(void *state);
+    /* Optional: runs last, on the actor's task, with the exit status. */
+    void (*on_stop)(void *state, int status);
+    /* As weft_spawn_opts.worker: 0 lets the runtime place the actor, k
+     * starts it on worker k - 1. */
+    int worker;
+} weft_actor_opts;
+
+/* Spawns an actor as a child of scope s (NULL: the current scope). Returns
+ * 0 and sets *out to a reference the caller owns (unref it when done; the
+ * actor runs on), or -EINVAL (out or fn NULL, a size or capacity out of
+ * range), -EPERM (not in a task), -ESHUTDOWN, -ECANCELED (the scope is
+ * joined or cancelled), -ENOMEM. Never blocks; not a cancellation point. */
+WEFT_EXTERN int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o,
+                                 weft_actor **out);
+
+/* Makes the calling task the actor described by o: it handles messages
+ * until it stops, then returns its exit status (0 after WEFT_ACTOR_STOP or
+ * weft_actor_stop, a negative code after a failure, -ECANCELED if its scope
+ * was cancelled). The way to run an actor as a supervisor's child (see
+ * weft_child_spec). -EINVAL, -EPERM as weft_actor_spawn, -ENOMEM. Blocks. */
+WEFT_EXTERN int weft_actor_run(const weft_actor_opts *o);
+
+/* The calling actor's own reference (borrowed: ref it to keep it beyond
+ * the current message), or NULL outside an actor. Never blocks. */
+WEFT_EXTERN weft_actor *weft_actor_self(void);
+
+/* Takes a reference; returns a. Any thread; never blocks. */
+WEFT_EXTERN weft_actor *weft_actor_ref(weft_actor *a);
+
+/* Drops a reference; the last one frees the handle's memory (the actor
+ * itself runs until it stops). Returns 0 or -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_actor_unref(weft_actor *a);
+
+/* Queues a copy of msg (msg_size bytes) in a's mailbox, waiting while it is
+ * full until the deadline (WEFT_NEVER: none). Returns 0, -ETIMEDOUT,
+ * -ECANCELED, -ESRCH (the actor has exited or is stopping), -EINVAL,
+ * -EPERM (not in a task: use weft_actor_try_tell). A cancellation point: on
+ * -ETIMEDOUT or -ECANCELED nothing was queued. Messages from one sender
+ * arrive in the order sent. Blocks while the mailbox is full. */
+WEFT_EXTERN int weft_actor_tell(weft_actor *a, const void *msg,
+                                weft_time deadline);
+
+/* weft_actor_tell without waiting: -EAGAIN if the mailbox is full. Any
+ * thread, also outside a runtime; never blocks. */
+WEFT_EXTERN int weft_actor_try_tell(weft_actor *a, const void *msg);
+
+/* Sends msg as an ask and waits, until the deadline, for the behaviour's
+ * reply, copied to *reply (reply_size bytes; reply may be NULL). Returns 0,
+ * the negative code the behaviour replied with (weft_actor_reply_error),
+ * -ENOMSG (the behaviour returned without replying), -ESRCH (the actor
+ * exited before replying: stopped or failed), -ETIMEDOUT, -ECANCELED,
+ * -EINVAL, -EPERM (not in a task), -EDEADLK (an actor asking itself). A
+ * cancellation point: after -ETIMEDOUT or -ECANCELED a message already
+ * queued stays queued and is handled, and its reply is dropped. Blocks. */
+WEFT_EXTERN int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
+                               weft_time deadline);
+
+/* In the behaviour: replies to the ask m with a copy of *reply (reply_size
+ * bytes). Returns 0 (also when the asker has given up: the reply is
+ * dropped), -EINVAL (m is not an ask), -EALREADY (already replied). Never
+ * blocks. */
+WEFT_EXTERN int weft_actor_reply(weft_actor_msg *m, const void *reply);
+
+/* In the behaviour: fails the ask m with err (negative): the asker's
+ * weft_actor_ask returns err. Returns as weft_actor_reply, and -EINVAL if
+ * err >= 0. Never blocks. */
+WEFT_EXTERN int weft_actor_reply_error(weft_actor_msg *m, int err);
+
+/* How weft_actor_stop stops an actor. */
+enum {
+    /* Refuse new messages (-ESRCH), handle what is queued, then exit with
+     * status 0: Erlang's orderly shutdown, Akka's PoisonPill. */
+    WEFT_STOP_DRAIN = 0,
+    /* Exit as soon as the current message is handled (and cancel it if it
+     * blocks): queued asks fail with -ESRCH, queued tells are dropped;
+     * exit status -ECANCELED. */
+    WEFT_STOP_NOW = 1,
+};
+
+/* Asks a to stop (how: WEFT_STOP_*). Returns at once: weft_actor_wait waits
+ * for the exit. Idempotent (a NOW after a DRAIN hurries it). Returns 0,
+ * -ESRCH (already exited), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_actor_stop(weft_actor *a, int how);
+
+/* Waits until a has exited and sets *status (may be NULL) to its exit
+ * status. Returns 0, -ETIMEDOUT, -ECANCELED, -EDEADLK (the actor itself),
+ * -EINVAL, -EPERM. A cancellation point that changes nothing. Blocks. */
+WEFT_EXTERN int weft_actor_wait(weft_actor *a, int *status, weft_time deadline);
+
+/* Number of messages in a's mailbox now (a hint). Never blocks. */
+WEFT_EXTERN size_t weft_actor_queued(const weft_actor *a);
+
+/* Monitors: watcher is told once when target exits, with its exit status,
+ * as a WEFT_MSG_DOWN message that takes no mailbox slot (it is set aside
+ * when the monitor is made, so it is never refused or lost, and it comes
+ * before queued messages). If target has already exited it is told at
+ * once. Returns the monitor's id (> 0), or -EINVAL, -ESRCH (the watcher has
+ * exited), -ENOMEM. Any task; never blocks. */
+WEFT_EXTERN long weft_actor_monitor(weft_actor *target, weft_actor *watcher);
+
+/* Removes a monitor that has not fired. Returns 0, -ENOENT (it fired
+ * already, or no such id), -EINVAL. Never blocks. */
+WEFT_EXTERN int weft_actor_demonitor(weft_actor *target, long monitor);
+
+/* A monitor as a future: *out is set to a new future of an int, resolved
+ * once with target's exit status when it exits (at once if it has). The
+ * caller owns the reference. Returns 0, -EINVAL, -ENOMEM. Any thread;
+ * never blocks. */
+WEFT_EXTERN int weft_actor_monitor_future(weft_actor *target,
+                                          weft_future **out);
+
+/* The registry: names for the actors of one runtime (Erlang's register and
+ * whereis). A name (1 to 63 bytes, copied) belongs to one live actor and
+ * is freed when it exits. weft_register returns 0, -EEXIST (taken),
+ * -ESRCH (a has exited), -EINVAL (a name empty or too long), -EPERM
+ * (outside a runtime), -ENOMEM. weft_whereis returns a new reference (the
+ * caller unrefs it) or NULL. weft_unregister returns 0, -ENOENT. Any
+ * thread of the runtime; never block. */
+WEFT_EXTERN int weft_register(const char *name, weft_actor *a);
+WEFT_EXTERN weft_actor *weft_whereis(const char *name);
+WEFT_EXTERN int weft_unregister(const char *name);
+
+/* ------------------------------------------------------------------------
+ * 13. Supervisors
+ *
+ * A supervisor starts children, watches them, and restarts those that
+ * fail, in the manner of Erlang/OTP's supervisor. It is a task owning a
+ * scope: its children cannot outlive it. A child is a task function (an
+ * actor through weft_actor_run, a nested supervisor through weft_sup_run,
+ * or any weft_fn); it exits with a status, >= 0 normal, < 0 a failure.
+ *
+ * When a child exits, the strategy says who restarts: that child
+ * (one_for_one), all of them (one_for_all: the others are stopped first,
+ * in reverse start order, then all started again in order), or it and
+ * those started after it (rest_for_one). The restart type says whether it
+ * is restarted at all: permanent always, transient after a failure only,
+ * temporary never. Restarts wait for a backoff (weft_retry's delays, per
+ * child, reset after a child has run long enough), and if there are more
+ * than `intensity` restarts within `period_ns`, the supervisor gives up:
+ * it stops every child and returns -ECHILD, a failure its own supervisor
+ * sees (escalation up the tree).
+ *
+ * Stopping a child: its stop hook is called (an actor child is stopped
+ * with WEFT_STOP_DRAIN) and it has shutdown_ns to exit, after which it is
+ * cancelled; WEFT_SHUTDOWN_BRUTAL cancels it at once. A supervisor stops
+ * its children in reverse start order, one after the other.
+ * ---------------------------------------------------------------------- */
+
+typedef struct weft_sup weft_sup;
+
+typedef enum weft_sup_strategy {
+    WEFT_ONE_FOR_ONE = 0,
+    WEFT_ONE_FOR_ALL = 1,
+    WEFT_REST_FOR_ONE = 2,
+    /* Children of one kind added at run time with weft_sup_start_child
+     * (OTP's simple_one_for_one, Elixir's DynamicSupervisor): restarts as
+     * one_for_one; max_children bounds them. */
+    WEFT_DYNAMIC = 3,
+} weft_sup_strategy;
+
+typedef enum weft_restart {
+    WEFT_PERMANENT = 0, /* always restarted */
+    WEFT_TRANSIENT = 1, /* restarted after a failure (status < 0) only */
+    WEFT_TEMPORARY = 2, /* never restarted */
+} weft_restart;
+
+#define WEFT_SHUTDOWN_BRUTAL 0      /* cancel at once */
+#define WEFT_SHUTDOWN_INFINITY (-1) /* wait for the child however long */
+
+typedef struct weft_child_spec {
+    /* Unique among the supervisor's children (the string must outlive the
+     * supervisor); also the child task's name. */
+    const char *name;
+    /* The child: start(arg) runs as a task in the supervisor's scope, and
+     * its return is the child's exit status. NULL if actor is set. */
+    weft_fn start;
+    void *arg;
+    /* Or an actor: the child runs weft_actor_run(actor) (the options must
+     * outlive the supervisor); its graceful stop is WEFT_STOP_DRAIN. */
+    const weft_actor_opts *actor;
+    weft_restart restart;
+    /* Time to exit once asked to stop, then it is cancelled; 0
+     * (WEFT_SHUTDOWN_BRUTAL): cancelled at once; WEFT_SHUTDOWN_INFINITY:
+     * no limit (OTP's choice for a child that is a supervisor). */
+    int64_t shutdown_ns;
+    /* Optional: asks a start child to finish (e.g. closes its input); runs
+     * on the supervisor's task and must not block. Without it, a graceful
+     * stop of a start child is a cancel. */
+    void (*stop)(void *arg);
+} weft_child_spec;
+
+/* What happened, for weft_sup_opts.on_event. */
+typedef enum weft_sup_event_kind {
+    WEFT_SUP_EXIT = 0,     /* a child exited (status) */
+    WEFT_SUP_RESTART = 1,  /* a child is started again after delay_ns */
+    WEFT_SUP_GIVE_UP = 2,  /* a child is not restarted (its restart type) */
+    WEFT_SUP_ESCALATE = 3, /* too many restarts: the supervisor stops */
+} weft_sup_event_kind;
+
+typedef struct weft_sup_event {
+    weft_sup_event_kind kind;
+    const char *supervisor; /* weft_sup_opts.name, or "" */
+    const char *child;      /* the child's name */
+    int status;             /* the child's exit status */
+    int restarts;           /* restarts within the period, this one included */
+    int64_t delay_ns;       /* RESTART: the backoff before it */
+    weft_time at;           /* weft_now() when it happened */
+} weft_sup_event;
+
+typedef struct weft_sup_opts {
+    weft_sup_strategy strategy;
+    /* At most intensity restarts within period_ns, or the supervisor gives
+     * up (-ECHILD). Both 0: OTP's default, 1 restart in 5 s. intensity < 0:
+     * no limit. */
+    int intensity;
+    int64_t period_ns;
+    /* Delays before restarts, per child: base_ns, cap_ns, jitter and seed
+     * are used (max_attempts and the rest are not; intensity is the
+     * limit). NULL: restart at once. The policy must outlive the
+     * supervisor. */
+    const weft_retry *backoff;
+    /* A child that has run this long since its start has its backoff
+     * reset; 0: period_ns. */
+    int64_t backoff_reset_ns;
+    const char *name; /* for events and diagnostics; may be NULL */
+    int max_children; /* WEFT_DYNAMIC: at most this many; 0: no limit */
+    /* Called on the supervisor's task for every exit, restart, give-up and
+     * escalation; must not block. NULL: nothing. */
+    void (*on_event)(void *ctx, const weft_sup_event *e);
+    void *event_ctx;
+} weft_sup_opts;
+
+/* Runs a supervisor on the calling task: starts the n children in order,
+ * supervises them until stopped (weft_sup_stop on weft_sup_current(), or a
+ * cancel of the task's scope), then stops them in reverse order and
+ * returns 0 (stopped, or cancelled), or -ECHILD (it gave up: too many
+ * restarts), -EINVAL (bad options or specs, duplicate names), -EPERM (not
+ * in a task), -ENOMEM. Shutting down is not cut short by the cancel. A
+ * nested supervisor is a child whose start calls this. Blocks. */
+WEFT_EXTERN int weft_sup_run(const weft_sup_opts *o,
+                             const weft_child_spec *children, int n);
+
+/* weft_sup_run on a new task in scope s (NULL: the current scope); *out
+ * is a handle for the calls below, freed with weft_sup_free once
+ * weft_sup_wait has returned. Returns 0, or the errors of weft_sup_run's
+ * checks and of weft_spawn. Never blocks. */
+WEFT_EXTERN int weft_sup_spawn(weft_scope *s, const weft_sup_opts *o,
+                               const weft_child_spec *children, int n,
+                               weft_sup **out);
+
+/* The supervisor the calling task runs (in weft_sup_run), or NULL. */
+WEFT_EXTERN weft_sup *weft_sup_current(void);
+
+/* Adds a child at run time, started after the others. Returns 0, -EEXIST
+ * (a child of that name), -EMFILE (max_children reached), -ESRCH (the
+ * supervisor has stopped), -EINVAL, -ECANCELED. A cancellation point:
+ * waits until the supervisor has started the child; cancelled before the
+ * supervisor took it, nothing was added. Blocks. */
+WEFT_EXTERN int weft_sup_start_child(weft_sup *s, const weft_child_spec *c);
+
+/* Stops the named child as at shutdown and removes it. Returns 0,
+ * -ENOENT, -ESRCH, -ECANCELED. A cancellation point: cancelled, the child
+ * is still stopped and removed, but the caller does not wait for it.
+ * Blocks. */
+WEFT_EXTERN int weft_sup_terminate_child(weft_sup *s, const char *name);
+
+/* Counts now: children running, and restarts since the start. Returns 0,
+ * -EINVAL. Never blocks. */
+WEFT_EXTERN int weft_sup_counts(weft_sup *s, int *running, long *restarts);
+
+/* Asks the supervisor to stop its children (in reverse order) and return
+ * 0. Returns 0, -ESRCH (it has stopped), -EINVAL. Any thread; never
+ * blocks. */
+WEFT_EXTERN int weft_sup_stop(weft_sup *s);
+
+/* Waits until a supervisor started by weft_sup_spawn has returned; its
+ * status goes to *status (may be NULL). Returns 0, -ETIMEDOUT, -ECANCELED
+ * (a cancellation point that changes nothing), -EINVAL. Blocks. */
+WEFT_EXTERN int weft_sup_wait(weft_sup *s, int *status, weft_time deadline);
+
+/* Frees a handle from weft_sup_spawn after weft_sup_wait returned 0.
+ * Returns 0, -EBUSY (still running), -EINVAL. Never blocks. */
+WEFT_EXTERN int weft_sup_free(weft_sup *s);
+
 #ifdef __cplusplus
 }
 #endif
