@@ -245,15 +245,16 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
     return a;
 }
 
-/* The exit's first half, the loop having ended with status: refuses
- * every message from now on, fails the asks still queued, waiting or
- * being handled with -ESRCH, drops the tells. */
-static void actor_stopped(weft_actor *a)
+/* The exit's first half, the loop having ended: refuses every message
+ * from now on, fails the asks still queued, waiting or being handled with
+ * -ESRCH, drops the tells. True if WEFT_STOP_NOW stopped it. */
+static bool actor_stopped(weft_actor *a)
 {
     weft__chain tells, asks;
     weft__chain_init(&tells);
     weft__chain_init(&asks);
     weft__lock_acquire(&a->lock);
+    bool now = a->life == WEFT__A_STOPPING;
     a->life = WEFT__A_STOPPED;
     a->scope = NULL; /* the task joins and frees it next */
     weft__ask *r = a->cur_ask;
@@ -272,6 +273,7 @@ static void actor_stopped(weft_actor *a)
     weft__lock_release(&a->lock);
     weft__wake_chain(tells.head, -ESRCH);
     weft__wake_chain(asks.head, 0);
+    return now;
 }
 
 static void monitor_fire(weft__monitor *m, weft_actor *target, int status);
@@ -434,8 +436,10 @@ static int serve(weft_actor *a, weft_worker *wk, weft_task *t)
             if (rc) /* stopped or failed: the exit fails it (-ESRCH) */
                 break;
             a->cur_ask = NULL; /* returned without replying */
-            if (ask_end(r, -ENOMSG))
-                woken = &r->w;
+            if (ask_end(r, -ENOMSG)) {
+                r->w.next = NULL;
+                woken = &r->w; /* woken is empty: it was finished above */
+            }
         }
         if (rc)
             break;
@@ -447,9 +451,9 @@ static int serve(weft_actor *a, weft_worker *wk, weft_task *t)
 
 /* Runs the actor a on the calling task, which holds one of its
  * references (dropped here): start, messages, exit. Returns the exit
- * status. */
+ * status; *now says whether WEFT_STOP_NOW stopped it. */
 static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
-                      void *ctx)
+                      void *ctx, bool *now)
 {
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
@@ -479,7 +483,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
             started(ctx, a);
         status = serve(a, wk, t);
     }
-    actor_stopped(a);
+    *now = actor_stopped(a);
     if (sc) {
         weft__scope_join_above(t, sc); /* scopes the behaviour left open */
         weft_scope_join(sc);           /* no child: closes it at once */
@@ -496,7 +500,13 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
 
 static int actor_task(void *arg)
 {
-    return actor_main(arg, NULL, NULL);
+    bool now;
+    int status = actor_main(arg, NULL, NULL, &now);
+    /* A stop's -ECANCELED is the stopper's choice, not a failure for the
+     * scope's policy to act on (a task handle's cancel is the same). */
+    if (now && status == -ECANCELED)
+        weft__current()->flags |= TASK_WITHDRAWN;
+    return status;
 }
 
 int weft__actor_run_with(const weft_actor_opts *o,
@@ -512,7 +522,8 @@ int weft__actor_run_with(const weft_actor_opts *o,
     if (!a)
         return rc;
     a->run_name = o->register_as != NULL; /* registered at the start */
-    return actor_main(a, started, ctx);
+    bool now;
+    return actor_main(a, started, ctx, &now);
 }
 
 int weft_actor_run(const weft_actor_opts *o)
