@@ -33,6 +33,7 @@ LAYERS='
 7 future   future.h future.c parallel.c retry.c breaker.c limiter.c bulkhead.c
 8 select   select.c
 9 runtime  runtime.h runtime.c
+11 supervisor supervisor.c
 '
 UNCHECKED=''
 

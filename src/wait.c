@@ -8,16 +8,17 @@
 #include <string.h>
 
 static const char *const kind_names[WEFT__W_KINDS] = {
-    [WEFT__W_NONE] = "nothing",         [WEFT__W_SLEEP] = "sleep",
-    [WEFT__W_SEND] = "channel send",    [WEFT__W_RECV] = "channel receive",
-    [WEFT__W_SELECT] = "select",        [WEFT__W_MUTEX] = "mutex",
-    [WEFT__W_RWLOCK] = "rwlock",        [WEFT__W_COND] = "condition variable",
-    [WEFT__W_SEM] = "semaphore",        [WEFT__W_EVENT] = "event",
-    [WEFT__W_WAITGROUP] = "wait group", [WEFT__W_ONCE] = "once",
-    [WEFT__W_BARRIER] = "barrier",      [WEFT__W_FUTURE] = "future",
-    [WEFT__W_FD] = "descriptor",        [WEFT__W_BLOCKING] = "blocking call",
-    [WEFT__W_BULKHEAD] = "bulkhead",    [WEFT__W_LIMITER] = "rate limiter",
-    [WEFT__W_SCOPE] = "scope join",     [WEFT__W_TASK] = "task join",
+    [WEFT__W_NONE] = "nothing",          [WEFT__W_SLEEP] = "sleep",
+    [WEFT__W_SEND] = "channel send",     [WEFT__W_RECV] = "channel receive",
+    [WEFT__W_SELECT] = "select",         [WEFT__W_MUTEX] = "mutex",
+    [WEFT__W_RWLOCK] = "rwlock",         [WEFT__W_COND] = "condition variable",
+    [WEFT__W_SEM] = "semaphore",         [WEFT__W_EVENT] = "event",
+    [WEFT__W_WAITGROUP] = "wait group",  [WEFT__W_ONCE] = "once",
+    [WEFT__W_BARRIER] = "barrier",       [WEFT__W_FUTURE] = "future",
+    [WEFT__W_FD] = "descriptor",         [WEFT__W_BLOCKING] = "blocking call",
+    [WEFT__W_BULKHEAD] = "bulkhead",     [WEFT__W_LIMITER] = "rate limiter",
+    [WEFT__W_SCOPE] = "scope join",      [WEFT__W_TASK] = "task join",
+    [WEFT__W_SUPERVISOR] = "supervisor",
 };
 
 const char *weft__wait_kind_name(int kind)
