@@ -313,12 +313,13 @@ static void intake(weft_sup *s, child *list)
     }
 }
 
-/* Waits until something is posted or the deadline comes, then takes the
- * exits in. Returns true if a stop was asked for. */
-static bool sup_wait(weft_sup *s, weft_time deadline)
+/* Waits until something is posted (with exits_only, an exit) or the
+ * deadline comes, then takes the exits in. Returns true if a stop was
+ * asked for. */
+static bool sup_wait(weft_sup *s, weft_time deadline, bool exits_only)
 {
     weft__lock_acquire(&s->lock);
-    if (!s->exits && !s->reqs && !s->stop_req) {
+    if (!s->exits && (exits_only || (!s->reqs && !s->stop_req))) {
         weft__waiter w;
         weft__waiter_init(&w, NULL, 0);
         /* The supervisor's current scope is `kids`, which nobody cancels:
@@ -340,7 +341,7 @@ static bool wait_exit(weft_sup *s, child *c, weft_time deadline)
     while (c->state == C_RUNNING) {
         if (deadline != WEFT_NEVER && weft_now() >= deadline)
             return false;
-        sup_wait(s, deadline);
+        sup_wait(s, deadline, true);
     }
     return true;
 }
@@ -416,6 +417,9 @@ static int child_start(weft_sup *s, child *c, weft_time now)
         return rc;
     c->state = C_RUNNING;
     st_rlx(&s->running_pub, ++s->running);
+    /* Let it begin before the next one starts (OTP starts children one
+     * after the other): on this worker it runs first. */
+    weft_yield();
     return 0;
 }
 
@@ -781,7 +785,7 @@ static int sup_run(weft_sup *s)
     bool stop = s->stop_req;
     while (result == 0 && !stop) {
         /* On a stop, the exits pending are the shutdown's to take. */
-        if ((stop = sup_wait(s, next)))
+        if ((stop = sup_wait(s, next, false)))
             break;
         child *c;
         while (result == 0 && (c = pend_pop(s)) != NULL)
