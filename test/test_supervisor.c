@@ -686,7 +686,7 @@ typedef struct crash_ctx {
 typedef struct crasher {
     crash_ctx *cx;
     uint64_t rng;
-    char name[8];
+    char name[16];
 } crasher;
 
 static uint64_t xorshift(uint64_t *s)
