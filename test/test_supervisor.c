@@ -50,7 +50,6 @@ static void log_reset(void)
 typedef struct step {
     int64_t run;    /* ns before it returns by itself; < 0: until stopped */
     int status;     /* what it returns then */
-    int ignore;     /* 1: its stop hook does nothing */
     int64_t linger; /* ns it takes to finish once its stop hook ran */
 } step;
 
@@ -59,9 +58,12 @@ typedef struct kid {
     const char *name;
     step plan[NSTEPS]; /* start i follows plan[i] (the last one repeats) */
     int starts;
-    int stop_asked;
-    weft_event stop;
-    int log_time; /* log entries carry the instant: "a+@100" */
+    int ignore; /* 1: its stop hook does nothing */
+    /* The hook runs on the supervisor's task, maybe on another worker and
+     * before the start it stops has begun: it touches only these two. */
+    _Atomic int stop_asked;
+    weft_sem stop; /* a permit: stop */
+    int log_time;  /* log entries carry the instant: "a+@100" */
 } kid;
 
 /* Start i's step: plan[i], or the last step given (an empty one, all
@@ -71,7 +73,7 @@ static step plan_step(const kid *k, int i)
     if (i >= NSTEPS)
         i = NSTEPS - 1;
     while (i > 0 && k->plan[i].run == 0 && k->plan[i].status == 0 &&
-           k->plan[i].ignore == 0 && k->plan[i].linger == 0)
+           k->plan[i].linger == 0)
         i--;
     return k->plan[i];
 }
@@ -81,8 +83,6 @@ static int kid_fn(void *arg)
     kid *k = arg;
     int i = k->starts++;
     step st = plan_step(k, i);
-    weft_event_reset(&k->stop);
-    k->stop_asked = 0;
     LOG(k->log_time ? "%s+@%lld" : "%s+", k->name);
     int rc;
     if (st.run >= 0) {
@@ -94,7 +94,7 @@ static int kid_fn(void *arg)
             return st.status;
         }
     } else {
-        rc = weft_event_wait(&k->stop);
+        rc = weft_sem_acquire(&k->stop, 1);
         if (rc == 0 && st.linger > 0)
             rc = weft_sleep(st.linger);
         if (rc == 0) {
@@ -110,8 +110,8 @@ static void kid_stop(void *arg)
 {
     kid *k = arg;
     k->stop_asked++;
-    if (!plan_step(k, k->starts - 1).ignore)
-        weft_event_set(&k->stop);
+    if (!k->ignore)
+        weft_sem_release(&k->stop, 1);
 }
 
 static weft_child_spec spec_of(kid *k, weft_restart r, int64_t shutdown)
@@ -191,9 +191,9 @@ static void run_sup(run_ctx *r, int workers)
 
 static void strategy_case(weft_sup_strategy strategy, const char *want)
 {
-    kid a = {.name = "a", .plan = {{-1, 0, 0, 0}}};
-    kid b = {.name = "b", .plan = {{10 * MS, -EIO, 0, 0}, {-1, 0, 0, 0}}};
-    kid c = {.name = "c", .plan = {{-1, 0, 0, 0}}};
+    kid a = {.name = "a", .plan = {{-1, 0, 0}}};
+    kid b = {.name = "b", .plan = {{10 * MS, -EIO, 0}, {-1, 0, 0}}};
+    kid c = {.name = "c", .plan = {{-1, 0, 0}}};
     run_ctx r = {.o = {.strategy = strategy,
                        .intensity = 3,
                        .period_ns = WEFT_SEC,
@@ -230,9 +230,9 @@ TEST(rest_for_one)
 TEST(rest_for_one_last_and_first)
 {
     /* The last child's group is itself; the first's is everyone. */
-    kid a = {.name = "a", .plan = {{20 * MS, -EIO, 0, 0}, {-1, 0, 0, 0}}};
-    kid b = {.name = "b", .plan = {{-1, 0, 0, 0}}};
-    kid c = {.name = "c", .plan = {{10 * MS, -EIO, 0, 0}, {-1, 0, 0, 0}}};
+    kid a = {.name = "a", .plan = {{20 * MS, -EIO, 0}, {-1, 0, 0}}};
+    kid b = {.name = "b", .plan = {{-1, 0, 0}}};
+    kid c = {.name = "c", .plan = {{10 * MS, -EIO, 0}, {-1, 0, 0}}};
     run_ctx r = {.o = {.strategy = WEFT_REST_FOR_ONE, .intensity = -1},
                  .n = 3,
                  .stop_at = 100 * MS};
@@ -250,9 +250,9 @@ TEST(restart_types)
 {
     /* transient: a failure is restarted, a normal exit is not; temporary:
      * never restarted, and removed (terminate_child then says -ENOENT). */
-    kid t = {.name = "t", .plan = {{10 * MS, -EIO, 0, 0}, {20 * MS, 0, 0, 0}}};
-    kid p = {.name = "p", .plan = {{40 * MS, 0, 0, 0}, {-1, 0, 0, 0}}};
-    kid x = {.name = "x", .plan = {{5 * MS, -EIO, 0, 0}}};
+    kid t = {.name = "t", .plan = {{10 * MS, -EIO, 0}, {20 * MS, 0, 0}}};
+    kid p = {.name = "p", .plan = {{40 * MS, 0, 0}, {-1, 0, 0}}};
+    kid x = {.name = "x", .plan = {{5 * MS, -EIO, 0}}};
     run_ctx r = {.o = {.strategy = WEFT_ONE_FOR_ONE,
                        .intensity = 10,
                        .period_ns = WEFT_SEC,
@@ -283,9 +283,9 @@ TEST(fails_at_once_gives_up)
     /* The defaults (1 restart in 5 s): a child that fails as soon as it
      * starts is restarted once, then the supervisor gives up, stopping
      * the others in reverse order. */
-    kid a = {.name = "a", .plan = {{-1, 0, 0, 0}}};
-    kid b = {.name = "b", .plan = {{0, -EIO, 0, 0}}};
-    kid c = {.name = "c", .plan = {{-1, 0, 0, 0}}};
+    kid a = {.name = "a", .plan = {{-1, 0, 0}}};
+    kid b = {.name = "b", .plan = {{0, -EIO, 0}}};
+    kid c = {.name = "c", .plan = {{-1, 0, 0}}};
     run_ctx r = {.o = {.on_event = on_event}, .n = 3, .stop_at = WEFT_NEVER};
     r.specs[0] = spec_of(&a, WEFT_PERMANENT, 10 * MS);
     r.specs[1] = spec_of(&b, WEFT_PERMANENT, 10 * MS);
@@ -306,11 +306,11 @@ TEST(intensity_window_slides)
     /* 2 restarts in 100 ms: failures every 60 ms never put 3 in a window;
      * failures 30 ms apart do. */
     kid a = {.name = "a",
-             .plan = {{60 * MS, -EIO, 0, 0},
-                      {60 * MS, -EIO, 0, 0},
-                      {60 * MS, -EIO, 0, 0},
-                      {60 * MS, -EIO, 0, 0},
-                      {30 * MS, -EIO, 0, 0}}};
+             .plan = {{60 * MS, -EIO, 0},
+                      {60 * MS, -EIO, 0},
+                      {60 * MS, -EIO, 0},
+                      {60 * MS, -EIO, 0},
+                      {30 * MS, -EIO, 0}}};
     run_ctx r = {.o = {.intensity = 2, .period_ns = 100 * MS},
                  .n = 1,
                  .stop_at = WEFT_NEVER};
@@ -325,7 +325,7 @@ TEST(intensity_window_slides)
 }
 
 /* Escalation: top > mid > leaf > w, where w fails at once. */
-static kid w_kid = {.name = "w", .plan = {{0, -EIO, 0, 0}}};
+static kid w_kid = {.name = "w", .plan = {{0, -EIO, 0}}};
 
 static int leaf_sup(void *arg)
 {
@@ -385,10 +385,10 @@ TEST(shutdown_order_and_times)
     /* Stopped at 1 s, in reverse order: d (INFINITY, its hook makes it
      * take 200 ms), c (BRUTAL: cancelled at once, its hook not called),
      * b (ignores its hook: cancelled exactly 50 ms later), a (its hook). */
-    kid a = {.name = "a", .plan = {{-1, 0, 0, 0}}, .log_time = 1};
-    kid b = {.name = "b", .plan = {{-1, 0, 1, 0}}, .log_time = 1};
-    kid c = {.name = "c", .plan = {{-1, 0, 0, 0}}, .log_time = 1};
-    kid d = {.name = "d", .plan = {{-1, 0, 0, 200 * MS}}, .log_time = 1};
+    kid a = {.name = "a", .plan = {{-1, 0, 0}}, .log_time = 1};
+    kid b = {.name = "b", .plan = {{-1, 0, 0}}, .ignore = 1, .log_time = 1};
+    kid c = {.name = "c", .plan = {{-1, 0, 0}}, .log_time = 1};
+    kid d = {.name = "d", .plan = {{-1, 0, 200 * MS}}, .log_time = 1};
     run_ctx r = {.n = 4, .stop_at = WEFT_SEC};
     r.specs[0] = spec_of(&a, WEFT_PERMANENT, 10 * MS);
     r.specs[1] = spec_of(&b, WEFT_PERMANENT, 50 * MS);
@@ -405,7 +405,7 @@ TEST(shutdown_order_and_times)
 TEST(stop_during_backoff_does_not_wait)
 {
     static const weft_retry bo = {.base_ns = 10 * WEFT_SEC};
-    kid a = {.name = "a", .plan = {{100 * MS, -EIO, 0, 0}}};
+    kid a = {.name = "a", .plan = {{100 * MS, -EIO, 0}}};
     run_ctx r = {
         .o = {.intensity = -1, .backoff = &bo}, .n = 1, .stop_at = WEFT_SEC};
     r.specs[0] = spec_of(&a, WEFT_PERMANENT, 10 * MS);
@@ -437,8 +437,8 @@ static int cancelled_root(void *arg)
 
 TEST(cancel_stops_in_order)
 {
-    kid a = {.name = "a", .plan = {{-1, 0, 0, 30 * MS}}, .log_time = 1};
-    kid b = {.name = "b", .plan = {{-1, 0, 1, 0}}, .log_time = 1};
+    kid a = {.name = "a", .plan = {{-1, 0, 30 * MS}}, .log_time = 1};
+    kid b = {.name = "b", .plan = {{-1, 0, 0}}, .ignore = 1, .log_time = 1};
     run_ctx r = {.n = 2};
     r.specs[0] = spec_of(&a, WEFT_PERMANENT, WEFT_SHUTDOWN_INFINITY);
     r.specs[1] = spec_of(&b, WEFT_PERMANENT, 50 * MS);
@@ -542,9 +542,9 @@ static int dynamic_root(void *arg)
 
 TEST(start_and_terminate_child)
 {
-    dyn_ctx d = {.k = {{.name = "a", .plan = {{-1, 0, 0, 0}}},
-                       {.name = "b", .plan = {{-1, 0, 0, 0}}},
-                       {.name = "c", .plan = {{-1, 0, 0, 0}}}}};
+    dyn_ctx d = {.k = {{.name = "a", .plan = {{-1, 0, 0}}},
+                       {.name = "b", .plan = {{-1, 0, 0}}},
+                       {.name = "c", .plan = {{-1, 0, 0}}}}};
     log_reset();
     ASSERT_EQ(t_run_virtual(2, dynamic_root, &d), 0);
     ASSERT_LOG("a+ b+ term a- c+ c- b-");
@@ -606,7 +606,7 @@ static void stop_on_exit(void *ctx, const weft_sup_event *e)
 static int current_root(void *arg)
 {
     WEFT_UNUSED_T(arg);
-    kid a = {.name = "a", .plan = {{10 * MS, 0, 0, 0}, {-1, 0, 0, 0}}};
+    kid a = {.name = "a", .plan = {{10 * MS, 0, 0}, {-1, 0, 0}}};
     weft_child_spec c = spec_of(&a, WEFT_PERMANENT, 10 * MS);
     weft_sup_opts o = {.on_event = stop_on_exit};
     ASSERT(weft_sup_current() == NULL);
@@ -635,7 +635,7 @@ static int cancel_caller(void *arg)
     weft_sup *s = arg;
     kid *k = calloc(1, sizeof(*k));
     k->name = "late";
-    k->plan[0] = (step){-1, 0, 0, 0};
+    k->plan[0] = (step){-1, 0, 0};
     weft_child_spec c = spec_of(k, WEFT_PERMANENT, 0);
     int rc = weft_sup_start_child(s, &c);
     free(k);
@@ -647,8 +647,8 @@ static int cancel_start_root(void *arg)
     WEFT_UNUSED_T(arg);
     /* b fails at 10 ms; one_for_all stops a, which takes 1 s to go:
      * meanwhile the supervisor takes no request. */
-    kid a = {.name = "a", .plan = {{-1, 0, 0, WEFT_SEC}}};
-    kid b = {.name = "b", .plan = {{10 * MS, -EIO, 0, 0}, {-1, 0, 0, 0}}};
+    kid a = {.name = "a", .plan = {{-1, 0, WEFT_SEC}}};
+    kid b = {.name = "b", .plan = {{10 * MS, -EIO, 0}, {-1, 0, 0}}};
     weft_child_spec c[2] = {spec_of(&a, WEFT_PERMANENT, WEFT_SEC * 2),
                             spec_of(&b, WEFT_PERMANENT, 0)};
     weft_sup_opts o = {.strategy = WEFT_ONE_FOR_ALL, .intensity = -1};
