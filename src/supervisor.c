@@ -49,6 +49,7 @@
  * Everything but the lock's fields (exits, requests, stop, closed, done)
  * and the published counts is the supervisor task's own.
  */
+#include "actor.h"
 #include "scope.h"
 
 #include <limits.h>
@@ -82,6 +83,8 @@ typedef struct child {
     weft_time started;    /* when it was last started */
     weft_time restart_at; /* C_BACKOFF: when */
     weft_backoff bo;
+    weft_actor *actor; /* an actor child's, from its start to its exit;
+                        * under the supervisor's lock */
 } child;
 
 enum { REQ_START = 0, REQ_TERMINATE = 1 };
@@ -135,11 +138,15 @@ struct weft_sup {
 
 /* ---- checks ---- */
 
-/* The spec of an actor child (spec->actor set). */
+/* The spec of an actor child (spec->actor set): what weft_actor_run
+ * would refuse, refused up front. */
 static int actor_spec_check(const weft_child_spec *c)
 {
-    WEFT_UNUSED(c);
-    return -EINVAL; /* actor children: added with the actor layer */
+    const weft_actor_opts *o = c->actor;
+    if (!o->fn || o->msg_size < 1 || o->msg_size > 65536 ||
+        o->reply_size > 65536 || o->capacity < 1)
+        return -EINVAL;
+    return 0;
 }
 
 static int spec_check(const weft_child_spec *c)
@@ -251,11 +258,30 @@ static void pend_remove(weft_sup *s, child *c)
 
 /* ---- a child's task ---- */
 
-/* What the child's task runs: its function (an actor child would run its
- * actor here). */
+/* An actor child has started: the supervisor keeps a reference, for a
+ * graceful stop. */
+static void actor_started(void *ctx, weft_actor *a)
+{
+    child *c = ctx;
+    weft_actor_ref(a);
+    weft__lock_acquire(&c->sup->lock);
+    c->actor = a;
+    weft__lock_release(&c->sup->lock);
+}
+
+/* What the child's task runs: its function, or its actor. */
 static int child_body(child *c)
 {
-    return c->spec.start(c->spec.arg);
+    if (!c->spec.actor)
+        return c->spec.start(c->spec.arg);
+    int st = weft__actor_run_with(c->spec.actor, actor_started, c);
+    weft__lock_acquire(&c->sup->lock);
+    weft_actor *a = c->actor;
+    c->actor = NULL;
+    weft__lock_release(&c->sup->lock);
+    if (a)
+        weft_actor_unref(a);
+    return st;
 }
 
 /* Wakes the supervisor if it is parked (its lock held): returns the waiter
@@ -423,12 +449,22 @@ static int child_start(weft_sup *s, child *c, weft_time now)
     return 0;
 }
 
-/* Asks a running child to finish: its stop hook, or else a cancel (an
- * actor child would be stopped with WEFT_STOP_DRAIN here). Runs on the
- * supervisor's task; the hook must not block. */
+/* Asks a running child to finish: an actor with WEFT_STOP_DRAIN (or a
+ * cancel if it has not started yet), else its stop hook, or else a
+ * cancel. Runs on the supervisor's task; the hook must not block. */
 static void child_ask_stop(child *c)
 {
-    if (c->spec.stop)
+    if (c->spec.actor) {
+        weft__lock_acquire(&c->sup->lock);
+        weft_actor *a = c->actor ? weft_actor_ref(c->actor) : NULL;
+        weft__lock_release(&c->sup->lock);
+        if (a) {
+            weft_actor_stop(a, WEFT_STOP_DRAIN);
+            weft_actor_unref(a);
+        } else {
+            weft_task_cancel(c->h);
+        }
+    } else if (c->spec.stop)
         c->spec.stop(c->spec.arg);
     else
         weft_task_cancel(c->h);
