@@ -202,7 +202,7 @@ static void senders_fail(weft_actor *a, weft__chain *tells, weft__chain *asks)
 
 /* ---- spawn and run ---- */
 
-static int opts_check(const weft_actor_opts *o)
+int weft__actor_opts_check(const weft_actor_opts *o)
 {
     if (!o || !o->fn || o->msg_size < 1 || o->msg_size > MAX_MSG ||
         o->reply_size > MAX_MSG || o->capacity < 1)
@@ -512,7 +512,7 @@ static int actor_task(void *arg)
 int weft__actor_run_with(const weft_actor_opts *o,
                          void (*started)(void *ctx, weft_actor *a), void *ctx)
 {
-    int rc = opts_check(o);
+    int rc = weft__actor_opts_check(o);
     if (rc)
         return rc;
     weft_worker *wk = weft__tl_worker;
@@ -536,7 +536,7 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
     if (!out)
         return -EINVAL;
     *out = NULL;
-    int rc = opts_check(o);
+    int rc = weft__actor_opts_check(o);
     if (rc)
         return rc;
     weft_worker *wk = weft__tl_worker;

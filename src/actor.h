@@ -70,6 +70,10 @@ static inline bool weft__actor_ok(const weft_actor *a)
     return a && a->magic == WEFT__ACTOR_MAGIC;
 }
 
+/* 0 if o describes an actor weft_actor_spawn and weft_actor_run accept,
+ * else -EINVAL. */
+int weft__actor_opts_check(const weft_actor_opts *o);
+
 /* weft_actor_run with a callback: started(ctx, a) runs on the actor's task
  * once the actor exists (registered, on_start done) and before its first
  * message; a is borrowed (weft_actor_ref it to keep it). weft_actor_run is

@@ -138,17 +138,6 @@ struct weft_sup {
 
 /* ---- checks ---- */
 
-/* The spec of an actor child (spec->actor set): what weft_actor_run
- * would refuse, refused up front. */
-static int actor_spec_check(const weft_child_spec *c)
-{
-    const weft_actor_opts *o = c->actor;
-    if (!o->fn || o->msg_size < 1 || o->msg_size > 65536 ||
-        o->reply_size > 65536 || o->capacity < 1)
-        return -EINVAL;
-    return 0;
-}
-
 static int spec_check(const weft_child_spec *c)
 {
     if (!c || !c->name)
@@ -157,7 +146,7 @@ static int spec_check(const weft_child_spec *c)
         c->shutdown_ns < WEFT_SHUTDOWN_INFINITY)
         return -EINVAL;
     if (c->actor)
-        return c->start ? -EINVAL : actor_spec_check(c);
+        return c->start ? -EINVAL : weft__actor_opts_check(c->actor);
     return c->start ? 0 : -EINVAL;
 }
 
