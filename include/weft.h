@@ -1801,7 +1801,9 @@ WEFT_EXTERN int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
  * weft_actor_ref/unref take and drop more, and the memory stays until the
  * last is dropped, so a reference stays safe to use after the actor has
  * exited: calls on it return -ESRCH. The actor is a task of the scope it
- * was spawned into: the scope waits for it and its cancel stops it.
+ * was spawned into: the scope waits for it and its cancel stops it; its
+ * exit status is the task's, so a failure counts under the scope's policy
+ * (a WEFT_STOP_NOW's -ECANCELED does not, as a task handle's cancel).
  *
  * An ask is a message with a reply: the asker waits for the behaviour's
  * weft_actor_reply. The reply reaches the asker at most once; an asker
@@ -1853,14 +1855,16 @@ typedef struct weft_actor_opts {
      * the actor). */
     const char *name;
     /* Non-NULL: the actor registers itself under this name before it
-     * handles its first message (weft_register; the string is copied) and
-     * is unregistered when it exits. A name already taken makes the actor
-     * fail at once with -EEXIST. */
+     * handles its first message (weft_register; the string is copied;
+     * weft_actor_spawn takes it before it returns) and is unregistered
+     * when it exits. A name already taken makes the actor fail at once
+     * with -EEXIST. */
     const char *register_as;
     /* Optional: runs first, on the actor's task; a negative return makes
      * the actor exit with it before any message (a failed start). */
     int (*on_start)(void *state);
-    /* Optional: runs last, on the actor's task, with the exit status. */
+    /* Optional: runs last, on the actor's task, with the exit status (not
+     * after a failed start). */
     void (*on_stop)(void *state, int status);
     /* As weft_spawn_opts.worker: 0 lets the runtime place the actor, k
      * starts it on worker k - 1. */

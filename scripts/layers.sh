@@ -32,7 +32,8 @@ LAYERS='
 6 io       io.h io.c net.c blocking.c poll_epoll.c
 7 future   future.h future.c parallel.c retry.c breaker.c limiter.c bulkhead.c
 8 select   select.c
-9 runtime  runtime.h runtime.c
+9 actors   actor.h actor.c registry.c
+10 runtime runtime.h runtime.c
 '
 UNCHECKED=''
 

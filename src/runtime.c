@@ -241,6 +241,7 @@ static void runtime_free(weft_runtime *rt)
     }
     weft__pool_fini(&rt->pool);
     weft__scope_free_orphans(rt);
+    weft__registry_fini(rt->registry);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
     pthread_mutex_destroy(&rt->orphan_mu);
@@ -258,6 +259,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     struct rt_box {
         weft_runtime rt;
         weft__shutdown shut;
+        weft__registry registry;
     } *box = calloc(1, sizeof(*box));
     if (!box) {
         *err = -ENOMEM;
@@ -265,6 +267,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     }
     weft_runtime *rt = &box->rt;
     rt->shut = &box->shut;
+    rt->registry = &box->registry;
     pthread_mutex_init(&rt->vmu, NULL);
     pthread_mutex_init(&rt->orphan_mu, NULL);
     pthread_mutex_init(&rt->blocking_mu, NULL);

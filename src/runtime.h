@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The runtime layer: weft_run and weft_main, signals, the shutdown
- * request and its drain (runtime.c). Above every other layer, with
- * select (select.c, which includes future.h).
+ * request and its drain (runtime.c). Above every other layer.
  */
 #ifndef WEFT_RUNTIME_H
 #define WEFT_RUNTIME_H
 
-#include "future.h"
+#include "actor.h"
 
 /* The shutdown request (runtime.c's essay tells the protocol). Any thread
  * reads and requests; the root scope's lock orders deadline changes. */

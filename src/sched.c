@@ -751,6 +751,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->mprev = t->mnext = NULL;
     t->status = 0;
     t->handle = NULL;
+    t->actor = NULL;
     t->fn = fn;
     t->arg = arg;
     t->name = o ? o->name : NULL;

@@ -66,6 +66,8 @@ struct weft_task {
     int status;                  /* fn's return value */
     struct weft__handle *handle; /* its handle's record (task.c), or NULL:
                                   * set at spawn, read at exit */
+    struct weft_actor *actor;    /* owner: the actor it runs (actor.c), or
+                                  * NULL; reset at spawn */
 
     weft_fn fn;
     void *arg;
@@ -234,6 +236,9 @@ struct weft_runtime {
     /* runtime.h: the shutdown request and its drain (the runtime layer's
      * state, allocated with the runtime) */
     struct weft__shutdown *shut;
+    /* actor.h: the actor registry (the runtime layer's, allocated with the
+     * runtime and freed with it) */
+    struct weft__registry *registry;
 };
 
 /* ---- the current worker ---- */

@@ -712,5 +712,7 @@ weft_scope *weft_scope_current(void)
     if (!t)
         return NULL;
     weft_scope *s = ld_rlx(&t->cur);
-    return s->task_scope ? s->parent : s; /* the handle's is not the code's */
+    while (s->task_scope) /* a handle's or an actor's is not the code's */
+        s = s->parent;
+    return s;
 }

@@ -32,7 +32,8 @@ struct weft_scope {
     bool shield;        /* enclosing cancellation stops here */
     bool orphaned;      /* joined at its owner's exit: anyone may free */
     bool task_scope;    /* a handle's scope around one task (task.c): the
-                         * task's cur at first, hidden from its code */
+                         * task's cur at first, hidden from its code; or
+                         * an actor's (actor.c), which its stop cancels */
     weft_scope *parent; /* enclosing scope (NULL for the root) */
     weft_scope *kids;   /* scopes opened inside this one */
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */

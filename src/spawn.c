@@ -43,8 +43,10 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     weft_task *self = w->cur;
     if (!s) {
         s = ld_rlx(&self->cur);
-        if (WEFT_UNLIKELY(s->task_scope))
-            s = s->parent; /* a handle's scope is not the task's to fill */
+        /* A handle's scope, or an actor's, is not the task's to fill
+         * (an actor run by a task with a handle: two of them). */
+        while (WEFT_UNLIKELY(s->task_scope))
+            s = s->parent;
     }
     /* Only a spawn that asks for a handle pays for one. */
     weft__handle *h = NULL;

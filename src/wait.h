@@ -66,6 +66,10 @@ typedef enum weft__wait_kind {
     WEFT__W_LIMITER,   /* weft_limiter */
     WEFT__W_SCOPE,     /* a scope's children to finish */
     WEFT__W_TASK,      /* a task handle's join */
+    WEFT__W_MAILBOX,   /* an actor waiting for a message (obj: the actor) */
+    WEFT__W_TELL,      /* a tell waiting for room in a mailbox */
+    WEFT__W_ASK,       /* an ask waiting for room, then for its reply */
+    WEFT__W_ACTOR,     /* weft_actor_wait: an actor's exit */
     WEFT__W_KINDS
 } weft__wait_kind;
 
