@@ -2069,7 +2069,8 @@ typedef struct weft_sup_event {
     const char *supervisor; /* weft_sup_opts.name, or "" */
     const char *child;      /* the child's name */
     int status;             /* the child's exit status */
-    int restarts;           /* restarts within the period, this one included */
+    int restarts;           /* restarts within the period, this one included (0
+                             * when intensity < 0: no window is kept) */
     int64_t delay_ns;       /* RESTART: the backoff before it */
     weft_time at;           /* weft_now() when it happened */
 } weft_sup_event;
@@ -2115,23 +2116,28 @@ WEFT_EXTERN int weft_sup_spawn(weft_scope *s, const weft_sup_opts *o,
                                const weft_child_spec *children, int n,
                                weft_sup **out);
 
-/* The supervisor the calling task runs (in weft_sup_run), or NULL. */
+/* The supervisor the calling task runs (in weft_sup_run), or NULL. The
+ * pointer is valid while that weft_sup_run runs. */
 WEFT_EXTERN weft_sup *weft_sup_current(void);
 
 /* Adds a child at run time, started after the others. Returns 0, -EEXIST
  * (a child of that name), -EMFILE (max_children reached), -ESRCH (the
- * supervisor has stopped), -EINVAL, -ECANCELED. A cancellation point:
- * waits until the supervisor has started the child; cancelled before the
- * supervisor took it, nothing was added. Blocks. */
+ * supervisor has stopped), -EINVAL, -ECANCELED, -EPERM (not in a task),
+ * -EDEADLK (on the supervisor's own task, e.g. in on_event). A
+ * cancellation point: waits until the supervisor has started the child;
+ * cancelled before the supervisor took it, nothing was added (once taken,
+ * the call waits for its answer). Blocks. */
 WEFT_EXTERN int weft_sup_start_child(weft_sup *s, const weft_child_spec *c);
 
 /* Stops the named child as at shutdown and removes it. Returns 0,
- * -ENOENT, -ESRCH, -ECANCELED. A cancellation point: cancelled, the child
+ * -ENOENT, -ESRCH, -ECANCELED, -EINVAL, -EPERM, -EDEADLK (as
+ * weft_sup_start_child). A cancellation point: cancelled, the child
  * is still stopped and removed, but the caller does not wait for it.
  * Blocks. */
 WEFT_EXTERN int weft_sup_terminate_child(weft_sup *s, const char *name);
 
-/* Counts now: children running, and restarts since the start. Returns 0,
+/* Counts now: children running, and restarts since the start (a group
+ * restart of one_for_all or rest_for_one counts once). Returns 0,
  * -EINVAL. Never blocks. */
 WEFT_EXTERN int weft_sup_counts(weft_sup *s, int *running, long *restarts);
 

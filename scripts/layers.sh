@@ -33,7 +33,8 @@ LAYERS='
 7 future   future.h future.c parallel.c retry.c breaker.c limiter.c bulkhead.c
 8 select   select.c
 9 actors   actor.h actor.c registry.c
-10 runtime runtime.h runtime.c
+10 supervisor supervisor.c
+11 runtime runtime.h runtime.c
 '
 UNCHECKED=''
 

@@ -65,6 +65,13 @@ const weft__policy weft__policy_serve = {
     .result = interrupted_result,
 };
 
+const weft__policy weft__policy_supervise = {
+    .name = "supervise",
+    .flags = WEFT__POL_UNINDEXED | WEFT__POL_INTERNAL,
+    .done = nothing_done,
+    .result = interrupted_result,
+};
+
 /* ---- WEFT_FIRST: the first success wins, cancels the rest ---- */
 
 static unsigned first_done(weft__policy_state *st, int index, int status,
@@ -139,6 +146,8 @@ static const weft__policy *const by_policy[] = {
 
 const weft__policy *weft__policy_of(weft_policy p)
 {
+    if ((int)p == WEFT__POLICY_SUPERVISE)
+        return &weft__policy_supervise;
     if ((unsigned)p >= sizeof(by_policy) / sizeof(by_policy[0]))
         return NULL;
     return by_policy[p];

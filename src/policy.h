@@ -64,6 +64,16 @@ enum {
                               * keeps no status */
     WEFT__POL_REPORT = 8,    /* a scope reports each failure as it happens
                               * (weft_scope_opts.on_failure, or stderr) */
+    WEFT__POL_INTERNAL = 16, /* not a weft_policy: weft_scope_open refuses
+                              * it, weft__scope_open_internal takes it */
+};
+
+/* The internal policies' values of weft_policy, past the public enum's. */
+enum {
+    /* A supervisor's children (supervisor.c): independent, a failure
+     * cancels nobody and is reported to nobody (the supervisor hears of
+     * it from the child itself), nothing kept per child, unindexed. */
+    WEFT__POLICY_SUPERVISE = 32,
 };
 
 typedef struct weft__policy {
@@ -75,9 +85,11 @@ typedef struct weft__policy {
 } weft__policy;
 
 extern const weft__policy weft__policy_fail_fast, weft__policy_collect,
-    weft__policy_first, weft__policy_race, weft__policy_serve;
+    weft__policy_first, weft__policy_race, weft__policy_serve,
+    weft__policy_supervise;
 
-/* The table of p, or NULL if p is not a policy. */
+/* The table of p (a public policy or an internal one), or NULL if p is
+ * not a policy. */
 const weft__policy *weft__policy_of(weft_policy p);
 
 /* A group's state before its first child finishes. */

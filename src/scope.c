@@ -408,7 +408,10 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     return 0;
 }
 
-int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
+/* weft_scope_open, and with `internal` an internal policy's scope (whose
+ * user's context goes to s->ctx). */
+static int scope_open(weft_scope **out, const weft_scope_opts *opts,
+                      bool internal, void *ctx)
 {
     if (!out)
         return -EINVAL;
@@ -417,7 +420,7 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
         return -EPERM;
     const weft__policy *pol =
         weft__policy_of(opts ? opts->policy : WEFT_FAIL_FAST);
-    if (!pol)
+    if (!pol || (!internal && (pol->flags & WEFT__POL_INTERNAL)))
         return -EINVAL;
     if (opts && opts->deadline < 0)
         return -EINVAL;
@@ -436,6 +439,7 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
         s->on_failure = opts->on_failure;
         s->failure_ctx = opts->failure_ctx;
     }
+    s->ctx = ctx;
     scope_lock(parent);
     kid_link_locked(parent, s);
     if (!s->shield && ld_rlx(&parent->cancelled) != CANCEL_NONE)
@@ -446,6 +450,17 @@ int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
         arm_deadline(s, opts->deadline);
     *out = s;
     return 0;
+}
+
+int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
+{
+    return scope_open(out, opts, false, NULL);
+}
+
+int weft__scope_open_internal(weft_scope **out, const weft_scope_opts *opts,
+                              void *ctx)
+{
+    return scope_open(out, opts, true, ctx);
 }
 
 /* Join's result: the policy's, told what cancelled the scope (a cancel

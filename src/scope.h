@@ -58,6 +58,9 @@ struct weft_scope {
     weft__timer deadline_timer; /* on the owner's worker */
     int64_t deadline;
     bool is_root;
+    /* An internal policy's user's context (weft__scope_open_internal): a
+     * supervisor's scope holds its weft_sup. Immutable after open. */
+    void *ctx;
 };
 _Static_assert(offsetof(struct weft_scope, cancelled) == 0,
                "weft__scope_is_cancelled reads the first member");
@@ -88,6 +91,11 @@ void weft__scope_join_above(weft_task *t, weft_scope *keep);
  * past does. */
 int weft__scope_open_until(weft_scope **s, weft_policy policy,
                            weft_time deadline);
+/* weft_scope_open that also takes the internal policies (policy.h's
+ * WEFT__POLICY_*, which weft_scope_open refuses), keeping ctx in the
+ * scope for its user (scope->ctx). */
+int weft__scope_open_internal(weft_scope **s, const weft_scope_opts *opts,
+                              void *ctx);
 /* Frees the orphans nobody freed, and the records of the runtime's task
  * handles nobody joined or released; at the end of the runtime. */
 void weft__scope_free_orphans(weft_runtime *rt);

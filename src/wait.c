@@ -32,6 +32,7 @@ static const char *const kind_names[WEFT__W_KINDS] = {
     [WEFT__W_TELL] = "actor tell",
     [WEFT__W_ASK] = "actor ask",
     [WEFT__W_ACTOR] = "actor exit",
+    [WEFT__W_SUPERVISOR] = "supervisor",
 };
 
 const char *weft__wait_kind_name(int kind)

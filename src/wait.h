@@ -47,29 +47,30 @@
 /* What a parked task waits on. Names for the dump: weft__wait_kind_name. */
 typedef enum weft__wait_kind {
     WEFT__W_NONE = 0,
-    WEFT__W_SLEEP,     /* weft_sleep: a deadline only */
-    WEFT__W_SEND,      /* a channel send */
-    WEFT__W_RECV,      /* a channel receive */
-    WEFT__W_SELECT,    /* several cases (obj: the case array) */
-    WEFT__W_MUTEX,     /* weft_mutex */
-    WEFT__W_RWLOCK,    /* weft_rwlock */
-    WEFT__W_COND,      /* weft_cond */
-    WEFT__W_SEM,       /* weft_sem */
-    WEFT__W_EVENT,     /* weft_event */
-    WEFT__W_WAITGROUP, /* weft_waitgroup */
-    WEFT__W_ONCE,      /* weft_once, run by another task */
-    WEFT__W_BARRIER,   /* weft_barrier */
-    WEFT__W_FUTURE,    /* one future or a combinator over several */
-    WEFT__W_FD,        /* a descriptor (obj: the fd's record) */
-    WEFT__W_BLOCKING,  /* a weft_blocking call */
-    WEFT__W_BULKHEAD,  /* weft_bulkhead */
-    WEFT__W_LIMITER,   /* weft_limiter */
-    WEFT__W_SCOPE,     /* a scope's children to finish */
-    WEFT__W_TASK,      /* a task handle's join */
-    WEFT__W_MAILBOX,   /* an actor waiting for a message (obj: the actor) */
-    WEFT__W_TELL,      /* a tell waiting for room in a mailbox */
-    WEFT__W_ASK,       /* an ask waiting for room, then for its reply */
-    WEFT__W_ACTOR,     /* weft_actor_wait: an actor's exit */
+    WEFT__W_SLEEP,      /* weft_sleep: a deadline only */
+    WEFT__W_SEND,       /* a channel send */
+    WEFT__W_RECV,       /* a channel receive */
+    WEFT__W_SELECT,     /* several cases (obj: the case array) */
+    WEFT__W_MUTEX,      /* weft_mutex */
+    WEFT__W_RWLOCK,     /* weft_rwlock */
+    WEFT__W_COND,       /* weft_cond */
+    WEFT__W_SEM,        /* weft_sem */
+    WEFT__W_EVENT,      /* weft_event */
+    WEFT__W_WAITGROUP,  /* weft_waitgroup */
+    WEFT__W_ONCE,       /* weft_once, run by another task */
+    WEFT__W_BARRIER,    /* weft_barrier */
+    WEFT__W_FUTURE,     /* one future or a combinator over several */
+    WEFT__W_FD,         /* a descriptor (obj: the fd's record) */
+    WEFT__W_BLOCKING,   /* a weft_blocking call */
+    WEFT__W_BULKHEAD,   /* weft_bulkhead */
+    WEFT__W_LIMITER,    /* weft_limiter */
+    WEFT__W_SCOPE,      /* a scope's children to finish */
+    WEFT__W_TASK,       /* a task handle's join */
+    WEFT__W_MAILBOX,    /* an actor waiting for a message (obj: the actor) */
+    WEFT__W_TELL,       /* a tell waiting for room in a mailbox */
+    WEFT__W_ASK,        /* an ask waiting for room, then for its reply */
+    WEFT__W_ACTOR,      /* weft_actor_wait: an actor's exit */
+    WEFT__W_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
     WEFT__W_KINDS
 } weft__wait_kind;
 
