@@ -13,7 +13,9 @@
  * inside the root task, from before the actor is spawned to after it has
  * been stopped and its scope joined (as the other benchmarks time from the
  * first spawn to the join). The first argument overrides N, the number of
- * asks.
+ * asks. When the actor and the client ran on different workers (ask2: the
+ * runtime placed them apart; every ask then crosses threads), a note on
+ * stderr says so.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,18 +31,29 @@ struct bench {
     int64_t count;      /* the actor's state: touched only by the actor */
     int64_t last;       /* the client's last reply */
     int64_t elapsed_ns; /* from before the spawn to after the join */
+    int actor_worker;   /* where each ran (a task never moves): for */
+    int client_worker;  /* the note on stderr */
 };
+
+/* The actor's start hook: notes where the actor runs. */
+static int on_start(void *state)
+{
+    struct bench *b = state;
+
+    b->actor_worker = weft_worker_id();
+    return 0;
+}
 
 /* The actor's behaviour: adds the message to the counter and replies with
  * the new value. */
 static int counter(void *state, weft_actor_msg *m)
 {
-    int64_t *count = state;
+    struct bench *b = state;
 
     if (m->kind != WEFT_MSG_ASK)
         return -EINVAL;
-    *count += *(const int64_t *)m->data;
-    return weft_actor_reply(m, count);
+    b->count += *(const int64_t *)m->data;
+    return weft_actor_reply(m, &b->count);
 }
 
 static int root(void *arg)
@@ -48,11 +61,12 @@ static int root(void *arg)
     struct bench *b = arg;
     weft_actor_opts o = {
         .fn = counter,
-        .state = &b->count,
+        .state = b,
         .msg_size = sizeof(int64_t),
         .reply_size = sizeof(int64_t),
         .capacity = 64,
         .name = "counter",
+        .on_start = on_start,
     };
     const int64_t one = 1;
     int64_t v = 0;
@@ -69,6 +83,7 @@ static int root(void *arg)
     for (long i = 0; err >= 0 && i < b->n; i++)
         err = weft_actor_ask(a, &one, &v, WEFT_NEVER);
     b->last = v;
+    b->client_worker = weft_worker_id();
     if (a)
         weft_actor_stop(a, WEFT_STOP_DRAIN); /* it exits, its scope joins */
     join = weft_scope_join(s);
@@ -95,6 +110,10 @@ int main(int argc, char **argv)
                 b.last, b.n);
         return 1;
     }
+    if (b.actor_worker != b.client_worker)
+        fprintf(stderr,
+                ASK_NAME ": the actor ran on worker %d, the client on %d\n",
+                b.actor_worker, b.client_worker);
     printf("BENCH " ASK_NAME " weft %.1f ns/ask\n",
            (double)b.elapsed_ns / (double)b.n);
     return 0;
