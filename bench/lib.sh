@@ -7,7 +7,7 @@
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http ask ask2 ring restart"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {

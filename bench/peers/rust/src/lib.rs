@@ -111,3 +111,42 @@ impl Countdown {
         }
     }
 }
+
+/// The ask and ask2 peers, which differ only in the runtime: one actor, a
+/// task owning a counter with an `mpsc` mailbox of capacity 64; a client
+/// task makes `n` asks in sequence, each "add 1 and reply with the new
+/// value" with a `oneshot` for the reply (Tokio's documented actor
+/// pattern), and waits for each reply. The clock runs inside `block_on`
+/// from before the actor's spawn to after both tasks have been awaited (the
+/// actor ends when the client drops its sender). Checks the last reply ==
+/// `n` and prints the BENCH line of `name`.
+pub fn run_ask(name: &str, rt: Runtime, n: u64) {
+    use tokio::sync::{mpsc, oneshot};
+    type Ask = (i64, oneshot::Sender<i64>);
+
+    let (elapsed, last) = rt.block_on(async move {
+        let (mailbox, mut inbox) = mpsc::channel::<Ask>(64);
+        let start = std::time::Instant::now();
+        let actor = tokio::spawn(async move {
+            let mut count = 0i64; // nobody else touches it
+            while let Some((add, reply)) = inbox.recv().await {
+                count += add;
+                let _ = reply.send(count);
+            }
+        });
+        let client = tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..n {
+                let (reply, answer) = oneshot::channel();
+                mailbox.send((1, reply)).await.unwrap();
+                last = answer.await.unwrap();
+            }
+            last // dropping `mailbox` stops the actor
+        });
+        let last = client.await.unwrap();
+        actor.await.unwrap();
+        (start.elapsed(), last)
+    });
+    check(last == n as i64, || format!("last reply {} != {}", last, n));
+    print(name, per_op(elapsed, n), 1, "ns/ask");
+}
