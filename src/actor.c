@@ -358,7 +358,7 @@ static inline int verdict(int rc)
 }
 
 /* The message loop; returns the exit status. */
-static int serve(weft_actor *a, weft_worker *wk, weft_task *t)
+static int serve(weft_actor *a)
 {
     weft_actor_msg m = {.priv_ = a};
     weft__waiter *woken = NULL; /* a waiter to wake once unlocked */
@@ -412,12 +412,13 @@ static int serve(weft_actor *a, weft_worker *wk, weft_task *t)
         } else {
             /* Empty: park until a sender hands a message over (0), a stop
              * or a DOWN says to look again (1), or a cancel. */
-            a->token = weft__park_prepare(t, true);
-            weft__wait_note(t, WEFT__W_MAILBOX, a);
+            weft__waiter mw;
+            weft__wait_arm(&mw, WEFT__W_MAILBOX, a, 0);
+            a->token = mw.token;
             weft__lock_release(&a->lock);
             weft__wake_chain(woken, 0);
             woken = NULL;
-            int code = weft__park_commit(wk, t, WEFT_NEVER);
+            int code = weft__wait_commit(&mw, WEFT_NEVER);
             if (WEFT_UNLIKELY(code != 0)) {
                 weft__lock_acquire(&a->lock);
                 a->token = 0;
@@ -481,7 +482,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
     if (began) {
         if (started)
             started(ctx, a);
-        status = serve(a, wk, t);
+        status = serve(a);
     }
     *now = actor_stopped(a);
     if (sc) {
@@ -498,6 +499,21 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
     return status;
 }
 
+/* Checks o and the caller (a task), and makes the actor with `refs`
+ * references; NULL with *err set (-EINVAL, -EPERM, -ENOMEM). */
+static weft_actor *actor_make(const weft_actor_opts *o, long refs, int *err)
+{
+    *err = weft__actor_opts_check(o);
+    if (*err)
+        return NULL;
+    weft_worker *wk = weft__tl_worker;
+    if (!wk || !wk->cur) {
+        *err = -EPERM;
+        return NULL;
+    }
+    return actor_new(o, wk->rt, refs, err);
+}
+
 static int actor_task(void *arg)
 {
     bool now;
@@ -512,13 +528,8 @@ static int actor_task(void *arg)
 int weft__actor_run_with(const weft_actor_opts *o,
                          void (*started)(void *ctx, weft_actor *a), void *ctx)
 {
-    int rc = weft__actor_opts_check(o);
-    if (rc)
-        return rc;
-    weft_worker *wk = weft__tl_worker;
-    if (!wk || !wk->cur)
-        return -EPERM;
-    weft_actor *a = actor_new(o, wk->rt, 1, &rc);
+    int rc;
+    weft_actor *a = actor_make(o, 1, &rc);
     if (!a)
         return rc;
     a->run_name = o->register_as != NULL; /* registered at the start */
@@ -536,13 +547,8 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
     if (!out)
         return -EINVAL;
     *out = NULL;
-    int rc = weft__actor_opts_check(o);
-    if (rc)
-        return rc;
-    weft_worker *wk = weft__tl_worker;
-    if (!wk || !wk->cur)
-        return -EPERM;
-    weft_actor *a = actor_new(o, wk->rt, 2, &rc);
+    int rc;
+    weft_actor *a = actor_make(o, 2, &rc);
     if (!a)
         return rc;
     /* The name is taken now, so that it is there when spawn returns; a
@@ -700,7 +706,7 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     weft__lock_release(&a->lock);
     if (wake)
         weft__wake_finish(wake, 0);
-    int rc = weft__park_commit(wk, t, deadline);
+    int rc = weft__wait_commit(&r.w, deadline);
     if (WEFT_UNLIKELY(weft__wait_unclaimed(rc))) {
         ask_detach(a, &r);
         return rc;

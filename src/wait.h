@@ -300,6 +300,18 @@ weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
     return rc;
 }
 
+/* Parks the running task, whose waiter w is armed (weft__wait_arm) and
+ * found by its wakers through its object rather than on a queue (an
+ * actor's wait for a message, an asker's for its reply); the caller has
+ * released the object's lock. Returns the park's result; after
+ * -ETIMEDOUT / -ECANCELED the caller withdraws w from its object under
+ * that lock. */
+static inline __attribute__((always_inline)) int
+weft__wait_commit(weft__waiter *w, int64_t deadline)
+{
+    return weft__park_commit(weft__tl_worker, w->task, deadline);
+}
+
 /* weft__wait_park for a primitive guarded by a pthread mutex m (the
  * blocking pool's, which its threads also wait on with a condition
  * variable): the caller holds m, w is armed and queued on q (or was, and
