@@ -150,6 +150,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     weft_task *dead;     /* finished task to recycle after the switch */
     atomic_uint tick;    /* scheduling decisions taken; thieves read it */
     atomic_uint spawned; /* spawns, progress too (thieves read it) */
+    atomic_int notifying; /* in weft__worker_notify (thieves read it) */
     unsigned rounds;     /* this worker's stealing rounds, ever */
     unsigned spawns;     /* spawns by the running task since it resumed */
     uint64_t rng;        /* xorshift state: victims, seeded picks */
@@ -159,8 +160,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
     size_t nready, capready;
-    unsigned *seen; /* per victim: its tick, and the spin round that
-                     * tick was first seen in (stealing heuristic) */
+    struct weft__seen *seen; /* per victim: what this worker saw of it,
+                              * as a thief (the stealing rule) */
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
@@ -173,6 +174,14 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
      * read by others only when idle (the virtual clock) */
     atomic_int pending[WEFT__PENDING_KINDS];
 
+    /* Its thread as others may probe it (the stealing rule): set by the
+     * worker when its loop starts (probe_ready: 1), the /proc file opened
+     * by the first thief that needs it (-1: not yet, -2: cannot). */
+    clockid_t cpu_clock; /* the thread's CPU-time clock */
+    int tid;
+    atomic_int probe_ready;
+    atomic_int stat_fd; /* /proc/self/task/<tid>/stat */
+
     pthread_t thread;
     void *stack_lo; /* the thread's own stack, for ASan */
     size_t stack_size;
@@ -180,6 +189,14 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
 #endif
+};
+
+/* What a thief saw of a victim (its stealing rule, sched.c). */
+struct weft__seen {
+    unsigned progress; /* the victim's tick + spawns */
+    unsigned round;    /* the thief's round that progress was first seen */
+    int64_t cpu;       /* the victim thread's CPU time when the rounds ran
+                        * out with no progress; -1: not read yet */
 };
 
 typedef struct weft__pool_global {

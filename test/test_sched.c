@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Scheduler: seeded determinism, fairness of yield, wake-up storms across
- * workers, a million blocked tasks, and spawn-heavy loops.
+ * workers, a million blocked tasks, spawn-heavy loops, and who steals from
+ * whom.
  */
 #include "t.h"
 #include "weft.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -723,4 +729,195 @@ TEST(spawn_on_a_worker)
         struct pin p = {0};
         ASSERT_EQ(t_run_mono(workers, pin_root, &p), 0);
     }
+}
+
+/* ---- who steals from whom -------------------------------------------- */
+
+/* A thief takes a task not started yet from a worker that makes no
+ * progress only if that worker is stuck for real: its thread runs a long
+ * task, or sleeps in the kernel. A worker whose thread is merely not
+ * running (descheduled on a loaded machine) keeps its tasks, so a chatty
+ * pair it spawned is not split across cores. The scenes run on worker 1
+ * (index 1), a fresh thread whose CPU and policy a test may change. */
+
+struct place {
+    atomic_int where[2]; /* worker of each task, -1 before it ran */
+    atomic_int hog_on, hog_stop;
+    int cpu; /* the CPU the scene's worker and the hog share */
+    int pipe[2];
+    bool skipped; /* the machine would not let us deschedule a thread */
+};
+
+#define PAIR_ROUNDS 100
+
+struct pair_end {
+    struct place *p;
+    int idx;
+    weft_chan *ping, *pong;
+};
+
+static int pair_task(void *arg)
+{
+    struct pair_end *e = arg;
+    atomic_store(&e->p->where[e->idx], weft_worker_id());
+    for (int i = 0; i < PAIR_ROUNDS; i++) {
+        int v = i;
+        if (e->idx == 0) {
+            ASSERT_EQ(weft_chan_send(e->ping, &v), 0);
+            ASSERT_EQ(weft_chan_recv(e->pong, &v), 0);
+            ASSERT_EQ(v, i + 1);
+        } else {
+            ASSERT_EQ(weft_chan_recv(e->ping, &v), 0);
+            ASSERT_EQ(v, i);
+            v++;
+            ASSERT_EQ(weft_chan_send(e->pong, &v), 0);
+        }
+    }
+    return 0;
+}
+
+static void *hog_thread(void *arg)
+{
+    struct place *p = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(p->cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        return NULL;
+    atomic_store(&p->hog_on, 1);
+    while (!atomic_load_explicit(&p->hog_stop, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
+/* The spawner: on one CPU with a busy thread, at SCHED_IDLE priority, so
+ * that each sched_yield gives that CPU to the hog for a while (ticks, not
+ * microseconds) while this thread stays runnable: a preempted thread. It
+ * spawns the pair, then is descheduled before it gets to them. */
+static int descheduled_spawner(void *arg)
+{
+    struct place *p = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    p->cpu = 0;
+    while (!CPU_ISSET(p->cpu, &set))
+        p->cpu++;
+    CPU_ZERO(&set);
+    CPU_SET(p->cpu, &set);
+    struct sched_param sp = {0};
+    if (sched_setaffinity(0, sizeof set, &set) != 0 ||
+        sched_setscheduler(0, SCHED_IDLE, &sp) != 0) {
+        p->skipped = true;
+        return 0;
+    }
+    pthread_t hog;
+    ASSERT_EQ(pthread_create(&hog, NULL, hog_thread, p), 0);
+    while (!atomic_load(&p->hog_on))
+        sched_yield(); /* lets the hog start on our CPU */
+
+    weft_chan *ping, *pong;
+    ASSERT_EQ(weft_chan_new(&ping, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&pong, sizeof(int), 0), 0);
+    struct pair_end ends[2] = {{p, 0, ping, pong}, {p, 1, ping, pong}};
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, pair_task, &ends[0]) >= 0);
+    ASSERT(weft_spawn(s, pair_task, &ends[1]) >= 0);
+    for (int i = 0; i < 3; i++)
+        sched_yield(); /* descheduled, runnable: state R, no CPU used */
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_chan_unref(ping);
+    weft_chan_unref(pong);
+    atomic_store(&p->hog_stop, 1);
+    ASSERT_EQ(pthread_join(hog, NULL), 0);
+    return 0;
+}
+
+static int on_worker_1(weft_fn fn, void *arg)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts o = {.name = "scene", .worker = 2};
+    ASSERT(weft_spawn_ex(s, fn, arg, &o) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static int descheduled_root(void *arg)
+{
+    return on_worker_1(descheduled_spawner, arg);
+}
+
+TEST(chatty_pair_stays_together_while_its_worker_is_descheduled)
+{
+    int rounds = T_SCALE(10) > 0 ? T_SCALE(10) : 1;
+    for (int r = 0; r < rounds; r++) {
+        struct place p = {.where = {-1, -1}};
+        ASSERT_EQ(t_run_mono(2, descheduled_root, &p), 0);
+        if (p.skipped) {
+            fprintf(stderr, "skipped: cannot pin a thread or make it "
+                            "SCHED_IDLE here\n");
+            return;
+        }
+        ASSERT_EQ(atomic_load(&p.where[0]), 1);
+        ASSERT_EQ(atomic_load(&p.where[1]), 1);
+    }
+}
+
+static int note_worker(void *arg)
+{
+    struct place *p = arg;
+    atomic_store(&p->where[0], weft_worker_id());
+    if (p->pipe[1] >= 0) {
+        char c = 1;
+        ASSERT_EQ(write(p->pipe[1], &c, 1), 1);
+    }
+    return 0;
+}
+
+/* Spawns a task, then holds its worker's thread without parking: running
+ * (a CPU loop until the task has run elsewhere, at most a minute of CPU)
+ * or blocked in the kernel (poll on a pipe the task writes to). */
+static int holding_spawner(void *arg)
+{
+    struct place *p = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, note_worker, p) >= 0);
+    if (p->pipe[0] < 0) {
+        struct timespec t0, t;
+        ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0), 0);
+        while (atomic_load(&p->where[0]) < 0) {
+            ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t), 0);
+            ASSERT(t.tv_sec - t0.tv_sec < 60);
+        }
+    } else {
+        struct pollfd pfd = {.fd = p->pipe[0], .events = POLLIN};
+        ASSERT_EQ(poll(&pfd, 1, 60 * 1000), 1); /* not weft_poll: blocks */
+    }
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static int holding_root(void *arg)
+{
+    return on_worker_1(holding_spawner, arg);
+}
+
+TEST(stuck_worker_is_robbed_running_or_blocked)
+{
+    struct place p = {.where = {-1, -1}, .pipe = {-1, -1}};
+    ASSERT_EQ(t_run_mono(2, holding_root, &p), 0);
+    ASSERT_EQ(atomic_load(&p.where[0]), 0);
+
+    struct place q = {.where = {-1, -1}};
+    ASSERT_EQ(pipe(q.pipe), 0);
+    ASSERT_EQ(t_run_mono(2, holding_root, &q), 0);
+    ASSERT_EQ(atomic_load(&q.where[0]), 0);
+    close(q.pipe[0]);
+    close(q.pipe[1]);
 }
