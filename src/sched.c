@@ -29,13 +29,21 @@
  * before it sleeps, and steals half of a victim's deque if its oldest task
  * has waited STEAL_AGE of the victim's scheduling decisions (the victim
  * will not get to it soon: in a tree, that task is a whole subtree), if
- * the victim has a backlog (STEAL_BACKLOG tasks), or if it has taken no
- * decision and spawned nothing for STUCK_ROUNDS rounds (about 130 us: it
- * is in a long task). Not less: a task that sends a channel's worth of
- * values, or a few first touches of fresh stack pages (~20 us each here),
- * take tens of microseconds, and stealing a task that then talks to the
- * victim's tasks across cores costs far more than the wait (chanflow split
- * in 3 of 5 runs with 44 us, in 1 of 10 with 130).
+ * the victim has a backlog (STEAL_BACKLOG tasks), or if it is stuck: it
+ * has taken no decision and spawned nothing for STUCK_ROUNDS rounds (about
+ * 130 us), and since then its thread has run STUCK_CPU_NS more on its CPU
+ * clock (a long task) or sleeps in the kernel (a blocking call: /proc's
+ * state), see victim_stuck. Not less: a task that sends a channel's worth
+ * of values, or a few first touches of fresh stack pages (~20 us each
+ * here, and spawning one task measured up to 200 us of CPU under load),
+ * take that long, and stealing a task that then talks to the victim's
+ * tasks across cores costs far more than the wait (chanflow split in 3 of
+ * 5 runs with 44 us, in 1 of 10 with 130). And not a victim whose thread
+ * is merely not running: on a loaded machine the kernel gives its core to
+ * another thread for milliseconds, and an idle worker that took the
+ * tasks it had just spawned split the pairs among them (an actor and its
+ * client: every ask then crosses cores, ~30x slower) in 2 of 15 runs of
+ * ask2.
  * Looking is not free: each look reads cache lines the victim keeps
  * writing (its deque ends, its tick), and each costs the victim a miss,
  * so a thief looks every ~11 us rather than every few (measured: spawn
