@@ -190,6 +190,10 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->blocking_threads < 0 || c->blocking_queue < 0)
         return -EINVAL;
+    if ((unsigned)c->deadlock > WEFT_DEADLOCK_IGNORE ||
+        (c->deadlock == WEFT_DEADLOCK_CALLBACK && !c->on_deadlock) ||
+        c->deadlock_grace_ns < 0)
+        return -EINVAL;
     return 0;
 }
 
@@ -242,8 +246,10 @@ static void runtime_free(weft_runtime *rt)
     weft__pool_fini(&rt->pool);
     weft__scope_free_orphans(rt);
     weft__registry_fini(rt->registry);
+    weft__deadlock_fini(rt);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
+    pthread_mutex_destroy(&rt->dmu);
     pthread_mutex_destroy(&rt->orphan_mu);
     pthread_mutex_destroy(&rt->blocking_mu);
     free(rt);
@@ -269,6 +275,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     rt->shut = &box->shut;
     rt->registry = &box->registry;
     pthread_mutex_init(&rt->vmu, NULL);
+    pthread_mutex_init(&rt->dmu, NULL);
     pthread_mutex_init(&rt->orphan_mu, NULL);
     pthread_mutex_init(&rt->blocking_mu, NULL);
     rt->blocking_threads = c->blocking_threads;
@@ -295,6 +302,10 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     weft__scope_init_root(rt, rt->root);
     for (int i = 0; i < rt->nworkers; i++)
         weft__worker_init(rt, &rt->workers[i], i);
+    if ((*err = weft__deadlock_init(rt, c)) != 0) {
+        runtime_free(rt);
+        return NULL;
+    }
     return rt;
 }
 
@@ -329,7 +340,7 @@ int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
     weft_runtime *rt = run_with(cfg, fn, arg, &err, NULL, NULL);
     if (!rt)
         return err;
-    int status = rt->root_status;
+    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
     runtime_free(rt);
     return status;
 }
@@ -471,7 +482,14 @@ static int shutdown_init(weft_runtime *rt, const weft_config *c)
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
-    return weft_chan_new(&sd->chan, 1, 0);
+    int rc = weft_chan_new(&sd->chan, 1, 0);
+    if (rc == 0) {
+        /* A signal or a plain thread may end these waits at any time: a
+         * task waiting for the request is not deadlocked. */
+        weft__deadlock_outside(rt, sd->chan);
+        weft__deadlock_outside(rt, &sd->poke);
+    }
+    return rc;
 }
 
 static void shutdown_fini(weft_runtime *rt)
@@ -795,7 +813,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!rt)
         return err;
-    int status = rt->root_status;
+    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
     runtime_free(rt);
     return status;
 }

@@ -976,6 +976,41 @@ int weft__pending_all(weft_runtime *rt, int kind)
     return n;
 }
 
+int64_t weft__idle_forever_enter(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    if (!rt->on_all_idle || weft__pending(w, WEFT__PENDING_IO) ||
+        weft__pending(w, WEFT__PENDING_POOL))
+        return WEFT_NEVER;
+    pthread_mutex_lock(&rt->dmu);
+    bool last = false;
+    if (!w->didle) {
+        w->didle = true;
+        w->dgen++;
+        last = ++rt->ndidle == rt->nworkers;
+    }
+    pthread_mutex_unlock(&rt->dmu);
+    return last ? rt->on_all_idle(w) : WEFT_NEVER;
+}
+
+int64_t weft__idle_forever_again(weft_worker *w)
+{
+    return w->didle ? w->rt->on_all_idle(w) : 0;
+}
+
+void weft__idle_forever_leave(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    if (!rt->on_all_idle)
+        return;
+    pthread_mutex_lock(&rt->dmu);
+    if (w->didle) {
+        w->didle = false;
+        rt->ndidle--;
+    }
+    pthread_mutex_unlock(&rt->dmu);
+}
+
 bool weft__steal_any(weft_worker *w)
 {
     return steal(w, -1);

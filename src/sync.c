@@ -79,6 +79,55 @@ static void mutex_left(mutex_impl *m)
         atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
 }
 
+weft_task *weft__mutex_owner(const void *mm)
+{
+    const mutex_impl *m = mm;
+    return m ? ld_rlx(&m->owner) : NULL;
+}
+
+#define CYCLE_MAX 16 /* longest ring of mutex waits looked for */
+
+/* Whether t, about to wait for m (queued, its wait noted, under m's
+ * lock), would close a ring of tasks each waiting for a mutex the next
+ * one holds. Follows holder -> the mutex it waits for -> its holder,
+ * through parked tasks only, each one's park word the same before and
+ * after its wait record and its mutex's holder were read: a task that
+ * stayed parked on one wait throughout could not let go of what it holds
+ * meanwhile. Fills chain/mutexes (see on_mutex_cycle) and returns the
+ * ring's length, or 0. */
+static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
+                      const void **mutexes)
+{
+    chain[0] = t;
+    mutexes[0] = m;
+    const mutex_impl *cur = m;
+    for (int n = 1; n < CYCLE_MAX; n++) {
+        weft_task *h = ld_acq(&cur->owner);
+        if (!h)
+            return 0;
+        if (h == t)
+            return n;
+        for (int i = 1; i < n; i++)
+            if (chain[i] == h)
+                return 0; /* a ring without us: its own members find it */
+        uint64_t pw = ld_acq(&h->park);
+        if (PARK_STATE(pw) == PARK_RUNNING)
+            return 0;
+        /* The record is noted before the park word is set (wait.h), so
+         * this park's record, or a later one if pw has changed since. */
+        int kind = __atomic_load_n(&h->wait_kind, __ATOMIC_RELAXED);
+        const mutex_impl *next =
+            __atomic_load_n(&h->wait_obj, __ATOMIC_RELAXED);
+        if (kind != WEFT__W_MUTEX || !next || ld_acq(&cur->owner) != h ||
+            ld_acq(&h->park) != pw)
+            return 0;
+        chain[n] = h;
+        mutexes[n] = next;
+        cur = next;
+    }
+    return 0;
+}
+
 static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
                            bool cancellable)
 {
@@ -119,6 +168,22 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         else
             weft__waitq_push(&m->q, &self);
         woken = 0;
+        weft_task *chain[CYCLE_MAX];
+        const void *mutexes[CYCLE_MAX];
+        int ring;
+        if (wk->rt->on_mutex_cycle && cancellable &&
+            (ring = mutex_ring(m, t, chain, mutexes)) > 0 &&
+            weft__wake_claim(t, self.token)) {
+            /* Our wait would close a ring: leave the queue, waiting for
+             * nothing (the claim ended our park before it began). */
+            weft__waitq_remove(&m->q, &self);
+            mutex_left(m);
+            weft__lock_release(&m->lock);
+            int rc = wk->rt->on_mutex_cycle(wk->rt, chain, mutexes, ring);
+            if (rc)
+                return rc;
+            continue; /* told to wait anyway: queue again */
+        }
         int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
         if (rc == WAKE_OWNER)
             return 0; /* handed over: the unlocker set the owner */
