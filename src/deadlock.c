@@ -113,22 +113,23 @@ static void out_task(struct out *o, const weft_task *t)
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 {
-    int kind = t->wait_kind;
-    out_printf(o, "    waits for %s %p", weft__wait_kind_name(kind),
-               t->wait_obj);
+    int kind = __atomic_load_n(&t->wait_kind, __ATOMIC_RELAXED);
+    const void *obj = __atomic_load_n(&t->wait_obj, __ATOMIC_RELAXED);
+    out_printf(o, "    waits for %s %p", weft__wait_kind_name(kind), obj);
     if (t->wait_name)
         out_printf(o, " \"%s\"", t->wait_name);
     if (kind == WEFT__W_MUTEX) {
-        weft_task *h = weft__mutex_owner(t->wait_obj);
+        weft_task *h = weft__mutex_owner(obj);
         if (h) {
             out_printf(o, ", held by ");
             out_task(o, h);
         }
-    } else if (kind == WEFT__W_SCOPE && t->wait_obj) {
-        const weft_scope *s = t->wait_obj;
+    } else if (kind == WEFT__W_SCOPE && obj) {
+        const weft_scope *s = obj;
         out_printf(o, ", %d children running", s->live);
     }
-    int64_t since = weft__now(rt) - t->wait_since;
+    int64_t since =
+        weft__now(rt) - __atomic_load_n(&t->wait_since, __ATOMIC_RELAXED);
     if (since >= 0)
         out_printf(o, ", for %lld.%03lld ms\n", (long long)(since / WEFT_MSEC),
                    (long long)(since % WEFT_MSEC / WEFT_USEC));
@@ -144,15 +145,17 @@ enum verdict { STUCK, WAKEABLE };
 static bool outside_may_wake(const struct weft__observe *ob,
                              const weft_task *t)
 {
-    int kind = t->wait_kind;
+    int kind = __atomic_load_n(&t->wait_kind, __ATOMIC_RELAXED);
+    const void *obj = __atomic_load_n(&t->wait_obj, __ATOMIC_RELAXED);
     if (kind == WEFT__W_FUTURE)
         return true;
     for (int i = 0; i < ob->noutside; i++)
-        if (t->wait_obj == ob->outside[i])
+        if (obj == ob->outside[i])
             return true;
-    if (kind == WEFT__W_SELECT && t->wait_obj) {
-        const weft_case *c = t->wait_obj;
-        for (int i = 0; i < t->wait_n; i++) {
+    if (kind == WEFT__W_SELECT && obj) {
+        const weft_case *c = obj;
+        int n = __atomic_load_n(&t->wait_n, __ATOMIC_RELAXED);
+        for (int i = 0; i < n; i++) {
             if (c[i].op == WEFT_OP_FUTURE)
                 return true;
             for (int k = 0; k < ob->noutside; k++)
