@@ -537,6 +537,57 @@ TEST(a_plain_thread_later_than_the_grace)
     free(err);
 }
 
+/* A select: over channels nobody else holds it is stuck; with a future
+ * among its cases, a plain thread may end it. */
+struct sel {
+    bool with_future;
+    int rc, v;
+};
+
+static int select_root(void *arg)
+{
+    struct sel *x = arg;
+    weft_chan *a, *b;
+    weft_future *f;
+    ASSERT_EQ(weft_chan_new(&a, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&b, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_future_new(&f, sizeof(int)), 0);
+    int va = 0, vb = 0;
+    weft_case cases[3] = {
+        {.op = WEFT_OP_RECV, .chan = a, .elem = &va},
+        {.op = WEFT_OP_RECV, .chan = b, .elem = &vb},
+        {.op = WEFT_OP_FUTURE, .future = f, .elem = &x->v},
+    };
+    struct later l;
+    if (x->with_future)
+        later_start(&l, 5 * GRACE, resolve_future, weft_future_ref(f));
+    x->rc = weft_select(cases, x->with_future ? 3 : 2, WEFT_NEVER);
+    if (x->with_future)
+        pthread_join(l.th, NULL);
+    weft_future_unref(f);
+    weft_chan_unref(a);
+    weft_chan_unref(b);
+    return 0;
+}
+
+TEST(select_over_channels_nobody_holds_and_with_a_future)
+{
+    struct sel x = {.with_future = false};
+    char *err;
+    ASSERT_EQ(run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, select_root, &x, &err),
+              -EDEADLK);
+    ASSERT_EQ(x.rc, -ECANCELED);
+    ASSERT(first_line_has(err, "deadlock"));
+    ASSERT(strstr(err, "waits for select"));
+    free(err);
+    struct sel y = {.with_future = true};
+    ASSERT_EQ(run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, select_root, &y, &err), 0);
+    ASSERT_EQ(y.rc, 2);
+    ASSERT_EQ(y.v, 99);
+    ASSERT_EQ(err[0], 0);
+    free(err);
+}
+
 /* ---- modes ---------------------------------------------------------------- */
 
 struct calls {
