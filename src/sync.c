@@ -53,7 +53,10 @@ enum { WAKE_OWNER = 1, WAKE_RETRY = 2, WAKE_RETRY_FAR = 3 };
 typedef struct mutex_impl {
     atomic_int state;
     weft__lock lock;            /* guards q and changes of M_WAITERS */
-    _Atomic(weft_task *) owner; /* read by others only for -EDEADLK */
+    /* read by others for -EDEADLK, and by the task dump (which names the
+     * holder): stored with release, so a reader that loads it with
+     * acquire may read the holder's id and name */
+    _Atomic(weft_task *) owner;
     weft__waitq q;
 } mutex_impl;
 _Static_assert(sizeof(mutex_impl) <= sizeof(weft_mutex), "weft_mutex size");
@@ -166,7 +169,7 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         }
     }
 locked:
-    st_rlx(&m->owner, t);
+    st_rel(&m->owner, t);
     return 0;
 }
 
@@ -183,7 +186,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
         return -ECANCELED;
     int s = 0;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     if (!wait) {
@@ -193,7 +196,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
          * TryLock); a starving waiter's hand-off never leaves it free. */
         if (!mutex_take(m, &s, 0))
             return -EBUSY;
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     return mutex_lock_slow(m, t, deadline, cancellable);
@@ -226,6 +229,12 @@ int weft__mutex_held_by_me(weft_mutex *mm)
     return m && t && ld_rlx(&m->owner) == t;
 }
 
+weft_task *weft__mutex_owner(const weft_mutex *mm)
+{
+    const mutex_impl *m = (const mutex_impl *)mm;
+    return m ? ld_acq((_Atomic(weft_task *) *)&m->owner) : NULL;
+}
+
 /* Unlock with someone queued and nobody woken: wake the first waiter to
  * compete, or hand it the lock if it has waited long enough. */
 static void mutex_unlock_slow(mutex_impl *m)
@@ -243,7 +252,7 @@ static void mutex_unlock_slow(mutex_impl *m)
             ;
     } else if (weft__now(rt) - w->since >= STARVE_NS) {
         code = WAKE_OWNER; /* stays locked: nobody can barge in */
-        st_rlx(&m->owner, w->task);
+        st_rel(&m->owner, w->task);
         if (clear)
             atomic_fetch_and_explicit(&m->state, ~clear, memory_order_acq_rel);
     } else {

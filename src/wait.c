@@ -191,6 +191,7 @@ int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
     weft_task *t = wk->cur;
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     weft__wait_note(t, kind, obj);
+    st_rlx(&t->wait_until, deadline);
     return weft__park_commit(wk, t, deadline);
 }
 

@@ -238,9 +238,9 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
 /* Records in the running task t what it is about to wait on. */
 static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
 {
-    t->wait_kind = (uint8_t)kind;
-    t->wait_obj = obj;
-    t->wait_since = t->worker->wheel.elapsed;
+    st_rlx(&t->wait_kind, (uint8_t)kind);
+    st_rlx(&t->wait_obj, obj);
+    st_rlx(&t->wait_since, t->worker->wheel.elapsed);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
