@@ -163,8 +163,8 @@ typedef struct weft_config {
      * calling thread gets its own CPU set back when weft_run returns; pool
      * and signal threads keep that set. 0: the kernel places threads. */
     int pin_workers;
-    /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default) or 1:
-     * it writes a task dump (weft_dump's text) to stderr and the program
+    /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default)
+     * or 1: it writes a task dump (weft_dump's text) to stderr and the program
      * goes on, so a daemon being debugged keeps running and can be dumped
      * again (Go's SIGQUIT dump exits; the JVM's thread dump goes on, as
      * this one does). Negative: SIGQUIT keeps its default action (the

@@ -70,7 +70,8 @@ static pthread_mutex_t dump_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- output ---- */
 
-static void put(dump *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(dump *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void put(dump *d, const char *fmt, ...)
 {
@@ -373,10 +374,12 @@ static void task_line(dump *d, weft_task *t)
             put(d, "\"%p\"%s", (void *)d->path[i].s, i ? "," : "");
         put(d, "],\"wait\":");
         if (parked) {
-            put(d,
-                "{\"kind\":\"%s\",\"object\":\"%p\",\"since\":%lld,"
-                "\"for_ns\":%lld",
-                weft__wait_kind_name(kind), obj, (long long)since,
+            put(d, "{\"kind\":\"%s\",\"object\":", weft__wait_kind_name(kind));
+            if (obj)
+                put(d, "\"%p\"", obj);
+            else
+                put(d, "null");
+            put(d, ",\"since\":%lld,\"for_ns\":%lld", (long long)since,
                 (long long)for_ns);
             wait_details(d, kind, obj, t);
             put(d, "}");
@@ -400,7 +403,9 @@ static void task_line(dump *d, weft_task *t)
     if (parked) {
         put(d, " for ");
         put_secs(d, for_ns);
-        put(d, " on %s %p", weft__wait_kind_name(kind), obj);
+        put(d, " on %s", weft__wait_kind_name(kind));
+        if (obj)
+            put(d, " %p", obj);
         wait_details(d, kind, obj, t);
     }
     put(d, "\n");
@@ -469,7 +474,8 @@ static void header(dump *d)
 static void trailer(dump *d)
 {
     if (d->json) {
-        put(d, "{\"type\":\"end\",\"tasks\":%lld,\"scopes\":%lld,\"deep\":%lld}\n",
+        put(d,
+            "{\"type\":\"end\",\"tasks\":%lld,\"scopes\":%lld,\"deep\":%lld}\n",
             d->ntasks, d->nscopes, d->deep);
         return;
     }
@@ -494,8 +500,7 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
         free(buf);
         return -ENOMEM;
     }
-    *d = (dump){.rt = rt, .fd = fd, .json = flags & WEFT_DUMP_JSON,
-                .buf = buf};
+    *d = (dump){.rt = rt, .fd = fd, .json = flags & WEFT_DUMP_JSON, .buf = buf};
     pthread_mutex_lock(&dump_mu);
     d->now = weft__now(rt);
     header(d);

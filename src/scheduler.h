@@ -83,14 +83,14 @@ struct weft_task {
      * the task dump and the deadlock detector; stale once running. The
      * task writes them for itself and other threads read them while it
      * runs: relaxed atomics (plain moves on x86), read as a hint. */
-    _Atomic uint8_t wait_kind;          /* weft__wait_kind */
-    _Atomic(const void *) wait_obj;     /* the object waited on */
-    _Atomic(const char *) wait_name;    /* a static word about the wait (a
-                                         * descriptor's direction), or NULL;
-                                         * set only by kinds that read it */
-    _Atomic int64_t wait_since;         /* when it parked (the wheel's time) */
-    _Atomic int64_t wait_until;         /* a sleep's deadline (WEFT__W_SLEEP
-                                         * and WEFT__W_LIMITER only) */
+    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
+    _Atomic(const void *) wait_obj;  /* the object waited on */
+    _Atomic(const char *) wait_name; /* a static word about the wait (a
+                                      * descriptor's direction), or NULL;
+                                      * set only by kinds that read it */
+    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
+                                      * and WEFT__W_LIMITER only) */
     uint64_t id; /* unique in the process: the spawning worker's id + 1
                   * in the high 24 bits, its count of spawns below (0 in
                   * the high bits: made outside a worker); set at spawn */
@@ -151,23 +151,23 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- owner only ---- */
     weft_runtime *rt;
     int id;
-    weft_task *cur;     /* running task, NULL in the scheduler loop */
+    weft_task *cur; /* running task, NULL in the scheduler loop */
     /* cur, as other threads may read it (the dump's "running"): stored
      * with it, relaxed */
     _Atomic(weft_task *) cur_seen;
-    uint64_t next_id; /* spawns made on this worker: the tasks' ids */
+    uint64_t next_id;   /* spawns made on this worker: the tasks' ids */
     weft_task *runnext; /* woken by the running task: runs next */
     unsigned runnext_streak;
-    weft__queue runq;    /* woken tasks, FIFO */
-    weft__queue yieldq;  /* tasks that yielded: after everything else */
-    weft_task *dead;     /* finished task to recycle after the switch */
-    atomic_uint tick;    /* scheduling decisions taken; thieves read it */
-    atomic_uint spawned; /* spawns, progress too (thieves read it) */
+    weft__queue runq;     /* woken tasks, FIFO */
+    weft__queue yieldq;   /* tasks that yielded: after everything else */
+    weft_task *dead;      /* finished task to recycle after the switch */
+    atomic_uint tick;     /* scheduling decisions taken; thieves read it */
+    atomic_uint spawned;  /* spawns, progress too (thieves read it) */
     atomic_int notifying; /* in weft__worker_notify (thieves read it) */
-    unsigned rounds;     /* this worker's stealing rounds, ever */
-    unsigned spawns;     /* spawns by the running task since it resumed */
-    uint64_t rng;        /* xorshift state: victims, seeded picks */
-    weft__ctx sched_ctx; /* the scheduler loop's context */
+    unsigned rounds;      /* this worker's stealing rounds, ever */
+    unsigned spawns;      /* spawns by the running task since it resumed */
+    uint64_t rng;         /* xorshift state: victims, seeded picks */
+    weft__ctx sched_ctx;  /* the scheduler loop's context */
     weft__wheel wheel;
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */

@@ -52,7 +52,7 @@ enum { WAKE_OWNER = 1, WAKE_RETRY = 2, WAKE_RETRY_FAR = 3 };
 
 typedef struct mutex_impl {
     atomic_int state;
-    weft__lock lock;            /* guards q and changes of M_WAITERS */
+    weft__lock lock; /* guards q and changes of M_WAITERS */
     /* read by others for -EDEADLK, and by the task dump (which names the
      * holder): stored with release, so a reader that loads it with
      * acquire may read the holder's id and name */
