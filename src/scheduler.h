@@ -151,23 +151,19 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- owner only ---- */
     weft_runtime *rt;
     int id;
-    weft_task *cur; /* running task, NULL in the scheduler loop */
-    /* cur, as other threads may read it (the dump's "running"): stored
-     * with it, relaxed */
-    _Atomic(weft_task *) cur_seen;
-    uint64_t next_id;   /* spawns made on this worker: the tasks' ids */
+    weft_task *cur;     /* running task, NULL in the scheduler loop */
     weft_task *runnext; /* woken by the running task: runs next */
     unsigned runnext_streak;
-    weft__queue runq;     /* woken tasks, FIFO */
-    weft__queue yieldq;   /* tasks that yielded: after everything else */
-    weft_task *dead;      /* finished task to recycle after the switch */
-    atomic_uint tick;     /* scheduling decisions taken; thieves read it */
-    atomic_uint spawned;  /* spawns, progress too (thieves read it) */
+    weft__queue runq;    /* woken tasks, FIFO */
+    weft__queue yieldq;  /* tasks that yielded: after everything else */
+    weft_task *dead;     /* finished task to recycle after the switch */
+    atomic_uint tick;    /* scheduling decisions taken; thieves read it */
+    atomic_uint spawned; /* spawns, progress too (thieves read it) */
     atomic_int notifying; /* in weft__worker_notify (thieves read it) */
-    unsigned rounds;      /* this worker's stealing rounds, ever */
-    unsigned spawns;      /* spawns by the running task since it resumed */
-    uint64_t rng;         /* xorshift state: victims, seeded picks */
-    weft__ctx sched_ctx;  /* the scheduler loop's context */
+    unsigned rounds;     /* this worker's stealing rounds, ever */
+    unsigned spawns;     /* spawns by the running task since it resumed */
+    uint64_t rng;        /* xorshift state: victims, seeded picks */
+    weft__ctx sched_ctx; /* the scheduler loop's context */
     weft__wheel wheel;
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */
@@ -175,6 +171,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     size_t nready, capready;
     struct weft__seen *seen; /* per victim: what this worker saw of it,
                               * as a thief (the stealing rule) */
+    /* cur, as other threads may read it (the task dump's "running"):
+     * stored with it, relaxed */
+    _Atomic(weft_task *) cur_seen;
+    /* spawns made on this worker: the ids of its tasks (weft_task.id) */
+    uint64_t next_id;
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
