@@ -121,13 +121,13 @@ static void put_text_str(dump *d, const char *s, size_t max)
     put_ch(d, '"');
 }
 
+/* A task's id as "W.N": the worker that spawned it (0: made outside a
+ * worker, as the root task), then that worker's count; a JSON string. */
 static void put_id(dump *d, uint64_t id)
 {
-    if (d->json)
-        put(d, "%llu", (unsigned long long)id);
-    else
-        put(d, "%llu.%llu", (unsigned long long)(id >> ID_BITS),
-            (unsigned long long)(id & ((1ull << ID_BITS) - 1)));
+    put(d, d->json ? "\"%llu.%llu\"" : "%llu.%llu",
+        (unsigned long long)(id >> ID_BITS),
+        (unsigned long long)(id & ((1ull << ID_BITS) - 1)));
 }
 
 static void put_secs(dump *d, int64_t ns)
