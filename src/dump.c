@@ -41,7 +41,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BUF_SIZE (64 * 1024)
 #define ITEM_MAX (8 * 1024) /* the most one line may take */
 #define NAME_SHOWN 128      /* bytes of a name shown (escaped: x6 at most) */
 #define FILE_SHOWN 256      /* bytes of a file name shown */
@@ -60,13 +59,15 @@ typedef struct dump {
     int err; /* the first write error */
     int64_t now;
     char *buf;
-    size_t len;
+    size_t len, cap;
     level path[MAX_DEPTH]; /* path[0 .. depth-1] locked while formatting */
     int depth;
     long long ntasks, nscopes, deep;
 } dump;
 
 static pthread_mutex_t dump_mu = PTHREAD_MUTEX_INITIALIZER;
+
+size_t weft__dump_buf_size = 64 * 1024;
 
 /* ---- output ---- */
 
@@ -75,7 +76,7 @@ static void put(dump *d, const char *fmt, ...)
 
 static void put(dump *d, const char *fmt, ...)
 {
-    size_t room = BUF_SIZE - d->len;
+    size_t room = d->cap - d->len;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(d->buf + d->len, room, fmt, ap);
@@ -86,7 +87,7 @@ static void put(dump *d, const char *fmt, ...)
 
 static void put_ch(dump *d, char c)
 {
-    if (d->len + 1 < BUF_SIZE)
+    if (d->len + 1 < d->cap)
         d->buf[d->len++] = c;
 }
 
@@ -493,14 +494,21 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
         return -ESRCH;
     if (fd < 0)
         return -EBADF;
+    size_t cap = weft__dump_buf_size;
+    if (cap < ITEM_MAX + 256)
+        cap = ITEM_MAX + 256;
     dump *d = calloc(1, sizeof(*d));
-    char *buf = malloc(BUF_SIZE);
+    char *buf = malloc(cap);
     if (!d || !buf) {
         free(d);
         free(buf);
         return -ENOMEM;
     }
-    *d = (dump){.rt = rt, .fd = fd, .json = flags & WEFT_DUMP_JSON, .buf = buf};
+    *d = (dump){.rt = rt,
+                .fd = fd,
+                .json = flags & WEFT_DUMP_JSON,
+                .buf = buf,
+                .cap = cap};
     pthread_mutex_lock(&dump_mu);
     d->now = weft__now(rt);
     header(d);
@@ -509,7 +517,7 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
     weft__lock_acquire(&rt->root->lock);
     enter(d, rt->root);
     while (d->depth > 0) {
-        if (BUF_SIZE - d->len < ITEM_MAX)
+        if (d->cap - d->len < ITEM_MAX)
             flush(d);
         else
             step(d);

@@ -35,4 +35,9 @@
  * write's error (-EBADF, -EIO, -EPIPE, ...). */
 int weft__dump_write(weft_runtime *rt, int fd, unsigned flags);
 
+/* The dump's buffer, in bytes (64 KiB; at least one line's room, 8.25
+ * KiB, whatever it is set to). Tests make it small, so that a dump lets
+ * go of its locks and comes back after every few lines. */
+extern size_t weft__dump_buf_size;
+
 #endif
