@@ -79,9 +79,8 @@ static int main_task(void *arg)
 
 int main(int argc, char **argv)
 {
-    unsigned flags = argc > 1 && strcmp(argv[1], "--json") == 0
-                         ? WEFT_DUMP_JSON
-                         : 0;
+    unsigned flags =
+        argc > 1 && strcmp(argv[1], "--json") == 0 ? WEFT_DUMP_JSON : 0;
     weft_config cfg = {.workers = 1, .clock = WEFT_CLOCK_VIRTUAL};
     int rc = weft_run(&cfg, main_task, &flags);
     if (rc < 0)

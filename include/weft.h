@@ -2187,7 +2187,8 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
  * worth of lines is formatted, never while writing, and memory does not
  * grow with the number of tasks; a task that starts or ends meanwhile may
  * be missed. Dumps are taken one at a time. Blocks the calling thread
- * (not only the task) while it writes; not a cancellation point. Any
+ * (not only the task) while it writes, so from a task never write to a
+ * pipe that a task of the same runtime reads; not a cancellation point. Any
  * thread; not from a signal handler (SIGQUIT: see
  * weft_config.sigquit_dump). Returns 0, -EINVAL (unknown flags), -ESRCH
  * (no runtime is running), -ENOMEM, or the error of write(2) as a
