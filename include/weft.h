@@ -199,6 +199,14 @@ typedef struct weft_config {
      * called a deadlock: the time a plain thread has to call in (see
      * "Deadlocks" in section 14). 0: one second. */
     int64_t deadlock_grace_ns;
+    /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default)
+     * or 1: it writes a task dump (weft_dump's text) to stderr and the program
+     * goes on, so a daemon being debugged keeps running and can be dumped
+     * again (Go's SIGQUIT dump exits; the JVM's thread dump goes on, as
+     * this one does). Negative: SIGQUIT keeps its default action (the
+     * process ends with a core dump). weft_run installs no handler; call
+     * weft_dump from your own signal-handling thread. */
+    int sigquit_dump;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -2194,10 +2202,39 @@ WEFT_EXTERN int weft_sup_wait(weft_sup *s, int *status, weft_time deadline);
  * Returns 0, -EBUSY (still running), -EINVAL. Never blocks. */
 WEFT_EXTERN int weft_sup_free(weft_sup *s);
 
-/* ----------------------------------------------------------------------
+/* ------------------------------------------------------------------------
  * 14. Seeing inside a running program
- *
- * ---- deadlocks ----
+ * ---------------------------------------------------------------------- */
+
+/* weft_dump's flags. 0: text for people. */
+#define WEFT_DUMP_JSON 1u /* JSON lines: one object per line */
+
+/* Writes a dump of every live task to fd: its id, name, spawn site
+ * (file:line), state (running, ready or parked), and for a parked task
+ * what it waits on and for how long (a channel and which way, a mutex and
+ * the task that holds it, a descriptor and its direction, a sleep's
+ * deadline, a future, a scope's join, a task's join, a blocking call, an
+ * actor's mailbox, ...), each task under the scope it was spawned into,
+ * each scope with its policy, owner, deadline and cancel state. See
+ * docs/debugging.md for the formats; with WEFT_DUMP_JSON, every line is a
+ * JSON object: first {"type":"dump",...}, then one "scope" line before
+ * the lines of its tasks and kid scopes, one "task" line per task, and
+ * last {"type":"end","tasks":N,"scopes":M,...}.
+ * From a task: dumps that task's runtime. From any other thread: dumps
+ * every runtime running in the process, one after the other.
+ * Never stops the world: each scope's lock is taken only while a buffer's
+ * worth of lines is formatted, never while writing, and memory does not
+ * grow with the number of tasks; a task that starts or ends meanwhile may
+ * be missed. Dumps are taken one at a time. Blocks the calling thread
+ * (not only the task) while it writes, so from a task never write to a
+ * pipe that a task of the same runtime reads; not a cancellation point. Any
+ * thread; not from a signal handler (SIGQUIT: see
+ * weft_config.sigquit_dump). Returns 0, -EINVAL (unknown flags), -ESRCH
+ * (no runtime is running), -ENOMEM, or the error of write(2) as a
+ * negative code (-EBADF, -EIO, -EPIPE, ...). */
+WEFT_EXTERN int weft_dump(int fd, unsigned flags);
+
+/* ---- deadlocks ----
  *
  * A runtime looks for two kinds of deadlock, and weft_config.deadlock says
  * what it does when it finds one:
@@ -2238,8 +2275,7 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
  * unwind as they would at a shutdown, and weft_run returns -EDEADLK. If
  * they cannot (they wait where a cancel does not reach them, and are all
  * asleep again), weft_run returns -EDEADLK without waiting for them, and
- * what they hold is not freed.
- * ---------------------------------------------------------------------- */
+ * what they hold is not freed. */
 
 #ifdef __cplusplus
 }

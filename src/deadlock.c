@@ -105,19 +105,24 @@ static const char *task_name(const weft_task *t)
     return t && t->name ? t->name : "(unnamed)";
 }
 
+/* As the dump names it: "task W.N" (the worker that spawned it, then that
+ * worker's count: see dump.c). */
 static void out_task(struct out *o, const weft_task *t)
 {
-    out_printf(o, "task %p \"%s\" (spawned at %s:%d)", (const void *)t,
+    out_printf(o, "task %llu.%llu \"%s\" (spawned at %s:%d)",
+               (unsigned long long)(t->id >> 40),
+               (unsigned long long)(t->id & ((1ull << 40) - 1)),
                task_name(t), t->file ? t->file : "?", t->line);
 }
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 {
-    int kind = __atomic_load_n(&t->wait_kind, __ATOMIC_RELAXED);
-    const void *obj = __atomic_load_n(&t->wait_obj, __ATOMIC_RELAXED);
+    int kind = ld_rlx(&t->wait_kind);
+    const void *obj = ld_rlx(&t->wait_obj);
     out_printf(o, "    waits for %s %p", weft__wait_kind_name(kind), obj);
-    if (t->wait_name)
-        out_printf(o, " \"%s\"", t->wait_name);
+    const char *name = ld_rlx(&t->wait_name);
+    if (name)
+        out_printf(o, " (%s)", name);
     if (kind == WEFT__W_MUTEX) {
         weft_task *h = weft__mutex_owner(obj);
         if (h) {
@@ -129,7 +134,7 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
         out_printf(o, ", %d children running", s->live);
     }
     int64_t since =
-        weft__now(rt) - __atomic_load_n(&t->wait_since, __ATOMIC_RELAXED);
+        weft__now(rt) - ld_rlx(&t->wait_since);
     if (since >= 0)
         out_printf(o, ", for %lld.%03lld ms\n", (long long)(since / WEFT_MSEC),
                    (long long)(since % WEFT_MSEC / WEFT_USEC));
@@ -145,8 +150,8 @@ enum verdict { STUCK, WAKEABLE };
 static bool outside_may_wake(const struct weft__observe *ob,
                              const weft_task *t)
 {
-    int kind = __atomic_load_n(&t->wait_kind, __ATOMIC_RELAXED);
-    const void *obj = __atomic_load_n(&t->wait_obj, __ATOMIC_RELAXED);
+    int kind = ld_rlx(&t->wait_kind);
+    const void *obj = ld_rlx(&t->wait_obj);
     if (kind == WEFT__W_FUTURE)
         return true;
     for (int i = 0; i < ob->noutside; i++)
@@ -154,7 +159,7 @@ static bool outside_may_wake(const struct weft__observe *ob,
             return true;
     if (kind == WEFT__W_SELECT && obj) {
         const weft_case *c = obj;
-        int n = __atomic_load_n(&t->wait_n, __ATOMIC_RELAXED);
+        int n = ld_rlx(&t->wait_n);
         for (int i = 0; i < n; i++) {
             if (c[i].op == WEFT_OP_FUTURE)
                 return true;
@@ -241,7 +246,9 @@ static int64_t act(weft_worker *w, int phase, int asleep)
                        asleep);
             int n = 0;
             walk(rt, rt->root, &o, &n);
+            out_printf(&o, "the task dump:\n");
             out_flush(&o);
+            weft__dump_write(rt, 2, 0);
             if (ob->mode == WEFT_DEADLOCK_ABORT)
                 abort();
         }
@@ -325,8 +332,9 @@ static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
         out_task(&o, chain[(i + 1) % n]);
         out_printf(&o, "\n");
     }
-    out_printf(&o, "  the lock of task %p returns -EDEADLK\n",
-               (const void *)chain[0]);
+    out_printf(&o, "  the lock of ");
+    out_task(&o, chain[0]);
+    out_printf(&o, " returns -EDEADLK\n");
     out_flush(&o);
     if (ob->mode == WEFT_DEADLOCK_ABORT)
         abort();

@@ -46,8 +46,14 @@
  * out once the root scope has been cancelled after a request. On the real
  * clock the thread also cancels the root scope at the drain deadline
  * itself, in case every worker is held by a task that never yields.
+ * SIGQUIT, unless weft_config.sigquit_dump is negative, is read from the
+ * same signalfd: the thread writes a task dump to stderr (never from an
+ * asynchronous handler: the dump takes locks and allocates), and the
+ * program goes on.
  */
 #include "runtime.h"
+
+#include "observe.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -751,6 +757,10 @@ static void *signal_thread(void *arg)
             struct signalfd_siginfo si;
             if (read(sc->sfd, &si, sizeof(si)) != sizeof(si))
                 continue;
+            if (si.ssi_signo == SIGQUIT) { /* a dump, and go on */
+                weft__dump_write(rt, STDERR_FILENO, 0);
+                continue;
+            }
             on_signal(sc, ++signals, (int)si.ssi_signo);
             announced = announced || weft__scope_is_cancelled(rt->root);
         }
@@ -781,6 +791,8 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    if (c.sigquit_dump >= 0) /* read by the signal thread, which dumps */
+        sigaddset(&set, SIGQUIT);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     sc.sfd = signalfd(-1, &set, SFD_CLOEXEC);
     sc.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -824,6 +836,23 @@ int weft_main(weft_fn fn, void *arg)
 }
 
 /* ---- small public entry points ---- */
+
+int weft_dump(int fd, unsigned flags)
+{
+    if (flags & ~(unsigned)WEFT_DUMP_JSON)
+        return -EINVAL;
+    weft_worker *w = weft__tl_worker;
+    if (w)
+        return weft__dump_write(w->rt, fd, flags);
+    /* A plain thread: every running runtime, each kept allocated by the
+     * lock meanwhile (its weft_run cannot end). */
+    pthread_mutex_lock(&running_mu);
+    int rc = running ? 0 : -ESRCH;
+    for (weft_runtime *rt = running; rt && !rc; rt = rt->shut->next_running)
+        rc = weft__dump_write(rt, fd, flags);
+    pthread_mutex_unlock(&running_mu);
+    return rc;
+}
 
 uint64_t weft_seed(void)
 {

@@ -80,12 +80,21 @@ struct weft_task {
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
     /* What the current park waits on (wait layer: weft__wait_note), for
-     * the task dump and the deadlock detector; stale once running. */
-    uint8_t wait_kind;     /* weft__wait_kind */
-    const void *wait_obj;  /* the object waited on */
-    int wait_n;            /* select: its number of cases */
-    const char *wait_name; /* its name, if it has one */
-    int64_t wait_since;    /* when it parked (the wheel's time then) */
+     * the task dump and the deadlock detector; stale once running. The
+     * task writes them for itself and other threads read them while it
+     * runs: relaxed atomics (plain moves on x86), read as a hint. */
+    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
+    _Atomic(const void *) wait_obj;  /* the object waited on */
+    _Atomic int wait_n;              /* select: its number of cases */
+    _Atomic(const char *) wait_name; /* a static word about the wait (a
+                                      * descriptor's direction), or NULL;
+                                      * set only by kinds that read it */
+    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
+                                      * and WEFT__W_LIMITER only) */
+    uint64_t id; /* unique in the process: the spawning worker's id + 1
+                  * in the high 24 bits, its count of spawns below (0 in
+                  * the high bits: made outside a worker); set at spawn */
 
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
@@ -163,6 +172,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     size_t nready, capready;
     struct weft__seen *seen; /* per victim: what this worker saw of it,
                               * as a thief (the stealing rule) */
+    /* cur, as other threads may read it (the task dump's "running"):
+     * stored with it, relaxed */
+    _Atomic(weft_task *) cur_seen;
+    /* spawns made on this worker: the ids of its tasks (weft_task.id) */
+    uint64_t next_id;
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
     unsigned dgen; /* times it became so, under rt->dmu */

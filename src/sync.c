@@ -52,8 +52,11 @@ enum { WAKE_OWNER = 1, WAKE_RETRY = 2, WAKE_RETRY_FAR = 3 };
 
 typedef struct mutex_impl {
     atomic_int state;
-    weft__lock lock;            /* guards q and changes of M_WAITERS */
-    _Atomic(weft_task *) owner; /* read by others only for -EDEADLK */
+    weft__lock lock; /* guards q and changes of M_WAITERS */
+    /* read by others for -EDEADLK, and by the task dump (which names the
+     * holder): stored with release, so a reader that loads it with
+     * acquire may read the holder's id and name */
+    _Atomic(weft_task *) owner;
     weft__waitq q;
 } mutex_impl;
 _Static_assert(sizeof(mutex_impl) <= sizeof(weft_mutex), "weft_mutex size");
@@ -77,12 +80,6 @@ static void mutex_left(mutex_impl *m)
 {
     if (!m->q.head)
         atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
-}
-
-weft_task *weft__mutex_owner(const void *mm)
-{
-    const mutex_impl *m = mm;
-    return m ? ld_rlx(&m->owner) : NULL;
 }
 
 #define CYCLE_MAX 16 /* longest ring of mutex waits looked for */
@@ -115,9 +112,9 @@ static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
             return 0;
         /* The record is noted before the park word is set (wait.h), so
          * this park's record, or a later one if pw has changed since. */
-        int kind = __atomic_load_n(&h->wait_kind, __ATOMIC_RELAXED);
+        int kind = ld_rlx(&h->wait_kind);
         const mutex_impl *next =
-            __atomic_load_n(&h->wait_obj, __ATOMIC_RELAXED);
+            ld_rlx(&h->wait_obj);
         if (kind != WEFT__W_MUTEX || !next || ld_acq(&cur->owner) != h ||
             ld_acq(&h->park) != pw)
             return 0;
@@ -231,7 +228,7 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         }
     }
 locked:
-    st_rlx(&m->owner, t);
+    st_rel(&m->owner, t);
     return 0;
 }
 
@@ -248,7 +245,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
         return -ECANCELED;
     int s = 0;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     if (!wait) {
@@ -258,7 +255,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
          * TryLock); a starving waiter's hand-off never leaves it free. */
         if (!mutex_take(m, &s, 0))
             return -EBUSY;
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     return mutex_lock_slow(m, t, deadline, cancellable);
@@ -291,6 +288,12 @@ int weft__mutex_held_by_me(weft_mutex *mm)
     return m && t && ld_rlx(&m->owner) == t;
 }
 
+weft_task *weft__mutex_owner(const weft_mutex *mm)
+{
+    const mutex_impl *m = (const mutex_impl *)mm;
+    return m ? ld_acq((_Atomic(weft_task *) *)&m->owner) : NULL;
+}
+
 /* Unlock with someone queued and nobody woken: wake the first waiter to
  * compete, or hand it the lock if it has waited long enough. */
 static void mutex_unlock_slow(mutex_impl *m)
@@ -308,7 +311,7 @@ static void mutex_unlock_slow(mutex_impl *m)
             ;
     } else if (weft__now(rt) - w->since >= STARVE_NS) {
         code = WAKE_OWNER; /* stays locked: nobody can barge in */
-        st_rlx(&m->owner, w->task);
+        st_rel(&m->owner, w->task);
         if (clear)
             atomic_fetch_and_explicit(&m->state, ~clear, memory_order_acq_rel);
     } else {

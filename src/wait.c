@@ -103,7 +103,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
     weft_task *t = wk->cur;
     int fired = -1;
     weft__wait_note(t, kind, obj);
-    __atomic_store_n(&t->wait_n, n, __ATOMIC_RELAXED);
+    st_rlx(&t->wait_n, n);
     uint64_t token = weft__park_prepare(t, true);
     for (int i = 0; i < n; i++) {
         weft__waiter *w = &arms[i].w;
@@ -191,6 +191,7 @@ int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
     weft__wait_note(t, kind, obj);
+    st_rlx(&t->wait_until, deadline);
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     return weft__park_commit(wk, t, deadline);
 }

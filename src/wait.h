@@ -238,13 +238,12 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
 /* Records in the running task t what it is about to wait on. */
 static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
 {
-    /* Read by other threads (the mutex cycle check, the dump): atomic
-     * stores, plain ones on the machines weft runs on. Noted before the
-     * park word is set, whose store releases them. */
-    __atomic_store_n(&t->wait_kind, (uint8_t)kind, __ATOMIC_RELAXED);
-    __atomic_store_n(&t->wait_obj, obj, __ATOMIC_RELAXED);
-    __atomic_store_n(&t->wait_since, t->worker->wheel.elapsed,
-                     __ATOMIC_RELAXED);
+    /* Read by other threads (the mutex cycle check, the dump): relaxed
+     * atomic stores, plain ones on the machines weft runs on. Noted before
+     * the park word is set, whose store releases them. */
+    st_rlx(&t->wait_kind, (uint8_t)kind);
+    st_rlx(&t->wait_obj, obj);
+    st_rlx(&t->wait_since, t->worker->wheel.elapsed);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
