@@ -115,6 +115,30 @@ typedef enum weft_clock_kind {
     WEFT_CLOCK_VIRTUAL = 1,
 } weft_clock_kind;
 
+/* What a runtime does when it finds its tasks deadlocked (weft_config's
+ * deadlock field; see "Deadlocks" in section 14). */
+typedef enum weft_deadlock_mode {
+    /* The default: a report on stderr whose first line says "deadlock";
+     * then weft_run cancels the root scope and returns -EDEADLK, and a
+     * weft_mutex_lock that would close a cycle of mutex waits returns
+     * -EDEADLK instead of waiting. */
+    WEFT_DEADLOCK_REPORT = 0,
+    /* The report, then abort() (a core file to look at). */
+    WEFT_DEADLOCK_ABORT = 1,
+    /* weft_config.on_deadlock instead of the report, then as REPORT. */
+    WEFT_DEADLOCK_CALLBACK = 2,
+    /* Look for nothing: the tasks stay asleep. */
+    WEFT_DEADLOCK_IGNORE = 3,
+} weft_deadlock_mode;
+
+/* What was found, for weft_config.on_deadlock. */
+typedef enum weft_deadlock_kind {
+    /* Every task asleep, and nothing outside the runtime can wake one. */
+    WEFT_DEADLOCK_ALL_ASLEEP = 1,
+    /* Tasks waiting for each other's mutexes in a cycle. */
+    WEFT_DEADLOCK_MUTEX_CYCLE = 2,
+} weft_deadlock_kind;
+
 /* Runtime configuration. Zero-initialise it and set what you need; every
  * zero field means "the default". */
 typedef struct weft_config {
@@ -163,12 +187,33 @@ typedef struct weft_config {
      * calling thread gets its own CPU set back when weft_run returns; pool
      * and signal threads keep that set. 0: the kernel places threads. */
     int pin_workers;
+    /* Deadlock detection: see weft_deadlock_mode (0: report on stderr and
+     * return -EDEADLK). */
+    weft_deadlock_mode deadlock;
+    /* WEFT_DEADLOCK_CALLBACK: called once per deadlock found, on the
+     * worker thread that found it, with deadlock_ctx and what was found;
+     * it may call weft_dump and must not block or wait for tasks. */
+    void (*on_deadlock)(void *ctx, weft_deadlock_kind kind);
+    void *deadlock_ctx;
+    /* How long every task must stay asleep, in real time, before that is
+     * called a deadlock: the time a plain thread has to call in (see
+     * "Deadlocks" in section 14). 0: one second. */
+    int64_t deadlock_grace_ns;
+    /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default)
+     * or 1: it writes a task dump (weft_dump's text) to stderr and the program
+     * goes on, so a daemon being debugged keeps running and can be dumped
+     * again (Go's SIGQUIT dump exits; the JVM's thread dump goes on, as
+     * this one does). Negative: SIGQUIT keeps its default action (the
+     * process ends with a core dump). weft_run installs no handler; call
+     * weft_dump from your own signal-handling thread. */
+    int sigquit_dump;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
  * spawns fn(arg) as the root task and returns when it, and every task
  * spawned into the root scope, has finished. cfg may be NULL (defaults).
- * Returns fn's status, or -EINVAL (fn is NULL, a bad config, or a
+ * Returns fn's status, or -EDEADLK (its tasks deadlocked: see
+ * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, or a
  * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
@@ -743,7 +788,9 @@ typedef struct weft_mutex {
     }
 
 /* Locks, waiting if it is held. Returns 0, -ECANCELED (not locked),
- * -EDEADLK (the calling task holds it already), -EINVAL (NULL, or
+ * -EDEADLK (the calling task holds it already, or waiting would close a
+ * cycle of tasks waiting for each other's mutexes: see "Deadlocks" in
+ * section 14; not locked, nothing waited for), -EINVAL (NULL, or
  * destroyed), -EPERM. Cancellation point: a cancelled lock holds nothing
  * and leaves no waiter queued. Blocks. */
 WEFT_EXTERN int weft_mutex_lock(weft_mutex *m);
@@ -2154,6 +2201,81 @@ WEFT_EXTERN int weft_sup_wait(weft_sup *s, int *status, weft_time deadline);
 /* Frees a handle from weft_sup_spawn after weft_sup_wait returned 0.
  * Returns 0, -EBUSY (still running), -EINVAL. Never blocks. */
 WEFT_EXTERN int weft_sup_free(weft_sup *s);
+
+/* ------------------------------------------------------------------------
+ * 14. Seeing inside a running program
+ * ---------------------------------------------------------------------- */
+
+/* weft_dump's flags. 0: text for people. */
+#define WEFT_DUMP_JSON 1u /* JSON lines: one object per line */
+
+/* Writes a dump of every live task to fd: its id, name, spawn site
+ * (file:line), state (running, ready or parked), and for a parked task
+ * what it waits on and for how long (a channel and which way, a mutex and
+ * the task that holds it, a descriptor and its direction, a sleep's
+ * deadline, a future, a scope's join, a task's join, a blocking call, an
+ * actor's mailbox, ...), each task under the scope it was spawned into,
+ * each scope with its policy, owner, deadline and cancel state. See
+ * docs/debugging.md for the formats; with WEFT_DUMP_JSON, every line is a
+ * JSON object: first {"type":"dump",...}, then one "scope" line before
+ * the lines of its tasks and kid scopes, one "task" line per task, and
+ * last {"type":"end","tasks":N,"scopes":M,...}.
+ * From a task: dumps that task's runtime. From any other thread: dumps
+ * every runtime running in the process, one after the other.
+ * Never stops the world: each scope's lock is taken only while a buffer's
+ * worth of lines is formatted, never while writing, and memory does not
+ * grow with the number of tasks; a task that starts or ends meanwhile may
+ * be missed. Dumps are taken one at a time. Blocks the calling thread
+ * (not only the task) while it writes, so from a task never write to a
+ * pipe that a task of the same runtime reads; not a cancellation point. Any
+ * thread; not from a signal handler (SIGQUIT: see
+ * weft_config.sigquit_dump). Returns 0, -EINVAL (unknown flags), -ESRCH
+ * (no runtime is running), -ENOMEM, or the error of write(2) as a
+ * negative code (-EBADF, -EIO, -EPIPE, ...). */
+WEFT_EXTERN int weft_dump(int fd, unsigned flags);
+
+/* ---- deadlocks ----
+ *
+ * A runtime looks for two kinds of deadlock, and weft_config.deadlock says
+ * what it does when it finds one:
+ *
+ * - Every task asleep, and nothing outside the runtime that could wake one
+ *   (Go's "all goroutines are asleep"): no timer armed (no sleep, no
+ *   deadline, no timeout), no task waiting on a descriptor, no
+ *   weft_blocking call running or queued, and no task waiting for a future
+ *   or for the shutdown request. Futures are how plain threads and foreign
+ *   callbacks hand results to tasks, and a signal or any thread may request
+ *   a shutdown at any time, so a task waiting for either is never counted
+ *   as stuck. Looked for when the last worker goes idle with no timer (it
+ *   costs nothing before), with either clock (under the virtual clock such
+ *   a hang used to be silent), and reported once the state has lasted
+ *   weft_config.deadlock_grace_ns of real time (1 s by default) with no
+ *   task woken meanwhile.
+ * - A cycle of mutex waits (task A holds m1 and waits for m2, B holds m2
+ *   and waits for m1, or longer), looked for when a task is about to wait
+ *   for a held mutex, even while other tasks run. The task whose wait
+ *   would close the cycle is the one told: with WEFT_DEADLOCK_REPORT its
+ *   weft_mutex_lock (or _until) returns -EDEADLK having waited for
+ *   nothing, and it still holds what it held. The relock inside
+ *   weft_cond_wait is not checked (it must return holding the mutex).
+ *
+ * What the runtime cannot see: a plain thread (not one of its workers)
+ * that will call weft_chan_try_send, weft_chan_close, weft_event_set,
+ * weft_sem_post, weft_scope_cancel or the like on an object a task waits
+ * on. That is what the grace period is for: if every task waits for such
+ * a thread and it calls in later than deadlock_grace_ns, a deadlock is
+ * reported. Hand results from plain threads to tasks through a future
+ * (section 9), raise the grace, or set deadlock to WEFT_DEADLOCK_IGNORE.
+ *
+ * The report goes to stderr: a first line with the word "deadlock", then
+ * each task asleep with its name, spawn site, what it waits on and since
+ * when (for a mutex: the task that holds it), then the task dump
+ * (weft_dump). Then, with WEFT_DEADLOCK_REPORT, the runtime cancels the
+ * root scope: every cancellation point returns -ECANCELED and the tasks
+ * unwind as they would at a shutdown, and weft_run returns -EDEADLK. If
+ * they cannot (they wait where a cancel does not reach them, and are all
+ * asleep again), weft_run returns -EDEADLK without waiting for them, and
+ * what they hold is not freed. */
 
 #ifdef __cplusplus
 }

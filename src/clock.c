@@ -40,7 +40,20 @@ static void mono_idle_until(weft_worker *w)
     if (weft__idle_look(w)) /* spins, stealing where it pays */
         return;
     int64_t next = weft__wheel_next(&w->wheel);
-    weft__nap(w, next == WEFT_NEVER ? WEFT_NEVER : next - weft__mono_now());
+    if (next != WEFT_NEVER) {
+        weft__nap(w, next - weft__mono_now());
+        return;
+    }
+    /* No timer: nothing in the runtime will wake this worker but another
+     * thread. If every worker is so, its tasks may be deadlocked. */
+    int64_t t = weft__idle_forever_enter(w);
+    while (t != 0) {
+        weft__nap(w, t);
+        if (t == WEFT_NEVER || weft__work_visible(w))
+            break;
+        t = weft__idle_forever_again(w);
+    }
+    weft__idle_forever_leave(w);
 }
 
 const weft__clock_ops weft__clock_monotonic = {
@@ -127,11 +140,22 @@ static void virt_idle_until(weft_worker *w)
         /* Every task waits on something with no deadline: only another
          * thread (a cancel, an I/O event, the pool) can wake one. */
     }
+    bool forever = w->vnext == WEFT_NEVER;
     /* Flagged asleep under the lock: a worker that moves the time after
      * we unlock sees the flag and wakes us. */
     int mode = weft__sleep_announce(w);
     pthread_mutex_unlock(&rt->vmu);
-    weft__sleep(w, mode, WEFT_NEVER);
+    /* With no timer of its own, it joins the deadlock books: if every
+     * worker is so, no time will come that wakes a task. */
+    int64_t t = forever ? weft__idle_forever_enter(w) : WEFT_NEVER;
+    while (t != 0) {
+        weft__sleep(w, mode, t);
+        if (t == WEFT_NEVER || weft__work_visible(w))
+            break;
+        t = weft__idle_forever_again(w);
+    }
+    if (forever)
+        weft__idle_forever_leave(w);
     virt_unidle(w);
     weft__sleep_done(w);
 }

@@ -116,6 +116,17 @@ typedef struct fd_rec {
 
 static _Atomic(fd_rec *) fdtab[FD_CHUNKS];
 
+int weft__fd_of(const void *rec)
+{
+    const fd_rec *r = rec;
+    for (int i = 0; i < FD_CHUNKS; i++) {
+        const fd_rec *chunk = ld_acq(&fdtab[i]);
+        if (chunk && r >= chunk && r < chunk + FD_CHUNK)
+            return i * FD_CHUNK + (int)(r - chunk);
+    }
+    return -1;
+}
+
 static fd_rec *fd_lookup(int fd, bool create)
 {
     if (fd < 0 || fd >= FD_CHUNK * FD_CHUNKS)
@@ -298,6 +309,11 @@ static int fd_wait(int fd, int events, weft_time deadline,
      * poller meanwhile. */
     uint32_t gen = ld_rlx(&r->gen);
     weft__pending_add(w, WEFT__PENDING_IO, 1);
+    /* for the task dump: which way it waits (wait_name is read for
+     * WEFT__W_FD only, so other waits need not clear it) */
+    st_rlx(&w->cur->wait_name, events == WEFT_IO_READ    ? "read"
+                               : events == WEFT_IO_WRITE ? "write"
+                                                         : "read or write");
     if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
         weft__waiter ws;
         weft__waiter_init(&ws, NULL, 0);

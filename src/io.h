@@ -43,6 +43,9 @@ void weft__fd_case_won(weft_case *c, int code);
  * whether it came back short; and, before a read, wait first if the last
  * one was short and no edge came since (0 if waited or no need, else
  * weft_fd_wait's error; *stream: whether fd is a TCP socket). */
+/* The descriptor whose record rec is (a WEFT__W_FD wait's object), or
+ * -1. For the task dump; any thread; never blocks. */
+int weft__fd_of(const void *rec);
 void weft__fd_set_stream(int fd);
 /* fd was just made by weft (socket, accept4, signalfd), which closes it
  * with weft_close: forgets any earlier file under its number and marks it

@@ -46,8 +46,14 @@
  * out once the root scope has been cancelled after a request. On the real
  * clock the thread also cancels the root scope at the drain deadline
  * itself, in case every worker is held by a task that never yields.
+ * SIGQUIT, unless weft_config.sigquit_dump is negative, is read from the
+ * same signalfd: the thread writes a task dump to stderr (never from an
+ * asynchronous handler: the dump takes locks and allocates), and the
+ * program goes on.
  */
 #include "runtime.h"
+
+#include "observe.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -190,6 +196,10 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->blocking_threads < 0 || c->blocking_queue < 0)
         return -EINVAL;
+    if ((unsigned)c->deadlock > WEFT_DEADLOCK_IGNORE ||
+        (c->deadlock == WEFT_DEADLOCK_CALLBACK && !c->on_deadlock) ||
+        c->deadlock_grace_ns < 0)
+        return -EINVAL;
     return 0;
 }
 
@@ -242,8 +252,10 @@ static void runtime_free(weft_runtime *rt)
     weft__pool_fini(&rt->pool);
     weft__scope_free_orphans(rt);
     weft__registry_fini(rt->registry);
+    weft__deadlock_fini(rt);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
+    pthread_mutex_destroy(&rt->dmu);
     pthread_mutex_destroy(&rt->orphan_mu);
     pthread_mutex_destroy(&rt->blocking_mu);
     free(rt);
@@ -269,6 +281,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     rt->shut = &box->shut;
     rt->registry = &box->registry;
     pthread_mutex_init(&rt->vmu, NULL);
+    pthread_mutex_init(&rt->dmu, NULL);
     pthread_mutex_init(&rt->orphan_mu, NULL);
     pthread_mutex_init(&rt->blocking_mu, NULL);
     rt->blocking_threads = c->blocking_threads;
@@ -295,6 +308,10 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     weft__scope_init_root(rt, rt->root);
     for (int i = 0; i < rt->nworkers; i++)
         weft__worker_init(rt, &rt->workers[i], i);
+    if ((*err = weft__deadlock_init(rt, c)) != 0) {
+        runtime_free(rt);
+        return NULL;
+    }
     return rt;
 }
 
@@ -329,7 +346,7 @@ int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
     weft_runtime *rt = run_with(cfg, fn, arg, &err, NULL, NULL);
     if (!rt)
         return err;
-    int status = rt->root_status;
+    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
     runtime_free(rt);
     return status;
 }
@@ -471,7 +488,14 @@ static int shutdown_init(weft_runtime *rt, const weft_config *c)
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
-    return weft_chan_new(&sd->chan, 1, 0);
+    int rc = weft_chan_new(&sd->chan, 1, 0);
+    if (rc == 0) {
+        /* A signal or a plain thread may end these waits at any time: a
+         * task waiting for the request is not deadlocked. */
+        weft__deadlock_outside(rt, sd->chan);
+        weft__deadlock_outside(rt, &sd->poke);
+    }
+    return rc;
 }
 
 static void shutdown_fini(weft_runtime *rt)
@@ -733,6 +757,10 @@ static void *signal_thread(void *arg)
             struct signalfd_siginfo si;
             if (read(sc->sfd, &si, sizeof(si)) != sizeof(si))
                 continue;
+            if (si.ssi_signo == SIGQUIT) { /* a dump, and go on */
+                weft__dump_write(rt, STDERR_FILENO, 0);
+                continue;
+            }
             on_signal(sc, ++signals, (int)si.ssi_signo);
             announced = announced || weft__scope_is_cancelled(rt->root);
         }
@@ -763,6 +791,8 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    if (c.sigquit_dump >= 0) /* read by the signal thread, which dumps */
+        sigaddset(&set, SIGQUIT);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     sc.sfd = signalfd(-1, &set, SFD_CLOEXEC);
     sc.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -795,7 +825,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!rt)
         return err;
-    int status = rt->root_status;
+    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
     runtime_free(rt);
     return status;
 }
@@ -806,6 +836,23 @@ int weft_main(weft_fn fn, void *arg)
 }
 
 /* ---- small public entry points ---- */
+
+int weft_dump(int fd, unsigned flags)
+{
+    if (flags & ~(unsigned)WEFT_DUMP_JSON)
+        return -EINVAL;
+    weft_worker *w = weft__tl_worker;
+    if (w)
+        return weft__dump_write(w->rt, fd, flags);
+    /* A plain thread: every running runtime, each kept allocated by the
+     * lock meanwhile (its weft_run cannot end). */
+    pthread_mutex_lock(&running_mu);
+    int rc = running ? 0 : -ESRCH;
+    for (weft_runtime *rt = running; rt && !rc; rt = rt->shut->next_running)
+        rc = weft__dump_write(rt, fd, flags);
+    pthread_mutex_unlock(&running_mu);
+    return rc;
+}
 
 uint64_t weft_seed(void)
 {

@@ -628,6 +628,7 @@ static void run_next(weft_worker *w, weft_task *self)
         return; /* woken before it even left */
     weft__stack_check(self);
     w->cur = next;
+    st_rlx(&w->cur_seen, next);
     w->spawns = 0;
     ctx_switch(w, self, next, false);
     finish_switch(w);
@@ -645,6 +646,7 @@ void weft__task_main(void *arg)
     w->dead = t;
     weft_task *next = pick(w);
     w->cur = next;
+    st_rlx(&w->cur_seen, next);
     w->spawns = 0;
 #if defined(WEFT_TSAN)
     /* This function's return is never reached, and the slot's fiber serves
@@ -757,6 +759,18 @@ static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
     }
 }
 
+/* A new task's id (weft_task.id): a count of the spawning worker's, no
+ * shared atomic on the spawn path; the rare task made outside a worker
+ * (the root task, the shutdown keeper) counts on a process-wide one. */
+static uint64_t task_id(void)
+{
+    static _Atomic uint64_t outside;
+    weft_worker *w = weft__tl_worker;
+    if (!w)
+        return add_rlx(&outside, 1) + 1;
+    return ((uint64_t)(w->id + 1) << 40) | (++w->next_id & ((1ull << 40) - 1));
+}
+
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line)
 {
@@ -775,6 +789,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->name = o ? o->name : NULL;
     t->file = file;
     t->line = line;
+    t->id = task_id();
 #if defined(WEFT_ASAN)
     /* The slot's previous task left through a switch, not by returning, so
      * ASan still marks its frames' redzones: clear them for the new life. */
@@ -976,6 +991,41 @@ int weft__pending_all(weft_runtime *rt, int kind)
     return n;
 }
 
+int64_t weft__idle_forever_enter(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    if (!rt->on_all_idle || weft__pending(w, WEFT__PENDING_IO) ||
+        weft__pending(w, WEFT__PENDING_POOL))
+        return WEFT_NEVER;
+    pthread_mutex_lock(&rt->dmu);
+    bool last = false;
+    if (!w->didle) {
+        w->didle = true;
+        w->dgen++;
+        last = ++rt->ndidle == rt->nworkers;
+    }
+    pthread_mutex_unlock(&rt->dmu);
+    return last ? rt->on_all_idle(w) : WEFT_NEVER;
+}
+
+int64_t weft__idle_forever_again(weft_worker *w)
+{
+    return w->didle ? w->rt->on_all_idle(w) : 0;
+}
+
+void weft__idle_forever_leave(weft_worker *w)
+{
+    weft_runtime *rt = w->rt;
+    if (!rt->on_all_idle)
+        return;
+    pthread_mutex_lock(&rt->dmu);
+    if (w->didle) {
+        w->didle = false;
+        rt->ndidle--;
+    }
+    pthread_mutex_unlock(&rt->dmu);
+}
+
 bool weft__steal_any(weft_worker *w)
 {
     return steal(w, -1);
@@ -1045,6 +1095,7 @@ int weft__worker_loop(weft_worker *w)
         weft_task *t = pick(w);
         if (t) {
             w->cur = t;
+            st_rlx(&w->cur_seen, t);
             w->spawns = 0;
             ctx_switch(w, NULL, t, false);
             continue;

@@ -80,11 +80,21 @@ struct weft_task {
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
     /* What the current park waits on (wait layer: weft__wait_note), for
-     * the task dump and the deadlock detector; stale once running. */
-    uint8_t wait_kind;     /* weft__wait_kind */
-    const void *wait_obj;  /* the object waited on */
-    const char *wait_name; /* its name, if it has one */
-    int64_t wait_since;    /* when it parked (the wheel's time then) */
+     * the task dump and the deadlock detector; stale once running. The
+     * task writes them for itself and other threads read them while it
+     * runs: relaxed atomics (plain moves on x86), read as a hint. */
+    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
+    _Atomic(const void *) wait_obj;  /* the object waited on */
+    _Atomic int wait_n;              /* select: its number of cases */
+    _Atomic(const char *) wait_name; /* a static word about the wait (a
+                                      * descriptor's direction), or NULL;
+                                      * set only by kinds that read it */
+    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
+                                      * and WEFT__W_LIMITER only) */
+    uint64_t id; /* unique in the process: the spawning worker's id + 1
+                  * in the high 24 bits, its count of spawns below (0 in
+                  * the high bits: made outside a worker); set at spawn */
 
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
@@ -162,6 +172,14 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     size_t nready, capready;
     struct weft__seen *seen; /* per victim: what this worker saw of it,
                               * as a thief (the stealing rule) */
+    /* cur, as other threads may read it (the task dump's "running"):
+     * stored with it, relaxed */
+    _Atomic(weft_task *) cur_seen;
+    /* spawns made on this worker: the ids of its tasks (weft_task.id) */
+    uint64_t next_id;
+    /* idle with no timer and nothing pending, under rt->dmu */
+    bool didle;
+    unsigned dgen; /* times it became so, under rt->dmu */
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
@@ -256,6 +274,22 @@ struct weft_runtime {
     /* actor.h: the actor registry (the runtime layer's, allocated with the
      * runtime and freed with it) */
     struct weft__registry *registry;
+    /* Deadlock detection (the observe layer's deadlock.c): the workers idle
+     * with no timer and nothing pending outside (each one's didle), under
+     * dmu. When the last one joins them it calls on_all_idle (NULL: no
+     * detection), set once by the runtime before any task runs; it
+     * returns what weft__idle_forever_enter does. */
+    pthread_mutex_t dmu;
+    int ndidle;
+    int64_t (*on_all_idle)(weft_worker *w);
+    /* Called by a task that found its mutex wait would close a cycle:
+     * chain[0] is the caller, mutexes[i] what chain[i] waits for, held by
+     * chain[(i + 1) % n]. Returns the code the lock returns (-EDEADLK), or
+     * 0 to wait anyway. NULL: cycles are not looked for. */
+    int (*on_mutex_cycle)(weft_runtime *rt, weft_task *const *chain,
+                          const void *const *mutexes, int n);
+    /* The observe layer's state (deadlock.c): the mode and what was found */
+    struct weft__observe *observe;
 };
 
 /* ---- the current worker ---- */
@@ -296,6 +330,15 @@ void weft__wake_finish(weft_task *t, int code);
 uint64_t weft__rand(void);
 /* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
 void weft__wake_if_cancelled(weft_task *t);
+/* The clock's idle path calls these around a sleep with no timer: a
+ * worker with nothing pending outside joins the deadlock books, and the
+ * last one to join calls rt->on_all_idle. enter and again return how long
+ * to sleep: WEFT_NEVER (until woken), a real time in ns after which to
+ * call again (if nothing woke it), or 0: look for work now (a report may
+ * have woken tasks). leave is called when the sleep ends. */
+int64_t weft__idle_forever_enter(weft_worker *w);
+int64_t weft__idle_forever_again(weft_worker *w);
+void weft__idle_forever_leave(weft_worker *w);
 /* Work was made for w by another thread: w leaves the clock's idle books
  * and is woken if it sleeps. Any thread. */
 void weft__worker_notify(weft_worker *w);

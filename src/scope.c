@@ -89,6 +89,8 @@ static void kid_link_locked(weft_scope *p, weft_scope *k)
 
 static void kid_unlink_locked(weft_scope *p, weft_scope *k)
 {
+    if (WEFT_UNLIKELY(p->dump_kid == k))
+        p->dump_kid = k->sib_next; /* a dump is inside k: it moves on */
     if (k->sib_prev)
         k->sib_prev->sib_next = k->sib_next;
     else
@@ -363,6 +365,8 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
+    if (WEFT_UNLIKELY(s->dump_task == t))
+        s->dump_task = t->mnext; /* a dump's next member leaves */
     if (t->mprev)
         t->mprev->mnext = t->mnext;
     else

@@ -61,6 +61,13 @@ struct weft_scope {
     /* An internal policy's user's context (weft__scope_open_internal): a
      * supervisor's scope holds its weft_sup. Immutable after open. */
     void *ctx;
+    /* The task dump's place in this scope (observe layer, dump.c), under
+     * the lock: the next member to show and the kid being shown. The dump
+     * writes with no lock held and comes back here; a member or kid that
+     * leaves meanwhile moves its cursor on (one compare on the way out).
+     * Meaningless unless a dump is walking this scope. */
+    weft_task *dump_task;
+    weft_scope *dump_kid;
 };
 _Static_assert(offsetof(struct weft_scope, cancelled) == 0,
                "weft__scope_is_cancelled reads the first member");

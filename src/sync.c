@@ -52,8 +52,11 @@ enum { WAKE_OWNER = 1, WAKE_RETRY = 2, WAKE_RETRY_FAR = 3 };
 
 typedef struct mutex_impl {
     atomic_int state;
-    weft__lock lock;            /* guards q and changes of M_WAITERS */
-    _Atomic(weft_task *) owner; /* read by others only for -EDEADLK */
+    weft__lock lock; /* guards q and changes of M_WAITERS */
+    /* read by others for -EDEADLK, and by the task dump (which names the
+     * holder): stored with release, so a reader that loads it with
+     * acquire may read the holder's id and name */
+    _Atomic(weft_task *) owner;
     weft__waitq q;
 } mutex_impl;
 _Static_assert(sizeof(mutex_impl) <= sizeof(weft_mutex), "weft_mutex size");
@@ -77,6 +80,49 @@ static void mutex_left(mutex_impl *m)
 {
     if (!m->q.head)
         atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
+}
+
+#define CYCLE_MAX 16 /* longest ring of mutex waits looked for */
+
+/* Whether t, about to wait for m (queued, its wait noted, under m's
+ * lock), would close a ring of tasks each waiting for a mutex the next
+ * one holds. Follows holder -> the mutex it waits for -> its holder,
+ * through parked tasks only, each one's park word the same before and
+ * after its wait record and its mutex's holder were read: a task that
+ * stayed parked on one wait throughout could not let go of what it holds
+ * meanwhile. Fills chain/mutexes (see on_mutex_cycle) and returns the
+ * ring's length, or 0. */
+static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
+                      const void **mutexes)
+{
+    chain[0] = t;
+    mutexes[0] = m;
+    const mutex_impl *cur = m;
+    for (int n = 1; n < CYCLE_MAX; n++) {
+        weft_task *h = ld_acq(&cur->owner);
+        if (!h)
+            return 0;
+        if (h == t)
+            return n;
+        for (int i = 1; i < n; i++)
+            if (chain[i] == h)
+                return 0; /* a ring without us: its own members find it */
+        uint64_t pw = ld_acq(&h->park);
+        if (PARK_STATE(pw) == PARK_RUNNING)
+            return 0;
+        /* The record is noted before the park word is set (wait.h), so
+         * this park's record, or a later one if pw has changed since. */
+        int kind = ld_rlx(&h->wait_kind);
+        const mutex_impl *next =
+            ld_rlx(&h->wait_obj);
+        if (kind != WEFT__W_MUTEX || !next || ld_acq(&cur->owner) != h ||
+            ld_acq(&h->park) != pw)
+            return 0;
+        chain[n] = h;
+        mutexes[n] = next;
+        cur = next;
+    }
+    return 0;
 }
 
 static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
@@ -119,6 +165,22 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         else
             weft__waitq_push(&m->q, &self);
         woken = 0;
+        weft_task *chain[CYCLE_MAX];
+        const void *mutexes[CYCLE_MAX];
+        int ring;
+        if (wk->rt->on_mutex_cycle && cancellable &&
+            (ring = mutex_ring(m, t, chain, mutexes)) > 0 &&
+            weft__wake_claim(t, self.token)) {
+            /* Our wait would close a ring: leave the queue, waiting for
+             * nothing (the claim ended our park before it began). */
+            weft__waitq_remove(&m->q, &self);
+            mutex_left(m);
+            weft__lock_release(&m->lock);
+            int rc = wk->rt->on_mutex_cycle(wk->rt, chain, mutexes, ring);
+            if (rc)
+                return rc;
+            continue; /* told to wait anyway: queue again */
+        }
         int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
         if (rc == WAKE_OWNER)
             return 0; /* handed over: the unlocker set the owner */
@@ -166,7 +228,7 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
         }
     }
 locked:
-    st_rlx(&m->owner, t);
+    st_rel(&m->owner, t);
     return 0;
 }
 
@@ -183,7 +245,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
         return -ECANCELED;
     int s = 0;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     if (!wait) {
@@ -193,7 +255,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
          * TryLock); a starving waiter's hand-off never leaves it free. */
         if (!mutex_take(m, &s, 0))
             return -EBUSY;
-        st_rlx(&m->owner, t);
+        st_rel(&m->owner, t);
         return 0;
     }
     return mutex_lock_slow(m, t, deadline, cancellable);
@@ -226,6 +288,12 @@ int weft__mutex_held_by_me(weft_mutex *mm)
     return m && t && ld_rlx(&m->owner) == t;
 }
 
+weft_task *weft__mutex_owner(const weft_mutex *mm)
+{
+    const mutex_impl *m = (const mutex_impl *)mm;
+    return m ? ld_acq((_Atomic(weft_task *) *)&m->owner) : NULL;
+}
+
 /* Unlock with someone queued and nobody woken: wake the first waiter to
  * compete, or hand it the lock if it has waited long enough. */
 static void mutex_unlock_slow(mutex_impl *m)
@@ -243,7 +311,7 @@ static void mutex_unlock_slow(mutex_impl *m)
             ;
     } else if (weft__now(rt) - w->since >= STARVE_NS) {
         code = WAKE_OWNER; /* stays locked: nobody can barge in */
-        st_rlx(&m->owner, w->task);
+        st_rel(&m->owner, w->task);
         if (clear)
             atomic_fetch_and_explicit(&m->state, ~clear, memory_order_acq_rel);
     } else {

@@ -26,6 +26,10 @@ void weft__chan_case_won(weft_case *c, int code);
 int weft__mutex_relock(weft_mutex *m);
 /* 1 if the calling task holds m, else 0. */
 int weft__mutex_held_by_me(weft_mutex *m);
+/* The task that holds m, or NULL (free, or between two holders): a
+ * snapshot for the task dump and the deadlock detector, which may read
+ * the holder's id and name. Any thread; never blocks. */
+weft_task *weft__mutex_owner(const weft_mutex *m);
 
 /* Select's semaphore case (sync.c; the four calls of wait.h's "select's
  * cases"): check: 1 for a NULL sem (off), else 0; try (under the sem's

@@ -102,8 +102,9 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
     int fired = -1;
-    uint64_t token = weft__park_prepare(t, true);
     weft__wait_note(t, kind, obj);
+    st_rlx(&t->wait_n, n);
+    uint64_t token = weft__park_prepare(t, true);
     for (int i = 0; i < n; i++) {
         weft__waiter *w = &arms[i].w;
         w->task = t;
@@ -189,8 +190,9 @@ int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
 {
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
-    weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     weft__wait_note(t, kind, obj);
+    st_rlx(&t->wait_until, deadline);
+    weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     return weft__park_commit(wk, t, deadline);
 }
 

@@ -238,9 +238,12 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
 /* Records in the running task t what it is about to wait on. */
 static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
 {
-    t->wait_kind = (uint8_t)kind;
-    t->wait_obj = obj;
-    t->wait_since = t->worker->wheel.elapsed;
+    /* Read by other threads (the mutex cycle check, the dump): relaxed
+     * atomic stores, plain ones on the machines weft runs on. Noted before
+     * the park word is set, whose store releases them. */
+    st_rlx(&t->wait_kind, (uint8_t)kind);
+    st_rlx(&t->wait_obj, obj);
+    st_rlx(&t->wait_since, t->worker->wheel.elapsed);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
@@ -269,8 +272,8 @@ weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
     weft_task *t = weft__tl_worker->cur;
     w->task = t;
     w->set = NULL;
-    w->token = weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     weft__wait_note(t, kind, obj);
+    w->token = weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
 }
 
 /* True if a park's result says nobody claimed the waiter (a claim sets

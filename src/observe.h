@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The observe layer: seeing inside a running program: the task dump
+ * (dump.c), deadlock detection (deadlock.c); statistics and tracing sit
+ * beside them.
+ * Above every layer whose state it shows, below the runtime, which calls
+ * it (weft_dump, SIGQUIT).
+ */
+#ifndef WEFT_OBSERVE_H
+#define WEFT_OBSERVE_H
+
+#include "actor.h"
+#include "clock.h"
+#include "io.h"
+#include "sync.h"
+
+/* ---- dump.c: the task dump ---- */
+
+/* Writes a dump of rt to fd: every live task of its root scope's tree
+ * (id, name, spawn site, state, what it waits on and since when, with a
+ * mutex's holder, a descriptor's number and direction, a sleep's
+ * deadline), under its scopes (policy, owner, deadline, cancel state).
+ * flags: 0 for text, WEFT_DUMP_JSON for JSON lines.
+ *
+ * Never stops the world: it walks the scope tree taking each scope's lock
+ * (with its ancestors', parent before child, as a cancel does) only while
+ * it formats into a fixed buffer, and writes with no lock held, so its
+ * memory does not grow with the number of tasks. Tasks that start or end
+ * while it runs may be left out; every task that stays is shown once.
+ * Dumps are taken one at a time (a process-wide mutex).
+ *
+ * Any thread, rt running: a task of rt, a thread outside it, or a worker
+ * of rt in its scheduler loop that holds no scope lock (the deadlock
+ * detector, with the other workers asleep). Blocks the calling thread
+ * while it writes. Returns 0, -EINVAL (unknown flags), -ENOMEM, or
+ * write's error (-EBADF, -EIO, -EPIPE, ...). */
+int weft__dump_write(weft_runtime *rt, int fd, unsigned flags);
+
+/* The dump's buffer, in bytes (64 KiB; at least one line's room, 8.25
+ * KiB, whatever it is set to). Tests make it small, so that a dump lets
+ * go of its locks and comes back after every few lines. */
+extern size_t weft__dump_buf_size;
+
+
+/* ---- deadlocks (deadlock.c) ---- */
+
+/* Sets up detection for rt as cfg asks (nothing for WEFT_DEADLOCK_IGNORE):
+ * the scheduler's all-idle hook and the mutex layer's cycle hook. Before
+ * any task runs. Returns 0 or -ENOMEM. */
+int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg);
+/* Objects a plain thread or a signal may end a wait on, besides futures
+ * (the shutdown request's channel): such waits are never deadlocked. */
+void weft__deadlock_outside(weft_runtime *rt, const void *obj);
+/* True once a deadlock of every task was found (weft_run then returns
+ * -EDEADLK). */
+bool weft__deadlock_found(weft_runtime *rt);
+void weft__deadlock_fini(weft_runtime *rt);
+
+#endif

@@ -1,0 +1,824 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The task dump (weft_dump): text and JSON lines, what each kind of wait
+ * shows, a dump from a thread outside the runtime while tasks come and go
+ * on 2 workers, 100,000 parked tasks in bounded memory, SIGQUIT under
+ * weft_main, and the errors.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "observe.h" /* weft__dump_buf_size */
+#include "t.h"
+
+/* ---- a small JSON checker: one value, nothing after it ---- */
+
+static const char *js_value(const char *p, int depth);
+
+static const char *js_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+        p++;
+    return p;
+}
+
+static const char *js_string(const char *p)
+{
+    if (*p++ != '"')
+        return NULL;
+    for (; *p != '"'; p++) {
+        if ((unsigned char)*p < 0x20)
+            return NULL;
+        if (*p == '\\') {
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+                        return NULL;
+                p += 4;
+            } else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+                return NULL;
+            }
+        }
+    }
+    return p + 1;
+}
+
+static const char *js_number(const char *p)
+{
+    const char *s = p;
+    if (*p == '-')
+        p++;
+    if (*p < '0' || *p > '9')
+        return NULL;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return NULL;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return p > s ? p : NULL;
+}
+
+static const char *js_list(const char *p, char close, int depth, int object)
+{
+    p = js_ws(p + 1);
+    if (*p == close)
+        return p + 1;
+    for (;;) {
+        if (object) {
+            if (!(p = js_string(p)))
+                return NULL;
+            p = js_ws(p);
+            if (*p++ != ':')
+                return NULL;
+        }
+        if (!(p = js_value(js_ws(p), depth + 1)))
+            return NULL;
+        p = js_ws(p);
+        if (*p == close)
+            return p + 1;
+        if (*p++ != ',')
+            return NULL;
+        p = js_ws(p);
+    }
+}
+
+static const char *js_value(const char *p, int depth)
+{
+    if (depth > 32)
+        return NULL;
+    switch (*p) {
+    case '{':
+        return js_list(p, '}', depth, 1);
+    case '[':
+        return js_list(p, ']', depth, 0);
+    case '"':
+        return js_string(p);
+    case 't':
+        return strncmp(p, "true", 4) ? NULL : p + 4;
+    case 'f':
+        return strncmp(p, "false", 5) ? NULL : p + 5;
+    case 'n':
+        return strncmp(p, "null", 4) ? NULL : p + 4;
+    }
+    return js_number(p);
+}
+
+/* 1 if line (no newline) is one JSON object. */
+static int json_object(const char *line)
+{
+    const char *p = js_ws(line);
+    if (*p != '{')
+        return 0;
+    p = js_value(p, 0);
+    return p && *js_ws(p) == '\0';
+}
+
+/* ---- dumps into memory ---- */
+
+/* A temporary file's descriptor. */
+static int temp_fd(void)
+{
+    char path[] = "/tmp/weft_dump_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    unlink(path);
+    return fd;
+}
+
+/* The whole of fd's file, NUL-terminated; free it. */
+static char *slurp(int fd)
+{
+    off_t size = lseek(fd, 0, SEEK_END);
+    ASSERT(size >= 0);
+    char *s = malloc((size_t)size + 1);
+    ASSERT(s);
+    ASSERT_EQ(pread(fd, s, (size_t)size, 0), size);
+    s[size] = 0;
+    return s;
+}
+
+static char *dump_string(unsigned flags)
+{
+    int fd = temp_fd();
+    ASSERT_EQ(weft_dump(fd, flags), 0);
+    char *s = slurp(fd);
+    close(fd);
+    if (getenv("T_SHOW_DUMP")) /* to see one while debugging a test */
+        fputs(s, stderr);
+    return s;
+}
+
+/* The line of text that contains needle, copied into out (or "" if none). */
+static const char *line_with(const char *text, const char *needle, char *out,
+                             size_t cap)
+{
+    out[0] = 0;
+    const char *hit = strstr(text, needle);
+    if (!hit)
+        return out;
+    const char *b = hit;
+    while (b > text && b[-1] != '\n')
+        b--;
+    const char *e = strchr(hit, '\n');
+    size_t n = e ? (size_t)(e - b) : strlen(b);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, b, n);
+    out[n] = 0;
+    return out;
+}
+
+/* How many lines of s contain needle (a line at a time: ASan's strstr
+ * measures the whole haystack at each call). */
+static long count_matching(const char *s, const char *needle)
+{
+    long n = 0;
+    char line[8192];
+    while (*s) {
+        const char *e = strchr(s, '\n');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        size_t k = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
+        memcpy(line, s, k);
+        line[k] = 0;
+        n += strstr(line, needle) != NULL;
+        s += len + (e != NULL);
+    }
+    return n;
+}
+
+static long count_lines(const char *s)
+{
+    long n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* ---- one task parked on each kind of thing ---- */
+
+struct zoo {
+    weft_chan *chan;
+    weft_mutex mu;
+    weft_event go;
+    weft_event held;  /* the holder holds mu */
+    weft_event bdone; /* the blocking call has returned */
+    int pfd[2];       /* the reader's descriptor */
+    int bfd[2];       /* what the blocking call reads */
+    weft_future *fut;
+    weft_scope *s;
+};
+
+static int receiver(void *arg)
+{
+    struct zoo *z = arg;
+    int v;
+    return weft_chan_recv(z->chan, &v) == -ECANCELED ? 0 : -EPROTO;
+}
+
+static int holder(void *arg)
+{
+    struct zoo *z = arg;
+    ASSERT_EQ(weft_mutex_lock(&z->mu), 0);
+    weft_event_set(&z->held);
+    weft_event_wait(&z->go); /* cancelled at the end */
+    ASSERT_EQ(weft_mutex_unlock(&z->mu), 0);
+    return 0;
+}
+
+static int taker(void *arg)
+{
+    struct zoo *z = arg;
+    if (weft_event_wait(&z->held) == 0 && weft_mutex_lock(&z->mu) == 0)
+        weft_mutex_unlock(&z->mu);
+    return 0;
+}
+
+static int sleeper(void *arg)
+{
+    (void)arg;
+    weft_sleep(10 * WEFT_SEC);
+    return 0;
+}
+
+static int reader(void *arg)
+{
+    struct zoo *z = arg;
+    weft_fd_wait(z->pfd[0], WEFT_IO_READ, WEFT_NEVER);
+    return 0;
+}
+
+static int awaiter(void *arg)
+{
+    struct zoo *z = arg;
+    weft_future_await(z->fut, NULL, WEFT_NEVER);
+    return 0;
+}
+
+static int waits_for_go(void *arg)
+{
+    struct zoo *z = arg;
+    weft_event_wait(&z->go);
+    return 0;
+}
+
+static int joiner(void *arg)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_COLLECT}),
+              0);
+    ASSERT(weft_spawn_ex(s, waits_for_go, arg,
+                         &(weft_spawn_opts){.name = "inner"}) >= 0);
+    weft_scope_join(s);
+    weft_scope_free(s);
+    return 0;
+}
+
+static int read_byte(void *arg)
+{
+    struct zoo *z = arg;
+    char c;
+    return read(z->bfd[0], &c, 1) == 1 ? 0 : -EIO;
+}
+
+static int blocker(void *arg)
+{
+    struct zoo *z = arg;
+    ASSERT_EQ(weft_blocking(read_byte, arg), 0);
+    weft_event_set(&z->bdone);
+    return 0;
+}
+
+#define SPAWN(s, fn, z, nm)                                                    \
+    ASSERT(weft_spawn_ex((s), (fn), (z), &(weft_spawn_opts){.name = (nm)}) >= 0)
+
+/* Spawns the zoo into a new scope; returns once every one is parked. */
+static void zoo_open(struct zoo *z)
+{
+    memset(z, 0, sizeof(*z));
+    z->mu = (weft_mutex)WEFT_MUTEX_INIT;
+    z->go = (weft_event)WEFT_EVENT_INIT;
+    z->held = (weft_event)WEFT_EVENT_INIT;
+    z->bdone = (weft_event)WEFT_EVENT_INIT;
+    ASSERT_EQ(weft_chan_new(&z->chan, sizeof(int), 0), 0);
+    ASSERT_EQ(pipe(z->pfd), 0);
+    ASSERT_EQ(pipe(z->bfd), 0);
+    ASSERT_EQ(weft_future_new(&z->fut, 0), 0);
+    ASSERT_EQ(
+        weft_scope_open(&z->s, &(weft_scope_opts){.policy = WEFT_COLLECT}), 0);
+    SPAWN(z->s, receiver, z, "receiver");
+    SPAWN(z->s, holder, z, "holder");
+    SPAWN(z->s, taker, z, "taker");
+    SPAWN(z->s, sleeper, z, "sleeper");
+    SPAWN(z->s, reader, z, "reader");
+    SPAWN(z->s, awaiter, z, "awaiter");
+    SPAWN(z->s, joiner, z, "joiner");
+    SPAWN(z->s, blocker, z, "blocker");
+    /* One worker, virtual clock: the clock reaches 1 s only once every
+     * task is parked (the blocking call's too). */
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+}
+
+static void zoo_close(struct zoo *z)
+{
+    /* the blocking call returns, and its thread is done with bfd */
+    ASSERT_EQ(write(z->bfd[1], "x", 1), 1);
+    ASSERT_EQ(weft_event_wait(&z->bdone), 0);
+    ASSERT_EQ(weft_scope_cancel(z->s), 0);
+    weft_scope_join(z->s);
+    ASSERT_EQ(weft_scope_free(z->s), 0);
+    weft_chan_unref(z->chan);
+    weft_future_unref(z->fut);
+    close(z->pfd[0]);
+    close(z->pfd[1]);
+    close(z->bfd[0]);
+    close(z->bfd[1]);
+}
+
+static int text_root(void *arg)
+{
+    (void)arg;
+    struct zoo z;
+    zoo_open(&z);
+    char *s = dump_string(0);
+    char l[1024], want[128];
+    ASSERT(strncmp(s, "weft task dump: runtime ", 24) == 0);
+    ASSERT(strstr(s, "1 workers, virtual clock, now 1.000 s\n"));
+    /* the dumper itself */
+    line_with(s, "\"root\"", l, sizeof(l));
+    ASSERT(strstr(l, ": running on worker 0"));
+    line_with(s, "\"receiver\"", l, sizeof(l));
+    ASSERT(strstr(l, "test_dump.c:"));
+    ASSERT(strstr(l, "parked for 1.000 s on channel receive 0x"));
+    snprintf(want, sizeof(want), "%p", (void *)z.chan);
+    ASSERT(strstr(l, want));
+    line_with(s, "\"taker\"", l, sizeof(l));
+    ASSERT(strstr(l, "on mutex 0x"));
+    ASSERT(strstr(l, " held by task 1."));
+    ASSERT(strstr(l, " \"holder\""));
+    line_with(s, "\"holder\" (", l, sizeof(l));
+    ASSERT(strstr(l, "on event"));
+    line_with(s, "\"sleeper\"", l, sizeof(l));
+    ASSERT(
+        strstr(l, "parked for 1.000 s on sleep until 10.000 s (in 9.000 s)"));
+    line_with(s, "\"reader\"", l, sizeof(l));
+    snprintf(want, sizeof(want), "(fd %d, read)", z.pfd[0]);
+    ASSERT(strstr(l, "on descriptor 0x"));
+    ASSERT(strstr(l, want));
+    line_with(s, "\"awaiter\"", l, sizeof(l));
+    ASSERT(strstr(l, "on future 0x"));
+    line_with(s, "\"joiner\"", l, sizeof(l));
+    ASSERT(strstr(l, "on scope join 0x"));
+    line_with(s, "\"inner\"", l, sizeof(l));
+    ASSERT(strstr(l, "on event"));
+    ASSERT(strncmp(l, "      task ", 11) == 0); /* three scopes deep */
+    line_with(s, "\"blocker\"", l, sizeof(l));
+    ASSERT(strstr(l, "on blocking call 0x"));
+    /* the scopes: root, the zoo's (collect, owned by root), the joiner's */
+    line_with(s, "scope ", l, sizeof(l));
+    ASSERT(strstr(l, "(root) fail-fast, 1 running"));
+    snprintf(want, sizeof(want), "  scope %p collect, 8 running, owner task ",
+             (void *)z.s);
+    ASSERT(strstr(s, want));
+    ASSERT(strstr(s, "end of dump: 10 tasks in 3 scopes\n"));
+    free(s);
+    zoo_close(&z);
+    return 0;
+}
+
+TEST(text_shows_each_kind_of_wait)
+{
+    ASSERT_EQ(t_run_virtual(1, text_root, NULL), 0);
+}
+
+/* The value of "key": in a JSON line, as text up to the next , or }. */
+static const char *field(const char *line, const char *key, char *out,
+                         size_t cap)
+{
+    char k[64];
+    snprintf(k, sizeof(k), "\"%s\":", key);
+    out[0] = 0;
+    const char *p = strstr(line, k);
+    if (!p)
+        return out;
+    p += strlen(k);
+    size_t n = strcspn(p, ",}");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return out;
+}
+
+/* Checks every line of a JSON dump; returns the number of task lines. */
+static long check_json(const char *s, long *scopes)
+{
+    long tasks = 0, nscopes = 0, lines = 0;
+    const char *p = s;
+    char line[8192], v[256];
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        ASSERT(e); /* every line ends */
+        size_t n = (size_t)(e - p);
+        ASSERT(n < sizeof(line));
+        memcpy(line, p, n);
+        line[n] = 0;
+        if (!json_object(line))
+            T_FAIL("not a JSON object: %s", line);
+        if (lines++ == 0)
+            ASSERT(strcmp(field(line, "type", v, sizeof(v)), "\"dump\"") == 0);
+        if (strstr(line, "{\"type\":\"task\""))
+            tasks++;
+        if (strstr(line, "{\"type\":\"scope\""))
+            nscopes++;
+        p = e + 1;
+        if (!*p) { /* the last line */
+            ASSERT(strcmp(field(line, "type", v, sizeof(v)), "\"end\"") == 0);
+            ASSERT_EQ(atol(field(line, "tasks", v, sizeof(v))), tasks);
+            ASSERT_EQ(atol(field(line, "scopes", v, sizeof(v))), nscopes);
+        }
+    }
+    ASSERT(lines >= 2);
+    if (scopes)
+        *scopes = nscopes;
+    return tasks;
+}
+
+static int json_root(void *arg)
+{
+    (void)arg;
+    struct zoo z;
+    zoo_open(&z);
+    char *s = dump_string(WEFT_DUMP_JSON);
+    long scopes;
+    ASSERT_EQ(check_json(s, &scopes), 10);
+    ASSERT_EQ(scopes, 3);
+    char l[2048], v[256], want[256];
+    line_with(s, "\"name\":\"holder\",", l, sizeof(l));
+    char holder_id[64];
+    field(l, "id", holder_id, sizeof(holder_id));
+    ASSERT(holder_id[0] == '"' && strncmp(holder_id, "\"1.", 3) == 0);
+    line_with(s, "\"name\":\"taker\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"state\":\"parked\""));
+    ASSERT(strstr(l, "\"kind\":\"mutex\""));
+    snprintf(want, sizeof(want), "\"holder\":{\"id\":%s,\"name\":\"holder\"}",
+             holder_id);
+    ASSERT(strstr(l, want));
+    ASSERT(strstr(l, "\"for_ns\":1000000000"));
+    snprintf(want, sizeof(want), "\"scope\":\"%p\"", (void *)z.s);
+    ASSERT(strstr(l, want));
+    line_with(s, "\"name\":\"receiver\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"kind\":\"channel receive\""));
+    line_with(s, "\"name\":\"reader\"", l, sizeof(l));
+    snprintf(want, sizeof(want), "\"fd\":%d,\"direction\":\"read\"", z.pfd[0]);
+    ASSERT(strstr(l, want));
+    line_with(s, "\"name\":\"sleeper\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"until\":10000000000"));
+    line_with(s, "\"name\":\"root\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"state\":\"running\",\"worker\":0"));
+    ASSERT(strstr(l, "\"wait\":null"));
+    line_with(s, "\"name\":\"inner\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"kind\":\"event\""));
+    /* its chain: its scope, the zoo's, the root's */
+    const char *chain = strstr(l, "\"scopes\":[");
+    ASSERT(chain);
+    int commas = 0;
+    for (const char *c = chain; *c != ']'; c++)
+        commas += *c == ',';
+    ASSERT_EQ(commas, 2);
+    line_with(s, "\"name\":\"joiner\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"kind\":\"scope join\""));
+    line_with(s, "\"name\":\"blocker\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"kind\":\"blocking call\""));
+    line_with(s, "\"name\":\"awaiter\"", l, sizeof(l));
+    ASSERT(strstr(l, "\"kind\":\"future\""));
+    /* the zoo's scope line */
+    snprintf(want, sizeof(want), "{\"type\":\"scope\",\"id\":\"%p\"",
+             (void *)z.s);
+    line_with(s, want, l, sizeof(l));
+    ASSERT(strstr(l, "\"policy\":\"collect\""));
+    ASSERT(strstr(l, "\"running\":8"));
+    ASSERT(strstr(l, "\"cancelled\":\"no\""));
+    ASSERT(strcmp(field(l, "depth", v, sizeof(v)), "1") == 0);
+    free(s);
+    /* cancelled, with a deadline: the scope line says so */
+    weft_scope *c;
+    ASSERT_EQ(weft_scope_open(
+                  &c, &(weft_scope_opts){.deadline = weft_now() + WEFT_SEC}),
+              0);
+    ASSERT_EQ(weft_scope_cancel(c), 0);
+    s = dump_string(WEFT_DUMP_JSON);
+    snprintf(want, sizeof(want), "{\"type\":\"scope\",\"id\":\"%p\"",
+             (void *)c);
+    line_with(s, want, l, sizeof(l));
+    ASSERT(strstr(l, "\"deadline\":2000000000"));
+    ASSERT(strstr(l, "\"cancelled\":\"user\""));
+    free(s);
+    s = dump_string(0);
+    snprintf(want, sizeof(want), "scope %p", (void *)c);
+    line_with(s, want, l, sizeof(l));
+    ASSERT(strstr(l, "deadline in 1.000 s, cancelled (user)"));
+    free(s);
+    weft_scope_join(c);
+    weft_scope_free(c);
+    zoo_close(&z);
+    return 0;
+}
+
+TEST(json_lines_parse_and_name_the_holder)
+{
+    ASSERT_EQ(t_run_virtual(1, json_root, NULL), 0);
+}
+
+/* ---- from a thread outside the runtime, while tasks come and go ---- */
+
+struct churn {
+    atomic_int done;
+    int fd, dumps, rc;
+    long parked;
+};
+
+static void *foreign_dumper(void *arg)
+{
+    struct churn *c = arg;
+    for (int i = 0; i < c->dumps && !c->rc; i++)
+        c->rc = weft_dump(c->fd, i % 2 ? WEFT_DUMP_JSON : 0);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static int short_child(void *arg)
+{
+    (void)arg;
+    weft_yield();
+    return 0;
+}
+
+/* Opens scopes and spawns children that end at once, until told. */
+static int churner(void *arg)
+{
+    struct churn *c = arg;
+    while (!atomic_load(&c->done)) {
+        weft_scope *s;
+        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        for (int i = 0; i < 4; i++)
+            ASSERT(weft_spawn_ex(s, short_child, NULL,
+                                 &(weft_spawn_opts){.name = "short"}) >= 0);
+        ASSERT_EQ(weft_scope_join(s), 0);
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+    return 0;
+}
+
+static int parked_forever(void *arg)
+{
+    (void)arg;
+    weft_sleep(WEFT_NEVER / 2);
+    return 0;
+}
+
+static int join_thread(void *arg)
+{
+    return pthread_join(*(pthread_t *)arg, NULL) ? -EIO : 0;
+}
+
+static int churn_root(void *arg)
+{
+    struct churn *c = arg;
+    weft_scope *p;
+    ASSERT_EQ(weft_scope_open(&p, NULL), 0);
+    for (long i = 0; i < c->parked; i++)
+        ASSERT(weft_spawn_ex(p, parked_forever, NULL,
+                             &(weft_spawn_opts){.name = "idler"}) >= 0);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn_ex(s, churner, c,
+                             &(weft_spawn_opts){.name = "churner"}) >= 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, foreign_dumper, c), 0);
+    ASSERT_EQ(weft_blocking(join_thread, &th), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_scope_cancel(p), 0);
+    weft_scope_join(p);
+    ASSERT_EQ(weft_scope_free(p), 0);
+    return 0;
+}
+
+TEST(foreign_thread_dumps_while_tasks_run_on_two_workers)
+{
+    /* The smallest buffer: the dump lets go of its locks, writes and
+     * comes back after every few lines, while scopes open and close. */
+    weft__dump_buf_size = 0;
+    struct churn c = {.fd = temp_fd(), .dumps = 6, .parked = T_LIVE(2000)};
+    ASSERT_EQ(t_run_mono(2, churn_root, &c), 0);
+    ASSERT_EQ(c.rc, 0);
+    char *s = slurp(c.fd);
+    close(c.fd);
+    /* six dumps, text and JSON in turn, each whole; every parked task
+     * (which stays) is in every one, once */
+    ASSERT_EQ(count_matching(s, "end of dump: "), 3);
+    ASSERT_EQ(count_matching(s, "{\"type\":\"end\""), 3);
+    ASSERT_EQ(count_matching(s, "\"idler\""), 6 * c.parked);
+    const char *p;
+    /* each JSON line is an object */
+    char line[8192];
+    long checked = 0;
+    for (p = s; *p;) {
+        const char *e = strchr(p, '\n');
+        ASSERT(e);
+        size_t n = (size_t)(e - p);
+        ASSERT(n < sizeof(line));
+        memcpy(line, p, n);
+        line[n] = 0;
+        if (line[0] == '{') {
+            if (!json_object(line))
+                T_FAIL("not a JSON object: %s", line);
+            checked++;
+        }
+        p = e + 1;
+    }
+    ASSERT(checked >= 3 * (c.parked + 2));
+    free(s);
+}
+
+/* ---- 100,000 parked tasks ---- */
+
+struct big {
+    long n;
+    int groups;
+};
+
+static int group(void *arg)
+{
+    struct big *b = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_SERVE}), 0);
+    for (long i = 0; i < b->n / b->groups; i++)
+        ASSERT(weft_spawn_ex(s, parked_forever, NULL,
+                             &(weft_spawn_opts){.name = "many"}) >= 0);
+    weft_scope_join(s);
+    weft_scope_free(s);
+    return 0;
+}
+
+static int big_root(void *arg)
+{
+    struct big *b = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < b->groups; i++)
+        ASSERT(weft_spawn_ex(s, group, b,
+                             &(weft_spawn_opts){.name = "group"}) >= 0);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every task is parked */
+    long many = b->n / b->groups * b->groups;
+    char *d = dump_string(WEFT_DUMP_JSON);
+    long scopes;
+    ASSERT_EQ(check_json(d, &scopes), 1 + b->groups + many);
+    ASSERT_EQ(scopes, 2 + b->groups);
+    ASSERT_EQ(count_lines(d), 2 + scopes + 1 + b->groups + many);
+    ASSERT_EQ(count_matching(d, "\"kind\":\"sleep\""), many);
+    free(d);
+    d = dump_string(0);
+    char want[128];
+    snprintf(want, sizeof(want), "end of dump: %ld tasks in %ld scopes",
+             1 + b->groups + many, scopes);
+    ASSERT_EQ(count_matching(d, want), 1);
+    ASSERT_EQ(count_matching(d, "\"many\" ("), many);
+    ASSERT_EQ(count_lines(d), 2 + scopes + 1 + b->groups + many);
+    free(d);
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    weft_scope_join(s);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(dump_of_100k_parked_tasks)
+{
+    struct big b = {.n = T_LIVE(100000), .groups = 10};
+    ASSERT_EQ(t_run_virtual(1, big_root, &b), 0);
+}
+
+/* ---- SIGQUIT under weft_main ---- */
+
+static int sigquit_root(void *arg)
+{
+    (void)arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn_ex(s, parked_forever, NULL,
+                         &(weft_spawn_opts){.name = "napper"}) >= 0);
+    ASSERT_EQ(weft_yield(), 0);
+    ASSERT_EQ(kill(getpid(), SIGQUIT), 0);
+    /* goes on: the parent reads the dump, then asks for a shutdown */
+    int rc = weft_shutdown_wait(WEFT_NEVER); /* the request's cancel may */
+    ASSERT(rc == 0 || rc == -ECANCELED);     /* come before the wait */
+    weft_scope_cancel(s);
+    weft_scope_join(s);
+    weft_scope_free(s);
+    return 7;
+}
+
+TEST(sigquit_dumps_to_stderr_and_goes_on)
+{
+    int ep[2];
+    ASSERT_EQ(pipe(ep), 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(ep[0]);
+        dup2(ep[1], 2);
+        weft_config cfg = {.workers = 1}; /* the napper parks at the yield */
+        _exit(weft_main_cfg(&cfg, sigquit_root, NULL));
+    }
+    close(ep[1]);
+    char out[16384];
+    size_t n = 0;
+    while (n + 1 < sizeof(out) && !memmem(out, n, "end of dump", 11)) {
+        ssize_t k = read(ep[0], out + n, sizeof(out) - 1 - n);
+        ASSERT(k > 0);
+        n += (size_t)k;
+    }
+    out[n] = 0;
+    ASSERT(strstr(out, "weft task dump: runtime "));
+    char l[1024];
+    line_with(out, "\"napper\"", l, sizeof(l));
+    ASSERT(strstr(l, "parked for "));
+    ASSERT(strstr(l, "on sleep "));
+    ASSERT_EQ(kill(pid, SIGTERM), 0); /* the child still runs */
+    ssize_t k;
+    while (n + 1 < sizeof(out) &&
+           (k = read(ep[0], out + n, sizeof(out) - 1 - n)) > 0)
+        n += (size_t)k; /* the rest, to the child's end */
+    out[n] = 0;
+    int st;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 7)
+        T_FAIL("child status %#x, stderr:\n%s", st, out);
+    close(ep[0]);
+}
+
+static int quiet_root(void *arg)
+{
+    (void)arg;
+    kill(getpid(), SIGQUIT);
+    weft_shutdown_wait(WEFT_NEVER);
+    return 0;
+}
+
+TEST(sigquit_dump_off_keeps_the_default_action)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 2);
+        signal(SIGQUIT, SIG_DFL);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core); /* no core file left behind */
+        weft_config cfg = {.workers = 1, .sigquit_dump = -1};
+        _exit(weft_main_cfg(&cfg, quiet_root, NULL));
+    }
+    int st;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT(WIFSIGNALED(st));
+    ASSERT_EQ(WTERMSIG(st), SIGQUIT);
+}
+
+/* ---- errors ---- */
+
+static int errors_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_dump(1, 2), -EINVAL);
+    ASSERT_EQ(weft_dump(1, ~0u), -EINVAL);
+    ASSERT_EQ(weft_dump(-1, 0), -EBADF);
+    int fd = temp_fd();
+    close(fd);
+    ASSERT_EQ(weft_dump(fd, 0), -EBADF);
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    close(p[0]);
+    signal(SIGPIPE, SIG_IGN);
+    ASSERT_EQ(weft_dump(p[1], WEFT_DUMP_JSON), -EPIPE);
+    close(p[1]);
+    return 0;
+}
+
+TEST(errors)
+{
+    ASSERT_EQ(weft_dump(1, 0), -ESRCH); /* no runtime runs */
+    ASSERT_EQ(weft_dump(1, 4), -EINVAL);
+    ASSERT_EQ(t_run_virtual(1, errors_root, NULL), 0);
+    ASSERT_EQ(weft_dump(1, WEFT_DUMP_JSON), -ESRCH);
+}
