@@ -444,32 +444,119 @@ bool weft__wake_claim(weft_task *t, uint64_t token)
     return cas_sc(&t->park, &expected, token & ~(uint64_t)3);
 }
 
-static void wake_finish(weft_task *t, int code, bool next)
+/* ---- instrument hooks: the calls (scheduler.h) ---- */
+
+/* The task w runs that caused a wake made now, or NULL: none, or the
+ * scheduler at work between tasks (a timer, the poller's events) while
+ * the task it switches away from is parking or leaving. */
+static weft_task *instr_waker(weft_worker *w, weft_runtime *rt, bool timer)
+{
+    if (!w || w->rt != rt || timer || !w->cur || (w->dead == w->cur))
+        return NULL;
+    return PARK_STATE(ld_rlx(&w->cur->park)) == PARK_RUNNING ? w->cur : NULL;
+}
+
+WEFT_COLD static void instr_wake(const weft_instrument *in, weft_task *t,
+                                 weft_task *by, int code)
+{
+    if (!in->wake)
+        return;
+    weft_task_info ti, bi;
+    weft__task_info(t, &ti);
+    if (by)
+        weft__task_info(by, &bi);
+    in->wake(in->ctx, &ti, by ? &bi : NULL, code);
+}
+
+WEFT_COLD static void instr_run(const weft_instrument *in, weft_task *t)
+{
+    if (!in->run)
+        return;
+    weft_task_info ti;
+    weft__task_info(t, &ti);
+    in->run(in->ctx, &ti);
+}
+
+WEFT_COLD static void instr_exit(const weft_instrument *in, weft_task *t)
+{
+    if (!in->exit)
+        return;
+    weft_task_info ti;
+    weft__task_info(t, &ti);
+    in->exit(in->ctx, &ti, t->status);
+}
+
+WEFT_COLD void weft__instr_park(const weft_instrument *in, weft_task *t,
+                                int kind)
+{
+    if (!in->park)
+        return;
+    weft_task_info ti;
+    weft__task_info(t, &ti);
+    in->park(in->ctx, &ti, (weft_wait_kind)kind,
+             kind == WEFT_WAIT_YIELD ? NULL : t->wait_obj);
+}
+
+WEFT_COLD void weft__instr_spawn(const weft_instrument *in, weft_task *t,
+                                 weft_task *parent)
+{
+    if (!in->spawn)
+        return;
+    weft_task_info ti, pi;
+    weft__task_info(t, &ti);
+    if (parent)
+        weft__task_info(parent, &pi);
+    in->spawn(in->ctx, &ti, parent ? &pi : NULL);
+}
+
+WEFT_COLD void weft__instr_scope_cancel(const weft_instrument *in,
+                                        weft_scope *s, int reason,
+                                        weft_task *by)
+{
+    if (!in->scope_cancel)
+        return;
+    weft_task_info bi;
+    if (by)
+        weft__task_info(by, &bi);
+    in->scope_cancel(in->ctx, s, (weft_cancel_reason)reason, by ? &bi : NULL);
+}
+
+/* timer: the park's deadline woke it (no task did). The wake hook runs
+ * here, between the claim and the queueing: once queued, t may run, and
+ * finish, on its worker. */
+static void wake_finish(weft_task *t, int code, bool next, bool timer)
 {
     t->wake_code = code;
     weft_worker *w = weft__tl_worker, *tw = t->worker;
-    if (w == tw)
+    if (w == tw) {
+        if (WEFT_UNLIKELY(w->instr != NULL))
+            instr_wake(w->instr, t, instr_waker(w, w->rt, timer), code);
         make_ready_local(w, t, next && w->cur != NULL);
-    else
+    } else {
+        const weft_instrument *in = tw->rt->instr;
+        if (WEFT_UNLIKELY(in != NULL))
+            instr_wake(in, t, instr_waker(w, tw->rt, timer), code);
         inbox_push(tw, t);
+    }
 }
 
 void weft__wake_finish(weft_task *t, int code)
 {
-    wake_finish(t, code, true);
+    wake_finish(t, code, true, false);
 }
 
-static bool wake_ex(weft_task *t, uint64_t token, int code, bool next)
+static bool wake_ex(weft_task *t, uint64_t token, int code, bool next,
+                    bool timer)
 {
     if (!weft__wake_claim(t, token))
         return false;
-    wake_finish(t, code, next);
+    wake_finish(t, code, next, timer);
     return true;
 }
 
 bool weft__wake(weft_task *t, uint64_t token, int code)
 {
-    return wake_ex(t, token, code, true);
+    return wake_ex(t, token, code, true, false);
 }
 
 void weft__wake_if_cancelled(weft_task *t)
@@ -479,13 +566,13 @@ void weft__wake_if_cancelled(weft_task *t)
         return;
     weft_scope *cur = ld_acq(&t->cur);
     if (cur && weft__scope_is_cancelled(cur))
-        wake_ex(t, token, -ECANCELED, false);
+        wake_ex(t, token, -ECANCELED, false, false);
 }
 
 static void park_timeout(weft__timer *tm)
 {
     weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
-    wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false);
+    wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false, true);
 }
 
 /* ---- choosing the next task ---- */
@@ -624,13 +711,15 @@ static inline void finish_switch(weft_worker *w)
 static void run_next(weft_worker *w, weft_task *self)
 {
     weft_task *next = pick(w);
-    if (next == self)
-        return; /* woken before it even left */
-    weft__stack_check(self);
-    w->cur = next;
-    w->spawns = 0;
-    ctx_switch(w, self, next, false);
-    finish_switch(w);
+    if (next != self) { /* else woken before it even left */
+        weft__stack_check(self);
+        w->cur = next;
+        w->spawns = 0;
+        ctx_switch(w, self, next, false);
+        finish_switch(w);
+    }
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        instr_run(w->instr, self);
 }
 
 void weft__task_main(void *arg)
@@ -639,8 +728,12 @@ void weft__task_main(void *arg)
     ctx_entered();
     weft_worker *w = t->worker;
     finish_switch(w);
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        instr_run(w->instr, t);
     t->status = t->fn(t->arg);
     w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        instr_exit(w->instr, t);
     weft__stack_check(t);
     w->dead = t;
     weft_task *next = pick(w);
@@ -722,6 +815,8 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
             return -ECANCELED;
         /* Someone else won and is queueing us: go through the queue. */
     }
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        weft__instr_park(w->instr, t, t->wait_kind);
     if (deadline != WEFT_NEVER)
         weft__wheel_arm(&w->wheel, &t->timer, deadline);
     run_next(w, t);
@@ -737,6 +832,8 @@ int weft__yield(weft_worker *w)
         ready_push(w, self);
     else
         q_push(&w->yieldq, self);
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        weft__instr_park(w->instr, self, WEFT_WAIT_YIELD);
     run_next(w, self);
     return 0;
 }
@@ -772,6 +869,11 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->actor = NULL;
     t->fn = fn;
     t->arg = arg;
+    /* The spawner's worker + 1 and its count: no shared counter. The
+     * runtime's own tasks, made off the workers, get theirs from
+     * runtime.c. */
+    weft_worker *w = weft__tl_worker;
+    t->id = w ? ((uint64_t)(w->id + 1) << 48) | ++w->ntasks : 0;
     t->name = o ? o->name : NULL;
     t->file = file;
     t->line = line;
@@ -1072,6 +1174,7 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     if (!w->rng)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
+    w->instr = rt->instr;
     w->seen = calloc((size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");
