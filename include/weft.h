@@ -2256,7 +2256,8 @@ typedef struct weft_task_info {
  * - scope_cancel: a scope was cancelled (the scopes below it are too:
  *   they are not reported); by is the task that did it, or NULL (a
  *   deadline's timer). s is a key only: it may be freed already. Reported
- *   only when the cancelling thread is a worker of the runtime.
+ *   after the wakes the cancel made (outside the scope's lock), and only
+ *   when the cancelling thread is a worker of the runtime.
  * Sequence for one task: spawn, then run and park in turns (wake between
  * a park and the next run, except after a yield), then exit.
  *
