@@ -291,6 +291,13 @@ static inline void weft__task_info(const weft_task *t, weft_task_info *i)
     i->line = t->line;
     i->worker = (t->flags & TASK_STARTED) ? t->worker->id : -1;
 }
+/* A new id for a task spawned on w's thread: w's index + 1 in the top
+ * 16 bits and its count below, so no counter is shared. (The runtime's own
+ * tasks, made off the workers, get 1 and 2 from runtime.c.) */
+static inline uint64_t weft__task_id(weft_worker *w)
+{
+    return ((uint64_t)(w->id + 1) << 48) | ++w->ntasks;
+}
 /* The calls, cold (sched.c): spawn (on the spawner's thread; parent may
  * be NULL), park (t stops running: t->wait_kind, or yield), and
  * scope_cancel (s cancelled for reason by the running task, if any). */

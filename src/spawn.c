@@ -56,6 +56,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     if (!t)
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
+    t->id = weft__task_id(w);
     t->handle = h;
     int idx = weft__scope_add_child(s, t);
     if (idx < 0) {
