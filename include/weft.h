@@ -2297,8 +2297,9 @@ typedef struct weft_instrument {
  * <id>"), instants for wakes and scope cancels; times in microseconds of
  * the runtime's clock from the start of the run (the virtual clock's time
  * when it is virtual: tasks then take no time). At most
- * WEFT_TRACE_EVENTS events per worker are kept: later ones are counted,
- * not kept, and the file says how many (a line on stderr too). Tracing
+ * WEFT_TRACE_EVENTS events (48 bytes each) and as many spawned tasks'
+ * names (72 bytes each) per worker are kept: later ones are counted, not
+ * kept, and the file says how many (a line on stderr too). Tracing
  * passes every event on to weft_config.instrument if there is one.
  * docs/debugging.md, "Tracing", shows how to read one. */
 #define WEFT_TRACE_EVENTS (1 << 20)

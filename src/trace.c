@@ -78,6 +78,10 @@ typedef struct chunks {
     uint64_t dropped;
 } chunks;
 
+/* The sizes weft.h and docs/debugging.md give (on 64-bit systems). */
+_Static_assert(sizeof(void *) != 8 || (sizeof(ev) == 48 && sizeof(rec) == 72),
+               "the documented sizes of a trace's events and names");
+
 struct __attribute__((aligned(WEFT_CACHELINE))) wbuf {
     chunks evs;      /* ev */
     chunks recs;     /* rec */
