@@ -2237,9 +2237,9 @@ typedef struct weft_task_info {
  *
  * When each is called, and where:
  * - spawn: a task was made, before it can run; parent is the spawning
- *   task (NULL for the root task). On the spawner's worker (the root: on
- *   weft_run's thread as worker 0, before it runs; the shutdown keeper: on
- *   the thread whose request makes it).
+ *   task (NULL for the runtime's own: the root task, the keeper). On the
+ *   spawner's worker (the root: on weft_run's thread as worker 0, before
+ *   it runs; the shutdown keeper: on the thread whose request makes it).
  * - run: the task starts or resumes running, on its worker, on its own
  *   stack, just before its code continues.
  * - park: the running task stops running: it blocks on `kind` (obj: the
@@ -2248,8 +2248,9 @@ typedef struct weft_task_info {
  *   seen at once) is not reported. On its worker.
  * - wake: a parked task was made runnable; code is the result its wait
  *   will see (0 or the waker's code, -ETIMEDOUT, -ECANCELED); waker is the
- *   task that woke it, or NULL (a deadline's timer, a thread that is no
- *   task: a blocking call's pool thread, a plain thread's cancel). On the
+ *   task that woke it, or NULL (a deadline's timer, the poller's events,
+ *   a thread that is no task: a blocking call's pool thread, a plain
+ *   thread's cancel). On the
  *   waking thread, which may be another worker or no worker at all.
  * - exit: the task has finished with status (its function's return), its
  *   own unjoined scopes joined; it never runs again. On its worker.
@@ -2294,14 +2295,14 @@ typedef struct weft_instrument {
  * and writes the file when it returns, in Chrome's Trace Event Format
  * (JSON, for https://ui.perfetto.dev or chrome://tracing): a track per
  * worker, a slice per run of a task, named by the task's name (or "task
- * <id>"), instants for wakes and scope cancels; times in microseconds of
- * the runtime's clock from the start of the run (the virtual clock's time
- * when it is virtual: tasks then take no time). At most
- * WEFT_TRACE_EVENTS events (48 bytes each) and as many spawned tasks'
- * names (72 bytes each) per worker are kept: later ones are counted, not
- * kept, and the file says how many (a line on stderr too). Tracing
- * passes every event on to weft_config.instrument if there is one.
- * docs/debugging.md, "Tracing", shows how to read one. */
+ * W.N", see weft_task_info.id), instants for wakes and scope cancels;
+ * times in microseconds of the runtime's clock from the start of the run
+ * (the virtual clock's time when it is virtual: tasks then take no time).
+ * At most WEFT_TRACE_EVENTS events (48 bytes each) and as many spawned
+ * tasks' names (72 bytes each) per worker are kept: later ones are
+ * counted, not kept, and the file says how many (a line on stderr too).
+ * Tracing passes every event on to weft_config.instrument if there is
+ * one. docs/debugging.md, "Tracing", shows how to read one. */
 #define WEFT_TRACE_EVENTS (1 << 20)
 
 #ifdef __cplusplus
