@@ -207,6 +207,15 @@ typedef struct weft_config {
      * process ends with a core dump). weft_run installs no handler; call
      * weft_dump from your own signal-handling thread. */
     int sigquit_dump;
+    /* Instrument hooks for this run (see weft_instrument, section 14), or
+     * NULL. Must stay valid until weft_run returns. */
+    const struct weft_instrument *instrument;
+    /* Writes a trace of the run to this file when weft_run returns (see
+     * WEFT_TRACE_EVENTS, section 14); NULL: none. The environment variable
+     * WEFT_TRACE, when set, replaces it (empty: no trace). A file that
+     * cannot be created makes weft_run write a message to stderr and
+     * return its error (-ENOENT, -EACCES, ...) without running anything. */
+    const char *trace_path;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -2276,6 +2285,143 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  * they cannot (they wait where a cancel does not reach them, and are all
  * asleep again), weft_run returns -EDEADLK without waiting for them, and
  * what they hold is not freed. */
+/* ---- instruments and traces ---- */
+
+/* What a task that stops running waits for (an instrument's park). The
+ * names, from weft_wait_kind_name, are those of the task dump. */
+typedef enum weft_wait_kind {
+    WEFT_WAIT_NONE = 0,   /* nothing recorded */
+    WEFT_WAIT_SLEEP,      /* weft_sleep, weft_sleep_until */
+    WEFT_WAIT_SEND,       /* a channel send */
+    WEFT_WAIT_RECV,       /* a channel receive */
+    WEFT_WAIT_SELECT,     /* weft_select (obj: its case array) */
+    WEFT_WAIT_MUTEX,      /* weft_mutex */
+    WEFT_WAIT_RWLOCK,     /* weft_rwlock */
+    WEFT_WAIT_COND,       /* weft_cond */
+    WEFT_WAIT_SEM,        /* weft_sem */
+    WEFT_WAIT_EVENT,      /* weft_event */
+    WEFT_WAIT_WAITGROUP,  /* weft_waitgroup */
+    WEFT_WAIT_ONCE,       /* weft_once, run by another task */
+    WEFT_WAIT_BARRIER,    /* weft_barrier */
+    WEFT_WAIT_FUTURE,     /* a future or a combinator of futures */
+    WEFT_WAIT_FD,         /* a descriptor */
+    WEFT_WAIT_BLOCKING,   /* a weft_blocking call */
+    WEFT_WAIT_BULKHEAD,   /* weft_bulkhead */
+    WEFT_WAIT_LIMITER,    /* weft_limiter */
+    WEFT_WAIT_SCOPE,      /* weft_scope_join: the children to finish */
+    WEFT_WAIT_TASK,       /* weft_task_join */
+    WEFT_WAIT_MAILBOX,    /* an actor waiting for a message */
+    WEFT_WAIT_TELL,       /* a tell waiting for room in a mailbox */
+    WEFT_WAIT_ASK,        /* an ask: room, then its reply */
+    WEFT_WAIT_ACTOR,      /* weft_actor_wait */
+    WEFT_WAIT_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
+    WEFT_WAIT_YIELD,      /* not a wait: weft_yield, or a spawning loop's
+                           * turn (the task stays runnable) */
+} weft_wait_kind;
+
+/* A static name for a wait kind ("channel receive", "mutex", ...,
+ * "yield"), "?" for a value that is none. Any thread; never blocks. */
+WEFT_EXTERN const char *weft_wait_kind_name(int kind);
+
+/* Why a scope was cancelled (an instrument's scope_cancel). */
+typedef enum weft_cancel_reason {
+    WEFT_CANCEL_USER = 1,     /* weft_scope_cancel, weft_task_cancel, an
+                               * actor's stop */
+    WEFT_CANCEL_DEADLINE = 2, /* its deadline, or a shutdown's drain */
+    WEFT_CANCEL_POLICY = 3,   /* its policy: a fail-fast failure, a
+                               * first-wins winner */
+} weft_cancel_reason;
+
+/* A task as instruments see it; valid only during the callback (copy what
+ * you keep; name points into the spawner's memory). */
+typedef struct weft_task_info {
+    /* Unique in the runtime and stable for the task's life: the spawning
+     * worker's index + 1 above the low 40 bits, that worker's count of
+     * spawns in them (the root task is 1, the runtime's shutdown keeper,
+     * made by a shutdown request with a drain, 2). The dump and a trace
+     * show it as "W.N": N the Nth task spawned on worker W - 1 (W = 0:
+     * the runtime's own). */
+    uint64_t id;
+    const char *name; /* weft_spawn_opts.name, or NULL */
+    const char *file; /* spawn site (the runtime's own tasks: weft's) */
+    int line;
+    int worker; /* the worker it runs on; -1 before its first run */
+} weft_task_info;
+
+/* Instrument hooks, after Trio's Instrument API: optional callbacks (NULL:
+ * not called) and the context each receives, installed for one runtime
+ * with weft_config.instrument. A runtime without one pays one untaken
+ * branch at each point below, nothing else.
+ *
+ * When each is called, and where:
+ * - spawn: a task was made, before it can run; parent is the spawning
+ *   task (NULL for the runtime's own: the root task, the keeper). On the
+ *   spawner's worker (the root: on weft_run's thread as worker 0, before
+ *   it runs; the shutdown keeper: on the thread whose request makes it).
+ * - run: the task starts or resumes running, on its worker, on its own
+ *   stack, just before its code continues.
+ * - park: the running task stops running: it blocks on `kind` (obj: the
+ *   object, or NULL; a key for matching, not to be touched), or yields
+ *   (WEFT_WAIT_YIELD). A block that ends before the task stops (a cancel
+ *   seen at once) is not reported. On its worker.
+ * - wake: a parked task was made runnable; code is the result its wait
+ *   will see (0 or the waker's code, -ETIMEDOUT, -ECANCELED); waker is the
+ *   task that woke it, or NULL (a deadline's timer, the poller's events,
+ *   a thread that is no task: a blocking call's pool thread, a plain
+ *   thread's cancel). On the
+ *   waking thread, which may be another worker or no worker at all.
+ * - exit: the task has finished with status (its function's return), its
+ *   own unjoined scopes joined; it never runs again. On its worker.
+ * - scope_cancel: a scope was cancelled (the scopes below it are too:
+ *   they are not reported); by is the task that did it, or NULL (a
+ *   deadline's timer). s is a key only: it may be freed already. Reported
+ *   after the wakes the cancel made (outside the scope's lock), and only
+ *   when the cancelling thread is a worker of the runtime.
+ * Sequence for one task: spawn, then run and park in turns (wake between
+ * a park and the next run, except after a yield), then exit.
+ *
+ * Callbacks run in the middle of the scheduler: they must be quick and
+ * must not block the thread (no locks held long, no I/O that waits) and
+ * must make no weft call that can block or switch tasks (no waits, no
+ * spawn, no sleep, no yield, no cancel); reading the clock (weft_now),
+ * weft_worker_id and weft_wait_kind_name are fine. With several workers
+ * they run on several threads at once: keep per-worker state (indexed by
+ * weft_worker_id(), which is -EPERM off the workers) or use atomics.
+ *
+ * Why only at weft_run, not added and removed while it runs (as Trio
+ * allows): a removal must wait until no worker is inside the old
+ * callbacks, which costs every hook point an atomic or a grace period;
+ * a callback that checks a flag of its own turns itself on and off for
+ * free. */
+typedef struct weft_instrument {
+    void *ctx;
+    void (*spawn)(void *ctx, const weft_task_info *task,
+                  const weft_task_info *parent);
+    void (*run)(void *ctx, const weft_task_info *task);
+    void (*park)(void *ctx, const weft_task_info *task, weft_wait_kind kind,
+                 const void *obj);
+    void (*wake)(void *ctx, const weft_task_info *task,
+                 const weft_task_info *waker, int code);
+    void (*exit)(void *ctx, const weft_task_info *task, int status);
+    void (*scope_cancel)(void *ctx, weft_scope *s, weft_cancel_reason reason,
+                         const weft_task_info *by);
+} weft_instrument;
+
+/* Traces (weft_config.trace_path, or WEFT_TRACE=path in the environment,
+ * which wins over the field; WEFT_TRACE set but empty turns tracing off).
+ * weft_run records, per worker and without a lock, which task ran when,
+ * and writes the file when it returns, in Chrome's Trace Event Format
+ * (JSON, for https://ui.perfetto.dev or chrome://tracing): a track per
+ * worker, a slice per run of a task, named by the task's name (or "task
+ * W.N", see weft_task_info.id), instants for wakes and scope cancels;
+ * times in microseconds of the runtime's clock from the start of the run
+ * (the virtual clock's time when it is virtual: tasks then take no time).
+ * At most WEFT_TRACE_EVENTS events (48 bytes each) and as many spawned
+ * tasks' names (72 bytes each) per worker are kept: later ones are
+ * counted, not kept, and the file says how many (a line on stderr too).
+ * Tracing passes every event on to weft_config.instrument if there is
+ * one. docs/debugging.md, "Tracing", shows how to read one. */
+#define WEFT_TRACE_EVENTS (1 << 20)
 
 #ifdef __cplusplus
 }

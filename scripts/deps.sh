@@ -4,7 +4,8 @@
 #
 #   scripts/deps.sh [need...]
 #
-# A need is one of: build (cmake, make, a C compiler: the default),
+# A need is one of: build (cmake, make, a C compiler, python3 for the
+# tests: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
@@ -49,6 +50,7 @@ for need in "$@"; do
         elif [ ! -e /usr/include/stdio.h ]; then
             add "libc's headers, to compile weft" libc6-dev
         fi
+        have python3 || add "test_trace reads the trace files it writes" python3
         ;;
     cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
     format) have clang-format || add "make format" clang-format ;;

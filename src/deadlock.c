@@ -110,8 +110,9 @@ static const char *task_name(const weft_task *t)
 static void out_task(struct out *o, const weft_task *t)
 {
     out_printf(o, "task %llu.%llu \"%s\" (spawned at %s:%d)",
-               (unsigned long long)(t->id >> 40),
-               (unsigned long long)(t->id & ((1ull << 40) - 1)),
+               (unsigned long long)(t->id >> WEFT__ID_BITS),
+               (unsigned long long)(t->id &
+                                    ((UINT64_C(1) << WEFT__ID_BITS) - 1)),
                task_name(t), t->file ? t->file : "?", t->line);
 }
 

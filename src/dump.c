@@ -45,7 +45,6 @@
 #define NAME_SHOWN 128      /* bytes of a name shown (escaped: x6 at most) */
 #define FILE_SHOWN 256      /* bytes of a file name shown */
 #define MAX_DEPTH 64        /* deeper scopes are counted, not shown */
-#define ID_BITS 40          /* weft_task.id: worker + 1 above, count below */
 
 typedef struct level {
     weft_scope *s;
@@ -127,8 +126,8 @@ static void put_text_str(dump *d, const char *s, size_t max)
 static void put_id(dump *d, uint64_t id)
 {
     put(d, d->json ? "\"%llu.%llu\"" : "%llu.%llu",
-        (unsigned long long)(id >> ID_BITS),
-        (unsigned long long)(id & ((1ull << ID_BITS) - 1)));
+        (unsigned long long)(id >> WEFT__ID_BITS),
+        (unsigned long long)(id & ((1ull << WEFT__ID_BITS) - 1)));
 }
 
 static void put_secs(dump *d, int64_t ns)

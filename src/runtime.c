@@ -253,6 +253,7 @@ static void runtime_free(weft_runtime *rt)
     weft__scope_free_orphans(rt);
     weft__registry_fini(rt->registry);
     weft__deadlock_fini(rt);
+    weft__trace_free(rt->trace);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
     pthread_mutex_destroy(&rt->dmu);
@@ -297,6 +298,16 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
     size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
     weft__pool_init(&rt->pool, stack);
+    /* The instrument, before the workers (each keeps a copy). */
+    rt->instr = c->instrument;
+    const char *trace = weft__trace_path(c);
+    if (trace) {
+        if (!(rt->trace = weft__trace_new(rt, trace, c->instrument, err))) {
+            runtime_free(rt);
+            return NULL;
+        }
+        rt->instr = weft__trace_instrument(rt->trace);
+    }
     rt->root = malloc(sizeof(*rt->root));
     rt->workers = aligned_alloc(WEFT_CACHELINE,
                                 (size_t)rt->nworkers * sizeof(weft_worker));
@@ -315,7 +326,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     return rt;
 }
 
-static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
+static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
 {
     weft_worker *w0 = &rt->workers[0];
     weft_task *t = weft__task_alloc(w0, 0);
@@ -323,6 +334,8 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
         return -ENOMEM;
     static const weft_spawn_opts root_opts = {.name = "root"};
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
+    t->id = 1; /* weft_task_info.id: made by no worker */
+    *root = t;
     weft__scope_add_child(rt->root, t);
     weft__make_ready(w0, t); /* worker 0 starts it first */
     return 0;
@@ -371,7 +384,8 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     weft_runtime *rt = runtime_new(cfg, err);
     if (!rt)
         return NULL;
-    if ((*err = spawn_root(rt, fn, arg)) != 0 ||
+    weft_task *root = NULL;
+    if ((*err = spawn_root(rt, fn, arg, &root)) != 0 ||
         (*err = shutdown_init(rt, cfg)) != 0) {
         runtime_free(rt);
         return NULL;
@@ -398,6 +412,8 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     bool restore_ss = sigaltstack(NULL, &caller_ss) == 0;
     running_add(rt);
     thread_enter(w0);
+    if (WEFT_UNLIKELY(rt->instr != NULL)) /* on worker 0, before it runs */
+        weft__instr_spawn(rt->instr, root, NULL);
     weft__worker_loop(w0);
     thread_leave(w0);
     running_remove(rt);
@@ -412,6 +428,8 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     for (int i = rt->nworkers; i < set_up; i++)
         weft__worker_fini(&rt->workers[i]);
     weft__overflow_handler_remove();
+    if (rt->trace) /* a failure is told on stderr; the run's status stands */
+        weft__trace_write(rt->trace);
     return rt;
 }
 
@@ -529,6 +547,9 @@ static int start_keeper(weft_runtime *rt)
     weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
     weft__scope_add_child(home, t);
     t->worker = w0; /* where the wake sends it, and where it stays */
+    t->id = 2;      /* weft_task_info.id: made by no worker */
+    if (WEFT_UNLIKELY(rt->instr != NULL))
+        weft__instr_spawn(rt->instr, t, NULL);
     sd->keeper_home = home;
     sd->keeper = t;
     /* Parked without having run: the one wake starts it. */

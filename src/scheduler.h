@@ -152,6 +152,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- owner only ---- */
     weft_runtime *rt;
     int id;
+    /* rt->instr, at hand (set at init, never changed): the one branch
+     * each instrument hook point pays when there is none; and the tasks
+     * prepared on this worker, for their ids (weft_task_info.id) */
+    const weft_instrument *instr;
+
     weft_task *cur;     /* running task, NULL in the scheduler loop */
     weft_task *runnext; /* woken by the running task: runs next */
     unsigned runnext_streak;
@@ -257,6 +262,10 @@ struct weft_runtime {
     /* what the scheduler calls at a task's exit: the scope layer's
      * (weft__scope_hooks), set once by runtime_new */
     weft__task_hooks hooks;
+    /* weft_config.instrument, or the tracer's (observe.h) wrapping it;
+     * NULL: none. Set before the workers, never changed. */
+    const weft_instrument *instr;
+    struct weft__trace *trace; /* observe.h: the tracer, or NULL */
     weft_scope *root;
     int root_status;
     pthread_mutex_t orphan_mu;
@@ -301,6 +310,31 @@ static inline weft_task *weft__current(void)
     weft_worker *w = weft__tl_worker;
     return w ? w->cur : NULL;
 }
+
+/* ---- instrument hooks (weft_instrument) ----
+ * Each hook point reads w->instr once (NULL: nothing more) and calls the
+ * slow part below, which fills a weft_task_info and calls the callback. */
+
+static inline void weft__task_info(const weft_task *t, weft_task_info *i)
+{
+    i->id = t->id;
+    i->name = t->name;
+    i->file = t->file;
+    i->line = t->line;
+    i->worker = (t->flags & TASK_STARTED) ? t->worker->id : -1;
+}
+/* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
+ * index + 1 above WEFT__ID_BITS, that worker's count below (shown as
+ * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
+#define WEFT__ID_BITS 40
+/* The calls, cold (sched.c): spawn (on the spawner's thread; parent may
+ * be NULL), park (t stops running: t->wait_kind, or yield), and
+ * scope_cancel (s cancelled for reason by the running task, if any). */
+void weft__instr_spawn(const weft_instrument *in, weft_task *t,
+                       weft_task *parent);
+void weft__instr_park(const weft_instrument *in, weft_task *t, int kind);
+void weft__instr_scope_cancel(const weft_instrument *in, weft_scope *s,
+                              int reason, weft_task *by);
 
 /* ---- sched.c ---- */
 

@@ -134,26 +134,42 @@ static void wake_locked(weft_scope *s)
     }
 }
 
-static void cancel_locked(weft_scope *s, int reason)
+/* Returns false if s was cancelled already. */
+static bool cancel_locked(weft_scope *s, int reason)
 {
     if (!mark_locked(s, reason))
-        return;
+        return false;
     /* Every flag is set: make sure each parker either sees its flag or
      * has its park word seen below (pairs with the parker's fence in sched.c).
      */
     weft__cancel_fence();
     wake_locked(s);
+    return true;
+}
+
+/* s was just cancelled for reason, by the running task `by` (NULL: none):
+ * the instrument's scope_cancel, if the calling thread is a worker with
+ * one. After s's lock is released (the callback may take locks). */
+static void cancelled_hook(weft_scope *s, int reason, weft_task *by)
+{
+    weft_worker *w = weft__tl_worker;
+    if (WEFT_UNLIKELY(w && w->instr))
+        weft__instr_scope_cancel(w->instr, s, reason, by);
 }
 
 int weft__scope_cancel(weft_scope *s, int reason)
 {
     scope_lock(s);
     int rc = 0;
+    bool now = false;
     if (s->joined)
         rc = -ESHUTDOWN;
     else
-        cancel_locked(s, reason);
+        now = cancel_locked(s, reason);
     scope_unlock(s);
+    if (now)
+        cancelled_hook(s, reason,
+                       reason == CANCEL_DEADLINE ? NULL : weft__current());
     return rc;
 }
 
@@ -254,8 +270,9 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
     return rc;
 }
 
-/* Under s's lock: t's status goes to s's policy (and status array). */
-static void record_status(weft_scope *s, weft_task *t)
+/* Under s's lock: t's status goes to s's policy (and status array).
+ * Returns true if the policy cancelled s. */
+static bool record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
     if (has(s, WEFT__POL_STATUSES))
@@ -264,13 +281,14 @@ static void record_status(weft_scope *s, weft_task *t)
         if (s->failed < INT_MAX)
             s->failed++;
         if (WEFT_UNLIKELY(t->flags & TASK_WITHDRAWN))
-            return; /* stopped alone through its handle (task.c) */
+            return false; /* stopped alone through its handle (task.c) */
     }
     if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
-        return; /* the policy does not look at successes */
+        return false; /* the policy does not look at successes */
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
     if (s->pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
-        cancel_locked(s, CANCEL_POLICY);
+        return cancel_locked(s, CANCEL_POLICY);
+    return false;
 }
 
 /* A WEFT_SERVE child failed, and no handler was given: one line on
@@ -375,12 +393,13 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
         t->mnext->mprev = t->mprev;
     if (s->is_root && t->index == 0)
         rt->root_status = t->status;
-    record_status(s, t);
-    if (WEFT_UNLIKELY(--s->live == 0)) {
-        last_child_done(s, rt);
-        return;
-    }
-    scope_unlock(s);
+    bool cancelled = record_status(s, t);
+    if (WEFT_UNLIKELY(--s->live == 0))
+        last_child_done(s, rt); /* unlocks s */
+    else
+        scope_unlock(s);
+    if (WEFT_UNLIKELY(cancelled)) /* s is a key only now: it may be freed */
+        cancelled_hook(s, CANCEL_POLICY, t);
 }
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s)

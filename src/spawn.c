@@ -64,6 +64,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     if (WEFT_UNLIKELY(h != NULL)) /* before the task can run anywhere */
         o->handle->id = weft__handle_id(h);
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        weft__instr_spawn(w->instr, t, self);
     weft__task_submit(w, t, pin);
     return idx;
 }
