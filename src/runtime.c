@@ -190,7 +190,7 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->blocking_threads < 0 || c->blocking_queue < 0)
         return -EINVAL;
-    return 0;
+    return weft__watchdog_check(c);
 }
 
 static int online_cpus(void)
@@ -307,7 +307,8 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg)
     static const weft_spawn_opts root_opts = {.name = "root"};
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
     weft__scope_add_child(rt->root, t);
-    weft__make_ready(w0, t); /* worker 0 starts it first */
+    weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
+    weft__make_ready(w0, t);         /* worker 0 starts it first */
     return 0;
 }
 
@@ -374,6 +375,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     }
     if (hook)
         hook(rt, hook_ctx);
+    struct weft__watchdog *wd = weft__watchdog_start(rt, cfg);
     weft_worker *w0 = &rt->workers[0];
     /* thread_enter replaces the caller's alternate signal stack, and
      * thread_leave disables it: give the caller its own back. */
@@ -383,6 +385,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     thread_enter(w0);
     weft__worker_loop(w0);
     thread_leave(w0);
+    weft__watchdog_stop(wd);
     running_remove(rt);
     if (restore_ss)
         sigaltstack(&caller_ss, NULL);
@@ -448,6 +451,9 @@ static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
     weft__shutdown *sd = rt->shut;
+    /* Made on any thread, so counted as spawned (stats) when it starts,
+     * on worker 0, as its finish is. */
+    weft__stat_add(&weft__tl_worker->spawned, 1);
     for (;;) {
         weft_event_reset(&sd->poke); /* before reading: no move is missed */
         if (ld_acq(&sd->handed))

@@ -6,7 +6,7 @@
 #ifndef WEFT_RUNTIME_H
 #define WEFT_RUNTIME_H
 
-#include "actor.h"
+#include "observe.h"
 
 /* The shutdown request (runtime.c's essay tells the protocol). Any thread
  * reads and requests; the root scope's lock orders deadline changes. */

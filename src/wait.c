@@ -100,7 +100,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         return -ETIMEDOUT;
     }
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
+    weft_task *t = ld_rlx(&wk->cur);
     int fired = -1;
     uint64_t token = weft__park_prepare(t, true);
     weft__wait_note(t, kind, obj);
@@ -133,7 +133,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
 
 void weft__waitset_init(weft__waitset *s, int *fired, int kind, const void *obj)
 {
-    weft_task *t = weft__tl_worker->cur;
+    weft_task *t = ld_rlx(&weft__tl_worker->cur);
     *s = (weft__waitset){.task = t, .fired = fired};
     weft__wait_note(t, kind, obj);
 }
@@ -188,7 +188,7 @@ int weft__wait_sleep(int64_t deadline)
 int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
 {
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
+    weft_task *t = ld_rlx(&wk->cur);
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     weft__wait_note(t, kind, obj);
     return weft__park_commit(wk, t, deadline);
