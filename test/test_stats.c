@@ -357,6 +357,7 @@ TEST(misuse)
 /* ---- the watchdog ---- */
 
 static struct {
+    atomic_int hog_only; /* ignore reports of other tasks */
     atomic_int reports;
     atomic_int worker;
     const char *_Atomic name;
@@ -368,6 +369,11 @@ static struct {
 static void on_watchdog(const weft_watchdog_report *r, void *arg)
 {
     ASSERT(arg == &wd_seen);
+    /* With a threshold of 5 ms a slow start (a sanitizer's first
+     * allocations, a descheduled thread) can hold a worker that long:
+     * only the hog's reports count here. */
+    if (atomic_load(&wd_seen.hog_only) && strcmp(r->name, "hog") != 0)
+        return;
     atomic_store(&wd_seen.worker, r->worker);
     atomic_store(&wd_seen.name, r->name);
     atomic_store(&wd_seen.file, r->file);
@@ -420,6 +426,7 @@ static int hog_root(void *arg)
 static void watchdog_catches(int workers, weft_clock_kind clock)
 {
     memset(&wd_seen, 0, sizeof wd_seen);
+    atomic_store(&wd_seen.hog_only, 1);
     weft_config cfg = {.workers = workers,
                        .clock = clock,
                        .watchdog_ns = 5 * WEFT_MSEC,
