@@ -817,9 +817,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->actor = NULL;
     t->fn = fn;
     t->arg = arg;
-    t->name = o ? o->name : NULL;
-    t->file = file;
-    t->line = line;
+    st_rlx(&t->name, o ? o->name : NULL);
+    st_rlx(&t->file, file);
+    st_rlx(&t->line, line);
 #if defined(WEFT_ASAN)
     /* The slot's previous task left through a switch, not by returning, so
      * ASan still marks its frames' redzones: clear them for the new life. */

@@ -73,9 +73,11 @@ struct weft_task {
 
     weft_fn fn;
     void *arg;
-    const char *name; /* for diagnostics, may be NULL */
-    const char *file; /* spawn site */
-    int line;
+    /* For diagnostics: written at spawn (relaxed), read by its worker and
+     * by the watchdog (stats.c) while it runs. */
+    const char *_Atomic name; /* may be NULL */
+    const char *_Atomic file; /* spawn site */
+    atomic_int line;
 
     char *stack_lo;   /* lowest usable stack byte (above the guard page) */
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */

@@ -28,11 +28,12 @@
  * hog holds its worker in real time, while a virtual clock stands still.
  * Reading the task's name and spawn site from this thread is safe while
  * the task holds its worker (its slot is not reused before it finishes):
- * the tick is acquired before the read, so the spawner's writes are seen,
- * and read again after, and a report is dropped if the worker moved
- * meanwhile. What is left is a task that finishes in the microsecond
- * between the two reads, after holding its worker for the whole
- * threshold: then the name read may be of its slot's next task.
+ * the fields are atomics (the slot's next task writes them at its spawn,
+ * whenever that is), the tick is read before and after, and a report is
+ * dropped if the worker moved meanwhile. What is left is a task that
+ * finishes in the microsecond between the two reads, after holding its
+ * worker for the whole threshold: then the name reported may be its
+ * slot's next task's.
  */
 #include "observe.h"
 
@@ -200,11 +201,12 @@ static void wd_look(struct weft__watchdog *wd, int64_t now)
         }
         if (!cur || s->reported || now - s->since < wd->threshold)
             continue;
+        const char *name = ld_rlx(&cur->name), *file = ld_rlx(&cur->file);
         weft_watchdog_report r = {
             .worker = i,
-            .name = cur->name ? cur->name : "",
-            .file = cur->file ? cur->file : "?",
-            .line = cur->line,
+            .name = name ? name : "",
+            .file = file ? file : "?",
+            .line = ld_rlx(&cur->line),
             .held_ns = now - s->since,
             .threshold_ns = wd->threshold,
         };
