@@ -8,8 +8,8 @@
  * reported.
  *
  *   $ ./cpu_hog
- *   1. the hog: watchdog: task "hog" (spawned at examples/cpu_hog.c:NN) held
- *      worker 0 for 10 ms without parking or yielding
+ *   1. the hog: watchdog: task "hog" (spawned at .../examples/cpu_hog.c:95)
+ *      held worker 0 for 13 ms without parking or yielding
  *      reports: 1
  *   2. yielding in the loop: reports: 0
  *   3. on the blocking pool: reports: 0
