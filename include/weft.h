@@ -2207,7 +2207,7 @@ typedef struct weft_worker_stats {
                         * tasks and of scopes) */
     uint64_t fd_waits; /* now: tasks parked on descriptors */
     /* Scheduling lag: the delay from a task's wake to its run, for one
-     * wake in 256 by each worker (wakes by pool threads are not sampled),
+     * wake in 1024 by each worker (wakes by pool threads are not sampled),
      * counted by the worker that ran it. See WEFT_LAG_BUCKETS and
      * weft_lag_quantile. */
     uint64_t lag[WEFT_LAG_BUCKETS];

@@ -147,7 +147,7 @@ typedef struct weft__wstats {
 } weft__wstats;
 
 /* One wake in LAG_EVERY by a worker is timed (wake to run). */
-#define WEFT__LAG_EVERY 256
+#define WEFT__LAG_EVERY 1024
 
 /* Adds n to a counter that only the calling thread writes: a relaxed load
  * and store, no read-modify-write. */
