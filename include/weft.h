@@ -141,6 +141,8 @@ typedef enum weft_deadlock_kind {
 
 /* Runtime configuration. Zero-initialise it and set what you need; every
  * zero field means "the default". */
+struct weft_watchdog_report; /* section 14 */
+
 typedef struct weft_config {
     /* Worker threads (one runs on the thread that calls weft_run).
      * 0: one per online CPU. */
@@ -216,6 +218,17 @@ typedef struct weft_config {
      * cannot be created makes weft_run write a message to stderr and
      * return its error (-ENOENT, -EACCES, ...) without running anything. */
     const char *trace_path;
+    /* The watchdog (section 14): a task that holds its worker this long,
+     * in real time, without parking or yielding is reported once, with
+     * its name, spawn site and worker. 0: 100 ms. WEFT_NEVER: no
+     * watchdog (and no watchdog thread). Negative: -EINVAL. */
+    int64_t watchdog_ns;
+    /* Non-NULL: the watchdog calls it with watchdog_arg instead of
+     * writing its line to stderr, on its own thread (a plain thread, not
+     * a task: it must not call weft's blocking functions, and must return
+     * soon). */
+    void (*watchdog_fn)(const struct weft_watchdog_report *r, void *arg);
+    void *watchdog_arg;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -1106,10 +1119,11 @@ WEFT_EXTERN int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline);
 
 /* A snapshot of the current runtime's blocking pool. */
 typedef struct weft_blocking_info {
-    int threads; /* pool threads alive, busy or idle */
-    int running; /* calls whose fn runs now (abandoned ones too) */
-    int queued;  /* calls waiting for a thread (at most blocking_queue) */
-    int waiting; /* callers waiting for room in that queue */
+    int threads;    /* pool threads alive, busy or idle */
+    int running;    /* calls whose fn runs now (abandoned ones too) */
+    int queued;     /* calls waiting for a thread (at most blocking_queue) */
+    int waiting;    /* callers waiting for room in that queue */
+    uint64_t calls; /* calls whose fn has returned, since the pool began */
 } weft_blocking_info;
 
 /* Fills *out (all zero before the first weft_blocking). Returns 0,
@@ -2213,7 +2227,15 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
 
 /* ------------------------------------------------------------------------
  * 14. Seeing inside a running program
+ *
+ * What the runtime does and where each task waits, while it runs: a dump
+ * of every task (weft_dump), deadlock detection, counters and the
+ * scheduling lag (weft_stats_get), a watchdog for tasks that hold a
+ * worker too long, instrument hooks and traces. docs/debugging.md shows
+ * them at work.
  * ---------------------------------------------------------------------- */
+
+/* ---- the task dump ---- */
 
 /* weft_dump's flags. 0: text for people. */
 #define WEFT_DUMP_JSON 1u /* JSON lines: one object per line */
@@ -2422,6 +2444,86 @@ typedef struct weft_instrument {
  * Tracing passes every event on to weft_config.instrument if there is
  * one. docs/debugging.md, "Tracing", shows how to read one. */
 #define WEFT_TRACE_EVENTS (1 << 20)
+
+/* ---- statistics and lag ---- */
+
+/* Buckets of the lag histogram: bucket i counts delays d with
+ * 2^i <= d < 2^(i+1) ns (bucket 0 also 0 and 1 ns, the last one
+ * everything from 2^31 ns, about 2.1 s, up). */
+#define WEFT_LAG_BUCKETS 32
+
+/* One worker's figures. Counters (since the runtime started) only grow;
+ * "now" figures are a snapshot, each read on its own, so they need not
+ * add up exactly while the worker runs. */
+typedef struct weft_worker_stats {
+    uint64_t switches; /* context switches: to a task, or back to the
+                        * worker's loop */
+    uint64_t parks;    /* times a task blocked here (parked) */
+    uint64_t steals;   /* not-started tasks it took from other workers */
+    uint64_t inbox;    /* tasks made runnable here by other threads:
+                        * wakes by other workers and pool threads, spawns
+                        * pinned here */
+    uint64_t spawned;  /* tasks its tasks spawned */
+    uint64_t finished; /* tasks that finished here */
+    uint64_t idle_ns;  /* real time spent with nothing to run (spinning,
+                        * stealing, asleep) */
+    uint64_t runq;     /* now: tasks runnable here (woken, yielded, or
+                        * not started yet, which others may steal);
+                        * without the inbox and the one task woken to
+                        * run next */
+    uint64_t timers;   /* now: timers armed (sleeps, deadlines of parked
+                        * tasks and of scopes) */
+    uint64_t fd_waits; /* now: tasks parked on descriptors */
+    /* Scheduling lag: the delay from a task's wake to its run, for one
+     * wake in 1024 by each worker (wakes by pool threads are not sampled),
+     * counted by the worker that ran it. See WEFT_LAG_BUCKETS and
+     * weft_lag_quantile. */
+    uint64_t lag[WEFT_LAG_BUCKETS];
+} weft_worker_stats;
+
+typedef struct weft_stats {
+    int workers;      /* the runtime's workers */
+    uint64_t spawned; /* tasks spawned, the root task included */
+    uint64_t finished;
+    uint64_t alive;              /* spawned - finished: not finished yet */
+    weft_worker_stats all;       /* every worker's figures added up */
+    weft_blocking_info blocking; /* the blocking pool (weft_blocking_stats) */
+} weft_stats;
+
+/* Fills *out with the current runtime's figures and workers[0..n-1] with
+ * those of workers 0..n-1 (up to the runtime's worker count; workers may
+ * be NULL when n is 0). Returns the runtime's number of workers (so a
+ * caller can size its array: weft_workers() gives it too), or -EINVAL
+ * (out NULL, n < 0, workers NULL with n > 0), -EPERM (not in a task:
+ * another thread cannot name a runtime, so ask from a task of the one
+ * you want). Never blocks (the blocking pool's lock for a moment); not a
+ * cancellation point. Cheap: it reads each worker's counters, which
+ * their workers keep without any shared atomic operation. */
+WEFT_EXTERN int weft_stats_get(weft_stats *out, weft_worker_stats *workers,
+                               int n);
+
+/* The lag under which a fraction q (0 to 1) of s's sampled delays fell,
+ * as the upper bound of the bucket that holds the q-quantile (ns). Returns
+ * that bound, 0 if s has no samples, -EINVAL (s NULL, q outside 0..1).
+ * Any thread; never blocks. */
+WEFT_EXTERN int64_t weft_lag_quantile(const weft_worker_stats *s, double q);
+
+/* What the watchdog (weft_config.watchdog_ns) reports: a task that has
+ * held its worker at least held_ns, in real time, without parking or
+ * yielding (a CPU-bound loop, or a blocking system call made in a task:
+ * give it to weft_blocking, or yield in the loop). Reported once per
+ * occurrence: the task is reported again only after its worker has run
+ * something else and it holds it again. On the virtual clock too, in
+ * real time (a hog holds the worker in real time, while virtual time
+ * stands still). */
+typedef struct weft_watchdog_report {
+    int worker;       /* its worker's index */
+    const char *name; /* the task's name, "" if it has none */
+    const char *file; /* its spawn site */
+    int line;
+    int64_t held_ns;      /* how long it has held the worker, so far */
+    int64_t threshold_ns; /* the configured threshold */
+} weft_watchdog_report;
 
 #ifdef __cplusplus
 }

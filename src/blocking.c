@@ -93,6 +93,7 @@ typedef struct weft__blocking {
     int threads;         /* pool threads alive */
     int idle;            /* threads waiting on `work` */
     int running;         /* jobs whose fn runs now, abandoned ones too */
+    uint64_t calls;      /* jobs whose fn has returned */
     bool stopping;       /* fini: idle threads exit */
     pthread_cond_t work; /* idle threads wait here for a job */
     pthread_cond_t gone; /* fini waits here for threads == 0 */
@@ -238,6 +239,7 @@ static void run_job(pool *p, job *j)
 
     pthread_mutex_lock(mu);
     p->running--;
+    p->calls++;
     j->state = J_DONE;
     j->result = result;
     weft_task *caller = NULL;
@@ -438,6 +440,7 @@ int weft_blocking_stats(weft_blocking_info *out)
         out->threads = p->threads;
         out->running = p->running;
         out->queued = p->nqueued;
+        out->calls = p->calls;
         for (weft__waiter *w = p->room.head; w; w = w->next)
             out->waiting++;
     }

@@ -27,7 +27,7 @@
  *
  * What it reads of a task that runs meanwhile: its park word (atomic),
  * its wait record (relaxed atomics, written by the task for itself), its
- * worker's cur_seen (relaxed); its name, spawn site and id were written
+ * worker's cur (relaxed); its name, spawn site and id were written
  * before it joined its scope's list, which the dump reads under the lock.
  * A mutex's holder is loaded with acquire (its owner is stored with
  * release), so its id and name may be read too.
@@ -274,7 +274,7 @@ static void scope_line(dump *d, weft_scope *s)
 static int running_on(dump *d, weft_task *t)
 {
     for (int i = 0; i < d->rt->nworkers; i++)
-        if (ld_rlx(&d->rt->workers[i].cur_seen) == t)
+        if (ld_rlx(&d->rt->workers[i].cur) == t)
             return i;
     return -1;
 }

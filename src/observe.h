@@ -81,4 +81,18 @@ int weft__trace_write(weft__trace *tr);
 /* Frees the tracer (NULL: nothing); the file too if not written. */
 void weft__trace_free(weft__trace *tr);
 
+/* ---- statistics, lag and the watchdog (stats.c) ---- */
+
+struct weft__watchdog;
+/* Starts rt's watchdog thread as c asks (c->watchdog_ns), after rt's
+ * workers have started: returns it, or NULL if c turns it off or the
+ * thread cannot be made (then the runtime runs without one, and says so
+ * on stderr). On weft_run's thread. */
+struct weft__watchdog *weft__watchdog_start(weft_runtime *rt,
+                                            const weft_config *c);
+/* Stops and frees it (NULL: nothing), before rt's workers are freed. */
+void weft__watchdog_stop(struct weft__watchdog *wd);
+/* The watchdog's defaults and check of the config: 0 or -EINVAL. */
+int weft__watchdog_check(const weft_config *c);
+
 #endif

@@ -200,7 +200,7 @@ static int check_config(const weft_config *c)
         (c->deadlock == WEFT_DEADLOCK_CALLBACK && !c->on_deadlock) ||
         c->deadlock_grace_ns < 0)
         return -EINVAL;
-    return 0;
+    return weft__watchdog_check(c);
 }
 
 static int online_cpus(void)
@@ -337,7 +337,8 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
     t->id = 1; /* weft_task_info.id: made by no worker */
     *root = t;
     weft__scope_add_child(rt->root, t);
-    weft__make_ready(w0, t); /* worker 0 starts it first */
+    weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
+    weft__make_ready(w0, t);         /* worker 0 starts it first */
     return 0;
 }
 
@@ -405,6 +406,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     }
     if (hook)
         hook(rt, hook_ctx);
+    struct weft__watchdog *wd = weft__watchdog_start(rt, cfg);
     weft_worker *w0 = &rt->workers[0];
     /* thread_enter replaces the caller's alternate signal stack, and
      * thread_leave disables it: give the caller its own back. */
@@ -416,6 +418,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         weft__instr_spawn(rt->instr, root, NULL);
     weft__worker_loop(w0);
     thread_leave(w0);
+    weft__watchdog_stop(wd);
     running_remove(rt);
     if (restore_ss)
         sigaltstack(&caller_ss, NULL);
@@ -483,6 +486,9 @@ static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
     weft__shutdown *sd = rt->shut;
+    /* Made on any thread, so counted as spawned (stats) when it starts,
+     * on worker 0, as its finish is. */
+    weft__stat_add(&weft__tl_worker->spawned, 1);
     for (;;) {
         weft_event_reset(&sd->poke); /* before reading: no move is missed */
         if (ld_acq(&sd->handed))

@@ -54,8 +54,10 @@ struct weft_task {
     weft_worker *worker;   /* set when first run; never changes afterwards */
     weft_task *next;       /* owner: link in a run queue, inbox or free list */
     _Atomic uint64_t park; /* park word (see above); any thread CASes it */
-    int wake_code;  /* result of the last park, set by the winning waker */
-    unsigned flags; /* TASK_* */
+    int wake_code;     /* result of the last park, set by the winning waker */
+    unsigned flags;    /* TASK_* */
+    int64_t lag_since; /* set by the waker of a sampled wake (real time,
+                        * ns), cleared when it runs: the lag histogram */
 
     weft__timer timer; /* owner: deadline of the current park */
 
@@ -71,9 +73,11 @@ struct weft_task {
 
     weft_fn fn;
     void *arg;
-    const char *name; /* for diagnostics, may be NULL */
-    const char *file; /* spawn site */
-    int line;
+    /* For diagnostics: written at spawn (relaxed), read by its worker and
+     * by the watchdog (stats.c) while it runs. */
+    const char *_Atomic name; /* may be NULL */
+    const char *_Atomic file; /* spawn site */
+    atomic_int line;
 
     char *stack_lo;   /* lowest usable stack byte (above the guard page) */
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
@@ -108,7 +112,7 @@ struct weft_task {
 
 typedef struct weft__queue { /* FIFO of tasks, owner only */
     weft_task *head, *tail;
-    size_t len;
+    atomic_size_t len; /* owner writes (relaxed); weft_stats_get reads */
 } weft__queue;
 
 /* Chase-Lev work-stealing deque of tasks that have not started: the owner
@@ -141,6 +145,28 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
  * in), a call on the blocking pool. */
 enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
+/* A worker's counters, for weft_stats_get (stats.c). */
+typedef struct weft__wstats {
+    _Atomic uint64_t switches; /* context switches */
+    _Atomic uint64_t parks;    /* parks of its tasks */
+    _Atomic uint64_t steals;   /* tasks it took from other deques */
+    _Atomic uint64_t inbox;    /* tasks that came through its inbox */
+    _Atomic uint64_t finished; /* tasks that finished here */
+    _Atomic uint64_t idle_ns;  /* real time in the clock's idle_until */
+    _Atomic uint64_t lag[WEFT_LAG_BUCKETS]; /* sampled wake-to-run delays */
+} weft__wstats;
+
+/* One wake in LAG_EVERY by a worker is timed (wake to run). */
+#define WEFT__LAG_EVERY 1024
+
+/* Adds n to a counter that only the calling thread writes: a relaxed load
+ * and store, no read-modify-write. */
+static inline void weft__stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
@@ -157,19 +183,22 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
      * prepared on this worker, for their ids (weft_task_info.id) */
     const weft_instrument *instr;
 
-    weft_task *cur;     /* running task, NULL in the scheduler loop */
+    /* running task, NULL in the scheduler loop; the owner writes it
+     * (relaxed), the watchdog reads it */
+    _Atomic(weft_task *) cur;
     weft_task *runnext; /* woken by the running task: runs next */
     unsigned runnext_streak;
-    weft__queue runq;    /* woken tasks, FIFO */
-    weft__queue yieldq;  /* tasks that yielded: after everything else */
-    weft_task *dead;     /* finished task to recycle after the switch */
-    atomic_uint tick;    /* scheduling decisions taken; thieves read it */
-    atomic_uint spawned; /* spawns, progress too (thieves read it) */
-    atomic_int notifying; /* in weft__worker_notify (thieves read it) */
-    unsigned rounds;     /* this worker's stealing rounds, ever */
-    unsigned spawns;     /* spawns by the running task since it resumed */
-    uint64_t rng;        /* xorshift state: victims, seeded picks */
-    weft__ctx sched_ctx; /* the scheduler loop's context */
+    weft__queue runq;   /* woken tasks, FIFO */
+    weft__queue yieldq; /* tasks that yielded: after everything else */
+    weft_task *dead;    /* finished task to recycle after the switch */
+    atomic_uint tick;   /* scheduling decisions taken; thieves read it, the
+                         * watchdog too (stored with release: see stats.c) */
+    _Atomic uint64_t spawned; /* spawns, progress too (thieves read it) */
+    atomic_int notifying;     /* in weft__worker_notify (thieves read it) */
+    unsigned rounds;          /* this worker's stealing rounds, ever */
+    unsigned spawns;          /* spawns by the running task since it resumed */
+    uint64_t rng;             /* xorshift state: victims, seeded picks */
+    weft__ctx sched_ctx;      /* the scheduler loop's context */
     weft__wheel wheel;
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */
@@ -177,9 +206,6 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     size_t nready, capready;
     struct weft__seen *seen; /* per victim: what this worker saw of it,
                               * as a thief (the stealing rule) */
-    /* cur, as other threads may read it (the task dump's "running"):
-     * stored with it, relaxed */
-    _Atomic(weft_task *) cur_seen;
     /* spawns made on this worker: the ids of its tasks (weft_task.id) */
     uint64_t next_id;
     /* idle with no timer and nothing pending, under rt->dmu */
@@ -212,6 +238,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
 #endif
+
+    /* Statistics (weft_stats_get, stats.c): written by the owner only,
+     * with relaxed loads and stores (weft__stat_add), read by anyone. */
+    unsigned lag_countdown; /* wakes by this worker until the next sample */
+    weft__wstats st;
 };
 
 /* What a thief saw of a victim (its stealing rule, sched.c). */
@@ -308,7 +339,7 @@ extern WEFT_TLS weft_worker *weft__tl_worker;
 static inline weft_task *weft__current(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w ? w->cur : NULL;
+    return w ? ld_rlx(&w->cur) : NULL;
 }
 
 /* ---- instrument hooks (weft_instrument) ----

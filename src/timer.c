@@ -63,7 +63,7 @@ void weft__wheel_arm(weft__wheel *wh, weft__timer *t, int64_t when)
     head->prev->next = t;
     head->prev = t;
     wh->occupied[level] |= 1ull << slot;
-    wh->count++;
+    st_rlx(&wh->count, ld_rlx(&wh->count) + 1);
 }
 
 void weft__wheel_disarm(weft__wheel *wh, weft__timer *t)
@@ -76,7 +76,7 @@ void weft__wheel_disarm(weft__wheel *wh, weft__timer *t)
     if (head->next == head)
         wh->occupied[t->level] &= ~(1ull << t->slot);
     t->next = t->prev = NULL;
-    wh->count--;
+    st_rlx(&wh->count, ld_rlx(&wh->count) - 1);
 }
 
 /* The next occupied slot: its level, slot and start time. */
@@ -108,7 +108,7 @@ int64_t weft__wheel_next(const weft__wheel *wh)
 {
     unsigned l, s;
     int64_t start;
-    if (!wh->count || !next_slot(wh, &l, &s, &start))
+    if (!ld_rlx(&wh->count) || !next_slot(wh, &l, &s, &start))
         return WEFT_NEVER;
     return start < wh->elapsed ? wh->elapsed : start;
 }
@@ -132,7 +132,7 @@ static void cascade(weft__wheel *wh, unsigned l, unsigned s)
     weft__timer *t = take_slot(wh, l, s);
     while (t) {
         weft__timer *next = t->next;
-        wh->count--;
+        st_rlx(&wh->count, ld_rlx(&wh->count) - 1);
         weft__wheel_arm(wh, t, t->when);
         t = next;
     }
@@ -143,7 +143,8 @@ size_t weft__wheel_advance(weft__wheel *wh, int64_t now)
     size_t fired = 0;
     unsigned l, s;
     int64_t start;
-    while (wh->count && next_slot(wh, &l, &s, &start) && start <= now) {
+    while (ld_rlx(&wh->count) && next_slot(wh, &l, &s, &start) &&
+           start <= now) {
         if (start > wh->elapsed)
             wh->elapsed = start;
         if (l > 0) {
@@ -168,7 +169,7 @@ int64_t weft__wheel_next_exact(const weft__wheel *wh)
 {
     unsigned l, s;
     int64_t start;
-    if (!wh->count || !next_slot(wh, &l, &s, &start))
+    if (!ld_rlx(&wh->count) || !next_slot(wh, &l, &s, &start))
         return WEFT_NEVER;
     if (l == 0)
         return start; /* a level-0 slot holds one exact deadline */

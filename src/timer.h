@@ -33,8 +33,9 @@ struct weft__timer {
  * Invariant: every armed timer has when >= elapsed, and sits at a slot at or
  * after elapsed's slot at its level. */
 typedef struct weft__wheel {
-    int64_t elapsed;                      /* time the wheel has reached */
-    size_t count;                         /* armed timers */
+    int64_t elapsed;     /* time the wheel has reached */
+    atomic_size_t count; /* armed timers: the wheel's worker writes it
+                          * (relaxed), weft_stats_get reads it */
     uint64_t occupied[WEFT_WHEEL_LEVELS]; /* bit s: slot s not empty */
     weft__timer slots[WEFT_WHEEL_LEVELS][WEFT_WHEEL_SLOTS]; /* sentinels */
 } weft__wheel;

@@ -100,7 +100,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         return -ETIMEDOUT;
     }
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
+    weft_task *t = ld_rlx(&wk->cur);
     int fired = -1;
     weft__wait_note(t, kind, obj);
     st_rlx(&t->wait_n, n);
@@ -134,7 +134,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
 
 void weft__waitset_init(weft__waitset *s, int *fired, int kind, const void *obj)
 {
-    weft_task *t = weft__tl_worker->cur;
+    weft_task *t = ld_rlx(&weft__tl_worker->cur);
     *s = (weft__waitset){.task = t, .fired = fired};
     weft__wait_note(t, kind, obj);
 }
@@ -189,7 +189,7 @@ int weft__wait_sleep(int64_t deadline)
 int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
 {
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
+    weft_task *t = ld_rlx(&wk->cur);
     weft__wait_note(t, kind, obj);
     st_rlx(&t->wait_until, deadline);
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));

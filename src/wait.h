@@ -269,7 +269,7 @@ enum {
 static inline __attribute__((always_inline)) void
 weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
 {
-    weft_task *t = weft__tl_worker->cur;
+    weft_task *t = ld_rlx(&weft__tl_worker->cur);
     w->task = t;
     w->set = NULL;
     weft__wait_note(t, kind, obj);

@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Statistics, the lag histogram and the watchdog: counters that add up
+ * after known workloads, "now" figures while tasks wait on timers,
+ * descriptors and the blocking pool, and the watchdog catching a task that
+ * spins (and not one that yields).
+ */
+#include "t.h"
+#include "weft.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+static weft_stats snap(void)
+{
+    weft_stats s;
+    ASSERT_EQ(weft_stats_get(&s, NULL, 0), weft_workers());
+    return s;
+}
+
+static int noop(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+/* ---- spawned, finished, alive ---- */
+
+#define N_SPAWN 200
+
+static int count_root(void *arg)
+{
+    (void)arg;
+    weft_stats s0 = snap();
+    ASSERT_EQ(s0.spawned, 1); /* the root task */
+    ASSERT_EQ(s0.finished, 0);
+    ASSERT_EQ(s0.alive, 1);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < N_SPAWN; i++)
+        ASSERT(weft_spawn(s, noop, NULL) >= 0);
+    weft_stats s1 = snap();
+    ASSERT_EQ(s1.spawned, N_SPAWN + 1);
+    ASSERT_EQ(s1.alive, s1.spawned - s1.finished);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_stats s2 = snap();
+    ASSERT_EQ(s2.spawned, N_SPAWN + 1);
+    ASSERT_EQ(s2.finished, N_SPAWN);
+    ASSERT_EQ(s2.alive, 1);
+    /* Per worker, the figures add up to the totals. */
+    weft_worker_stats w[4];
+    int n = weft_stats_get(&s2, w, 4);
+    ASSERT_EQ(n, weft_workers());
+    uint64_t sp = 0, fin = 0;
+    for (int i = 0; i < n; i++) {
+        sp += w[i].spawned;
+        fin += w[i].finished;
+    }
+    ASSERT_EQ(sp, N_SPAWN + 1);
+    ASSERT_EQ(fin, N_SPAWN);
+    ASSERT(s2.all.switches >= N_SPAWN); /* each child ran at least once */
+    return 0;
+}
+
+TEST(spawned_finished_alive_one_worker)
+{
+    ASSERT_EQ(t_run_mono(1, count_root, NULL), 0);
+}
+
+TEST(spawned_finished_alive_two_workers)
+{
+    ASSERT_EQ(t_run_mono(2, count_root, NULL), 0);
+}
+
+/* ---- parks and switches ---- */
+
+#define ROUNDS 5000
+
+static int echo(void *arg)
+{
+    weft_chan **c = arg;
+    int v;
+    while (weft_chan_recv(c[0], &v) == 0)
+        if (weft_chan_send(c[1], &v) != 0)
+            break;
+    return 0;
+}
+
+static int pingpong_root(void *arg)
+{
+    int rounds = (int)(intptr_t)arg;
+    weft_chan *c[2];
+    ASSERT_EQ(weft_chan_new(&c[0], sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&c[1], sizeof(int), 0), 0);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, echo, c) >= 0);
+    weft_stats before = snap();
+    for (int i = 0; i < rounds; i++) {
+        int v = i;
+        ASSERT_EQ(weft_chan_send(c[0], &v), 0);
+        ASSERT_EQ(weft_chan_recv(c[1], &v), 0);
+        ASSERT_EQ(v, i);
+    }
+    weft_stats after = snap();
+    /* On one worker with rendezvous channels every round parks the root
+     * at least once (its receive of the echo) and the echo once (its next
+     * receive); each park is one switch away at least. */
+    uint64_t parks = after.all.parks - before.all.parks;
+    uint64_t switches = after.all.switches - before.all.switches;
+    ASSERT(parks >= 2 * (uint64_t)rounds);
+    ASSERT(switches >= parks);
+    /* The lag histogram has samples: one wake in 1024 is timed. */
+    uint64_t samples = 0;
+    for (int i = 0; i < WEFT_LAG_BUCKETS; i++)
+        samples += after.all.lag[i];
+    ASSERT(samples >= (2 * (uint64_t)rounds) / 1024 - 1);
+    ASSERT(samples > 0);
+    int64_t p50 = weft_lag_quantile(&after.all, 0.5);
+    int64_t p99 = weft_lag_quantile(&after.all, 0.99);
+    ASSERT(p50 > 0);
+    ASSERT(p99 >= p50);
+    ASSERT_EQ(weft_chan_close(c[0]), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_chan_unref(c[0]);
+    weft_chan_unref(c[1]);
+    return 0;
+}
+
+TEST(parks_switches_and_lag)
+{
+    ASSERT_EQ(t_run_mono(1, pingpong_root, (void *)(intptr_t)ROUNDS), 0);
+}
+
+/* ---- wakes from other workers ---- */
+
+static weft_event ev_cross = WEFT_EVENT_INIT;
+
+static int set_from_worker1(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_worker_id(), 1);
+    /* On the virtual clock this returns only once every worker is idle:
+     * the root is parked on the event. */
+    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    return weft_event_set(&ev_cross);
+}
+
+static int cross_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_worker_id(), 0);
+    weft_worker_stats w0[2], w1[2];
+    weft_stats s;
+    ASSERT_EQ(weft_stats_get(&s, w0, 2), 2);
+    weft_scope *sc;
+    ASSERT_EQ(weft_scope_open(&sc, NULL), 0);
+    weft_spawn_opts o = {.name = "setter", .worker = 2}; /* worker 1 */
+    ASSERT(weft_spawn_ex(sc, set_from_worker1, NULL, &o) >= 0);
+    ASSERT_EQ(weft_event_wait(&ev_cross), 0); /* woken by worker 1 */
+    ASSERT_EQ(weft_worker_id(), 0);
+    ASSERT_EQ(weft_stats_get(&s, w1, 2), 2);
+    /* The root's wake came through worker 0's inbox; the pinned spawn
+     * through worker 1's. */
+    ASSERT(w1[0].inbox >= w0[0].inbox + 1);
+    ASSERT(w1[1].inbox >= w0[1].inbox + 1);
+    ASSERT(w1[0].parks >= w0[0].parks + 1);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    ASSERT_EQ(weft_scope_free(sc), 0);
+    return 0;
+}
+
+TEST(wakes_from_other_workers_come_through_the_inbox)
+{
+    ASSERT_EQ(t_run_virtual(2, cross_root, NULL), 0);
+}
+
+/* ---- timers armed, descriptor waits, runnable tasks ---- */
+
+#define N_WAIT 16
+
+static int sleeper(void *arg)
+{
+    (void)arg;
+    return weft_sleep(WEFT_SEC);
+}
+
+static int timers_root(void *arg)
+{
+    (void)arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < N_WAIT; i++)
+        ASSERT(weft_spawn(s, sleeper, NULL) >= 0);
+    weft_stats st = snap();
+    ASSERT_EQ(st.all.runq, N_WAIT); /* spawned, not started */
+    ASSERT_EQ(st.all.timers, 0);
+    /* A yield goes after everything else: each sleeper runs and parks. */
+    ASSERT_EQ(weft_yield(), 0);
+    st = snap();
+    ASSERT_EQ(st.all.timers, N_WAIT);
+    ASSERT_EQ(st.all.runq, 0);
+    ASSERT_EQ(st.alive, N_WAIT + 1);
+    ASSERT_EQ(weft_scope_join(s), 0); /* the clock jumps a second */
+    ASSERT_EQ(weft_scope_free(s), 0);
+    st = snap();
+    ASSERT_EQ(st.all.timers, 0);
+    ASSERT_EQ(st.alive, 1);
+    return 0;
+}
+
+TEST(timers_armed_while_tasks_sleep)
+{
+    ASSERT_EQ(t_run_virtual(1, timers_root, NULL), 0);
+}
+
+static int pipe_reader(void *arg)
+{
+    int fd = *(int *)arg;
+    int rc = weft_fd_wait(fd, WEFT_IO_READ, WEFT_NEVER);
+    ASSERT_EQ(rc, -ECANCELED); /* nothing is written: the scope's cancel */
+    return 0;
+}
+
+static int fd_root(void *arg)
+{
+    (void)arg;
+    int p[2];
+    ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < N_WAIT; i++)
+        ASSERT(weft_spawn(s, pipe_reader, &p[0]) >= 0);
+    ASSERT_EQ(snap().all.fd_waits, 0);
+    ASSERT_EQ(weft_yield(), 0); /* each reader parks on the pipe */
+    ASSERT_EQ(snap().all.fd_waits, N_WAIT);
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(snap().all.fd_waits, 0);
+    ASSERT_EQ(weft_close(p[0]), 0);
+    close(p[1]);
+    return 0;
+}
+
+TEST(descriptor_waits_while_tasks_wait_on_a_pipe)
+{
+    ASSERT_EQ(t_run_mono(1, fd_root, NULL), 0);
+}
+
+/* ---- the blocking pool ---- */
+
+#define N_POOL 4
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool release;
+    atomic_int in;
+    weft_event all_in;
+} pool_hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0,
+               WEFT_EVENT_INIT};
+
+static int held_call(void *arg)
+{
+    (void)arg;
+    if (atomic_fetch_add(&pool_hold.in, 1) + 1 == N_POOL)
+        weft_event_set(&pool_hold.all_in); /* any thread may set it */
+    pthread_mutex_lock(&pool_hold.mu);
+    while (!pool_hold.release)
+        pthread_cond_wait(&pool_hold.cv, &pool_hold.mu);
+    pthread_mutex_unlock(&pool_hold.mu);
+    return 0;
+}
+
+static int pool_caller(void *arg)
+{
+    (void)arg;
+    return weft_blocking(held_call, NULL);
+}
+
+static int pool_root(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(snap().blocking.threads, 0);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < N_POOL; i++)
+        ASSERT(weft_spawn(s, pool_caller, NULL) >= 0);
+    ASSERT_EQ(weft_event_wait(&pool_hold.all_in), 0);
+    weft_stats st = snap();
+    ASSERT_EQ(st.blocking.running, N_POOL);
+    ASSERT(st.blocking.threads >= N_POOL);
+    ASSERT_EQ(st.blocking.queued, 0);
+    ASSERT_EQ(st.blocking.calls, 0);
+    pthread_mutex_lock(&pool_hold.mu);
+    pool_hold.release = true;
+    pthread_cond_broadcast(&pool_hold.cv);
+    pthread_mutex_unlock(&pool_hold.mu);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    st = snap();
+    ASSERT_EQ(st.blocking.running, 0);
+    ASSERT_EQ(st.blocking.calls, N_POOL);
+    return 0;
+}
+
+TEST(blocking_pool_busy_while_calls_are_held)
+{
+    ASSERT_EQ(t_run_mono(2, pool_root, NULL), 0);
+}
+
+/* ---- misuse ---- */
+
+static int misuse_root(void *arg)
+{
+    (void)arg;
+    weft_stats s;
+    weft_worker_stats w;
+    ASSERT_EQ(weft_stats_get(NULL, NULL, 0), -EINVAL);
+    ASSERT_EQ(weft_stats_get(&s, NULL, 1), -EINVAL);
+    ASSERT_EQ(weft_stats_get(&s, &w, -1), -EINVAL);
+    ASSERT_EQ(weft_stats_get(&s, &w, 1), 1);
+    return 0;
+}
+
+TEST(misuse)
+{
+    weft_stats s;
+    ASSERT_EQ(weft_stats_get(&s, NULL, 0), -EPERM); /* not in a task */
+    ASSERT_EQ(t_run_mono(1, misuse_root, NULL), 0);
+    weft_worker_stats w = {0};
+    ASSERT_EQ(weft_lag_quantile(NULL, 0.5), -EINVAL);
+    ASSERT_EQ(weft_lag_quantile(&w, -0.1), -EINVAL);
+    ASSERT_EQ(weft_lag_quantile(&w, 1.5), -EINVAL);
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 0); /* no samples */
+    w.lag[3] = 1;                             /* 8 to 15 ns */
+    w.lag[10] = 3;                            /* 1024 to 2047 ns */
+    ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 2048);
+    ASSERT_EQ(weft_lag_quantile(&w, 0.0), 16);
+    w.lag[WEFT_LAG_BUCKETS - 1] = 100;
+    ASSERT_EQ(weft_lag_quantile(&w, 1.0), WEFT_NEVER);
+    weft_config bad = {.watchdog_ns = -1};
+    ASSERT_EQ(weft_run(&bad, noop, NULL), -EINVAL);
+}
+
+/* ---- the watchdog ---- */
+
+static const char *wd_only; /* set before weft_run */
+
+static struct {
+    atomic_int reports;
+    atomic_int worker;
+    const char *_Atomic name;
+    const char *_Atomic file;
+    atomic_int line;
+    _Atomic int64_t held_ns;
+} wd_seen;
+
+static void on_watchdog(const weft_watchdog_report *r, void *arg)
+{
+    ASSERT(arg == &wd_seen);
+    /* A slow start (a sanitizer's first allocations) or a thread the
+     * kernel deschedules on a loaded machine can hold a worker past a
+     * short threshold: only reports of the task under test count. */
+    if (wd_only && strcmp(r->name, wd_only) != 0)
+        return;
+    atomic_store(&wd_seen.worker, r->worker);
+    atomic_store(&wd_seen.name, r->name);
+    atomic_store(&wd_seen.file, r->file);
+    atomic_store(&wd_seen.line, r->line);
+    atomic_store(&wd_seen.held_ns, r->held_ns);
+    atomic_fetch_add(&wd_seen.reports, 1); /* last: the hog stops on it */
+}
+
+static int64_t cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
+static int64_t real_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
+/* Spins, never parking, until the watchdog reports (or 20 s of CPU, a
+ * cap far above any report's latency, so a broken watchdog fails the test
+ * instead of hanging it). */
+static int hog(void *arg)
+{
+    (void)arg;
+    int64_t cap = cpu_now() + 20 * WEFT_SEC;
+    while (atomic_load(&wd_seen.reports) == 0 && cpu_now() < cap) {
+    }
+    return 0;
+}
+
+static int hog_line;
+
+static int hog_root(void *arg)
+{
+    (void)arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts o = {.name = "hog"};
+    hog_line = __LINE__ + 1;
+    ASSERT(weft_spawn_ex(s, hog, NULL, &o) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static void watchdog_catches(int workers, weft_clock_kind clock)
+{
+    memset(&wd_seen, 0, sizeof wd_seen);
+    wd_only = "hog";
+    weft_config cfg = {.workers = workers,
+                       .clock = clock,
+                       .watchdog_ns = 5 * WEFT_MSEC,
+                       .watchdog_fn = on_watchdog,
+                       .watchdog_arg = &wd_seen};
+    ASSERT_EQ(weft_run(&cfg, hog_root, NULL), 0);
+    ASSERT(atomic_load(&wd_seen.reports) >= 1);
+    ASSERT(strcmp(atomic_load(&wd_seen.name), "hog") == 0);
+    const char *file = atomic_load(&wd_seen.file);
+    ASSERT(strstr(file, "test_stats.c") != NULL);
+    ASSERT_EQ(atomic_load(&wd_seen.line), hog_line);
+    int wk = atomic_load(&wd_seen.worker);
+    ASSERT(wk >= 0 && wk < workers);
+    ASSERT(atomic_load(&wd_seen.held_ns) >= 5 * WEFT_MSEC);
+}
+
+TEST(watchdog_reports_a_task_that_spins)
+{
+    watchdog_catches(1, WEFT_CLOCK_MONOTONIC);
+    watchdog_catches(2, WEFT_CLOCK_MONOTONIC);
+}
+
+TEST(watchdog_works_in_real_time_on_the_virtual_clock)
+{
+    watchdog_catches(1, WEFT_CLOCK_VIRTUAL);
+}
+
+/* Yields for `ns` of real time: the worker moves on at every yield. */
+static int yielder(void *arg)
+{
+    int64_t until = real_now() + *(int64_t *)arg;
+    while (real_now() < until)
+        ASSERT_EQ(weft_yield(), 0);
+    return 0;
+}
+
+static int yielders_root(void *arg)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts o = {.name = "yielder"};
+    for (int i = 0; i < 3; i++)
+        ASSERT(weft_spawn_ex(s, yielder, arg, &o) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(watchdog_is_quiet_for_tasks_that_yield)
+{
+    /* A threshold well above a descheduled thread's pause on a loaded
+     * machine (the watchdog cannot tell the two apart: both hold the
+     * worker in real time), and yielding for two and a half thresholds. */
+    memset(&wd_seen, 0, sizeof wd_seen);
+    wd_only = "yielder";
+    int64_t run_ns = 500 * WEFT_MSEC;
+    weft_config cfg = {.workers = 2,
+                       .watchdog_ns = 200 * WEFT_MSEC,
+                       .watchdog_fn = on_watchdog,
+                       .watchdog_arg = &wd_seen};
+    ASSERT_EQ(weft_run(&cfg, yielders_root, &run_ns), 0);
+    ASSERT_EQ(atomic_load(&wd_seen.reports), 0);
+}
+
+static int short_hog(void *arg)
+{
+    int64_t until = cpu_now() + *(int64_t *)arg;
+    while (cpu_now() < until) {
+    }
+    return 0;
+}
+
+TEST(watchdog_off)
+{
+    memset(&wd_seen, 0, sizeof wd_seen);
+    int64_t spin = 20 * WEFT_MSEC;
+    weft_config cfg = {.workers = 1,
+                       .watchdog_ns = WEFT_NEVER,
+                       .watchdog_fn = on_watchdog,
+                       .watchdog_arg = &wd_seen};
+    ASSERT_EQ(weft_run(&cfg, short_hog, &spin), 0);
+    ASSERT_EQ(atomic_load(&wd_seen.reports), 0);
+}
+
+/* Without a callback the report is a line on stderr: the hog reads it
+ * from the pipe stderr was pointed at. */
+static int stderr_pipe[2];
+static char stderr_seen[1024];
+
+static int hog_reading_stderr(void *arg)
+{
+    (void)arg;
+    size_t len = 0;
+    int64_t cap = cpu_now() + 20 * WEFT_SEC;
+    while (!strstr(stderr_seen, "weft: watchdog") && cpu_now() < cap) {
+        ssize_t n = read(stderr_pipe[0], stderr_seen + len,
+                         sizeof stderr_seen - 1 - len);
+        if (n > 0)
+            len += (size_t)n;
+    }
+    return 0;
+}
+
+TEST(watchdog_writes_to_stderr_by_default)
+{
+    ASSERT_EQ(pipe2(stderr_pipe, O_NONBLOCK | O_CLOEXEC), 0);
+    int saved = dup(2);
+    ASSERT(saved >= 0);
+    ASSERT_EQ(dup2(stderr_pipe[1], 2), 2);
+    weft_config cfg = {.workers = 1, .watchdog_ns = 5 * WEFT_MSEC};
+    int rc = weft_run(&cfg, hog_reading_stderr, NULL);
+    dup2(saved, 2);
+    close(saved);
+    ASSERT_EQ(rc, 0);
+    ASSERT(strstr(stderr_seen, "weft: watchdog: task \"root\"") != NULL);
+    ASSERT(strstr(stderr_seen, "held worker 0") != NULL);
+    close(stderr_pipe[0]);
+    close(stderr_pipe[1]);
+}
