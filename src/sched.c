@@ -664,7 +664,8 @@ static weft_task *pick_seeded(weft_worker *w)
     return t;
 }
 
-static weft_task *take_local(weft_worker *w)
+static inline __attribute__((always_inline)) weft_task *
+take_local(weft_worker *w)
 {
     weft_task *t;
     if (w->runnext) {
@@ -717,7 +718,7 @@ static weft_task *pick_inner(weft_worker *w)
 }
 
 /* Records a sampled wake's delay (lag_sample) in w's histogram. */
-static void lag_record(weft_worker *w, weft_task *t)
+WEFT_COLD static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
     t->lag_since = 0;
@@ -727,7 +728,8 @@ static void lag_record(weft_worker *w, weft_task *t)
     weft__stat_add(&w->st.lag[b], 1);
 }
 
-static inline weft_task *pick(weft_worker *w)
+static inline __attribute__((always_inline)) weft_task *
+pick(weft_worker *w)
 {
     weft_task *t = pick_inner(w);
     if (t) {
@@ -757,7 +759,8 @@ static inline void finish_switch(weft_worker *w)
 
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
-static void run_next(weft_worker *w, weft_task *self)
+static inline __attribute__((always_inline)) void
+run_next(weft_worker *w, weft_task *self)
 {
     weft_task *next = pick(w);
     if (next != self) { /* else woken before it even left */

@@ -161,7 +161,8 @@ typedef struct weft__wstats {
 
 /* Adds n to a counter that only the calling thread writes: a relaxed load
  * and store, no read-modify-write. */
-static inline void weft__stat_add(_Atomic uint64_t *c, uint64_t n)
+static inline __attribute__((always_inline)) void
+weft__stat_add(_Atomic uint64_t *c, uint64_t n)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
                           memory_order_relaxed);
