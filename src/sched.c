@@ -452,18 +452,16 @@ bool weft__wake_claim(weft_task *t, uint64_t token)
 
 /* The lag histogram's sample: one wake in WEFT__LAG_EVERY by a worker
  * stamps the task with the real time; the worker that runs it next
- * records the delay (pick). Per wake: a counter and a predictable branch;
- * per run: a load of a line the switch touches anyway and a branch. Not
- * the clock at every wake and run: clock_gettime measured 110 to 140 ns on
- * the shared 2-core VM we build on, a pingpong round trip is 70 ns.
- * Wakes by threads that are no worker (the blocking pool's) are not
- * sampled. */
-static inline void lag_sample(weft_worker *w, weft_task *t)
+ * records the delay (pick). Not the clock at every wake and run:
+ * clock_gettime measured 110 to 140 ns on the shared 2-core VM we build
+ * on, a pingpong round trip is 60. Wakes by threads that are no worker
+ * (the blocking pool's) are not sampled. The wake's instrument hook and
+ * the sample share one countdown (wake_countdown): per wake, a decrement
+ * and a predictable branch, and the slow path (wake_watch) every wake
+ * with an instrument, every WEFT__LAG_EVERY without. */
+static inline bool wake_due(weft_worker *w)
 {
-    if (WEFT_UNLIKELY(--w->lag_countdown == 0)) {
-        w->lag_countdown = WEFT__LAG_EVERY;
-        t->lag_since = weft__mono_now();
-    }
+    return WEFT_UNLIKELY(--w->wake_countdown == 0);
 }
 
 /* ---- instrument hooks: the calls (scheduler.h) ---- */
@@ -554,20 +552,35 @@ WEFT_COLD static void instr_wake_by(weft_worker *w, weft_worker *tw,
  * thread runs it; and the call comes last, so that the path without an
  * instrument keeps no register across it), else before the push to its
  * inbox, after which t may run, and finish, over there. */
+/* The slow path of a wake by worker w (wake_due): the lag sample, one in
+ * WEFT__LAG_EVERY, and the instrument's hook. */
+WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw,
+                                 weft_task *t, bool timer)
+{
+    w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
+    if (--w->lag_left == 0) {
+        w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
+        t->lag_since = weft__mono_now();
+    }
+    if (w->instr)
+        instr_wake_by(w, tw, t, timer);
+}
+
 static void wake_finish(weft_task *t, int code, bool next, bool timer)
 {
     t->wake_code = code;
     weft_worker *w = weft__tl_worker, *tw = t->worker;
     if (w == tw) {
-        lag_sample(w, t);
         make_ready_local(w, t, next && ld_rlx(&w->cur) != NULL);
-        if (WEFT_UNLIKELY(w->instr != NULL))
-            instr_wake_by(w, w, t, timer);
+        if (wake_due(w))
+            wake_watch(w, w, t, timer);
     } else {
-        if (w)
-            lag_sample(w, t);
-        if (WEFT_UNLIKELY(tw->rt->instr != NULL))
-            instr_wake_by(w, tw, t, timer);
+        if (w ? wake_due(w) : WEFT_UNLIKELY(tw->rt->instr != NULL)) {
+            if (w)
+                wake_watch(w, tw, t, timer);
+            else
+                instr_wake_by(w, tw, t, timer);
+        }
         inbox_push(tw, t);
     }
 }
@@ -681,7 +694,8 @@ take_local(weft_worker *w)
     return dq_pop(&w->deque);
 }
 
-static weft_task *pick_inner(weft_worker *w)
+static inline __attribute__((always_inline)) weft_task *
+pick_inner(weft_worker *w)
 {
     weft_task *t;
     /* Release: the watchdog (stats.c) acquires it before it reads the
@@ -717,7 +731,7 @@ static weft_task *pick_inner(weft_worker *w)
     return q_pop(&w->yieldq);
 }
 
-/* Records a sampled wake's delay (lag_sample) in w's histogram. */
+/* Records a sampled wake's delay (wake_watch) in w's histogram. */
 WEFT_COLD static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
@@ -759,20 +773,22 @@ static inline void finish_switch(weft_worker *w)
 
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
-static inline __attribute__((always_inline)) void
+static inline __attribute__((always_inline)) bool
 run_next(weft_worker *w, weft_task *self)
 {
     weft_task *next = pick(w);
-    if (next != self) { /* else woken before it even left */
+    bool switched = next != self; /* else woken before it even left */
+    if (switched) {
         weft__stack_check(self);
         st_rlx(&w->cur, next);
         w->spawns = 0;
-        weft__stat_add(&w->st.switches, 1);
+        weft__stat_add(&w->st.parked, 1);
         ctx_switch(w, self, next, false);
         finish_switch(w);
     }
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_run(w->instr, self);
+    return switched;
 }
 
 void weft__task_main(void *arg)
@@ -793,7 +809,6 @@ void weft__task_main(void *arg)
     weft_task *next = pick(w);
     st_rlx(&w->cur, next);
     w->spawns = 0;
-    weft__stat_add(&w->st.switches, 1);
 #if defined(WEFT_TSAN)
     /* This function's return is never reached, and the slot's fiber serves
      * the next task from the same shadow stack: pop the frame its entry
@@ -874,7 +889,6 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
         weft__instr_park(w->instr, t, t->wait_kind);
     if (deadline != WEFT_NEVER)
         weft__wheel_arm(&w->wheel, &t->timer, deadline);
-    weft__stat_add(&w->st.parks, 1);
     run_next(w, t);
     if (weft__timer_armed(&t->timer))
         weft__wheel_disarm(&w->wheel, &t->timer);
@@ -890,7 +904,8 @@ int weft__yield(weft_worker *w)
         q_push(&w->yieldq, self);
     if (WEFT_UNLIKELY(w->instr != NULL))
         weft__instr_park(w->instr, self, WEFT_WAIT_YIELD);
-    run_next(w, self);
+    if (run_next(w, self))
+        weft__stat_add(&w->st.yields, 1);
     return 0;
 }
 
@@ -1251,7 +1266,7 @@ int weft__worker_loop(weft_worker *w)
         if (t) {
             st_rlx(&w->cur, t);
             w->spawns = 0;
-            weft__stat_add(&w->st.switches, 1);
+            weft__stat_add(&w->st.resumed, 1);
             ctx_switch(w, NULL, t, false);
             continue;
         }
@@ -1282,7 +1297,8 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
     w->instr = rt->instr;
-    w->lag_countdown = WEFT__LAG_EVERY;
+    w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
+    w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
     w->seen = calloc((size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
         weft__fatal("weft: out of memory creating a worker");

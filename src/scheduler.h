@@ -146,9 +146,15 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
 enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
 /* A worker's counters, for weft_stats_get (stats.c). */
+/* Only one counter on the park path: switches there (`parked`) are parks
+ * and yields, so parks are parked - yields, and every switch is one of
+ * those, a task's exit (finished) or a start from the scheduler loop
+ * (resumed). */
 typedef struct weft__wstats {
-    _Atomic uint64_t switches; /* context switches */
-    _Atomic uint64_t parks;    /* parks of its tasks */
+    _Atomic uint64_t parked;   /* switches away from a parking or yielding
+                                * task */
+    _Atomic uint64_t yields;   /* of which, yields */
+    _Atomic uint64_t resumed;  /* switches from the scheduler loop */
     _Atomic uint64_t steals;   /* tasks it took from other deques */
     _Atomic uint64_t inbox;    /* tasks that came through its inbox */
     _Atomic uint64_t finished; /* tasks that finished here */
@@ -242,7 +248,12 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
 
     /* Statistics (weft_stats_get, stats.c): written by the owner only,
      * with relaxed loads and stores (weft__stat_add), read by anyone. */
-    unsigned lag_countdown; /* wakes by this worker until the next sample */
+    unsigned wake_countdown; /* wakes by this worker until the next one
+                              * that takes the slow path (wake_watch):
+                              * 1 with an instrument, else the next lag
+                              * sample */
+    unsigned lag_left; /* with an instrument: slow wakes to the next lag
+                        * sample */
     weft__wstats st;
 };
 

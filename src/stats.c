@@ -16,7 +16,7 @@
  * is 70 ns): instead each worker stamps one wake in WEFT__LAG_EVERY with the
  * real time (a counter and a predictable branch per wake), and whoever runs the
  * task records the delay in its histogram (a load and a predictable branch per
- * run), sched.c's lag_sample and lag_record.
+ * run), sched.c's wake_watch and lag_record.
  *
  * The watchdog. One thread per runtime, beside the workers, never on
  * their path: every half threshold it reads each worker's tick (its
@@ -48,8 +48,9 @@ static void worker_read(weft_worker *w, weft_worker_stats *o)
 {
     const weft__wstats *st = &w->st;
     memset(o, 0, sizeof(*o));
-    o->switches = ld_rlx(&st->switches);
-    o->parks = ld_rlx(&st->parks);
+    uint64_t parked = ld_rlx(&st->parked), yields = ld_rlx(&st->yields);
+    o->switches = parked + ld_rlx(&st->resumed) + ld_rlx(&st->finished);
+    o->parks = parked - yields;
     o->steals = ld_rlx(&st->steals);
     o->inbox = ld_rlx(&st->inbox);
     o->finished = ld_rlx(&st->finished);
