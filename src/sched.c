@@ -774,7 +774,7 @@ static inline void finish_switch(weft_worker *w)
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
 static inline __attribute__((always_inline)) bool
-run_next(weft_worker *w, weft_task *self)
+run_next_plain(weft_worker *w, weft_task *self)
 {
     weft_task *next = pick(w);
     bool switched = next != self; /* else woken before it even left */
@@ -786,9 +786,31 @@ run_next(weft_worker *w, weft_task *self)
         ctx_switch(w, self, next, false);
         finish_switch(w);
     }
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        instr_run(w->instr, self);
     return switched;
+}
+
+/* run_next with an instrument: self's park (kind, or WEFT_WAIT_YIELD) is
+ * told before, its run again after. Cold: the path without one pays a
+ * single branch per park for both hooks. */
+WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self,
+                                     int kind)
+{
+    weft__instr_park(w->instr, self,
+                     kind >= 0 ? kind : ld_rlx(&self->wait_kind));
+    bool switched = run_next_plain(w, self);
+    instr_run(w->instr, self);
+    return switched;
+}
+
+/* Switches from self, parking (kind -1: its wait record says on what) or
+ * yielding (WEFT_WAIT_YIELD), to whatever runs next; returns when self runs again,
+ * true if it switched (false: woken before it even left). */
+static inline __attribute__((always_inline)) bool
+run_next(weft_worker *w, weft_task *self, int kind)
+{
+    if (WEFT_UNLIKELY(w->instr != NULL))
+        return run_next_instr(w, self, kind);
+    return run_next_plain(w, self);
 }
 
 void weft__task_main(void *arg)
@@ -885,11 +907,9 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
             return -ECANCELED;
         /* Someone else won and is queueing us: go through the queue. */
     }
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        weft__instr_park(w->instr, t, t->wait_kind);
     if (deadline != WEFT_NEVER)
         weft__wheel_arm(&w->wheel, &t->timer, deadline);
-    run_next(w, t);
+    run_next(w, t, -1);
     if (weft__timer_armed(&t->timer))
         weft__wheel_disarm(&w->wheel, &t->timer);
     return t->wake_code;
@@ -902,9 +922,7 @@ int weft__yield(weft_worker *w)
         ready_push(w, self);
     else
         q_push(&w->yieldq, self);
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        weft__instr_park(w->instr, self, WEFT_WAIT_YIELD);
-    if (run_next(w, self))
+    if (run_next(w, self, WEFT_WAIT_YIELD))
         weft__stat_add(&w->st.yields, 1);
     return 0;
 }
