@@ -4,6 +4,9 @@
 #
 #   scripts/deadlock-check.sh PATH_TO_DEADLOCK_BINARY
 #
+# WEFT_EMULATOR, if set, is a command that runs the binary (a cross
+# build's qemu-aarch64 -L SYSROOT).
+#
 # - the pipeline that forgets a close: exit status 1, and a report on
 #   stderr whose first line says "deadlock" and that names the task asleep
 #   ("printer", on a channel receive) and the root waiting for its scope;
@@ -11,6 +14,7 @@
 #   both transfers, and the balances after both went through.
 set -euo pipefail
 bin=${1:?usage: deadlock-check.sh PATH_TO_DEADLOCK_BINARY}
+read -r -a run <<<"${WEFT_EMULATOR:-}"
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 fail() {
@@ -23,7 +27,7 @@ fail() {
 }
 
 status=0
-"$bin" >"$out" 2>"$err" || status=$?
+"${run[@]}" "$bin" >"$out" 2>"$err" || status=$?
 [ "$status" -eq 1 ] || fail "pipeline: exit status $status, not 1"
 head -n 1 "$err" | grep -q "all tasks are asleep: deadlock" ||
     fail "pipeline: the first line does not say deadlock"
@@ -35,7 +39,7 @@ grep -A1 '"root"' "$err" | grep -q "waits for scope join" ||
 grep -q "got 6" "$out" || fail "pipeline: the values did not all go through"
 
 status=0
-"$bin" transfer >"$out" 2>"$err" || status=$?
+"${run[@]}" "$bin" transfer >"$out" 2>"$err" || status=$?
 [ "$status" -eq 0 ] || fail "transfer: exit status $status, not 0"
 head -n 1 "$err" | grep -q "mutex deadlock" || fail "transfer: no mutex deadlock report"
 grep -q '"a to b"' "$err" && grep -q '"b to a"' "$err" ||
