@@ -241,10 +241,10 @@ static int64_t act(weft_worker *w, int phase, int asleep)
         } else {
             struct out o = {.fd = 2};
             out_printf(&o,
-                       "weft: all tasks are asleep: deadlock (%d tasks; no "
+                       "weft: all tasks are asleep: deadlock (%d task%s; no "
                        "timer, descriptor, blocking call, future or "
                        "shutdown request could wake one)\n",
-                       asleep);
+                       asleep, asleep == 1 ? "" : "s");
             int n = 0;
             walk(rt, rt->root, &o, &n);
             out_printf(&o, "the task dump:\n");
@@ -261,10 +261,10 @@ static int64_t act(weft_worker *w, int phase, int asleep)
     if (ob->mode != WEFT_DEADLOCK_CALLBACK) {
         struct out o = {.fd = 2};
         out_printf(&o,
-                   "weft: %d tasks still asleep after the deadlock's cancel "
+                   "weft: %d task%s still asleep after the deadlock's cancel "
                    "(waits a cancel does not end): the runtime ends without "
-                   "them\n",
-                   asleep);
+                   "%s\n",
+                   asleep, asleep == 1 ? "" : "s", asleep == 1 ? "it" : "them");
         out_flush(&o);
     }
     st_rel(&rt->done, 1);
