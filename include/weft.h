@@ -2496,7 +2496,9 @@ typedef struct weft_stats {
  * caller can size its array: weft_workers() gives it too), or -EINVAL
  * (out NULL, n < 0, workers NULL with n > 0), -EPERM (not in a task:
  * another thread cannot name a runtime, so ask from a task of the one
- * you want). Never blocks (the blocking pool's lock for a moment); not a
+ * you want), -ENOTSUP (weft was built with the CMake option
+ * WEFT_STATS=OFF, which leaves the counters and lag samples out of the
+ * scheduler). Never blocks (the blocking pool's lock for a moment); not a
  * cancellation point. Cheap: it reads each worker's counters, which
  * their workers keep without any shared atomic operation. */
 WEFT_EXTERN int weft_stats_get(weft_stats *out, weft_worker_stats *workers,

@@ -461,6 +461,8 @@ bool weft__wake_claim(weft_task *t, uint64_t token)
  * with an instrument, every WEFT__LAG_EVERY without. */
 static inline bool wake_due(weft_worker *w)
 {
+    if (!WEFT__STATS)
+        return WEFT_UNLIKELY(w->instr != NULL);
     return WEFT_UNLIKELY(--w->wake_countdown == 0);
 }
 
@@ -558,9 +560,10 @@ WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw,
                                  weft_task *t, bool timer)
 {
     w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
-    if (--w->lag_left == 0) {
+    if (WEFT__STATS && --w->lag_left == 0) {
         w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
         t->lag_since = weft__mono_now();
+        t->flags |= TASK_LAG; /* t is ours until it is queued */
     }
     if (w->instr)
         instr_wake_by(w, tw, t, timer);
@@ -732,14 +735,23 @@ pick_inner(weft_worker *w)
 }
 
 /* Records a sampled wake's delay (wake_watch) in w's histogram. */
-WEFT_COLD static void lag_record(weft_worker *w, weft_task *t)
+static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
     t->lag_since = 0;
+    t->flags &= ~TASK_LAG;
     int b = d > 1 ? 63 - __builtin_clzll((unsigned long long)d) : 0;
     if (b >= WEFT_LAG_BUCKETS)
         b = WEFT_LAG_BUCKETS - 1;
     weft__stat_add(&w->st.lag[b], 1);
+}
+
+WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
+{
+    if (!(t->flags & TASK_STARTED))
+        start_task(w, t);
+    if (t->flags & TASK_LAG)
+        lag_record(w, t);
 }
 
 static inline __attribute__((always_inline)) weft_task *
@@ -747,10 +759,10 @@ pick(weft_worker *w)
 {
     weft_task *t = pick_inner(w);
     if (t) {
-        if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED)))
-            start_task(w, t);
-        if (WEFT_UNLIKELY(t->lag_since != 0))
-            lag_record(w, t);
+        /* One test for both rare cases: a first run, a sampled wake. */
+        if (WEFT_UNLIKELY((t->flags & (TASK_STARTED | TASK_LAG)) !=
+                          TASK_STARTED))
+            pick_rare(w, t);
     }
     return t;
 }
@@ -1293,10 +1305,11 @@ int weft__worker_loop(weft_worker *w)
         /* Waits for work or the next timer, as the clock has it (the
          * monotonic one spins and steals first, the virtual one moves
          * when every worker is idle). Timed in real time, for stats. */
-        int64_t idle_from = weft__mono_now();
+        int64_t idle_from = WEFT__STATS ? weft__mono_now() : 0;
         rt->clock_ops->idle_until(w);
-        weft__stat_add(&w->st.idle_ns,
-                       (uint64_t)(weft__mono_now() - idle_from));
+        if (WEFT__STATS)
+            weft__stat_add(&w->st.idle_ns,
+                           (uint64_t)(weft__mono_now() - idle_from));
     }
     finish_switch(w);
     return 0;

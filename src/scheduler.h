@@ -44,6 +44,9 @@ enum {
     TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
                                  * returned -ECANCELED: its scope's policy
                                  * does not take that for its result */
+    TASK_LAG = 1u << 6,         /* its wake was sampled (lag_since): the
+                                 * worker that runs it records the delay;
+                                 * set by the waker before it queues it */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top
@@ -167,11 +170,21 @@ typedef struct weft__wstats {
 
 /* Adds n to a counter that only the calling thread writes: a relaxed load
  * and store, no read-modify-write. */
+/* WEFT_STATS=OFF (CMake) compiles the counters and the lag samples out:
+ * weft_stats_get then returns -ENOTSUP. */
+#if defined(WEFT_NO_STATS)
+#define WEFT__STATS 0
+#else
+#define WEFT__STATS 1
+#endif
+
 static inline __attribute__((always_inline)) void
 weft__stat_add(_Atomic uint64_t *c, uint64_t n)
 {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
-                          memory_order_relaxed);
+    if (WEFT__STATS)
+        atomic_store_explicit(
+            c, atomic_load_explicit(c, memory_order_relaxed) + n,
+            memory_order_relaxed);
 }
 
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {

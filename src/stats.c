@@ -84,6 +84,8 @@ static void worker_add(weft_worker_stats *sum, const weft_worker_stats *o)
 
 int weft_stats_get(weft_stats *out, weft_worker_stats *workers, int n)
 {
+    if (!WEFT__STATS)
+        return -ENOTSUP; /* built with WEFT_STATS=OFF */
     if (!out || n < 0 || (!workers && n > 0))
         return -EINVAL;
     weft_worker *me = weft__tl_worker;
