@@ -562,8 +562,9 @@ WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw,
     w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
     if (WEFT__STATS && --w->lag_left == 0) {
         w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
+        /* Not t->flags: t may still be switching away on its worker,
+         * which reads them (stack check); nothing there reads this. */
         t->lag_since = weft__mono_now();
-        t->flags |= TASK_LAG; /* t is ours until it is queued */
     }
     if (w->instr)
         instr_wake_by(w, tw, t, timer);
@@ -739,7 +740,6 @@ static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
     t->lag_since = 0;
-    t->flags &= ~TASK_LAG;
     int b = d > 1 ? 63 - __builtin_clzll((unsigned long long)d) : 0;
     if (b >= WEFT_LAG_BUCKETS)
         b = WEFT_LAG_BUCKETS - 1;
@@ -750,7 +750,7 @@ WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
 {
     if (!(t->flags & TASK_STARTED))
         start_task(w, t);
-    if (t->flags & TASK_LAG)
+    if (t->lag_since != 0)
         lag_record(w, t);
 }
 
@@ -760,8 +760,7 @@ pick(weft_worker *w)
     weft_task *t = pick_inner(w);
     if (t) {
         /* One test for both rare cases: a first run, a sampled wake. */
-        if (WEFT_UNLIKELY((t->flags & (TASK_STARTED | TASK_LAG)) !=
-                          TASK_STARTED))
+        if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED) | (t->lag_since != 0)))
             pick_rare(w, t);
     }
     return t;

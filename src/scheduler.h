@@ -44,9 +44,6 @@ enum {
     TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
                                  * returned -ECANCELED: its scope's policy
                                  * does not take that for its result */
-    TASK_LAG = 1u << 6,         /* its wake was sampled (lag_since): the
-                                 * worker that runs it records the delay;
-                                 * set by the waker before it queues it */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top
@@ -60,7 +57,10 @@ struct weft_task {
     int wake_code;     /* result of the last park, set by the winning waker */
     unsigned flags;    /* TASK_* */
     int64_t lag_since; /* set by the waker of a sampled wake (real time,
-                        * ns), cleared when it runs: the lag histogram */
+                        * ns), cleared when it runs: the lag histogram;
+                        * 0: not sampled. Not a flag: the waker may write
+                        * it while t still switches away (flags are read
+                        * there) */
 
     weft__timer timer; /* owner: deadline of the current park */
 
