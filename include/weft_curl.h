@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_curl: libcurl's transfers, driven by weft's reactor.
+ *
+ * A task calls weft_curl_perform(easy, deadline) where it would call
+ * curl_easy_perform(easy), and gets the same transfer (HTTP/1.1, HTTP/2,
+ * TLS, redirects, proxies, everything libcurl does) without blocking its
+ * worker: the task parks, and the worker runs other tasks meanwhile.
+ *
+ * How: each worker keeps one curl multi handle, made on first use. Its
+ * sockets sit in an epoll set of their own, which the worker's reactor
+ * watches like any descriptor, and its one timer is a deadline of a weft
+ * wait. Of the tasks with a transfer on a worker, one at a time drives the
+ * multi handle (calls curl_multi_socket_action and reads its messages);
+ * the others park until their transfer ends or it is their turn to drive.
+ * No thread and no task is added, and nothing runs while no transfer is
+ * under way. Connections (and TLS sessions, and DNS entries) live in the
+ * multi handle, so tasks on the same worker reuse them; the handles are
+ * freed when the worker stops, at the end of weft_run.
+ *
+ * Link with -lweft_curl -lweft -lcurl (pkg-config weft_curl; CMake:
+ * find_package(weft COMPONENTS curl), target weft::curl). Nothing in
+ * libweft depends on libcurl.
+ *
+ * Callbacks. libcurl runs an easy handle's callbacks (CURLOPT_WRITEFUNCTION
+ * and the others) from curl_multi_socket_action, so they run on the task
+ * that drives the worker's multi handle at the time, which may not be the
+ * task that called weft_curl_perform. They run on the same worker (the
+ * same thread), so state that only tasks of one worker touch needs no
+ * lock, but a callback should not park (a weft call that blocks): while it
+ * does, every transfer of that worker waits. To hand a body to another
+ * task, use a try form (weft_chan_try_send) and CURL_WRITEFUNC_PAUSE, or
+ * collect it in memory. Do not set CURLOPT_PRIVATE's meaning aside for
+ * weft: it stays the caller's.
+ */
+#ifndef WEFT_CURL_H
+#define WEFT_CURL_H
+
+#include <curl/curl.h>
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_CURL_VERSION 0x000100 /* 0.1.0 */
+
+/* Performs the transfer easy describes, as curl_easy_perform does, parking
+ * the calling task until it ends. deadline is absolute (weft_now() base;
+ * WEFT_NEVER: none) and comes on top of the scope's deadline and of
+ * libcurl's own CURLOPT_TIMEOUT; it is checked with weft's clock. Returns
+ * 0 when the transfer completed (whatever the HTTP status: read it with
+ * CURLINFO_RESPONSE_CODE), else a negative code (weft_curl_error's table):
+ *   -ETIMEDOUT     the deadline came, or libcurl's own timeout
+ *   -ECANCELED     the task's scope was cancelled
+ *   -ENOENT        the host (or proxy) name could not be resolved
+ *   -ECONNREFUSED  the connection was refused (other connect failures
+ *                  give the system's code: -ENETUNREACH, -EHOSTUNREACH)
+ *   -EPROTO        the TLS handshake failed
+ *   -EKEYREJECTED  the peer's certificate was not accepted
+ *   -ECONNRESET    the connection broke (reset, or closed with no reply)
+ *   -EPIPE         the body ended before its announced length
+ *   -EBADMSG       the server's reply was not valid HTTP
+ *   -ELOOP         too many redirects
+ *   -EINVAL        a malformed URL or option, an unsupported protocol
+ *   -EBUSY         easy is already in a transfer
+ *   -EPERM         not called from a task
+ *   -ENOMEM        out of memory
+ *   -ECONNABORTED  a callback aborted the transfer
+ *   -EIO           any other libcurl error (weft_curl_perform_code says
+ *                  which).
+ * On any return, easy has left the multi handle and can be used again (a
+ * new weft_curl_perform, curl_easy_cleanup). A cancelled or timed-out
+ * transfer is abandoned where it stood: its connection is closed, not
+ * reused.
+ * Cancellation point. Blocks (the task, not the worker). */
+int weft_curl_perform(CURL *easy, weft_time deadline);
+
+/* weft_curl_perform that also stores libcurl's result in *code (if code
+ * is not NULL): CURLE_OK with a return of 0; the CURLcode behind an error
+ * return; CURLE_OPERATION_TIMEDOUT for weft's deadline, and
+ * CURLE_ABORTED_BY_CALLBACK for a cancel (libcurl never ran to an end).
+ * Cancellation point. Blocks. */
+int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code);
+
+/* The weft code for libcurl's result code (weft_curl_perform's table).
+ * os_errno is CURLINFO_OS_ERRNO after a failed connect (or 0), which
+ * tells a refused connection from an unreachable network. Any thread;
+ * never blocks. */
+int weft_curl_error(CURLcode code, long os_errno);
+
+/* The calling worker's multi handle, made if it was not (NULL: not on a
+ * worker, or out of memory). For curl_multi_setopt of limits such as
+ * CURLMOPT_MAX_HOST_CONNECTIONS or CURLMOPT_MAX_TOTAL_CONNECTIONS; do not
+ * change its socket or timer functions, and do not add handles to it
+ * yourself. Each worker has its own: set the same options from a task on
+ * every worker (weft_spawn_opts' worker field places one there). Never
+ * blocks. */
+CURLM *weft_curl_multi(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
