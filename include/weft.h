@@ -270,6 +270,17 @@ WEFT_EXTERN int weft_workers(void);
  * outside a runtime. A started task always runs on the same worker. */
 WEFT_EXTERN int weft_worker_id(void);
 
+/* Registers fn(arg) to run on the calling worker's thread when that worker
+ * stops at the end of weft_run, after every task of the runtime has
+ * finished; hooks run newest first, once each. For a library that keeps
+ * state per worker (a connection pool, weft_curl's multi handle) in a
+ * thread-local: fn frees it and clears the thread-local, since the thread
+ * that called weft_run is worker 0 and may run another runtime later. fn
+ * runs in no task: it must not block, but weft_worker_id, weft_close and
+ * the try forms work. Returns 0, -EINVAL (fn NULL), -EPERM (not on a
+ * worker), -ENOMEM. From a task (or a worker's hook); never blocks. */
+WEFT_EXTERN int weft_on_worker_exit(void (*fn)(void *arg), void *arg);
+
 /* ---- Shutdown requests ----
  *
  * A runtime-wide request to stop, in Go's shape (signal.NotifyContext, then

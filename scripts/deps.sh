@@ -7,7 +7,8 @@
 # A need is one of: build (cmake, make, a C compiler, python3 for the
 # tests: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
-# pkg-config, http (curl and wrk, to test the HTTP server), aarch64 (a
+# pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
+# tests), http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
 # which the build needs to tell valgrind about task stacks; configure again
 # after installing it). When everything asked for is present this
@@ -70,6 +71,16 @@ for need in "$@"; do
         if ! have valgrind || [ ! -e /usr/include/valgrind/valgrind.h ]; then
             add "valgrind, and the header the build needs for its stack hooks" valgrind
         fi
+        ;;
+    curl)
+        # weft_curl (include/weft_curl.h) builds when libcurl's headers are
+        # there; its tests need the openssl command for a certificate.
+        if ! ls /usr/include/curl/curl.h /usr/include/*/curl/curl.h \
+            >/dev/null 2>&1; then
+            add "weft_curl, the HTTP(S) client module (libcurl's headers)" \
+                libcurl4-openssl-dev
+        fi
+        have openssl || add "the HTTPS tests make a certificate" openssl
         ;;
     http)
         have curl || add "scripts/http-check.sh" curl

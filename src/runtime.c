@@ -162,8 +162,28 @@ static void thread_enter(weft_worker *w)
     }
 }
 
+/* weft_on_worker_exit's records. */
+struct weft__exit_hook {
+    struct weft__exit_hook *next;
+    void (*fn)(void *);
+    void *arg;
+};
+
+/* Runs w's exit hooks, newest first, on its thread, after its last task:
+ * still a worker (weft_worker_id, weft_close work), in no task. */
+static void run_exit_hooks(weft_worker *w)
+{
+    struct weft__exit_hook *h;
+    while ((h = w->exit_hooks) != NULL) {
+        w->exit_hooks = h->next;
+        h->fn(h->arg);
+        free(h);
+    }
+}
+
 static void thread_leave(weft_worker *w)
 {
+    run_exit_hooks(w);
     if (w->altstack) {
         stack_t ss = {.ss_flags = SS_DISABLE};
         sigaltstack(&ss, NULL);
@@ -897,6 +917,23 @@ int weft_worker_id(void)
 {
     weft_worker *w = weft__tl_worker;
     return w ? w->id : -EPERM;
+}
+
+int weft_on_worker_exit(void (*fn)(void *arg), void *arg)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!fn)
+        return -EINVAL;
+    if (!w)
+        return -EPERM;
+    struct weft__exit_hook *h = malloc(sizeof(*h));
+    if (!h)
+        return -ENOMEM;
+    h->fn = fn;
+    h->arg = arg;
+    h->next = w->exit_hooks;
+    w->exit_hooks = h;
+    return 0;
 }
 
 int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,

@@ -766,3 +766,77 @@ TEST(run_with_workers_that_cannot_start)
     pthread_attr_destroy(&huge);
     pthread_attr_destroy(&old);
 }
+
+/* ---- weft_on_worker_exit --------------------------------------------- */
+
+/* What the hooks saw: the order they ran in, the worker each ran on, and
+ * how many tasks were still unfinished then. */
+static struct {
+    atomic_int ran, tasks_left, order[8], on_worker[8];
+} exits;
+
+static void exit_hook(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    int i = atomic_fetch_add(&exits.ran, 1);
+    if (i < 8) {
+        atomic_store(&exits.order[i], k);
+        atomic_store(&exits.on_worker[i], weft_worker_id());
+    }
+    ASSERT_EQ(atomic_load(&exits.tasks_left), 0);
+}
+
+/* Registers hook k (and k + 1) on the worker it runs on, then sleeps: the
+ * hooks must wait for the sleepers of every worker. */
+static int register_exit_hooks(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    ASSERT_EQ(weft_on_worker_exit(exit_hook, (void *)(intptr_t)k), 0);
+    ASSERT_EQ(weft_on_worker_exit(exit_hook, (void *)(intptr_t)(k + 1)), 0);
+    ASSERT_EQ(weft_sleep(k * WEFT_MSEC), 0);
+    atomic_fetch_sub(&exits.tasks_left, 1);
+    return 0;
+}
+
+static int spawn_per_worker(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_on_worker_exit(NULL, NULL), -EINVAL);
+    int n = weft_workers();
+    atomic_store(&exits.tasks_left, n);
+    for (int w = 0; w < n; w++)
+        ASSERT(weft_spawn_ex(NULL, register_exit_hooks,
+                             (void *)(intptr_t)(10 * w + 1),
+                             &(weft_spawn_opts){.worker = w + 1}) >= 0);
+    return 0;
+}
+
+/* Each worker runs its own hooks, newest first, on its own thread, once
+ * each, after the last task of the runtime has finished; off a worker the
+ * call is refused. */
+TEST(worker_exit_hooks_run_on_their_worker_after_the_last_task)
+{
+    ASSERT_EQ(weft_on_worker_exit(exit_hook, NULL), -EPERM);
+    for (int workers = 1; workers <= 2; workers++) {
+        memset(&exits, 0, sizeof exits);
+        ASSERT_EQ(t_run(workers, WEFT_CLOCK_VIRTUAL, 0, spawn_per_worker,
+                        NULL),
+                  0);
+        ASSERT_EQ(atomic_load(&exits.ran), 2 * workers);
+        /* Per worker w: hook 10w+2 (registered last) before 10w+1. */
+        int seen[2] = {0, 0};
+        for (int i = 0; i < 2 * workers; i++) {
+            int k = atomic_load(&exits.order[i]);
+            int w = atomic_load(&exits.on_worker[i]);
+            ASSERT_EQ(k / 10, w);
+            ASSERT_EQ(k % 10, seen[w] == 0 ? 2 : 1);
+            seen[w]++;
+        }
+        for (int w = 0; w < workers; w++)
+            ASSERT_EQ(seen[w], 2);
+    }
+    /* A runtime after that one starts with no hooks. */
+    atomic_store(&exits.ran, 0);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, return_arg, NULL), 0);
+    ASSERT_EQ(atomic_load(&exits.ran), 0);
+}

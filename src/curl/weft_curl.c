@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_curl: libcurl's multi-socket interface driven by weft (see
+ * include/weft_curl.h). Built on weft.h alone: this file knows nothing of
+ * the runtime's insides, and the runtime nothing of libcurl.
+ *
+ * Per worker (a thread-local, since a started task never changes worker):
+ * one multi handle, one epoll set holding the descriptors libcurl asks to
+ * watch (level-triggered, as libcurl expects: it may leave bytes unread),
+ * and the instant libcurl wants to be called back. The epoll set is one
+ * descriptor to weft, so a wait on it costs one registration however many
+ * connections are open.
+ *
+ * Each weft_curl_perform is an xfer on the worker's list while its easy
+ * handle is in the multi handle. One of them drives: its task waits (one
+ * weft_select) for the epoll set to be readable, for libcurl's instant,
+ * for its own deadline, or for a poke; then it calls
+ * curl_multi_socket_action and reads the finished transfers, marking each
+ * done and waking its task. Every other task waits on its xfer's
+ * semaphore, released when its transfer is done or when the driver left
+ * and it is its turn. Everything here runs on one thread (the worker's),
+ * between parks, so nothing needs a lock: the one thing to guard against
+ * is a call into libcurl while another is under way, which happens only
+ * when a transfer's callback parks inside curl_multi_socket_action
+ * (wc->busy).
+ */
+#define _GNU_SOURCE 1
+#include "weft_curl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+typedef struct xfer {
+    CURL *easy;
+    struct xfer *prev, *next; /* wc->head's list, while in the multi */
+    weft_sem wake; /* released: done, or the driver left (take over) */
+    CURLcode code;
+    bool done;
+} xfer;
+
+typedef struct wcurl {
+    CURLM *multi;
+    int epfd;
+    weft_time timer;     /* libcurl's instant (WEFT_NEVER: none) */
+    xfer *driver;        /* whose task drives, or NULL */
+    bool driver_parked;  /* it waits in its select: poke it on news */
+    int busy;            /* inside a curl_multi_* call */
+    xfer *head;          /* the transfers in the multi handle */
+} wcurl;
+
+static _Thread_local wcurl *tl_wc;
+
+/* ---- errors ---- */
+
+int weft_curl_error(CURLcode code, long os_errno)
+{
+    switch (code) {
+    case CURLE_OK:
+        return 0;
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return -ENOENT;
+    case CURLE_COULDNT_CONNECT:
+        /* libcurl says "could not connect" for all of them; the socket's
+         * error tells a refusal from an unreachable network. */
+        if (os_errno == ENETUNREACH || os_errno == EHOSTUNREACH ||
+            os_errno == ENETDOWN || os_errno == EHOSTDOWN ||
+            os_errno == ETIMEDOUT || os_errno == EADDRNOTAVAIL)
+            return -(int)os_errno;
+        return -ECONNREFUSED;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_USE_SSL_FAILED:
+        return -EPROTO;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+        return -EKEYREJECTED;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+        return -ECONNRESET;
+    case CURLE_PARTIAL_FILE:
+        return -EPIPE;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_BAD_CONTENT_ENCODING:
+        return -EBADMSG;
+    case CURLE_TOO_MANY_REDIRECTS:
+        return -ELOOP;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_NOT_BUILT_IN:
+    case CURLE_BAD_FUNCTION_ARGUMENT:
+    case CURLE_UNKNOWN_OPTION:
+        return -EINVAL;
+    case CURLE_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CURLE_ABORTED_BY_CALLBACK:
+    case CURLE_WRITE_ERROR:
+    case CURLE_READ_ERROR:
+        return -ECONNABORTED;
+    default:
+        return -EIO;
+    }
+}
+
+static int multi_error(CURLMcode mc)
+{
+    switch (mc) {
+    case CURLM_OK:
+        return 0;
+    case CURLM_BAD_EASY_HANDLE:
+    case CURLM_BAD_HANDLE:
+        return -EINVAL;
+    case CURLM_ADDED_ALREADY:
+    case CURLM_RECURSIVE_API_CALL:
+        return -EBUSY;
+    case CURLM_OUT_OF_MEMORY:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+/* ---- libcurl's callbacks: where to watch, when to call back ---- */
+
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
+                     void *socketp)
+{
+    (void)easy;
+    wcurl *wc = userp;
+    if (what == CURL_POLL_REMOVE) {
+        /* The descriptor may be closed already (and then left the set). */
+        epoll_ctl(wc->epfd, EPOLL_CTL_DEL, s, NULL);
+        curl_multi_assign(wc->multi, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {.data.fd = s};
+    if (what & CURL_POLL_IN)
+        ev.events |= EPOLLIN;
+    if (what & CURL_POLL_OUT)
+        ev.events |= EPOLLOUT;
+    /* socketp marks a descriptor this set has; a number closed and made
+     * again behind libcurl's back is found by the errors. */
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    int rc = epoll_ctl(wc->epfd, op, s, &ev);
+    if (rc != 0 && errno == ENOENT)
+        rc = epoll_ctl(wc->epfd, EPOLL_CTL_ADD, s, &ev);
+    else if (rc != 0 && errno == EEXIST)
+        rc = epoll_ctl(wc->epfd, EPOLL_CTL_MOD, s, &ev);
+    if (rc != 0)
+        return -1; /* libcurl fails the transfer */
+    curl_multi_assign(wc->multi, s, wc);
+    return 0;
+}
+
+static int on_timer(CURLM *multi, long ms, void *userp)
+{
+    (void)multi;
+    wcurl *wc = userp;
+    weft_time was = wc->timer;
+    wc->timer = ms < 0 ? WEFT_NEVER : weft_now() + (weft_time)ms * WEFT_MSEC;
+    /* A driver asleep until a later instant must look again. */
+    if (wc->timer < was && wc->driver && wc->driver_parked)
+        weft_sem_release(&wc->driver->wake, 1);
+    return 0;
+}
+
+/* ---- the worker's state ---- */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* At the worker's end: every transfer is over (their tasks have ended). */
+static void wc_free(void *arg)
+{
+    wcurl *wc = arg;
+    curl_multi_cleanup(wc->multi);
+    weft_close(wc->epfd);
+    free(wc);
+    if (tl_wc == wc)
+        tl_wc = NULL;
+}
+
+/* The calling worker's state, made on first use; NULL with *err set. */
+static wcurl *wc_get(int *err)
+{
+    if (tl_wc)
+        return tl_wc;
+    if (weft_worker_id() < 0) {
+        *err = -EPERM;
+        return NULL;
+    }
+    pthread_once(&global_once, global_init);
+    *err = -ENOMEM;
+    if (global_rc != CURLE_OK)
+        return NULL;
+    wcurl *wc = calloc(1, sizeof(*wc));
+    if (!wc)
+        return NULL;
+    wc->timer = WEFT_NEVER;
+    wc->epfd = epoll_create1(EPOLL_CLOEXEC);
+    wc->multi = curl_multi_init();
+    if (wc->epfd < 0 || !wc->multi ||
+        weft_on_worker_exit(wc_free, wc) != 0) {
+        if (wc->epfd >= 0)
+            close(wc->epfd);
+        if (wc->multi)
+            curl_multi_cleanup(wc->multi);
+        free(wc);
+        return NULL;
+    }
+    curl_multi_setopt(wc->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(wc->multi, CURLMOPT_SOCKETDATA, wc);
+    curl_multi_setopt(wc->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(wc->multi, CURLMOPT_TIMERDATA, wc);
+    tl_wc = wc;
+    return wc;
+}
+
+CURLM *weft_curl_multi(void)
+{
+    int err;
+    wcurl *wc = wc_get(&err);
+    return wc ? wc->multi : NULL;
+}
+
+/* ---- driving ---- */
+
+/* Waits while a callback of another transfer is parked inside libcurl
+ * (which refuses calls made meanwhile). Not a cancellation point. */
+static void wait_not_busy(wcurl *wc)
+{
+    while (wc->busy)
+        weft_yield();
+}
+
+static void unlink_xfer(wcurl *wc, xfer *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        wc->head = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void act(wcurl *wc, curl_socket_t s, int mask)
+{
+    int running;
+    wc->busy++;
+    curl_multi_socket_action(wc->multi, s, mask, &running);
+    wc->busy--;
+}
+
+/* Takes the finished transfers out of the multi handle and wakes their
+ * tasks (self's is only marked: its task is the caller). */
+static void harvest(wcurl *wc, xfer *self)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(wc->multi, &left)) != NULL) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *easy = m->easy_handle; /* m dies with the removal */
+        CURLcode code = m->data.result;
+        xfer *y = wc->head;
+        while (y && y->easy != easy)
+            y = y->next;
+        wc->busy++;
+        curl_multi_remove_handle(wc->multi, easy);
+        wc->busy--;
+        if (!y)
+            continue; /* not ours: cannot happen */
+        unlink_xfer(wc, y);
+        y->code = code;
+        y->done = true;
+        if (y != self)
+            weft_sem_release(&y->wake, 1);
+    }
+}
+
+/* One round of the driver x: wait for news, act on it. 0, or x's error
+ * (-ETIMEDOUT at its deadline, -ECANCELED). */
+static int drive(wcurl *wc, xfer *x, weft_time deadline)
+{
+    weft_case c[2] = {
+        {.op = WEFT_OP_READ, .fd = wc->epfd},
+        {.op = WEFT_OP_SEM, .sem = &x->wake},
+    };
+    weft_time until = wc->timer < deadline ? wc->timer : deadline;
+    wc->driver_parked = true;
+    int r = weft_select(c, 2, until);
+    wc->driver_parked = false;
+    if (r < 0 && r != -ETIMEDOUT)
+        return r;
+    if (r == 0) {
+        struct epoll_event ev[64];
+        int n = epoll_wait(wc->epfd, ev, 64, 0);
+        for (int i = 0; i < n; i++) {
+            int mask = 0;
+            if (ev[i].events & EPOLLIN)
+                mask |= CURL_CSELECT_IN;
+            if (ev[i].events & EPOLLOUT)
+                mask |= CURL_CSELECT_OUT;
+            if (ev[i].events & (EPOLLERR | EPOLLHUP))
+                mask |= CURL_CSELECT_ERR;
+            act(wc, ev[i].data.fd, mask);
+        }
+    }
+    if (wc->timer <= weft_now()) {
+        wc->timer = WEFT_NEVER; /* libcurl sets it again if it must */
+        act(wc, CURL_SOCKET_TIMEOUT, 0);
+    }
+    harvest(wc, x);
+    if (!x->done && r == -ETIMEDOUT && weft_now() >= deadline)
+        return -ETIMEDOUT;
+    return 0;
+}
+
+/* x's task stops driving (its transfer is over, or it left): wakes the
+ * next one, which takes over. */
+static void hand_over(wcurl *wc, xfer *x)
+{
+    if (wc->driver != x)
+        return;
+    wc->driver = NULL;
+    if (wc->head)
+        weft_sem_release(&wc->head->wake, 1);
+}
+
+int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
+{
+    int err;
+    CURLcode dummy;
+    if (!code)
+        code = &dummy;
+    *code = CURLE_BAD_FUNCTION_ARGUMENT;
+    if (!easy)
+        return -EINVAL;
+    wcurl *wc = wc_get(&err);
+    if (!wc) {
+        *code = err == -ENOMEM ? CURLE_OUT_OF_MEMORY : CURLE_FAILED_INIT;
+        return err;
+    }
+    if (deadline <= weft_now()) {
+        *code = CURLE_OPERATION_TIMEDOUT;
+        return -ETIMEDOUT;
+    }
+    xfer x = {.easy = easy};
+    wait_not_busy(wc);
+    wc->busy++;
+    CURLMcode mc = curl_multi_add_handle(wc->multi, easy);
+    wc->busy--;
+    if (mc != CURLM_OK) {
+        *code = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
+                                          : CURLE_BAD_FUNCTION_ARGUMENT;
+        return multi_error(mc);
+    }
+    x.next = wc->head;
+    if (wc->head)
+        wc->head->prev = &x;
+    wc->head = &x;
+
+    int rc = 0;
+    while (!x.done) {
+        if (!wc->driver)
+            wc->driver = &x;
+        if (wc->driver == &x)
+            rc = drive(wc, &x, deadline);
+        else
+            rc = weft_sem_acquire_until(&x.wake, 1, deadline);
+        if (rc < 0 && !x.done)
+            break;
+        rc = 0;
+    }
+    if (!x.done) {
+        /* Cancelled or out of time: out of the multi handle at once. */
+        wait_not_busy(wc);
+        wc->busy++;
+        curl_multi_remove_handle(wc->multi, easy);
+        wc->busy--;
+        unlink_xfer(wc, &x);
+        x.code = rc == -ETIMEDOUT ? CURLE_OPERATION_TIMEDOUT
+                                  : CURLE_ABORTED_BY_CALLBACK;
+    }
+    hand_over(wc, &x);
+    *code = x.code;
+    if (rc < 0)
+        return rc;
+    long os_errno = 0;
+    if (x.code == CURLE_COULDNT_CONNECT)
+        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+    return weft_curl_error(x.code, os_errno);
+}
+
+int weft_curl_perform(CURL *easy, weft_time deadline)
+{
+    return weft_curl_perform_code(easy, deadline, NULL);
+}
