@@ -33,5 +33,16 @@ check g++ -std=c++11 -Wall -Wextra -pedantic -Werror $cxx
 check g++ -std=c++17 -Wall -Wextra -pedantic -Werror $cxx
 check clang++ -std=c++11 -Wall -Wextra -pedantic -Werror $cxx
 check clang++ -std=c++17 -Wall -Wextra -pedantic -Werror $cxx
+# weft_curl.h, when libcurl's headers are there (the module is optional).
+if printf '#include <curl/curl.h>\n' | cc -E -x c - >/dev/null 2>&1; then
+    printf '#include "weft_curl.h"\nint main(void) { return 0; }\n' \
+        >"$dir/curl.c"
+    cp "$dir/curl.c" "$dir/curl.cpp"
+    check gcc -std=c11 -Wall -Wextra -pedantic -Werror "$dir/curl.c"
+    check clang -std=c11 -Weverything -Wno-padded -Werror "$dir/curl.c"
+    check g++ -std=c++11 -Wall -Wextra -pedantic -Werror "$dir/curl.cpp"
+else
+    echo "header-check: weft_curl.h skipped (no curl/curl.h)"
+fi
 [ "$fail" -eq 0 ] && echo "header-check: ok"
 exit "$fail"

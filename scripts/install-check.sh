@@ -115,6 +115,46 @@ int main()
 }
 CXX
 
+# The curl module's consumer (when weft was built with it): reads this
+# file through libcurl's file:// protocol, driven by weft.
+cat >"$work/app_curl.c" <<'C'
+#include <stdio.h>
+#include <weft_curl.h>
+
+static const char *url;
+static size_t got;
+
+static size_t sink(char *p, size_t size, size_t n, void *u)
+{
+    (void)p;
+    (void)u;
+    got += size * n;
+    return size * n;
+}
+
+static int root(void *arg)
+{
+    (void)arg;
+    CURL *e = curl_easy_init();
+    if (!e)
+        return -1;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    int rc = weft_curl_perform(e, weft_now() + 10 * WEFT_SEC);
+    curl_easy_cleanup(e);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    url = argc > 1 ? argv[1] : "";
+    int rc = weft_run(NULL, root, NULL);
+    printf("weft_curl %#x: %s, %zu bytes\n", WEFT_CURL_VERSION,
+           weft_strerror(rc), got);
+    return rc == 0 && got > 0 ? 0 : 1;
+}
+C
+
 # same_dir A B: A and B are the same directory.
 same_dir() { [ "$(cd "$1" && pwd -P)" = "$(cd "$2" && pwd -P)" ]; }
 # inside A B: directory A is B or under it.
@@ -146,17 +186,32 @@ consumers() {
         -o "$work/app-cxx" "$work/app.cpp" "${flags[@]}"
     printf '  pkg-config, C++: '
     LD_LIBRARY_PATH="$lib" "$work/app-cxx" || fail "the C++ program failed"
+    local curl_targets=""
+    if [ -f "$lib/pkgconfig/weft_curl.pc" ]; then
+        read -ra flags <<<"$(pkg-config --cflags --libs weft_curl)"
+        run "$work/curl.log" cc -o "$work/app-curl" "$work/app_curl.c" \
+            "${flags[@]}"
+        printf '  pkg-config, weft_curl: '
+        LD_LIBRARY_PATH="$lib" "$work/app-curl" "file://$work/app_curl.c" ||
+            fail "the weft_curl program failed"
+        curl_targets="weft::curl weft::curl_static"
+    fi
     unset PKG_CONFIG_PATH
 
-    for target in weft::weft weft::weft_static; do
+    for target in weft::weft weft::weft_static $curl_targets; do
+        local comp="" src=app.c arg=""
+        case $target in weft::curl*)
+            comp=" COMPONENTS curl" src=app_curl.c arg="file://$work/app_curl.c"
+            ;;
+        esac
         rm -rf "$work/cm"
         mkdir -p "$work/cm"
         cat >"$work/cm/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
 project(app C)
-find_package(weft $minor REQUIRED)
+find_package(weft $minor REQUIRED$comp)
 message(STATUS "weft_DIR=\${weft_DIR}")
-add_executable(app ../app.c)
+add_executable(app ../$src)
 target_link_libraries(app PRIVATE $target)
 CM
         run "$work/cm.log" cmake -S "$work/cm" -B "$work/cm/build" \
@@ -168,7 +223,7 @@ CM
         fi
         run "$work/cm-build.log" cmake --build "$work/cm/build"
         printf '  find_package(weft), %s: ' "$target"
-        "$work/cm/build/app" || fail "the find_package program failed"
+        "$work/cm/build/app" $arg || fail "the find_package program failed"
     done
 }
 
