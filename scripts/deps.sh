@@ -5,7 +5,7 @@
 #   scripts/deps.sh [need...]
 #
 # A need is one of: build (cmake, make, a C compiler, python3 for the
-# tests: the default),
+# tests, libssl-dev and openssl for the tests' HTTPS server: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
 # tests), http (curl and wrk, to test the HTTP server), aarch64 (a
@@ -52,6 +52,10 @@ for need in "$@"; do
             add "libc's headers, to compile weft" libc6-dev
         fi
         have python3 || add "test_trace reads the trace files it writes" python3
+        [ -e /usr/include/openssl/ssl.h ] ||
+            add "OpenSSL's headers, for the tests' HTTPS server" libssl-dev
+        have openssl ||
+            add "scripts/test-cert.sh makes the tests' certificate" openssl
         ;;
     cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
     format) have clang-format || add "make format" clang-format ;;
