@@ -546,7 +546,7 @@ static enum action route(struct conn *c, struct req *q)
             return CLOSE; /* cancelled: the server stops */
         return text(c, q, 200, "ok\n");
     case FAULT_STATUS: {
-        char body[16];
+        char body[24];
         if (!num_str(arg, 599, &n) || n < 200)
             return bad_request(c, q);
         snprintf(body, sizeof body, "%ld\n", n);
