@@ -271,6 +271,52 @@ TEST(connections_are_reused_across_tasks_of_a_worker)
     ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, reuse_body, NULL), 0);
 }
 
+static int get_slow_task(void *arg)
+{
+    env *v = arg;
+    resp r = get(NULL, v->base, "/slow/100", weft_now() + 10 * WEFT_SEC);
+    ASSERT_EQ(r.rc, 0);
+    ASSERT_EQ(r.status, 200);
+    return 0;
+}
+
+static void multi_opts_body(env *v)
+{
+    CURLM *m = weft_curl_multi();
+    ASSERT(m != NULL);
+    ASSERT(weft_curl_multi() == m); /* the worker's one */
+    ASSERT_EQ(curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 2L),
+              CURLM_OK);
+    weft_time t = weft_now();
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < 8; i++)
+        ASSERT(weft_spawn(s, get_slow_task, v) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    weft_scope_free(s);
+    /* Two at a time: libcurl queues the others inside the multi handle. */
+    ASSERT_EQ(stats_of(v).accepted, 2);
+    ASSERT(weft_now() - t >= 400 * WEFT_MSEC);
+    ASSERT(weft_now() - t < 500 * WEFT_MSEC);
+}
+
+static void *plain_thread_multi(void *arg)
+{
+    (void)arg;
+    return weft_curl_multi();
+}
+
+TEST(the_workers_multi_handle_takes_limits)
+{
+    pthread_t th;
+    void *m = &th;
+    ASSERT_EQ(pthread_create(&th, NULL, plain_thread_multi, NULL), 0);
+    pthread_join(th, &m);
+    ASSERT(m == NULL);
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, multi_opts_body, NULL),
+              0);
+}
+
 /* ---- every fault, and what it gives ---- */
 
 static void faults_body(env *v)
