@@ -108,9 +108,9 @@ enum fault_kind {
 };
 
 typedef struct fault_server_stats {
-    long accepted;  /* connections accepted */
-    long open;      /* connections open now (accepted, not yet closed) */
-    long requests;  /* requests read (complete and well-formed) */
+    long accepted; /* connections accepted */
+    long open;     /* connections open now (accepted, not yet closed) */
+    long requests; /* requests read (complete and well-formed) */
     long by_kind[FAULT_KINDS]; /* requests, by path (enum fault_kind) */
     long bad;                  /* requests refused by the parser (4xx/501) */
     long resets;               /* connections closed with an RST */
