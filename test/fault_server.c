@@ -87,15 +87,15 @@ struct conn {
     fault_server *f;
     int fd;
 #ifdef FAULT_SERVER_TLS
-    SSL *ssl;        /* NULL: plain HTTP */
-    BIO *rbio, *wbio; /* ciphertext in and out (SSL owns them) */
+    SSL *ssl;               /* NULL: plain HTTP */
+    BIO *rbio, *wbio;       /* ciphertext in and out (SSL owns them) */
     char net[CHUNK + 1024]; /* ciphertext on its way */
 #endif
     char in[HTTP_IN_SIZE]; /* received, not yet used: in[0..have) */
     size_t have;
     char target[HTTP_MAX_HEADER + 1]; /* this request's target, then its
                                          path alone (NUL-terminated) */
-    char out[CHUNK + 32]; /* a chunk with its framing */
+    char out[CHUNK + 32];             /* a chunk with its framing */
 };
 
 /* What the route needs to know of one request. */
@@ -267,26 +267,46 @@ static void conn_free(struct conn *c, enum action a)
 static const char *reason(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Status";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Status";
     }
 }
 
@@ -296,12 +316,11 @@ static const char *reason(int status)
 /* Writes an answer's status line and headers: Content-Length len (or
  * NO_LENGTH, CHUNKED), Content-Type type (NULL: none), the request's
  * Retry-After and Connection: close. 0 or conn_write's error. */
-static int send_head(struct conn *c, const struct req *q, int status,
-                     long len, const char *type)
+static int send_head(struct conn *c, const struct req *q, int status, long len,
+                     const char *type)
 {
     char h[512];
-    int n = snprintf(h, sizeof h, "HTTP/1.1 %d %s\r\n", status,
-                     reason(status));
+    int n = snprintf(h, sizeof h, "HTTP/1.1 %d %s\r\n", status, reason(status));
     if (len >= 0)
         n += snprintf(h + n, sizeof h - (size_t)n, "Content-Length: %ld\r\n",
                       len);
@@ -309,8 +328,8 @@ static int send_head(struct conn *c, const struct req *q, int status,
         n += snprintf(h + n, sizeof h - (size_t)n,
                       "Transfer-Encoding: chunked\r\n");
     if (type)
-        n += snprintf(h + n, sizeof h - (size_t)n, "Content-Type: %s\r\n",
-                      type);
+        n +=
+            snprintf(h + n, sizeof h - (size_t)n, "Content-Type: %s\r\n", type);
     if (q->retry_after >= 0)
         n += snprintf(h + n, sizeof h - (size_t)n, "Retry-After: %ld\r\n",
                       q->retry_after);
@@ -344,15 +363,14 @@ static enum action text(struct conn *c, const struct req *q, int status,
 }
 
 /* Writes bytes [off, off + n) of the pattern body. 0 or an error. */
-static int send_pattern(struct conn *c, const struct req *q, long off,
-                        long n)
+static int send_pattern(struct conn *c, const struct req *q, long off, long n)
 {
     if (q->head_only)
         return 0;
     while (n > 0) {
         long k = n < CHUNK ? n : CHUNK;
-        int err = conn_write(c, c->f->pattern + off % PATTERN, (size_t)k,
-                             WEFT_NEVER);
+        int err =
+            conn_write(c, c->f->pattern + off % PATTERN, (size_t)k, WEFT_NEVER);
         if (err)
             return err;
         off += k;
@@ -590,8 +608,8 @@ static int read_head(struct conn *c, struct http_request *r)
         if (rc != HTTP_MORE)
             return rc;
         /* HTTP_MORE means have < HTTP_MAX_HEADER < sizeof in: room. */
-        ptrdiff_t n = conn_read(c, c->in + c->have, sizeof c->in - c->have,
-                                WEFT_NEVER);
+        ptrdiff_t n =
+            conn_read(c, c->in + c->have, sizeof c->in - c->have, WEFT_NEVER);
         if (n <= 0)
             return 0;
         c->have += (size_t)n;
@@ -788,15 +806,15 @@ int fault_server_start(weft_scope *s, const fault_server_opts *o,
         err = tls_init(f, o->cert_file, o->key_file);
 #endif
     if (!err) {
-        f->lfd = weft_tcp_listen(o->host ? o->host : "127.0.0.1", o->port,
-                                 128, 0);
+        f->lfd =
+            weft_tcp_listen(o->host ? o->host : "127.0.0.1", o->port, 128, 0);
         err = f->lfd < 0 ? f->lfd : 0;
     }
     if (!err) {
         f->port = weft_local_port(f->lfd);
-        int rc = weft_spawn_ex(s, acceptor, f,
-                               &(weft_spawn_opts){.name = "fault_server",
-                                                  .handle = &f->acceptor});
+        int rc = weft_spawn_ex(
+            s, acceptor, f,
+            &(weft_spawn_opts){.name = "fault_server", .handle = &f->acceptor});
         if (rc < 0) {
             weft_close(f->lfd);
             err = rc;

@@ -60,7 +60,9 @@
  * the same paths. A handshake must end within 10 s (weft time) of the
  * accept. scripts/test-cert.sh DIR makes a self-signed certificate for
  * 127.0.0.1 and localhost (DIR/cert.pem, DIR/key.pem). Built without
- * OpenSSL, fault_server_start refuses certificates with -ENOTSUP.
+ * OpenSSL, fault_server_start refuses certificates with -ENOTSUP; CMake's
+ * target weft_fault_server defines FAULT_SERVER_TLS for the code that
+ * links it when it has OpenSSL (and links OpenSSL::SSL to it).
  *
  * Lifetime. fault_server_start runs from a task: it listens, then spawns
  * the acceptor task into scope s; each connection is a task of a
@@ -108,9 +110,9 @@ enum fault_kind {
 };
 
 typedef struct fault_server_stats {
-    long accepted;  /* connections accepted */
-    long open;      /* connections open now (accepted, not yet closed) */
-    long requests;  /* requests read (complete and well-formed) */
+    long accepted; /* connections accepted */
+    long open;     /* connections open now (accepted, not yet closed) */
+    long requests; /* requests read (complete and well-formed) */
     long by_kind[FAULT_KINDS]; /* requests, by path (enum fault_kind) */
     long bad;                  /* requests refused by the parser (4xx/501) */
     long resets;               /* connections closed with an RST */

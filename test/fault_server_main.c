@@ -73,8 +73,8 @@ static int number(const char *s, int max)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < 0 || v > max) {
-        fprintf(stderr, "fault_server: not a number from 0 to %d: '%s'\n",
-                max, s);
+        fprintf(stderr, "fault_server: not a number from 0 to %d: '%s'\n", max,
+                s);
         exit(2);
     }
     return (int)v;
@@ -94,12 +94,24 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "H:p:t:w:h", longs, NULL)) != -1) {
         switch (c) {
-        case 'H': opt.host = optarg; break;
-        case 'p': opt.port = number(optarg, 65535); break;
-        case 't': opt.tls = optarg; break;
-        case 'w': cfg.workers = number(optarg, 1024); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'H':
+            opt.host = optarg;
+            break;
+        case 'p':
+            opt.port = number(optarg, 65535);
+            break;
+        case 't':
+            opt.tls = optarg;
+            break;
+        case 'w':
+            cfg.workers = number(optarg, 1024);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc) {

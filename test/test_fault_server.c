@@ -14,6 +14,12 @@
 
 #include "fault_server.h"
 
+#ifdef FAULT_SERVER_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <unistd.h>
+#endif
+
 /* A generous deadline for what must happen (virtual time). */
 #define DL (weft_now() + 60 * WEFT_SEC)
 
@@ -68,8 +74,8 @@ static void get(client *c, const char *path)
 static ptrdiff_t fill(client *c, weft_time deadline)
 {
     ASSERT(c->have < sizeof c->buf);
-    ptrdiff_t n = weft_read(c->fd, c->buf + c->have, sizeof c->buf - c->have,
-                            deadline);
+    ptrdiff_t n =
+        weft_read(c->fd, c->buf + c->have, sizeof c->buf - c->have, deadline);
     if (n > 0)
         c->have += (size_t)n;
     return n;
@@ -546,13 +552,20 @@ static int stop_root(void *arg)
     ASSERT_EQ(read_resp_until(stalled, &r, weft_now() + WEFT_SEC), -ETIMEDOUT);
     get(slow, "/slow/100000");
     wait_open(f, 4);
+    /* Stop once the server has read the request (a socket closed with
+     * input unread sends an RST, not a FIN). */
+    for (int i = 0; i < 10000 && !stats(f).by_kind[FAULT_SLOW]; i++)
+        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(stats(f).by_kind[FAULT_SLOW], 1);
     int port = fault_server_port(f);
     weft_time t0 = weft_now();
     fault_server_stop(f);
     ASSERT(weft_now() - t0 < WEFT_SEC); /* /slow did not finish its sleep */
     client *all[] = {idle, stalled, slow, fresh};
     for (int i = 0; i < 4; i++) {
-        ASSERT_EQ(fill(all[i], DL), 0);
+        ptrdiff_t n = fill(all[i], DL);
+        if (n != 0)
+            T_FAIL("client %d: %td", i, n);
         client_close(all[i]);
     }
     ASSERT_EQ(weft_tcp_connect("127.0.0.1", port, DL), -ECONNREFUSED);
@@ -616,4 +629,148 @@ TEST(opts)
     int fds = t_proc_count("/proc/self/fd");
     ASSERT_EQ(t_run_virtual(1, opts_root, NULL), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+}
+
+/* ======================= HTTPS ======================================== */
+
+#ifdef FAULT_SERVER_TLS
+/* The certificate scripts/test-cert.sh makes, in a directory of its own. */
+static char cert_dir[64];
+
+static void make_cert(void)
+{
+    char cmd[512];
+    strcpy(cert_dir, "/tmp/weft_fault_server_XXXXXX");
+    ASSERT(mkdtemp(cert_dir) != NULL);
+    snprintf(cmd, sizeof cmd, "%s/scripts/test-cert.sh %s", WEFT_SOURCE_DIR,
+             cert_dir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+static void remove_cert(void)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/cert.pem", cert_dir);
+    ASSERT_EQ(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/key.pem", cert_dir);
+    ASSERT_EQ(unlink(path), 0);
+    ASSERT_EQ(rmdir(cert_dir), 0);
+}
+
+/* After SSL_* returned r <= 0: waits for what it wants. */
+static int tls_wait(SSL *ssl, int fd, int r)
+{
+    int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ)
+        return weft_fd_wait(fd, WEFT_IO_READ, DL);
+    if (e == SSL_ERROR_WANT_WRITE)
+        return weft_fd_wait(fd, WEFT_IO_WRITE, DL);
+    return -EPROTO;
+}
+
+/* GET /ok over ssl, and its answer. */
+static void tls_get_ok(SSL *ssl, int fd)
+{
+    static const char req[] = "GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    static const char want[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n";
+    char buf[512];
+    size_t have = 0;
+    int r;
+    while ((r = SSL_write(ssl, req, sizeof req - 1)) <= 0)
+        ASSERT_EQ(tls_wait(ssl, fd, r), 0);
+    ASSERT_EQ(r, sizeof req - 1);
+    while (!memmem(buf, have, "\r\n\r\nok\n", 7)) {
+        r = SSL_read(ssl, buf + have, (int)(sizeof buf - have));
+        if (r <= 0)
+            ASSERT_EQ(tls_wait(ssl, fd, r), 0);
+        else
+            have += (size_t)r;
+    }
+    ASSERT(!memcmp(buf, want, sizeof want - 1));
+}
+
+static int https_root(void *arg)
+{
+    char cert[128], key[128];
+    snprintf(cert, sizeof cert, "%s/cert.pem", cert_dir);
+    snprintf(key, sizeof key, "%s/key.pem", cert_dir);
+    weft_scope *s = scope_open();
+    fault_server *f;
+    fault_server_opts o = {.cert_file = cert, .key_file = key};
+    ASSERT_EQ(fault_server_start(s, &o, &f), 0);
+
+    /* A client that checks the certificate, for the name localhost. */
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    ASSERT(ctx != NULL);
+    ASSERT_EQ(SSL_CTX_load_verify_locations(ctx, cert, NULL), 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    int fd = weft_tcp_connect("127.0.0.1", fault_server_port(f), DL);
+    ASSERT(fd >= 0);
+    SSL *ssl = SSL_new(ctx);
+    ASSERT(ssl != NULL);
+    ASSERT_EQ(SSL_set1_host(ssl, "localhost"), 1);
+    ASSERT_EQ(SSL_set_tlsext_host_name(ssl, "localhost"), 1);
+    ASSERT_EQ(SSL_set_fd(ssl, fd), 1);
+    int r;
+    while ((r = SSL_connect(ssl)) != 1)
+        ASSERT_EQ(tls_wait(ssl, fd, r), 0);
+    ASSERT_EQ(SSL_get_verify_result(ssl), X509_V_OK);
+    tls_get_ok(ssl, fd); /* two requests, one connection */
+    tls_get_ok(ssl, fd);
+    /* Our close_notify, then the server's. */
+    ASSERT(SSL_shutdown(ssl) >= 0);
+    char b[64];
+    while ((r = SSL_read(ssl, b, sizeof b)) <= 0 &&
+           SSL_get_error(ssl, r) != SSL_ERROR_ZERO_RETURN)
+        ASSERT_EQ(tls_wait(ssl, fd, r), 0);
+    ASSERT(r <= 0);
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    ASSERT_EQ(weft_close(fd), 0);
+
+    /* Plain HTTP to it: the handshake fails, the connection closes. */
+    client *c = connect_to(f);
+    get(c, "/ok");
+    ptrdiff_t n;
+    while ((n = fill(c, DL)) > 0) /* perhaps an alert first */
+        ;
+    ASSERT(n == 0 || n == -ECONNRESET);
+    client_close(c);
+
+    wait_open(f, 0);
+    fault_server_stats st = stats(f);
+    ASSERT_EQ(st.accepted, 2);
+    ASSERT_EQ(st.tls_handshakes, 1);
+    ASSERT_EQ(st.tls_failures, 1);
+    ASSERT_EQ(st.by_kind[FAULT_OK], 2);
+    fault_server_stop(f);
+    scope_end(s);
+    return 0;
+}
+
+#else
+/* Built without OpenSSL: certificates are refused. */
+static int https_root(void *arg)
+{
+    fault_server *f;
+    fault_server_opts o = {.cert_file = "c.pem", .key_file = "k.pem"};
+    ASSERT_EQ(fault_server_start(NULL, &o, &f), -ENOTSUP);
+    return 0;
+}
+static void make_cert(void)
+{
+}
+static void remove_cert(void)
+{
+}
+#endif
+
+TEST(https)
+{
+    make_cert();
+    int fds = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(2, https_root, NULL), 0);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+    remove_cert();
 }
