@@ -317,6 +317,57 @@ TEST(the_workers_multi_handle_takes_limits)
               0);
 }
 
+/* A write callback that parks (which it should not do): the worker's
+ * other transfers wait for it, then go on; nothing is lost. */
+static size_t parking_body(char *p, size_t size, size_t n, void *u)
+{
+    resp *r = u;
+    if (r->bytes == 0)
+        ASSERT_EQ(weft_sleep(50 * WEFT_MSEC), 0);
+    return on_body(p, size, n, u);
+}
+
+static int parking_get(void *arg)
+{
+    env *v = arg;
+    resp r = {.pattern_ok = true};
+    char url[128];
+    snprintf(url, sizeof url, "%s/bytes/100000", v->base);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, parking_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &r);
+    ASSERT_EQ(weft_curl_perform(e, weft_now() + 10 * WEFT_SEC), 0);
+    ASSERT_EQ(r.bytes, 100000);
+    ASSERT(r.pattern_ok);
+    curl_easy_cleanup(e);
+    return 0;
+}
+
+static void parking_callback_body(env *v)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(s, parking_get, v) >= 0);
+    /* While the first callback sleeps, more transfers come: they wait
+     * for it to return before they enter the multi handle. */
+    ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(s, get_ok_task, v) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    weft_scope_free(s);
+    ASSERT_EQ(stats_of(v).by_kind[FAULT_BYTES], 4);
+    ASSERT_EQ(stats_of(v).by_kind[FAULT_OK], 4);
+}
+
+TEST(a_callback_that_parks_holds_up_only_its_worker)
+{
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, parking_callback_body,
+                              NULL),
+              0);
+}
+
 /* ---- every fault, and what it gives ---- */
 
 static void faults_body(env *v)

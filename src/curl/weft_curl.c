@@ -22,7 +22,7 @@
  * between parks, so nothing needs a lock: the one thing to guard against
  * is a call into libcurl while another is under way, which happens only
  * when a transfer's callback parks inside curl_multi_socket_action
- * (wc->busy).
+ * (wc->busy): the other tasks then wait on wc->idle until it returns.
  */
 #define _GNU_SOURCE 1
 #include "weft_curl.h"
@@ -49,6 +49,8 @@ typedef struct wcurl {
     xfer *driver;        /* whose task drives, or NULL */
     bool driver_parked;  /* it waits in its select: poke it on news */
     int busy;            /* inside a curl_multi_* call */
+    int idle_waiters;    /* tasks waiting for busy to come back to 0 */
+    weft_sem idle;       /* ... on this */
     xfer *head;          /* the transfers in the multi handle */
 } wcurl;
 
@@ -248,12 +250,33 @@ CURLM *weft_curl_multi(void)
 
 /* ---- driving ---- */
 
-/* Waits while a callback of another transfer is parked inside libcurl
- * (which refuses calls made meanwhile). Not a cancellation point. */
+/* Around every call into the multi handle. */
+static void curl_enter(wcurl *wc)
+{
+    wc->busy++;
+}
+
+static void curl_leave(wcurl *wc)
+{
+    if (--wc->busy == 0 && wc->idle_waiters > 0) {
+        weft_sem_release(&wc->idle, wc->idle_waiters);
+        wc->idle_waiters = 0;
+    }
+}
+
+/* Waits while a callback of a transfer is parked inside libcurl (which
+ * refuses calls made meanwhile). Not a cancellation point: a cancelled
+ * task still waits (yielding), since it must take its handle out. */
 static void wait_not_busy(wcurl *wc)
 {
-    while (wc->busy)
-        weft_yield();
+    while (wc->busy) {
+        wc->idle_waiters++;
+        if (weft_sem_acquire(&wc->idle, 1) != 0) {
+            if (wc->idle_waiters > 0)
+                wc->idle_waiters--;
+            weft_yield();
+        }
+    }
 }
 
 static void unlink_xfer(wcurl *wc, xfer *x)
@@ -270,9 +293,9 @@ static void unlink_xfer(wcurl *wc, xfer *x)
 static void act(wcurl *wc, curl_socket_t s, int mask)
 {
     int running;
-    wc->busy++;
+    curl_enter(wc);
     curl_multi_socket_action(wc->multi, s, mask, &running);
-    wc->busy--;
+    curl_leave(wc);
 }
 
 /* Takes the finished transfers out of the multi handle and wakes their
@@ -289,9 +312,9 @@ static void harvest(wcurl *wc, xfer *self)
         xfer *y = wc->head;
         while (y && y->easy != easy)
             y = y->next;
-        wc->busy++;
+        curl_enter(wc);
         curl_multi_remove_handle(wc->multi, easy);
-        wc->busy--;
+        curl_leave(wc);
         if (!y)
             continue; /* not ours: cannot happen */
         unlink_xfer(wc, y);
@@ -371,9 +394,9 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
     }
     xfer x = {.easy = easy};
     wait_not_busy(wc);
-    wc->busy++;
+    curl_enter(wc);
     CURLMcode mc = curl_multi_add_handle(wc->multi, easy);
-    wc->busy--;
+    curl_leave(wc);
     if (mc != CURLM_OK) {
         *code = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
                                           : CURLE_BAD_FUNCTION_ARGUMENT;
@@ -399,9 +422,9 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
     if (!x.done) {
         /* Cancelled or out of time: out of the multi handle at once. */
         wait_not_busy(wc);
-        wc->busy++;
+        curl_enter(wc);
         curl_multi_remove_handle(wc->multi, easy);
-        wc->busy--;
+        curl_leave(wc);
         unlink_xfer(wc, &x);
         x.code = rc == -ETIMEDOUT ? CURLE_OPERATION_TIMEDOUT
                                   : CURLE_ABORTED_BY_CALLBACK;
