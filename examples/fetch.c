@@ -214,16 +214,16 @@ static int64_t retry_after(CURL *easy)
 
 typedef enum verdict { DONE, FAILED, RETRY, CANCELLED } verdict;
 
-/* Turns a negative code of weft_curl into j->error: the system's words
- * for the code, and libcurl's for its own code. */
+/* Turns a negative code of weft_curl into j->error: libcurl's words for
+ * its own code, and the system's for weft_curl's errno code. */
 static void describe(job *j, int rc, CURLcode code)
 {
     if (j->write_errno)
         snprintf(j->error, sizeof j->error, "saving: %s",
                  strerror(j->write_errno));
     else if (code != CURLE_OK)
-        snprintf(j->error, sizeof j->error, "%s (%s)", strerror(-rc),
-                 curl_easy_strerror(code));
+        snprintf(j->error, sizeof j->error, "%s (%s)", curl_easy_strerror(code),
+                 strerror(-rc));
     else
         snprintf(j->error, sizeof j->error, "%s", strerror(-rc));
 }
@@ -541,8 +541,10 @@ static void summary_text(void)
                 printf("  %ld %10lld bytes %2d attempt%s %6lld ms  %s\n",
                        j->status, (long long)j->bytes, j->attempts,
                        j->attempts == 1 ? " " : "s", (long long)j->ms, j->url);
+            else if (st == JOB_NOT_STARTED)
+                printf("  %s\n", j->url);
             else
-                printf("  %s: %s (%d attempt%s)\n", j->url,
+                printf("  %s: %s [%d attempt%s]\n", j->url,
                        st == JOB_FAILED ? j->error
                                         : unfinished(j, why, sizeof why),
                        j->attempts, j->attempts == 1 ? "" : "s");
@@ -756,12 +758,18 @@ int main(int argc, char **argv)
             return usage(stderr, 2);
         }
         if (!ok) {
-            fprintf(stderr, "fetch: bad value for %s: %s\n", argv[optind - 1],
-                    optarg);
+            const struct option *l = longs;
+            while (l->val != o)
+                l++;
+            fprintf(stderr, "fetch: bad value for --%s: %s\n", l->name, optarg);
             return usage(stderr, 2);
         }
     }
 
+    if (opt.outdir && access(opt.outdir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "fetch: %s: %s\n", opt.outdir, strerror(errno));
+        return 2;
+    }
     size_t cap = 0;
     bool from_stdin = optind == argc;
     for (int i = optind; i < argc; i++)
