@@ -242,24 +242,26 @@ static verdict attempt(CURL *easy, job *j, int64_t *wait)
         if (rc != 0)
             return CANCELLED;
     }
+    char path[512];
+    if (opt.outdir) {
+        out_path(j, path, sizeof path);
+        if (!(j->out = fopen(path, "wb"))) {
+            snprintf(j->error, sizeof j->error, "%s: %s", path,
+                     strerror(errno));
+            return FAILED;
+        }
+    }
     if (h->breaker && weft_breaker_acquire(h->breaker) != 0) {
+        if (j->out) {
+            fclose(j->out);
+            j->out = NULL;
+            unlink(path);
+        }
         char last[sizeof j->error];
         snprintf(last, sizeof last, "%s", j->error);
         snprintf(j->error, sizeof j->error, "circuit open%s%.160s%s",
                  *last ? " (last: " : "", last, *last ? ")" : "");
         return FAILED; /* fail fast: no request */
-    }
-
-    char path[512];
-    if (opt.outdir) {
-        out_path(j, path, sizeof path);
-        if (!(j->out = fopen(path, "wb"))) {
-            int e = errno;
-            if (h->breaker)
-                weft_breaker_record(h->breaker, 0); /* no call was made */
-            snprintf(j->error, sizeof j->error, "%s: %s", path, strerror(e));
-            return FAILED;
-        }
     }
     j->attempts++;
     j->bytes = 0;
@@ -308,7 +310,7 @@ static verdict attempt(CURL *easy, job *j, int64_t *wait)
 static void report(const job *j)
 {
     if (app.tty) {
-        if (j->state != JOB_OK)
+        if (j->state == JOB_FAILED)
             note("FAIL %s: %s", j->url, j->error);
         else
             progress();
@@ -341,8 +343,12 @@ static void fetch_one(CURL *easy, job *j)
             /* The server's word first, else the backoff's delay. */
             int64_t delay = wait >= 0 ? wait : weft_backoff_next(&b);
             /* No sleep that the deadline would cut: fail now instead. */
-            if (weft_now() + delay >= weft_deadline())
+            if (weft_now() + delay >= weft_deadline()) {
+                size_t len = strlen(j->error);
+                snprintf(j->error + len, sizeof j->error - len,
+                         " (no time left to retry)");
                 break;
+            }
             if (weft_sleep(delay) != 0) {
                 v = CANCELLED;
                 break;
@@ -627,7 +633,10 @@ static bool add_url(const char *url, size_t *cap)
             return false;
         app.jobs = grown;
     }
-    app.jobs[app.njobs++] = (job){.url = url};
+    char *copy = strdup(url);
+    if (!copy)
+        return false;
+    app.jobs[app.njobs++] = (job){.url = copy};
     return true;
 }
 
@@ -636,17 +645,18 @@ static bool read_urls(FILE *in, size_t *cap)
     char *line = NULL;
     size_t size = 0;
     ssize_t len;
-    while ((len = getline(&line, &size, in)) >= 0) {
+    bool ok = true;
+    while (ok && (len = getline(&line, &size, in)) >= 0) {
         char *s = line, *e = line + len;
         while (s < e && isspace((unsigned char)*s))
             s++;
         while (e > s && isspace((unsigned char)e[-1]))
             *--e = '\0';
-        if (s < e && *s != '#' && !add_url(strdup(s), cap))
-            return false;
+        if (s < e && *s != '#') /* blank lines and comments skipped */
+            ok = add_url(s, cap);
     }
     free(line);
-    return true;
+    return ok;
 }
 
 /* Parses j's URL with CURLU and finds (or adds) its host:port. A URL
@@ -806,6 +816,14 @@ int main(int argc, char **argv)
     int status = app.end == INTERRUPTED ? 130 : 0;
     for (size_t i = 0; i < app.njobs && !status; i++)
         status = app.jobs[i].state != JOB_OK;
+    for (size_t i = 0; i < app.njobs; i++) {
+        free((char *)app.jobs[i].url);
+        curl_free(app.jobs[i].target);
+    }
+    for (size_t i = 0; i < app.nhosts; i++)
+        free(app.hosts[i].key);
+    free(app.jobs);
+    free(app.hosts);
     curl_global_cleanup();
     return status;
 nomem:
