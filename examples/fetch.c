@@ -246,7 +246,7 @@ static verdict attempt(CURL *easy, job *j, int64_t *wait)
     if (opt.outdir) {
         out_path(j, path, sizeof path);
         if (!(j->out = fopen(path, "wb"))) {
-            snprintf(j->error, sizeof j->error, "%s: %s", path,
+            snprintf(j->error, sizeof j->error, "%.120s: %s", path,
                      strerror(errno));
             return FAILED;
         }
