@@ -79,8 +79,11 @@ for need in "$@"; do
     curl)
         # weft_curl (include/weft_curl.h) builds when libcurl's headers are
         # there; its tests need the openssl command for a certificate.
-        if ! ls /usr/include/curl/curl.h /usr/include/*/curl/curl.h \
-            >/dev/null 2>&1; then
+        found=""
+        for h in /usr/include/curl/curl.h /usr/include/*/curl/curl.h; do
+            [ -e "$h" ] && found=1
+        done
+        if [ -z "$found" ]; then
             add "weft_curl, the HTTP(S) client module (libcurl's headers)" \
                 libcurl4-openssl-dev
         fi

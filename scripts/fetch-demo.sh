@@ -19,8 +19,12 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then
     shift
 fi
 [ "${1:-}" = "--" ] && shift
+scripts/deps.sh build curl
+# Configuring again is cheap, and finds files new since the last time.
 if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+else
+    cmake -S . -B "$build" >/dev/null
 fi
 cmake --build "$build" -j2 --target fetch fault_server >/dev/null
 
