@@ -36,12 +36,12 @@
 #define BODY_LEN 13 /* "Hello, World!" */
 
 struct client {
-    CURL *easy;   /* its own, reused for every request */
-    long count;   /* requests to make */
-    long ok;      /* requests that got 200 and the body */
-    size_t got;   /* body bytes of the current request */
-    int err;      /* the first failure's weft code, for the message */
-    long status;  /* and its HTTP status */
+    CURL *easy;  /* its own, reused for every request */
+    long count;  /* requests to make */
+    long ok;     /* requests that got 200 and the body */
+    size_t got;  /* body bytes of the current request */
+    int err;     /* the first failure's weft code, for the message */
+    long status; /* and its HTTP status */
 };
 
 struct bench {
