@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: MIT
 # What bench/run, bench/compare and bench/ab share: the list of benchmarks,
 # installing missing packages, building weft's benchmark programs, and
-# running one program (an http server included) into one `BENCH` line.
+# running one program (an http server or client included) into one `BENCH`
+# line.
 # Sourced, not run; the sourcing script sets `set -euo pipefail`, `repo`
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http ask ask2 ring restart"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http fetch ask ask2 ring restart"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {
@@ -32,12 +33,16 @@ apt_install() {
     $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# need_weft_tools: adds to the array `missing` the packages that building
-# weft's benchmarks needs and lacks.
+# need_weft_tools [BENCH...]: adds to the array `missing` the packages that
+# building weft's benchmarks needs and lacks (fetch: libcurl's headers).
 need_weft_tools() {
     command -v cmake >/dev/null || missing+=(cmake)
     command -v make >/dev/null || missing+=(make)
     command -v cc >/dev/null || missing+=(gcc libc6-dev)
+    if [[ " $* " == *" fetch "* ]] && ! command -v curl-config >/dev/null &&
+        pkg_missing libcurl4-openssl-dev; then
+        missing+=(libcurl4-openssl-dev pkg-config)
+    fi
     return 0
 }
 
@@ -109,14 +114,13 @@ stop_server() {
 HTTP_RESPONSE=$'HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, World!'
 HTTP_REQUEST=$'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'
 
-# run_http IMPL BIN: the http benchmark. BIN takes a port as its first
-# argument (0: any free one), listens on 127.0.0.1 and prints `LISTEN
-# <port>` on stderr. Its answers are checked (two pipelined requests in one
-# write, then one request split over two writes), `wrk -t1 -c64 -d5s`
-# loads it, and it is stopped by its PID. Sets bench_line; returns 1, saying
-# why on stderr, if anything went wrong. Every wait is bounded.
-run_http() {
-    local impl=$1 bin=$2 port='' i fd got='' wrk_out rps
+# start_server BIN: starts the http server BIN (port 0: any free one), which
+# prints `LISTEN <port>` on stderr, and sets server_port once it accepts
+# connections. Returns 1, saying why on stderr and stopping it, if it did not
+# start. Every wait is bounded.
+server_port=
+start_server() {
+    local bin=$1 port='' i
     server_log=$(mktemp)
     "$bin" 0 >/dev/null 2>"$server_log" &
     server_pid=$!
@@ -127,7 +131,7 @@ run_http() {
         sleep 0.1
     done
     if [[ -z $port ]]; then
-        log "http $impl: the server did not start"
+        log "the server $bin did not start"
         cat "$server_log" >&2
         stop_server
         return 1
@@ -136,6 +140,19 @@ run_http() {
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
         sleep 0.1
     done
+    server_port=$port
+}
+
+# run_http IMPL BIN: the http benchmark. BIN takes a port as its first
+# argument (0: any free one), listens on 127.0.0.1 and prints `LISTEN
+# <port>` on stderr. Its answers are checked (two pipelined requests in one
+# write, then one request split over two writes), `wrk -t1 -c64 -d5s`
+# loads it, and it is stopped by its PID. Sets bench_line; returns 1, saying
+# why on stderr, if anything went wrong. Every wait is bounded.
+run_http() {
+    local impl=$1 bin=$2 port fd got='' wrk_out rps
+    start_server "$bin" || return 1
+    port=$server_port
     if exec {fd}<>"/dev/tcp/127.0.0.1/$port"; then
         printf '%s%s%s' "$HTTP_REQUEST" "$HTTP_REQUEST" "${HTTP_REQUEST:0:20}" >&"$fd"
         sleep 0.05
@@ -158,4 +175,25 @@ run_http() {
     fi
     printf '  wrk: %s\n' "${wrk_out//$'\n'/$'\n'  wrk: }" >&2
     printf -v bench_line 'BENCH http %s %.0f req/s' "$impl" "$rps"
+}
+
+# run_fetch IMPL BIN SERVER [N]: the fetch benchmark. Starts weft's http
+# server SERVER (the same for every implementation), runs the client BIN
+# with N (default 100000) and the server's URL for at most BENCH_TIMEOUT
+# seconds, and stops the server. Sets bench_line; returns 1, saying why on
+# stderr, if anything went wrong.
+run_fetch() {
+    local impl=$1 bin=$2 server=$3 n=${4:-100000} line rc=0
+    start_server "$server" || return 1
+    line=$(timeout "$BENCH_TIMEOUT" "$bin" "$n" "http://127.0.0.1:$server_port/") || rc=$?
+    stop_server
+    if ((rc)); then
+        log "FAIL fetch $impl (exit $rc$( ((rc == 124)) && echo ": timed out after ${BENCH_TIMEOUT}s"))"
+        return 1
+    fi
+    if [[ ! $line =~ ^BENCH\ fetch\ $impl\ [0-9.]+\ req/s$ ]]; then
+        log "FAIL fetch $impl: bad output '$line'"
+        return 1
+    fi
+    bench_line=$line
 }

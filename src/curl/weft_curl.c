@@ -31,6 +31,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -42,16 +43,26 @@ typedef struct xfer {
     bool done;
 } xfer;
 
+/* What the epoll set holds for a descriptor number (wcurl.reg). */
+enum {
+    REG_IN = 1,    /* added, with EPOLLIN */
+    REG_OUT = 2,   /* added, with EPOLLOUT */
+    REG_ADDED = 4, /* added (with the events above, maybe none) */
+    REG_IDLE = 8,  /* libcurl said REMOVE: left in the set, unwatched */
+};
+
 typedef struct wcurl {
     CURLM *multi;
     int epfd;
-    weft_time timer;     /* libcurl's instant (WEFT_NEVER: none) */
-    xfer *driver;        /* whose task drives, or NULL */
-    bool driver_parked;  /* it waits in its select: poke it on news */
-    int busy;            /* inside a curl_multi_* call */
-    int idle_waiters;    /* tasks waiting for busy to come back to 0 */
-    weft_sem idle;       /* ... on this */
-    xfer *head;          /* the transfers in the multi handle */
+    unsigned char *reg; /* per descriptor number: REG_* */
+    int nreg;
+    weft_time timer;    /* libcurl's instant (WEFT_NEVER: none) */
+    xfer *driver;       /* whose task drives, or NULL */
+    bool driver_parked; /* it waits in its select: poke it on news */
+    int busy;           /* inside a curl_multi_* call */
+    int idle_waiters;   /* tasks waiting for busy to come back to 0 */
+    weft_sem idle;      /* ... on this */
+    xfer *head;         /* the transfers in the multi handle */
 } wcurl;
 
 static _Thread_local wcurl *tl_wc;
@@ -142,32 +153,84 @@ static int multi_error(CURLMcode mc)
 
 /* ---- libcurl's callbacks: where to watch, when to call back ---- */
 
+/* wc->reg[s], growing the table; NULL: out of memory. */
+static unsigned char *reg_of(wcurl *wc, curl_socket_t s)
+{
+    if (s >= wc->nreg) {
+        int n = wc->nreg ? wc->nreg : 64;
+        while (n <= s)
+            n *= 2;
+        unsigned char *r = realloc(wc->reg, (size_t)n);
+        if (!r)
+            return NULL;
+        memset(r + wc->nreg, 0, (size_t)(n - wc->nreg));
+        wc->reg = r;
+        wc->nreg = n;
+    }
+    return &wc->reg[s];
+}
+
+/* libcurl says REMOVE when a transfer ends and its connection goes back
+ * to the cache, and again before it closes a socket. Taking the
+ * descriptor out of the set at once would cost an epoll_ctl per request,
+ * and putting it back on the connection's next use another; so it stays
+ * in the set, marked idle, and leaves only if it reports an event while
+ * idle (a level-triggered set would report it again and again) or when
+ * libcurl wants it again with other events. A closed socket leaves the
+ * set by itself (the kernel drops a closed file's registrations), and a
+ * new socket may get its number: so a descriptor that comes back from
+ * idle is re-armed with EPOLL_CTL_MOD, which succeeds only for the file
+ * that was added (epoll keys registrations by number and file), ENOENT
+ * saying it is another file, which is added. */
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
                      void *socketp)
 {
     (void)easy;
     wcurl *wc = userp;
+    unsigned char *reg = reg_of(wc, s);
     if (what == CURL_POLL_REMOVE) {
-        /* The descriptor may be closed already (and then left the set). */
-        epoll_ctl(wc->epfd, EPOLL_CTL_DEL, s, NULL);
+        if (reg && (*reg & REG_ADDED)) {
+            *reg |= REG_IDLE;
+        } else {
+            /* The descriptor may be closed already (and then left the
+             * set). */
+            epoll_ctl(wc->epfd, EPOLL_CTL_DEL, s, NULL);
+            if (reg)
+                *reg = 0;
+        }
         curl_multi_assign(wc->multi, s, NULL);
         return 0;
     }
+    if (!reg)
+        return -1; /* libcurl fails the transfer */
+    unsigned char want = REG_ADDED;
     struct epoll_event ev = {.data.fd = s};
-    if (what & CURL_POLL_IN)
+    if (what & CURL_POLL_IN) {
         ev.events |= EPOLLIN;
-    if (what & CURL_POLL_OUT)
+        want |= REG_IN;
+    }
+    if (what & CURL_POLL_OUT) {
         ev.events |= EPOLLOUT;
-    /* socketp marks a descriptor this set has; a number closed and made
-     * again behind libcurl's back is found by the errors. */
-    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        want |= REG_OUT;
+    }
+    /* socketp marks a descriptor libcurl has not removed since it was
+     * added here: the same file, so the same events need no call. */
+    if (socketp && *reg == want)
+        return 0;
+    /* Otherwise MOD if the set holds this number (ENOENT: a file closed
+     * and made again behind libcurl's back, or since it went idle), ADD if
+     * not (EEXIST: it holds it after all). */
+    int op = socketp || (*reg & REG_ADDED) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     int rc = epoll_ctl(wc->epfd, op, s, &ev);
     if (rc != 0 && errno == ENOENT)
         rc = epoll_ctl(wc->epfd, EPOLL_CTL_ADD, s, &ev);
     else if (rc != 0 && errno == EEXIST)
         rc = epoll_ctl(wc->epfd, EPOLL_CTL_MOD, s, &ev);
-    if (rc != 0)
+    if (rc != 0) {
+        *reg = 0;
         return -1; /* libcurl fails the transfer */
+    }
+    *reg = want;
     curl_multi_assign(wc->multi, s, wc);
     return 0;
 }
@@ -200,6 +263,7 @@ static void wc_free(void *arg)
     wcurl *wc = arg;
     curl_multi_cleanup(wc->multi);
     weft_close(wc->epfd);
+    free(wc->reg);
     free(wc);
     if (tl_wc == wc)
         tl_wc = NULL;
@@ -224,8 +288,7 @@ static wcurl *wc_get(int *err)
     wc->timer = WEFT_NEVER;
     wc->epfd = epoll_create1(EPOLL_CLOEXEC);
     wc->multi = curl_multi_init();
-    if (wc->epfd < 0 || !wc->multi ||
-        weft_on_worker_exit(wc_free, wc) != 0) {
+    if (wc->epfd < 0 || !wc->multi || weft_on_worker_exit(wc_free, wc) != 0) {
         if (wc->epfd >= 0)
             close(wc->epfd);
         if (wc->multi)
@@ -342,7 +405,33 @@ static int drive(wcurl *wc, xfer *x, weft_time deadline)
     if (r == 0) {
         struct epoll_event ev[64];
         int n = epoll_wait(wc->epfd, ev, 64, 0);
+        /* An idle connection's news (the peer closed it, or reset it):
+         * it leaves the watch, and libcurl sees the news when it next
+         * checks the connection. Without EPOLLIN or EPOLLOUT it stays in
+         * the set, where its next use re-arms it with one MOD; an error
+         * or hang-up, which epoll reports whatever the events, takes it
+         * out. */
         for (int i = 0; i < n; i++) {
+            int fd = ev[i].data.fd;
+            if (fd >= wc->nreg || !(wc->reg[fd] & REG_IDLE))
+                continue;
+            struct epoll_event none = {.data.fd = fd};
+            if ((ev[i].events & (EPOLLERR | EPOLLHUP)) ||
+                epoll_ctl(wc->epfd, EPOLL_CTL_MOD, fd, &none) != 0) {
+                epoll_ctl(wc->epfd, EPOLL_CTL_DEL, fd, NULL);
+                wc->reg[fd] = 0;
+            } else {
+                wc->reg[fd] = REG_ADDED | REG_IDLE;
+            }
+            ev[i].data.fd = -1;
+        }
+        for (int i = 0; i < n; i++) {
+            int fd = ev[i].data.fd;
+            /* Gone idle since epoll_wait: the transfer that ended (run by
+             * an earlier action, with libcurl's timeouts) took what was
+             * there; anything left is reported again next round. */
+            if (fd < 0 || (fd < wc->nreg && (wc->reg[fd] & REG_IDLE)))
+                continue;
             int mask = 0;
             if (ev[i].events & EPOLLIN)
                 mask |= CURL_CSELECT_IN;
@@ -350,7 +439,7 @@ static int drive(wcurl *wc, xfer *x, weft_time deadline)
                 mask |= CURL_CSELECT_OUT;
             if (ev[i].events & (EPOLLERR | EPOLLHUP))
                 mask |= CURL_CSELECT_ERR;
-            act(wc, ev[i].data.fd, mask);
+            act(wc, fd, mask);
         }
     }
     if (wc->timer <= weft_now()) {
