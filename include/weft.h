@@ -2476,8 +2476,9 @@ typedef struct weft_worker_stats {
                         * pinned here */
     uint64_t spawned;  /* tasks its tasks spawned */
     uint64_t finished; /* tasks that finished here */
-    uint64_t idle_ns;  /* real time spent with nothing to run (spinning,
-                        * stealing, asleep) */
+    uint64_t idle_ns;  /* real time asleep with nothing to run (the short
+                        * spin and steal attempts before it sleeps are
+                        * not counted) */
     uint64_t runq;     /* now: tasks runnable here (woken, yielded, or
                         * not started yet, which others may steal);
                         * without the inbox and the one task woken to

@@ -255,6 +255,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     void *stack_lo; /* the thread's own stack, for ASan */
     size_t stack_size;
     void *altstack; /* signal stack for reporting stack overflows */
+    int64_t asleep_from; /* owner: when it last went to sleep (stats) */
     struct weft__exit_hook *exit_hooks; /* owner: weft_on_worker_exit's,
                                          * newest first (runtime.c) */
 #if defined(WEFT_TSAN)
