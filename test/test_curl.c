@@ -677,6 +677,48 @@ TEST(cancel_in_the_middle_of_a_thousand_transfers)
     ASSERT_EQ(fd_count(), fds);
 }
 
+/* A transfer cancelled through its task's handle, in flight: the easy
+ * handle is out of the multi handle, and the next transfer with it works. */
+static int cancellable_get(void *arg)
+{
+    void **a = arg;
+    env *v = a[0];
+    CURL *e = a[1];
+    resp r = get(e, v->base, "/slow/60000", WEFT_NEVER);
+    ASSERT_EQ(r.code, CURLE_ABORTED_BY_CALLBACK);
+    return r.rc;
+}
+
+static void cancel_reuse_body(env *v)
+{
+    CURL *e = curl_easy_init();
+    void *a[2] = {v, e};
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_task_handle h;
+    ASSERT(weft_spawn_ex(s, cancellable_get, a,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    while (stats_of(v).by_kind[FAULT_SLOW] < 1)
+        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_task_cancel(h), 0);
+    int st = 0;
+    ASSERT_EQ(weft_task_join(h, &st), 0);
+    ASSERT_EQ(st, -ECANCELED);
+    ASSERT(weft_now() < WEFT_SEC); /* at once, not at the answer */
+    ASSERT_EQ(weft_scope_join(s), 0);
+    weft_scope_free(s);
+    resp r = get(e, v->base, "/bytes/1234", weft_now() + 10 * WEFT_SEC);
+    ASSERT_EQ(r.rc, 0);
+    ASSERT_EQ(r.bytes, 1234);
+    curl_easy_cleanup(e);
+}
+
+TEST(a_cancelled_transfer_leaves_its_handle_reusable)
+{
+    ASSERT_EQ(run_with_server(2, WEFT_CLOCK_VIRTUAL, cancel_reuse_body, NULL),
+              0);
+}
+
 /* ---- many requests, many tasks ---- */
 
 typedef struct load {
@@ -773,6 +815,15 @@ static void https_body(env *v)
     resp r = get(e, v->base, "/reset", dl);
     ASSERT_EQ(r.rc, -ECONNRESET);
     curl_easy_cleanup(e);
+    /* A handshake that cannot agree (at most TLS 1.1 asked, at least 1.2
+     * served) is -EPROTO, told apart from a certificate refused. */
+    e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_CAINFO, cert);
+    curl_easy_setopt(e, CURLOPT_SSLVERSION,
+                     (long)(CURL_SSLVERSION_TLSv1 | CURL_SSLVERSION_MAX_TLSv1_1));
+    r = get(e, v->base, "/ok", dl);
+    ASSERT_EQ(r.rc, -EPROTO);
+    curl_easy_cleanup(e);
     /* Not trusted without the certificate. */
     e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_CAINFO, "/dev/null");
@@ -782,6 +833,7 @@ static void https_body(env *v)
     fault_server_stats st = stats_of(v);
     ASSERT(st.tls_handshakes >= 1);
     ASSERT(st.tls_handshakes <= 2); /* the one reset costs one more */
+    ASSERT(st.tls_failures >= 1);
     ASSERT_EQ(st.by_kind[FAULT_BYTES], 5);
 }
 
