@@ -719,6 +719,82 @@ TEST(a_cancelled_transfer_leaves_its_handle_reusable)
               0);
 }
 
+/* The task that is to drive next is cancelled just before the driver
+ * hands over to it (here from the driver's own write callback, so the
+ * order is fixed): the others must still get a driver. */
+typedef struct handover {
+    env *v;
+    weft_task_handle b;
+    atomic_int a_done, c_done, b_rc;
+} handover;
+
+static size_t cancel_b_on_body(char *p, size_t size, size_t n, void *u)
+{
+    handover *h = u;
+    (void)p;
+    ASSERT_EQ(weft_task_cancel(h->b), 0);
+    return size * n;
+}
+
+static int handover_a(void *arg)
+{
+    handover *h = arg;
+    char url[128];
+    snprintf(url, sizeof url, "%s/slow/100", h->v->base);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, cancel_b_on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    ASSERT_EQ(weft_curl_perform(e, WEFT_NEVER), 0);
+    curl_easy_cleanup(e);
+    atomic_store(&h->a_done, 1);
+    return 0;
+}
+
+static int handover_b(void *arg)
+{
+    handover *h = arg;
+    resp r = get(NULL, h->v->base, "/slow/60000", WEFT_NEVER);
+    atomic_store(&h->b_rc, r.rc);
+    return 0;
+}
+
+static int handover_c(void *arg)
+{
+    handover *h = arg;
+    resp r = get(NULL, h->v->base, "/slow/300", WEFT_NEVER);
+    ASSERT_EQ(r.rc, 0);
+    atomic_store(&h->c_done, 1);
+    return 0;
+}
+
+static void handover_body(env *v)
+{
+    handover h = {.v = v};
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    /* A first (it drives), then C, then B (the newest: the one A hands
+     * over to). One worker: each runs until it parks in its transfer. */
+    ASSERT(weft_spawn(s, handover_a, &h) >= 0);
+    ASSERT_EQ(weft_yield(), 0);
+    ASSERT(weft_spawn(s, handover_c, &h) >= 0);
+    ASSERT_EQ(weft_yield(), 0);
+    ASSERT(weft_spawn_ex(s, handover_b, &h,
+                         &(weft_spawn_opts){.handle = &h.b}) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    weft_scope_free(s);
+    ASSERT_EQ(atomic_load(&h.a_done), 1);
+    ASSERT_EQ(atomic_load(&h.b_rc), -ECANCELED);
+    ASSERT_EQ(atomic_load(&h.c_done), 1);
+    ASSERT(weft_now() < WEFT_SEC);
+    weft_task_release(h.b);
+}
+
+TEST(a_cancel_of_the_next_driver_leaves_the_others_driven)
+{
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, handover_body, NULL), 0);
+}
+
 /* ---- many requests, many tasks ---- */
 
 typedef struct load {

@@ -452,14 +452,15 @@ static int drive(wcurl *wc, xfer *x, weft_time deadline)
     return 0;
 }
 
-/* x's task stops driving (its transfer is over, or it left): wakes the
- * next one, which takes over. */
+/* x's transfer is over, or x's task left: if it drove, or if nobody
+ * drives (the task woken to take over was cancelled before it could),
+ * wakes the next one, which takes over. A wake too many only makes a
+ * task look again. */
 static void hand_over(wcurl *wc, xfer *x)
 {
-    if (wc->driver != x)
-        return;
-    wc->driver = NULL;
-    if (wc->head)
+    if (wc->driver == x)
+        wc->driver = NULL;
+    if (!wc->driver && wc->head)
         weft_sem_release(&wc->head->wake, 1);
 }
 
