@@ -37,6 +37,7 @@
 #define WEFT_CURL_H
 
 #include <curl/curl.h>
+#include <errno.h> /* the codes below: -ETIMEDOUT, -EKEYREJECTED, ... */
 
 #include "weft.h"
 
