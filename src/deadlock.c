@@ -109,11 +109,11 @@ static const char *task_name(const weft_task *t)
  * worker's count: see dump.c). */
 static void out_task(struct out *o, const weft_task *t)
 {
-    out_printf(o, "task %llu.%llu \"%s\" (spawned at %s:%d)",
-               (unsigned long long)(t->id >> WEFT__ID_BITS),
-               (unsigned long long)(t->id &
-                                    ((UINT64_C(1) << WEFT__ID_BITS) - 1)),
-               task_name(t), t->file ? t->file : "?", t->line);
+    out_printf(
+        o, "task %llu.%llu \"%s\" (spawned at %s:%d)",
+        (unsigned long long)(t->id >> WEFT__ID_BITS),
+        (unsigned long long)(t->id & ((UINT64_C(1) << WEFT__ID_BITS) - 1)),
+        task_name(t), t->file ? t->file : "?", t->line);
 }
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
@@ -134,8 +134,7 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
         const weft_scope *s = obj;
         out_printf(o, ", %d children running", s->live);
     }
-    int64_t since =
-        weft__now(rt) - ld_rlx(&t->wait_since);
+    int64_t since = weft__now(rt) - ld_rlx(&t->wait_since);
     if (since >= 0)
         out_printf(o, ", for %lld.%03lld ms\n", (long long)(since / WEFT_MSEC),
                    (long long)(since % WEFT_MSEC / WEFT_USEC));
@@ -148,8 +147,7 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 enum verdict { STUCK, WAKEABLE };
 
 /* Whether t, parked, may be woken from outside the runtime. */
-static bool outside_may_wake(const struct weft__observe *ob,
-                             const weft_task *t)
+static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
 {
     int kind = ld_rlx(&t->wait_kind);
     const void *obj = ld_rlx(&t->wait_obj);
@@ -322,8 +320,9 @@ static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
         return -EDEADLK;
     }
     struct out o = {.fd = 2};
-    out_printf(&o, "weft: mutex deadlock: %d tasks wait for each other's "
-                   "mutexes in a cycle\n",
+    out_printf(&o,
+               "weft: mutex deadlock: %d tasks wait for each other's "
+               "mutexes in a cycle\n",
                n);
     for (int i = 0; i < n; i++) {
         out_printf(&o, "  ");
@@ -356,8 +355,8 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
         return -ENOMEM;
     }
     ob->mode = cfg->deadlock;
-    ob->grace = cfg->deadlock_grace_ns ? cfg->deadlock_grace_ns
-                                       : DEFAULT_GRACE_NS;
+    ob->grace =
+        cfg->deadlock_grace_ns ? cfg->deadlock_grace_ns : DEFAULT_GRACE_NS;
     ob->cb = cfg->on_deadlock;
     ob->ctx = cfg->deadlock_ctx;
     ob->gens = gens;

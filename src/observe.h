@@ -41,7 +41,6 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags);
  * go of its locks and comes back after every few lines. */
 extern size_t weft__dump_buf_size;
 
-
 /* ---- deadlocks (deadlock.c) ---- */
 
 /* Sets up detection for rt as cfg asks (nothing for WEFT_DEADLOCK_IGNORE):

@@ -556,8 +556,8 @@ WEFT_COLD static void instr_wake_by(weft_worker *w, weft_worker *tw,
  * inbox, after which t may run, and finish, over there. */
 /* The slow path of a wake by worker w (wake_due): the lag sample, one in
  * WEFT__LAG_EVERY, and the instrument's hook. */
-WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw,
-                                 weft_task *t, bool timer)
+WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw, weft_task *t,
+                                 bool timer)
 {
     w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
     if (WEFT__STATS && --w->lag_left == 0) {
@@ -754,8 +754,7 @@ WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
         lag_record(w, t);
 }
 
-static inline __attribute__((always_inline)) weft_task *
-pick(weft_worker *w)
+static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
 {
     weft_task *t = pick_inner(w);
     if (t) {
@@ -803,8 +802,7 @@ run_next_plain(weft_worker *w, weft_task *self)
 /* run_next with an instrument: self's park (kind, or WEFT_WAIT_YIELD) is
  * told before, its run again after. Cold: the path without one pays a
  * single branch per park for both hooks. */
-WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self,
-                                     int kind)
+WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
 {
     weft__instr_park(w->instr, self,
                      kind >= 0 ? kind : ld_rlx(&self->wait_kind));
@@ -814,8 +812,8 @@ WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self,
 }
 
 /* Switches from self, parking (kind -1: its wait record says on what) or
- * yielding (WEFT_WAIT_YIELD), to whatever runs next; returns when self runs again,
- * true if it switched (false: woken before it even left). */
+ * yielding (WEFT_WAIT_YIELD), to whatever runs next; returns when self runs
+ * again, true if it switched (false: woken before it even left). */
 static inline __attribute__((always_inline)) bool
 run_next(weft_worker *w, weft_task *self, int kind)
 {

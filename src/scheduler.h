@@ -182,9 +182,9 @@ static inline __attribute__((always_inline)) void
 weft__stat_add(_Atomic uint64_t *c, uint64_t n)
 {
     if (WEFT__STATS)
-        atomic_store_explicit(
-            c, atomic_load_explicit(c, memory_order_relaxed) + n,
-            memory_order_relaxed);
+        atomic_store_explicit(c,
+                              atomic_load_explicit(c, memory_order_relaxed) + n,
+                              memory_order_relaxed);
 }
 
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
@@ -254,7 +254,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     pthread_t thread;
     void *stack_lo; /* the thread's own stack, for ASan */
     size_t stack_size;
-    void *altstack; /* signal stack for reporting stack overflows */
+    void *altstack;      /* signal stack for reporting stack overflows */
     int64_t asleep_from; /* owner: when it last went to sleep (stats) */
     struct weft__exit_hook *exit_hooks; /* owner: weft_on_worker_exit's,
                                          * newest first (runtime.c) */
@@ -268,8 +268,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
                               * that takes the slow path (wake_watch):
                               * 1 with an instrument, else the next lag
                               * sample */
-    unsigned lag_left; /* with an instrument: slow wakes to the next lag
-                        * sample */
+    unsigned lag_left;       /* with an instrument: slow wakes to the next lag
+                              * sample */
     weft__wstats st;
 };
 

@@ -113,8 +113,7 @@ static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
         /* The record is noted before the park word is set (wait.h), so
          * this park's record, or a later one if pw has changed since. */
         int kind = ld_rlx(&h->wait_kind);
-        const mutex_impl *next =
-            ld_rlx(&h->wait_obj);
+        const mutex_impl *next = ld_rlx(&h->wait_obj);
         if (kind != WEFT__W_MUTEX || !next || ld_acq(&cur->owner) != h ||
             ld_acq(&h->park) != pw)
             return 0;

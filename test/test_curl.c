@@ -54,8 +54,7 @@ static void easy_setup(CURL *e, resp *r)
 }
 
 /* GET base+path with e (a fresh handle if e is NULL), until deadline. */
-static resp get(CURL *e, const char *base, const char *path,
-                weft_time deadline)
+static resp get(CURL *e, const char *base, const char *path, weft_time deadline)
 {
     resp r = {.pattern_ok = true};
     char url[256];
@@ -313,8 +312,7 @@ TEST(the_workers_multi_handle_takes_limits)
     ASSERT_EQ(pthread_create(&th, NULL, plain_thread_multi, NULL), 0);
     pthread_join(th, &m);
     ASSERT(m == NULL);
-    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, multi_opts_body, NULL),
-              0);
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, multi_opts_body, NULL), 0);
 }
 
 /* A write callback that parks (which it should not do): the worker's
@@ -363,9 +361,8 @@ static void parking_callback_body(env *v)
 
 TEST(a_callback_that_parks_holds_up_only_its_worker)
 {
-    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, parking_callback_body,
-                              NULL),
-              0);
+    ASSERT_EQ(
+        run_with_server(1, WEFT_CLOCK_VIRTUAL, parking_callback_body, NULL), 0);
 }
 
 /* ---- every fault, and what it gives ---- */
@@ -459,8 +456,7 @@ static int refused_and_unresolved(void *arg)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
     CURL *e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_URL, url);
-    ASSERT_EQ(weft_curl_perform(e, weft_now() + 30 * WEFT_SEC),
-              -ECONNREFUSED);
+    ASSERT_EQ(weft_curl_perform(e, weft_now() + 30 * WEFT_SEC), -ECONNREFUSED);
     /* A reserved name (RFC 6761) no resolver knows. */
     curl_easy_setopt(e, CURLOPT_URL, "http://weft-test.invalid/");
     ASSERT_EQ(weft_curl_perform(e, weft_now() + 30 * WEFT_SEC), -ENOENT);
@@ -531,8 +527,8 @@ static void retry_body(env *v)
     int rc = weft_retry_call(&q, try_get, &s);
     ASSERT(rc == -ETIMEDOUT || rc == -ECANCELED);
     ASSERT_EQ(s.calls, 3);
-    ASSERT_EQ(weft_now() - t, 3 * 250 * WEFT_MSEC + 50 * WEFT_MSEC +
-                                  100 * WEFT_MSEC);
+    ASSERT_EQ(weft_now() - t,
+              3 * 250 * WEFT_MSEC + 50 * WEFT_MSEC + 100 * WEFT_MSEC);
     fault_server_stats st = stats_of(v);
     ASSERT_EQ(st.by_kind[FAULT_FLAKY], 3);
     ASSERT_EQ(st.by_kind[FAULT_FLAKY_RESET], 4);
@@ -547,10 +543,10 @@ TEST(retry_with_backoff_over_faults)
 static void breaker_body(env *v)
 {
     weft_breaker *b;
-    ASSERT_EQ(weft_breaker_new(&b, &(weft_breaker_opts){
-                                       .failure_threshold = 3,
-                                       .cooldown_ns = WEFT_SEC}),
-              0);
+    ASSERT_EQ(
+        weft_breaker_new(&b, &(weft_breaker_opts){.failure_threshold = 3,
+                                                  .cooldown_ns = WEFT_SEC}),
+        0);
     attempt a = {v, "/status/500", 0};
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(weft_breaker_call(b, try_get, &a), -EAGAIN);
@@ -895,8 +891,9 @@ static void https_body(env *v)
      * served) is -EPROTO, told apart from a certificate refused. */
     e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_CAINFO, cert);
-    curl_easy_setopt(e, CURLOPT_SSLVERSION,
-                     (long)(CURL_SSLVERSION_TLSv1 | CURL_SSLVERSION_MAX_TLSv1_1));
+    curl_easy_setopt(
+        e, CURLOPT_SSLVERSION,
+        (long)(CURL_SSLVERSION_TLSv1 | CURL_SSLVERSION_MAX_TLSv1_1));
     r = get(e, v->base, "/ok", dl);
     ASSERT_EQ(r.rc, -EPROTO);
     curl_easy_cleanup(e);

@@ -165,9 +165,9 @@ TEST(join_of_a_scope_whose_child_waits_for_its_parent)
     for (int workers = 1; workers <= 2; workers++) {
         struct parent p = {.go = WEFT_EVENT_INIT, .child_rc = 1};
         char *err;
-        ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, parent_root, &p,
-                          &err),
-                  -EDEADLK);
+        ASSERT_EQ(
+            run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, parent_root, &p, &err),
+            -EDEADLK);
         ASSERT_EQ(p.child_rc, -ECANCELED);
         ASSERT(first_line_has(err, "deadlock"));
         ASSERT(strstr(err, "\"child\""));
@@ -326,8 +326,7 @@ TEST(a_held_mutex_is_no_cycle)
     for (int workers = 1; workers <= 2; workers++) {
         struct chainlock c = {.m = WEFT_MUTEX_INIT, .go = WEFT_EVENT_INIT};
         char *err;
-        ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, chain_root, &c,
-                          &err),
+        ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, chain_root, &c, &err),
                   0);
         ASSERT_EQ(err[0], 0);
         free(err);
@@ -354,8 +353,8 @@ static void *later_main(void *arg)
     return NULL;
 }
 
-static void later_start(struct later *l, int64_t delay_ns,
-                        void (*fn)(void *), void *arg)
+static void later_start(struct later *l, int64_t delay_ns, void (*fn)(void *),
+                        void *arg)
 {
     *l = (struct later){.delay_ns = delay_ns, .fn = fn, .arg = arg};
     ASSERT_EQ(pthread_create(&l->th, NULL, later_main, l), 0);
@@ -373,9 +372,8 @@ TEST(a_timer_is_no_deadlock)
 {
     for (int workers = 1; workers <= 2; workers++) {
         char *err;
-        ASSERT_EQ(run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, timer_root, NULL,
-                          &err),
-                  7);
+        ASSERT_EQ(
+            run_cfg(workers, WEFT_CLOCK_VIRTUAL, 0, timer_root, NULL, &err), 7);
         ASSERT_EQ(err[0], 0);
         free(err);
     }
@@ -530,9 +528,9 @@ TEST(a_plain_thread_later_than_the_grace)
     ASSERT_EQ(weft_run(&cfg, plain_sender_root, NULL), 5);
     /* A shorter one: reported, and the receive cancelled. */
     char *err;
-    ASSERT_EQ(run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, plain_sender_root, NULL,
-                      &err),
-              -EDEADLK);
+    ASSERT_EQ(
+        run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, plain_sender_root, NULL, &err),
+        -EDEADLK);
     ASSERT(first_line_has(err, "deadlock"));
     free(err);
 }
@@ -588,7 +586,8 @@ TEST(select_over_channels_nobody_holds_and_with_a_future)
     free(err);
 }
 
-/* ---- modes ---------------------------------------------------------------- */
+/* ---- modes ----------------------------------------------------------------
+ */
 
 struct calls {
     atomic_int all, ring;
@@ -677,8 +676,8 @@ TEST(tasks_a_cancel_cannot_reach_are_left)
     if (pid == 0) {
         int lonely = 1;
         char *err;
-        int rc = run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, shielded_root, &lonely,
-                         &err);
+        int rc =
+            run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, shielded_root, &lonely, &err);
         int ok = rc == -EDEADLK && first_line_has(err, "deadlock") &&
                  strstr(err, "still asleep after the deadlock's cancel");
         _exit(ok ? 0 : 1); /* no leak check: their memory stays */

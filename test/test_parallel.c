@@ -341,10 +341,10 @@ TEST(map_collect_runs_every_call)
  * a deterministic run: on one worker (calls yield) and under the virtual
  * clock (calls sleep 1 ms), each of the other 7 tasks has at most one call
  * in flight when the failing one returns, and starts at most one more
- * before the stop flag or the scope's cancel reaches it. On a real clock across workers, a worker's
- * thread can be descheduled between taking index n/2 and calling fn while
- * the others run through the rest (seen under qemu), so there the bound is
- * only that every status is accounted for. */
+ * before the stop flag or the scope's cancel reaches it. On a real clock across
+ * workers, a worker's thread can be descheduled between taking index n/2 and
+ * calling fn while the others run through the rest (seen under qemu), so there
+ * the bound is only that every status is accounted for. */
 enum { FF_ONE_WORKER, FF_VIRTUAL, FF_ANY };
 
 static int map_fail_fast_many_root(void *arg)
@@ -386,12 +386,12 @@ static int map_fail_fast_many_root(void *arg)
 
 TEST(map_fail_fast_many_items)
 {
-    ASSERT_EQ(t_run_mono(1, map_fail_fast_many_root,
-                         (void *)(intptr_t)FF_ONE_WORKER),
-              0);
-    ASSERT_EQ(t_run_virtual(4, map_fail_fast_many_root,
-                            (void *)(intptr_t)FF_VIRTUAL),
-              0);
+    ASSERT_EQ(
+        t_run_mono(1, map_fail_fast_many_root, (void *)(intptr_t)FF_ONE_WORKER),
+        0);
+    ASSERT_EQ(
+        t_run_virtual(4, map_fail_fast_many_root, (void *)(intptr_t)FF_VIRTUAL),
+        0);
     ASSERT_EQ(t_run_mono(4, map_fail_fast_many_root, (void *)(intptr_t)FF_ANY),
               0);
 }

@@ -819,8 +819,7 @@ TEST(worker_exit_hooks_run_on_their_worker_after_the_last_task)
     ASSERT_EQ(weft_on_worker_exit(exit_hook, NULL), -EPERM);
     for (int workers = 1; workers <= 2; workers++) {
         memset(&exits, 0, sizeof exits);
-        ASSERT_EQ(t_run(workers, WEFT_CLOCK_VIRTUAL, 0, spawn_per_worker,
-                        NULL),
+        ASSERT_EQ(t_run(workers, WEFT_CLOCK_VIRTUAL, 0, spawn_per_worker, NULL),
                   0);
         ASSERT_EQ(atomic_load(&exits.ran), 2 * workers);
         /* Per worker w: hook 10w+2 (registered last) before 10w+1. */

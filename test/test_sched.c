@@ -11,11 +11,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- seeded determinism ----------------------------------------------- */
 
@@ -839,8 +839,8 @@ static int descheduled_spawner(void *arg)
         ASSERT_EQ(weft_scope_free(w), 0);
     }
     ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1), 0);
-    int64_t spawn_ns = ((c1.tv_sec - c0.tv_sec) * WEFT_SEC +
-                        (c1.tv_nsec - c0.tv_nsec)) / 4;
+    int64_t spawn_ns =
+        ((c1.tv_sec - c0.tv_sec) * WEFT_SEC + (c1.tv_nsec - c0.tv_nsec)) / 4;
     p->slow = spawn_ns > 20 * WEFT_USEC;
 
     weft_chan *ping, *pong;
