@@ -12,7 +12,6 @@
 
 #include "fault_server.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -122,17 +121,9 @@ static fault_server_stats stats_of(env *v)
     return s;
 }
 
-/* Descriptors open in this process. */
-static int fd_count(void)
+static int open_fds(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    ASSERT(d != NULL);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the DIR's own */
+    return t_proc_count("/proc/self/fd");
 }
 
 /* ---- the error table ---- */
@@ -199,18 +190,16 @@ static void misuse_body(env *v)
     curl_easy_setopt(e, CURLOPT_URL, url);
     resp r = {.pattern_ok = true};
     easy_setup(e, &r);
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     weft_task_handle h;
     ASSERT(weft_spawn_ex(s, same_handle_twice, e,
                          &(weft_spawn_opts){.handle = &h}) >= 0);
     weft_yield(); /* it adds e and parks */
     ASSERT_EQ(weft_curl_perform(e, WEFT_NEVER), -EBUSY);
     int st = -1;
-    ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_task_join(h, &st), 0);
     ASSERT_EQ(st, 0);
-    weft_scope_free(s);
+    scope_end(s);
     /* A malformed URL. */
     curl_easy_setopt(e, CURLOPT_URL, "http://[::1");
     ASSERT_EQ(weft_curl_perform(e, WEFT_NEVER), -EINVAL);
@@ -229,12 +218,17 @@ TEST(misuse_gets_clear_errors)
 
 /* ---- plain transfers, connection reuse ---- */
 
-static int get_ok_task(void *arg)
+/* GET path with a fresh handle: it must answer 200. */
+static void get_200(env *v, const char *path)
 {
-    env *v = arg;
-    resp r = get(NULL, v->base, "/ok", weft_now() + 10 * WEFT_SEC);
+    resp r = get(NULL, v->base, path, weft_now() + 10 * WEFT_SEC);
     ASSERT_EQ(r.rc, 0);
     ASSERT_EQ(r.status, 200);
+}
+
+static int get_ok_task(void *arg)
+{
+    get_200(arg, "/ok");
     return 0;
 }
 
@@ -254,11 +248,9 @@ static void reuse_body(env *v)
     /* Other tasks of the same worker, other handles: the same
      * connection, from the worker's multi handle. */
     for (int i = 0; i < 3; i++) {
-        weft_scope *s;
-        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        weft_scope *s = scope_open();
         ASSERT(weft_spawn(s, get_ok_task, v) >= 0);
-        ASSERT_EQ(weft_scope_join(s), 0);
-        weft_scope_free(s);
+        scope_end(s);
     }
     fault_server_stats st = stats_of(v);
     ASSERT_EQ(st.requests, 23);
@@ -272,10 +264,7 @@ TEST(connections_are_reused_across_tasks_of_a_worker)
 
 static int get_slow_task(void *arg)
 {
-    env *v = arg;
-    resp r = get(NULL, v->base, "/slow/100", weft_now() + 10 * WEFT_SEC);
-    ASSERT_EQ(r.rc, 0);
-    ASSERT_EQ(r.status, 200);
+    get_200(arg, "/slow/100");
     return 0;
 }
 
@@ -287,12 +276,10 @@ static void multi_opts_body(env *v)
     ASSERT_EQ(curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 2L),
               CURLM_OK);
     weft_time t = weft_now();
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     for (int i = 0; i < 8; i++)
         ASSERT(weft_spawn(s, get_slow_task, v) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     /* Two at a time: libcurl queues the others inside the multi handle. */
     ASSERT_EQ(stats_of(v).accepted, 2);
     ASSERT(weft_now() - t >= 400 * WEFT_MSEC);
@@ -344,8 +331,7 @@ static int parking_get(void *arg)
 
 static void parking_callback_body(env *v)
 {
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     for (int i = 0; i < 4; i++)
         ASSERT(weft_spawn(s, parking_get, v) >= 0);
     /* While the first callback sleeps, more transfers come: they wait
@@ -353,8 +339,7 @@ static void parking_callback_body(env *v)
     ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
     for (int i = 0; i < 4; i++)
         ASSERT(weft_spawn(s, get_ok_task, v) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     ASSERT_EQ(stats_of(v).by_kind[FAULT_BYTES], 4);
     ASSERT_EQ(stats_of(v).by_kind[FAULT_OK], 4);
 }
@@ -595,12 +580,10 @@ static void limiter_body(env *v)
 {
     paced p = {.v = v, .t0 = weft_now()};
     ASSERT_EQ(weft_limiter_new(&p.l, 10, WEFT_SEC, 1), 0);
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     for (int i = 0; i < 10; i++)
         ASSERT(weft_spawn(s, paced_get, &p) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     /* 10 per second, burst 1: one every 100 ms, the first at once. */
     for (int i = 0; i < 10; i++)
         ASSERT_EQ(atomic_load(&p.at[i]), i * 100 * WEFT_MSEC);
@@ -641,9 +624,8 @@ static void cancel_body(env *v)
 {
     int n = (int)T_LIVE(1000);
     many m = {.v = v};
-    int fds = fd_count();
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    int fds = open_fds();
+    weft_scope *s = scope_open();
     for (int i = 0; i < n; i++)
         ASSERT(weft_spawn(s, slow_get, &m) >= 0);
     /* Virtual time moves only once every request is in and waiting. */
@@ -651,10 +633,8 @@ static void cancel_body(env *v)
         ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
     ASSERT(weft_now() < 600 * WEFT_SEC);
     ASSERT_EQ(stats_of(v).open, n);
-    ASSERT(fd_count() >= fds + 2 * n); /* both ends of each connection */
-    ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
-    weft_scope_free(s);
+    ASSERT(open_fds() >= fds + 2 * n); /* both ends of each connection */
+    scope_cancel_end(s);
     ASSERT_EQ(atomic_load(&m.started), n);
     ASSERT_EQ(atomic_load(&m.cancelled), n);
     ASSERT_EQ(atomic_load(&m.other), 0);
@@ -662,15 +642,15 @@ static void cancel_body(env *v)
      * server's tasks sleep, so their ends stay until the server stops).
      * A few more are the workers' own: each multi handle's epoll set and
      * libcurl's wake-up socket pair, each worker's poller. */
-    ASSERT(fd_count() <= fds + n + 16);
+    ASSERT(open_fds() <= fds + n + 16);
 }
 
 TEST(cancel_in_the_middle_of_a_thousand_transfers)
 {
-    int fds = fd_count();
+    int fds = open_fds();
     ASSERT_EQ(run_with_server(2, WEFT_CLOCK_VIRTUAL, cancel_body, NULL), 0);
     /* The multi handles and their epoll sets went with the workers. */
-    ASSERT_EQ(fd_count(), fds);
+    ASSERT_EQ(open_fds(), fds);
 }
 
 /* A transfer cancelled through its task's handle, in flight: the easy
@@ -689,8 +669,7 @@ static void cancel_reuse_body(env *v)
 {
     CURL *e = curl_easy_init();
     void *a[2] = {v, e};
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     weft_task_handle h;
     ASSERT(weft_spawn_ex(s, cancellable_get, a,
                          &(weft_spawn_opts){.handle = &h}) >= 0);
@@ -701,8 +680,7 @@ static void cancel_reuse_body(env *v)
     ASSERT_EQ(weft_task_join(h, &st), 0);
     ASSERT_EQ(st, -ECANCELED);
     ASSERT(weft_now() < WEFT_SEC); /* at once, not at the answer */
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     resp r = get(e, v->base, "/bytes/1234", weft_now() + 10 * WEFT_SEC);
     ASSERT_EQ(r.rc, 0);
     ASSERT_EQ(r.bytes, 1234);
@@ -767,8 +745,7 @@ static int handover_c(void *arg)
 static void handover_body(env *v)
 {
     handover h = {.v = v};
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     /* A first (it drives), then C, then B (the newest: the one A hands
      * over to). One worker: each runs until it parks in its transfer. */
     ASSERT(weft_spawn(s, handover_a, &h) >= 0);
@@ -777,8 +754,7 @@ static void handover_body(env *v)
     ASSERT_EQ(weft_yield(), 0);
     ASSERT(weft_spawn_ex(s, handover_b, &h,
                          &(weft_spawn_opts){.handle = &h.b}) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     ASSERT_EQ(atomic_load(&h.a_done), 1);
     ASSERT_EQ(atomic_load(&h.b_rc), -ECANCELED);
     ASSERT_EQ(atomic_load(&h.c_done), 1);
@@ -824,12 +800,10 @@ static void load_body(env *v)
 {
     load *l = v->arg;
     l->v = v;
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     for (int i = 0; i < 64; i++)
         ASSERT(weft_spawn(s, load_task, l) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    weft_scope_free(s);
+    scope_end(s);
     ASSERT_EQ(atomic_load(&l->ok), 64L * l->per_task);
     ASSERT_EQ(stats_of(v).by_kind[FAULT_BYTES], 64L * l->per_task);
     /* Connections are reused: far fewer than requests. */
@@ -839,10 +813,10 @@ static void load_body(env *v)
 TEST(ten_thousand_requests_through_64_tasks)
 {
     load l = {.per_task = (int)((T_SCALE(10000) + 63) / 64)};
-    int fds = fd_count();
+    int fds = open_fds();
     ASSERT_EQ(run_with_server(2, WEFT_CLOCK_MONOTONIC, load_body, &l), 0);
     ASSERT_EQ(atomic_load(&l.ok), 64L * l.per_task);
-    ASSERT_EQ(fd_count(), fds);
+    ASSERT_EQ(open_fds(), fds);
 }
 
 /* ---- HTTPS (when the fault server has OpenSSL) ---- */
@@ -914,9 +888,9 @@ TEST(https_with_a_self_signed_certificate)
 {
     char dir[64];
     env v = {.body = https_body, .cert_dir = make_cert(dir, sizeof dir)};
-    int fds = fd_count();
+    int fds = open_fds();
     ASSERT_EQ(t_run_mono(2, with_server, &v), 0);
-    ASSERT_EQ(fd_count(), fds);
+    ASSERT_EQ(open_fds(), fds);
     drop_cert(dir);
 }
 #endif /* FAULT_SERVER_TLS */
