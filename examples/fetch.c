@@ -214,16 +214,18 @@ static int64_t retry_after(CURL *easy)
 
 typedef enum verdict { DONE, FAILED, RETRY, CANCELLED } verdict;
 
-/* Turns a negative code of weft_curl into j->error: libcurl's words for
- * its own code, and the system's for weft_curl's errno code. */
-static void describe(job *j, int rc, CURLcode code)
+/* Turns a negative code of weft_curl into j->error: libcurl's words (its
+ * sentence in why, the handle's CURLOPT_ERRORBUFFER, which says which host
+ * or which part of the URL; else the name of its code), and the system's
+ * for weft_curl's errno code. */
+static void describe(job *j, int rc, CURLcode code, const char *why)
 {
     if (j->write_errno)
         snprintf(j->error, sizeof j->error, "saving: %s",
                  strerror(j->write_errno));
     else if (code != CURLE_OK)
-        snprintf(j->error, sizeof j->error, "%s (%s)", curl_easy_strerror(code),
-                 strerror(-rc));
+        snprintf(j->error, sizeof j->error, "%.150s (%s)",
+                 why && why[0] ? why : curl_easy_strerror(code), strerror(-rc));
     else
         snprintf(j->error, sizeof j->error, "%s", strerror(-rc));
 }
@@ -286,7 +288,9 @@ static verdict attempt(CURL *easy, job *j, int64_t *wait)
     if (rc == -ECANCELED)
         return CANCELLED;
     if (rc < 0 || j->write_errno) {
-        describe(j, rc, code);
+        char *why = NULL; /* the fetcher's error buffer */
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, &why);
+        describe(j, rc, code, why);
         if (j->write_errno)
             return FAILED;
         /* Timeouts, refused, reset and unreachable (weft's transient
@@ -371,6 +375,11 @@ static int fetcher(void *arg)
     CURL *easy = curl_easy_init();
     if (!easy)
         return -ENOMEM;
+    /* libcurl's sentence on a failure, for describe (found through
+     * CURLINFO_PRIVATE): weft_curl_perform's code says only what kind. */
+    char why[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, why);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, why);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);

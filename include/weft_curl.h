@@ -52,25 +52,60 @@ extern "C" {
  * WEFT_NEVER: none) and comes on top of the scope's deadline and of
  * libcurl's own CURLOPT_TIMEOUT; it is checked with weft's clock. Returns
  * 0 when the transfer completed (whatever the HTTP status: read it with
- * CURLINFO_RESPONSE_CODE), else a negative code (weft_curl_error's table):
- *   -ETIMEDOUT     the deadline came, or libcurl's own timeout
+ * CURLINFO_RESPONSE_CODE), else a negative code:
+ *   -ETIMEDOUT     the deadline came, or libcurl's own timeout (also
+ *                  its connect timeout)
  *   -ECANCELED     the task's scope was cancelled
  *   -ENOENT        the host (or proxy) name could not be resolved
  *   -ECONNREFUSED  the connection was refused (other connect failures
- *                  give the system's code: -ENETUNREACH, -EHOSTUNREACH)
+ *                  give the system's code: -ENETUNREACH, -EHOSTUNREACH,
+ *                  -ENETDOWN, -EHOSTDOWN, -EADDRNOTAVAIL,
+ *                  -ETIMEDOUT)
+ *   -EMFILE        no descriptor left for a socket (or for resolving a
+ *                  name): the process's limit (RLIMIT_NOFILE), not the
+ *                  server; -ENFILE: the system's
  *   -EPROTO        the TLS handshake failed
  *   -EKEYREJECTED  the peer's certificate was not accepted
- *   -ECONNRESET    the connection broke (reset, or closed with no reply)
+ *   -ECONNRESET    the connection broke: reset, a send or receive that
+ *                  failed, or closed with no reply
  *   -EPIPE         the body ended before its announced length
- *   -EBADMSG       the server's reply was not valid HTTP
+ *   -EBADMSG       the server's reply was not valid HTTP: no status line
+ *                  (a garbage first line, binary bytes: libcurl's
+ *                  CURLE_UNSUPPORTED_PROTOCOL once the request went out
+ *                  and no status came back; after a redirect this cannot
+ *                  be told from a redirect refused, and is -EINVAL), a bad
+ *                  chunk size (CURLE_RECV_ERROR with no system error), a
+ *                  weird reply, bad HTTP/2, a body that does not decode
  *   -ELOOP         too many redirects
- *   -EINVAL        a malformed URL or option, an unsupported protocol
+ *   -EINVAL        a malformed URL or option, an unsupported protocol (or
+ *                  a redirect to one)
  *   -EBUSY         easy is already in a transfer
  *   -EPERM         not called from a task
  *   -ENOMEM        out of memory
- *   -ECONNABORTED  a callback aborted the transfer
- *   -EIO           any other libcurl error (weft_curl_perform_code says
- *                  which).
+ *   -ECONNABORTED  a callback aborted the transfer (or a write or read
+ *                  callback failed)
+ *   -EIO           any other libcurl error.
+ * The code says what kind of failure it was, not why: a bad URL is only
+ * -EINVAL. libcurl says why, when asked: weft_curl_perform_code gives its
+ * CURLcode (CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, ...), which
+ * curl_easy_strerror names, and the buffer set with CURLOPT_ERRORBUFFER
+ * gets its own sentence (which host did not resolve, which protocol is
+ * unknown, and from libcurl 8.1.1 which part of the URL is wrong; emptied
+ * when a transfer starts, left empty when weft ended it at a deadline or
+ * a cancel):
+ *
+ *     char why[CURL_ERROR_SIZE] = "";  // lives as long as easy uses it
+ *     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, why);
+ *     CURLcode code;
+ *     int rc = weft_curl_perform_code(easy, deadline, &code);
+ *     if (rc < 0)  // "invalid argument: URL rejected: Bad hostname"
+ *         fprintf(stderr, "%s: %s\n", weft_strerror(rc),
+ *                 why[0] ? why : curl_easy_strerror(code));
+ *
+ * To check a URL before any transfer (and, with older libcurl, to learn
+ * what is wrong with it), parse it: curl_url_set(u, CURLUPART_URL, url,
+ * 0) returns a CURLUcode that curl_url_strerror names ("Port number was
+ * not a decimal number between 0 and 65535").
  * On any return, easy has left the multi handle and can be used again (a
  * new weft_curl_perform, curl_easy_cleanup). A cancelled or timed-out
  * transfer is abandoned where it stood: its connection is closed, not
@@ -85,10 +120,18 @@ int weft_curl_perform(CURL *easy, weft_time deadline);
  * Cancellation point. Blocks. */
 int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code);
 
-/* The weft code for libcurl's result code (weft_curl_perform's table).
- * os_errno is CURLINFO_OS_ERRNO after a failed connect (or 0), which
- * tells a refused connection from an unreachable network. Any thread;
- * never blocks. */
+/* The weft code for libcurl's result code, by weft_curl_perform's table.
+ * os_errno is CURLINFO_OS_ERRNO after the failure (or 0): after
+ * CURLE_COULDNT_CONNECT it tells a refused connection (or 0) from an
+ * unreachable network or no descriptor left (EMFILE, ENFILE); after
+ * CURLE_RECV_ERROR, a receive that failed (any system error:
+ * -ECONNRESET) from bytes libcurl could not decode (0: -EBADMSG). libcurl
+ * before 8.8 keeps the value of an earlier transfer of the same handle.
+ * Two things only weft_curl_perform tells, since they need the handle or
+ * the process: a reply with no status line (CURLE_UNSUPPORTED_PROTOCOL,
+ * which is -EINVAL here) and no descriptor left when libcurl does not say
+ * so (its socket() failing leaves os_errno as it was). Any thread; never
+ * blocks. */
 int weft_curl_error(CURLcode code, long os_errno);
 
 /* The calling worker's multi handle, made if it was not (NULL: not on a

@@ -8,8 +8,9 @@
 # - with --json, each URL's line: a success at once, one after two 503s
 #   (three attempts), a 404 not retried, a 429 whose Retry-After (1 s)
 #   was waited for, a reset cured by a retry, a stalled body that times
-#   out on every attempt, a name that does not resolve, a refused port;
-#   exit status 1 (some failed);
+#   out on every attempt, a name that does not resolve, a refused port
+#   (each failure in libcurl's words: which host, which port), a URL
+#   that does not parse (and why); exit status 1 (some failed);
 # - Ctrl-C in the middle of slow transfers: exit status 130 at once, the
 #   summary says what was cancelled and what never started.
 # Every URL is on 127.0.0.1 (the unresolvable one is a reserved name).
@@ -49,7 +50,7 @@ status=0
     "${base}ok" "${base}flaky/check/2" "${base}status/404" \
     "${base}status/429?retry_after=1" "${base}flaky_reset/check/1" \
     "${base}stall/1000" "http://weft-check.invalid/" "http://127.0.0.1:1/" \
-    >"$work/json" 2>"$work/json.err" || status=$?
+    "http://[::1" >"$work/json" 2>"$work/json.err" || status=$?
 [ "$status" -eq 1 ] || fail "exit status $status, not 1"
 
 python3 - "$work/json" "$base" <<'PY' || fail "the JSON report is not as expected"
@@ -57,7 +58,7 @@ import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base = sys.argv[2]
 by = {l["url"]: l for l in lines}
-assert len(lines) == 8, len(lines)
+assert len(lines) == 9, len(lines)
 def check(url, ok, attempts, status=None, error=None, min_ms=None):
     l = by[url]
     assert l["ok"] is ok, (url, l)
@@ -82,9 +83,12 @@ check(base + "stall/1000", False, 3, None, "Timeout", 1500)
 # Unresolvable: said at once by a working resolver; one that cannot
 # reach its server runs into the request's timeout instead.
 l = by["http://weft-check.invalid/"]
-assert l["ok"] is False and ("resolve" in l["error"] or
-                             "Timeout" in l["error"]), l
-check("http://127.0.0.1:1/", False, 3, None, "onnect")
+assert l["ok"] is False and ("resolve host: weft-check.invalid" in l["error"]
+                             or "Timeout" in l["error"]), l
+# libcurl's sentence (CURLOPT_ERRORBUFFER) names the port, its code alone
+# would not.
+check("http://127.0.0.1:1/", False, 3, None, "port 1")
+check("http://[::1", False, 0, None, "bad URL: Bad IPv6 address")
 for l in lines:
     assert set(l) == {"url", "ok", "status", "bytes", "attempts", "ms",
                       "error"}, l

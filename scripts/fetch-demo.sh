@@ -7,8 +7,12 @@
 #
 #   scripts/fetch-demo.sh [BUILD_DIR] [-- FETCH_OPTIONS...]
 #
-# BUILD_DIR defaults to build/release (make's). Options after "--" go to
-# fetch after the demo's own (--json, -q, -c 1, ...). Some URLs fail on
+# BUILD_DIR defaults to build/release (make's); any configuration with
+# the examples and the libcurl module will do (tests on or off). One
+# configured without them (-DWEFT_EXAMPLES=OFF or -DWEFT_CURL=OFF, as the
+# sanitizer builds are) is left as it is: the demo then builds in
+# BUILD_DIR-demo instead, and says so. Options after "--" go to fetch
+# after the demo's own (--json, -q, -c 1, ...). Some URLs fail on
 # purpose, so fetch's exit status 1 is the expected one: the script exits
 # 0 for fetch's 0 or 1, and with fetch's status otherwise.
 set -euo pipefail
@@ -20,13 +24,35 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then
 fi
 [ "${1:-}" = "--" ] && shift
 scripts/deps.sh build curl
+# An option of build's cache ("" when it is not set there).
+cached() {
+    sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null || true
+}
+off() {
+    case "$(echo "$1" | tr '[:lower:]' '[:upper:]')" in
+    OFF | 0 | NO | FALSE | N) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+options=(-DCMAKE_BUILD_TYPE=Release) # for a build dir made here
+if off "$(cached WEFT_EXAMPLES)" || off "$(cached WEFT_CURL)"; then
+    echo "fetch-demo: $build is configured without the examples or the" \
+        "libcurl module (WEFT_EXAMPLES, WEFT_CURL); building in $build-demo"
+    build=$build-demo
+    options+=(-DWEFT_EXAMPLES=ON -DWEFT_CURL=ON -DWEFT_TESTS=OFF
+        -DWEFT_BENCH=OFF)
+fi
 # Configuring again is cheap, and finds files new since the last time.
 if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake -S . -B "$build" "${options[@]}" >/dev/null
 else
     cmake -S . -B "$build" >/dev/null
 fi
-cmake --build "$build" -j2 --target fetch fault_server >/dev/null
+if ! cmake --build "$build" -j2 --target fetch fault_server >/dev/null; then
+    echo "fetch-demo: building fetch and fault_server in $build failed" \
+        "(fetch needs libcurl's development files: scripts/deps.sh curl)"
+    exit 1
+fi
 
 out=$(mktemp)
 log=$(mktemp)

@@ -394,6 +394,12 @@ static enum action send_chunked(struct conn *c, const struct req *q, long n)
     return after(q, err);
 }
 
+/* Writes the string s as it is (the faults that break HTTP). */
+static int raw(struct conn *c, const char *s)
+{
+    return conn_write(c, s, strlen(s), WEFT_NEVER);
+}
+
 /* /stall: waits for the client to close (or the server to stop),
  * discarding what it sends. */
 static void wait_gone(struct conn *c)
@@ -531,6 +537,9 @@ static enum fault_kind kind_of(const char *p)
         {"/flaky_reset/", false, FAULT_FLAKY_RESET},
         {"/chunked/", false, FAULT_CHUNKED},
         {"/echo", true, FAULT_ECHO},
+        {"/garbage", true, FAULT_GARBAGE},
+        {"/binary", true, FAULT_BINARY},
+        {"/bad_chunk", true, FAULT_BAD_CHUNK},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (t[i].exact ? !strcmp(p, t[i].prefix) : !!rest(p, t[i].prefix))
@@ -592,6 +601,19 @@ static enum action route(struct conn *c, struct req *q)
     case FAULT_ECHO:
         return answer(c, q, 200, q->body, q->body_len,
                       "application/octet-stream");
+    case FAULT_GARBAGE:
+        (void)raw(c, "HTTP/1.1 abc Garbage\r\nContent-Length: 3\r\n\r\nok\n");
+        return CLOSE;
+    case FAULT_BINARY:
+        for (int i = 0; i < 1024; i++)
+            c->out[i] = (char)(i & 0xff);
+        (void)conn_write(c, c->out, 1024, WEFT_NEVER);
+        return CLOSE;
+    case FAULT_BAD_CHUNK:
+        if (!send_head(c, q, 200, CHUNKED, "application/octet-stream") &&
+            !q->head_only)
+            (void)raw(c, "10\r\nabcdefghijklmnop\r\nzz\r\n");
+        return CLOSE;
     default:
         return text(c, q, 404, "not found\n");
     }

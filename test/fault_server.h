@@ -53,6 +53,13 @@
  *                       of at most 16 KiB.
  *   /echo               200 with the request's body (Content-Length
  *                       bodies, up to 1 MiB), type application/octet-stream.
+ *   /garbage            a status line that is not one ("HTTP/1.1 abc
+ *                       Garbage"), headers and a 3-byte body, then closes.
+ *   /binary             1024 bytes of binary (0x00 to 0xff, four times)
+ *                       instead of any answer, then closes.
+ *   /bad_chunk          200 chunked: one good chunk of 16 bytes (the
+ *                       /bytes pattern), then a chunk size that is not hex
+ *                       ("zz"), then closes.
  *   anything else       404, body "not found\n".
  *
  * HTTPS: with cert_file and key_file, each connection starts with a TLS
@@ -105,6 +112,9 @@ enum fault_kind {
     FAULT_FLAKY_RESET, /* /flaky_reset/KEY/K */
     FAULT_CHUNKED,     /* /chunked/N */
     FAULT_ECHO,        /* /echo */
+    FAULT_GARBAGE,     /* /garbage */
+    FAULT_BINARY,      /* /binary */
+    FAULT_BAD_CHUNK,   /* /bad_chunk */
     FAULT_NOT_FOUND,   /* any other path (404) */
     FAULT_KINDS
 };

@@ -144,7 +144,13 @@ TEST(error_table)
     ASSERT_EQ(weft_curl_error(CURLE_SSL_CONNECT_ERROR, 0), -EPROTO);
     ASSERT_EQ(weft_curl_error(CURLE_PEER_FAILED_VERIFICATION, 0),
               -EKEYREJECTED);
-    ASSERT_EQ(weft_curl_error(CURLE_RECV_ERROR, 0), -ECONNRESET);
+    ASSERT_EQ(weft_curl_error(CURLE_COULDNT_CONNECT, EMFILE), -EMFILE);
+    ASSERT_EQ(weft_curl_error(CURLE_COULDNT_CONNECT, ENFILE), -ENFILE);
+    /* A receive with the socket's error broke; one without, libcurl could
+     * not decode (a bad chunk size). */
+    ASSERT_EQ(weft_curl_error(CURLE_RECV_ERROR, ECONNRESET), -ECONNRESET);
+    ASSERT_EQ(weft_curl_error(CURLE_RECV_ERROR, 0), -EBADMSG);
+    ASSERT_EQ(weft_curl_error(CURLE_SEND_ERROR, 0), -ECONNRESET);
     ASSERT_EQ(weft_curl_error(CURLE_GOT_NOTHING, 0), -ECONNRESET);
     ASSERT_EQ(weft_curl_error(CURLE_PARTIAL_FILE, 0), -EPIPE);
     ASSERT_EQ(weft_curl_error(CURLE_WEIRD_SERVER_REPLY, 0), -EBADMSG);
@@ -426,6 +432,133 @@ static void faults_body(env *v)
 TEST(faults_give_their_codes_and_deadlines_hold)
 {
     ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, faults_body, NULL), 0);
+}
+
+/* A bad URL is only -EINVAL; why is libcurl's to say, as weft_curl.h
+ * shows: its CURLcode, its sentence in CURLOPT_ERRORBUFFER (for a
+ * malformed URL from libcurl 8.1.1 on), and its URL parser's code. */
+static int bad_url_reason(void *arg)
+{
+    (void)arg;
+    const char *bad = "http://127.0.0.1:99999/";
+    CURL *e = curl_easy_init();
+    char why[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, why);
+    CURLcode code;
+    curl_easy_setopt(e, CURLOPT_URL, bad);
+    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(code, CURLE_URL_MALFORMAT);
+    ASSERT(strstr(curl_easy_strerror(code), "URL") != NULL);
+    if (curl_version_info(CURLVERSION_NOW)->version_num >= 0x080101)
+        ASSERT(strstr(why, "Port number") != NULL);
+    CURLU *u = curl_url();
+    CURLUcode uc = curl_url_set(u, CURLUPART_URL, bad, 0);
+    ASSERT_EQ(uc, CURLUE_BAD_PORT_NUMBER);
+    ASSERT(strstr(curl_url_strerror(uc), "Port number") != NULL);
+    curl_url_cleanup(u);
+    /* A protocol libcurl does not know: named in the sentence. */
+    curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
+    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
+    ASSERT(strstr(why, "\"nosuch\" not supported") != NULL);
+    /* Emptied when the next transfer starts. */
+    curl_easy_setopt(e, CURLOPT_URL, "http://127.0.0.1:1/");
+    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -ECONNREFUSED);
+    ASSERT(strstr(why, "nosuch") == NULL);
+    curl_easy_cleanup(e);
+    return 0;
+}
+
+TEST(a_bad_urls_reason_is_libcurls)
+{
+    ASSERT_EQ(t_run_mono(1, bad_url_reason, NULL), 0);
+}
+
+/* Answers that are not HTTP: -EBADMSG, each with libcurl's own code;
+ * a URL libcurl refuses stays -EINVAL. */
+static void not_http_body(env *v)
+{
+    weft_time dl = weft_now() + 60 * WEFT_SEC;
+    resp r = get(NULL, v->base, "/garbage", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    ASSERT_EQ(r.code, CURLE_UNSUPPORTED_PROTOCOL); /* libcurl's word */
+    r = get(NULL, v->base, "/binary", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    ASSERT_EQ(r.code, CURLE_UNSUPPORTED_PROTOCOL);
+    r = get(NULL, v->base, "/bad_chunk", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    ASSERT_EQ(r.code, CURLE_RECV_ERROR);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.bytes, 16); /* the good chunk came */
+    /* The same handle, after each: still told apart. */
+    CURL *e = curl_easy_init();
+    r = get(e, v->base, "/binary", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    r = get(e, v->base, "/ok", dl);
+    ASSERT_EQ(r.rc, 0);
+    r = get(e, v->base, "/garbage", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    r = get(e, v->base, "/bad_chunk", dl);
+    ASSERT_EQ(r.rc, -EBADMSG);
+    /* A scheme libcurl does not speak: no request, -EINVAL. */
+    CURLcode code;
+    curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
+    ASSERT_EQ(weft_curl_perform_code(e, dl, &code), -EINVAL);
+    ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
+    curl_easy_cleanup(e);
+    fault_server_stats st = stats_of(v);
+    ASSERT_EQ(st.by_kind[FAULT_GARBAGE], 2);
+    ASSERT_EQ(st.by_kind[FAULT_BINARY], 2);
+    ASSERT_EQ(st.by_kind[FAULT_BAD_CHUNK], 2);
+}
+
+TEST(replies_that_are_not_http_are_ebadmsg)
+{
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, not_http_body, NULL), 0);
+}
+
+/* Out of descriptors: the process's problem, -EMFILE, not the server's
+ * (-ECONNREFUSED); with descriptors free again, the next request works. */
+static void emfile_body(env *v)
+{
+    weft_time dl = weft_now() + 60 * WEFT_SEC;
+    CURL *e = curl_easy_init();
+    /* No connection kept for the next time: it needs a new socket. */
+    curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    resp r = get(e, v->base, "/ok", dl); /* the worker's multi is made */
+    ASSERT_EQ(r.rc, 0);
+    struct rlimit was, low;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+    low = was;
+    low.rlim_cur = (rlim_t)open_fds() + 64;
+    if (low.rlim_cur > was.rlim_cur)
+        low.rlim_cur = was.rlim_cur;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[1024], n = 0;
+    while (n < 1024 && (fds[n] = dup(0)) >= 0)
+        n++;
+    ASSERT(n < 1024);
+    ASSERT_EQ(errno, EMFILE);
+    r = get(e, v->base, "/ok", dl);
+    /* A name: the resolver needs descriptors too (/etc/hosts, a socket
+     * to the name server). */
+    resp named = get(e, "http://weft-test.invalid", "/", dl);
+    while (n > 0)
+        close(fds[--n]);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+    ASSERT_EQ(r.rc, -EMFILE);
+    ASSERT_EQ(r.code, CURLE_COULDNT_CONNECT);
+    ASSERT_EQ(named.rc, -EMFILE);
+    r = get(e, v->base, "/ok", dl);
+    ASSERT_EQ(r.rc, 0);
+    ASSERT_EQ(r.status, 200);
+    curl_easy_cleanup(e);
+    ASSERT_EQ(stats_of(v).by_kind[FAULT_OK], 2);
+}
+
+TEST(out_of_descriptors_is_emfile)
+{
+    ASSERT_EQ(run_with_server(1, WEFT_CLOCK_VIRTUAL, emfile_body, NULL), 0);
 }
 
 static int refused_and_unresolved(void *arg)

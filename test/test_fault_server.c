@@ -472,6 +472,54 @@ TEST(chunked)
     with_server(chunked);
 }
 
+/* Reads until the server closes: what it sent is in c->buf. */
+static void read_to_end(client *c)
+{
+    ptrdiff_t n;
+    while ((n = fill(c, DL)) > 0)
+        ;
+    ASSERT_EQ(n, 0);
+}
+
+/* The answers that are not HTTP: exactly their bytes, then the end. */
+static void not_http(fault_server *f)
+{
+    client *c = connect_to(f);
+    get(c, "/garbage");
+    read_to_end(c);
+    const char *g = "HTTP/1.1 abc Garbage\r\nContent-Length: 3\r\n\r\nok\n";
+    ASSERT_EQ(c->have, strlen(g));
+    ASSERT(!memcmp(c->buf, g, c->have));
+    client_close(c);
+
+    c = connect_to(f);
+    get(c, "/binary");
+    read_to_end(c);
+    ASSERT_EQ(c->have, 1024);
+    for (int i = 0; i < 1024; i++)
+        ASSERT_EQ((unsigned char)c->buf[i], i & 0xff);
+    client_close(c);
+
+    /* A good head and a good first chunk, then a size that is not hex. */
+    c = connect_to(f);
+    get(c, "/bad_chunk");
+    read_to_end(c);
+    const char *head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                       "Content-Type: application/octet-stream\r\n\r\n";
+    const char *body = "10\r\nabcdefghijklmnop\r\nzz\r\n";
+    ASSERT_EQ(c->have, strlen(head) + strlen(body));
+    ASSERT(!memcmp(c->buf, head, strlen(head)));
+    ASSERT(!memcmp(c->buf + strlen(head), body, strlen(body)));
+    client_close(c);
+    ASSERT_EQ(stats(f).by_kind[FAULT_GARBAGE], 1);
+    ASSERT_EQ(stats(f).by_kind[FAULT_BINARY], 1);
+    ASSERT_EQ(stats(f).by_kind[FAULT_BAD_CHUNK], 1);
+}
+TEST(not_http)
+{
+    with_server(not_http);
+}
+
 static void echo(fault_server *f)
 {
     client *c = connect_to(f);

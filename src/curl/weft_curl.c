@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct xfer {
@@ -81,10 +82,12 @@ int weft_curl_error(CURLcode code, long os_errno)
         return -ENOENT;
     case CURLE_COULDNT_CONNECT:
         /* libcurl says "could not connect" for all of them; the socket's
-         * error tells a refusal from an unreachable network. */
+         * error tells a refusal from an unreachable network, and from a
+         * process out of descriptors. */
         if (os_errno == ENETUNREACH || os_errno == EHOSTUNREACH ||
             os_errno == ENETDOWN || os_errno == EHOSTDOWN ||
-            os_errno == ETIMEDOUT || os_errno == EADDRNOTAVAIL)
+            os_errno == ETIMEDOUT || os_errno == EADDRNOTAVAIL ||
+            os_errno == EMFILE || os_errno == ENFILE)
             return -(int)os_errno;
         return -ECONNREFUSED;
     case CURLE_SSL_CONNECT_ERROR:
@@ -104,6 +107,9 @@ int weft_curl_error(CURLcode code, long os_errno)
     case CURLE_SSL_INVALIDCERTSTATUS:
         return -EKEYREJECTED;
     case CURLE_RECV_ERROR:
+        /* A receive that failed (the socket's error) or bytes that libcurl
+         * could not decode (a bad chunk size: no system error). */
+        return os_errno ? -ECONNRESET : -EBADMSG;
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING:
         return -ECONNRESET;
@@ -149,6 +155,55 @@ static int multi_error(CURLMcode mc)
     default:
         return -EIO;
     }
+}
+
+/* The process is out of descriptors (or the system is): -EMFILE or
+ * -ENFILE, else 0. libcurl says only "could not connect" when its
+ * socket() fails (or "could not resolve" when the resolver could not open
+ * its files and sockets), and leaves CURLINFO_OS_ERRNO as it was, so the
+ * question is asked again here, right after. */
+static int out_of_descriptors(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EMFILE || errno == ENFILE ? -errno : 0;
+}
+
+/* weft_curl_error for the transfer easy just ended with code, told apart
+ * with what the handle knows. */
+static int transfer_error(CURL *easy, CURLcode code)
+{
+    long os_errno = 0, sent = 0, status = 0;
+    switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT: {
+        int err = out_of_descriptors();
+        if (err)
+            return err;
+        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+        break;
+    }
+    case CURLE_RECV_ERROR:
+        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+        break;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        /* Also libcurl's word for an answer that does not start with an
+         * HTTP status line (HTTP/0.9, which it refuses): a request went
+         * out, and no status came back. A redirect to a protocol it will
+         * not follow has a status (3xx) and stays -EINVAL. */
+        curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent);
+        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+        if (sent > 0 && status == 0)
+            return -EBADMSG;
+        break;
+    default:
+        break;
+    }
+    return weft_curl_error(code, os_errno);
 }
 
 /* ---- libcurl's callbacks: where to watch, when to call back ---- */
@@ -523,10 +578,7 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
     *code = x.code;
     if (rc < 0)
         return rc;
-    long os_errno = 0;
-    if (x.code == CURLE_COULDNT_CONNECT)
-        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
-    return weft_curl_error(x.code, os_errno);
+    return transfer_error(easy, x.code);
 }
 
 int weft_curl_perform(CURL *easy, weft_time deadline)
