@@ -2042,12 +2042,18 @@ WEFT_EXTERN size_t weft_actor_queued(const weft_actor *a);
  * as a WEFT_MSG_DOWN message that takes no mailbox slot (it is set aside
  * when the monitor is made, so it is never refused or lost, and it comes
  * before queued messages). If target has already exited it is told at
- * once. Returns the monitor's id (> 0), or -EINVAL, -ESRCH (the watcher has
- * exited), -ENOMEM. Any task; never blocks. */
+ * once. Returns the monitor's id (> 0, unique in the process), or -EINVAL,
+ * -ESRCH (the watcher has exited), -ENOMEM. O(1) however many monitors
+ * target has (their index grows as they do). Any task; never blocks. */
 WEFT_EXTERN long weft_actor_monitor(weft_actor *target, weft_actor *watcher);
 
-/* Removes a monitor that has not fired. Returns 0, -ENOENT (it fired
- * already, or no such id), -EINVAL. Never blocks. */
+/* Removes the monitor of that id from target if it has not fired: then no
+ * DOWN for it ever comes. O(1) however many monitors target has. Returns
+ * 0; -ENOENT if it has fired (its DOWN is delivered, or on its way, once),
+ * was removed already, or is not one of target's (another actor's id, or
+ * none ever made); -EINVAL (target NULL, monitor <= 0). Against an exit of
+ * target at the same moment on another worker, exactly one wins: 0 and no
+ * DOWN, or -ENOENT and the DOWN. Any thread; never blocks. */
 WEFT_EXTERN int weft_actor_demonitor(weft_actor *target, long monitor);
 
 /* A monitor as a future: *out is set to a new future of an int, resolved
