@@ -1095,6 +1095,90 @@ TEST(demonitor_races_exit)
     ASSERT_EQ(t_run_mono(2, demonitor_race_main, NULL), 0);
 }
 
+/* ---- what a supervisor's restart of an actor keeps ---- */
+
+/* The actor's state memory (opts.state) is kept as the failed life left
+ * it, and on_start runs again; the registered name moves to the new
+ * actor, and a name registered by hand is gone; the mailbox, the old
+ * handle and the monitors on the old actor are not carried over. */
+static int restart_keeps_main(void *arg)
+{
+    (void)arg;
+    box b = {0}, bw = {0};
+    weft_actor_opts o = box_opts(&b, 4);
+    o.register_as = "kept";
+    weft_child_spec spec = {.name = "kept",
+                            .actor = &o,
+                            .restart = WEFT_PERMANENT,
+                            .shutdown_ns = WEFT_SEC};
+    weft_sup_opts so = {
+        .strategy = WEFT_ONE_FOR_ONE, .intensity = 5, .period_ns = WEFT_SEC};
+    weft_sup *sup;
+    ASSERT_EQ(weft_sup_spawn(NULL, &so, &spec, 1, &sup), 0);
+    weft_actor *w = spawn_box(&bw, 2);
+    settle();
+    weft_actor *a1 = weft_whereis("kept");
+    ASSERT(a1 != NULL);
+    ASSERT_EQ(weft_register("extra", a1), 0);
+    long id = weft_actor_monitor(a1, w);
+    ASSERT(id > 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    long v = 0;
+    ASSERT_EQ(ask_op(a1, OP_GET, 0, &v, WEFT_NEVER), 0);
+    ASSERT_EQ(v, 2);
+    /* Held at the gate with a failure and two increments queued behind. */
+    ASSERT_EQ(tell_op(a1, OP_GATE, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_FAIL, -EIO), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(weft_event_set(&b.gate), 0);
+    int st = 0;
+    ASSERT_EQ(weft_actor_wait(a1, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, -EIO);
+    weft_actor *a2;
+    while ((a2 = weft_whereis("kept")) == NULL || a2 == a1) {
+        if (a2)
+            ASSERT_EQ(weft_actor_unref(a2), 0);
+        settle();
+    }
+    ASSERT_EQ(b.starts, 2); /* on_start again, on the same state */
+    ASSERT_EQ(b.stops, 1);
+    ASSERT_EQ(b.stop_status, -EIO);
+    /* The state as the first life left it: the increments queued behind
+     * the failure were dropped with its mailbox, not handled. */
+    ASSERT_EQ(ask_op(a2, OP_GET, 0, &v, WEFT_NEVER), 0);
+    ASSERT_EQ(v, 2);
+    ASSERT_EQ(weft_actor_queued(a2), 0);
+    ASSERT(weft_whereis("extra") == NULL);
+    /* The old handle refuses; its monitor fired once, at its exit. */
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), -ESRCH);
+    ASSERT_EQ(weft_actor_demonitor(a1, id), -ENOENT);
+    ASSERT_EQ(ask_op(w, OP_GET, 0, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(bw.downs, 1);
+    ASSERT_EQ(bw.down_id, id);
+    ASSERT_EQ(bw.down_status, -EIO);
+    /* Nothing watches the new life: its exit tells w nothing. */
+    ASSERT_EQ(weft_sup_stop(sup), 0);
+    ASSERT_EQ(weft_sup_wait(sup, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(weft_sup_free(sup), 0);
+    ASSERT_EQ(weft_actor_wait(a2, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(ask_op(w, OP_GET, 0, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(bw.downs, 1);
+    ASSERT(weft_whereis("kept") == NULL);
+    ASSERT_EQ(weft_actor_unref(a1), 0);
+    ASSERT_EQ(weft_actor_unref(a2), 0);
+    end_actor(w, WEFT_STOP_NOW);
+    return 0;
+}
+
+TEST(restart_keeps_state_not_mailbox)
+{
+    ASSERT_EQ(t_run_virtual(1, restart_keeps_main, NULL), 0);
+}
+
 /* ---- the registry ---- */
 
 static int registry_main(void *arg)
