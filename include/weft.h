@@ -660,8 +660,14 @@ WEFT_EXTERN int weft_sleep_until(weft_time t);
 typedef struct weft_chan weft_chan;
 
 /* Creates a channel of values of elem_size bytes (1 to 65536) with room for
- * capacity buffered values (0: rendezvous). Returns 0 and sets *out, or
- * -EINVAL, -ENOMEM. Any thread; never blocks. */
+ * capacity buffered values (0: rendezvous). The buffer is allocated here,
+ * all of it: capacity * elem_size bytes, besides about 100 bytes for the
+ * channel, so a channel's memory is what its capacity says from the start,
+ * whether or not it ever fills (10^6 slots of int64_t: 8 MB now), and no
+ * send allocates. Returns 0 and sets *out, or -EINVAL (out NULL, elem_size
+ * out of range, capacity * elem_size more than half the address space),
+ * -ENOMEM (the channel or its buffer could not be allocated: nothing was
+ * made). Any thread; never blocks. */
 WEFT_EXTERN int weft_chan_new(weft_chan **out, size_t elem_size,
                               size_t capacity);
 
@@ -2042,12 +2048,18 @@ WEFT_EXTERN size_t weft_actor_queued(const weft_actor *a);
  * as a WEFT_MSG_DOWN message that takes no mailbox slot (it is set aside
  * when the monitor is made, so it is never refused or lost, and it comes
  * before queued messages). If target has already exited it is told at
- * once. Returns the monitor's id (> 0), or -EINVAL, -ESRCH (the watcher has
- * exited), -ENOMEM. Any task; never blocks. */
+ * once. Returns the monitor's id (> 0, unique in the process), or -EINVAL,
+ * -ESRCH (the watcher has exited), -ENOMEM. O(1) however many monitors
+ * target has (their index grows as they do). Any task; never blocks. */
 WEFT_EXTERN long weft_actor_monitor(weft_actor *target, weft_actor *watcher);
 
-/* Removes a monitor that has not fired. Returns 0, -ENOENT (it fired
- * already, or no such id), -EINVAL. Never blocks. */
+/* Removes the monitor of that id from target if it has not fired: then no
+ * DOWN for it ever comes. O(1) however many monitors target has. Returns
+ * 0; -ENOENT if it has fired (its DOWN is delivered, or on its way, once),
+ * was removed already, or is not one of target's (another actor's id, or
+ * none ever made); -EINVAL (target NULL, monitor <= 0). Against an exit of
+ * target at the same moment on another worker, exactly one wins: 0 and no
+ * DOWN, or -ENOENT and the DOWN. Any thread; never blocks. */
 WEFT_EXTERN int weft_actor_demonitor(weft_actor *target, long monitor);
 
 /* A monitor as a future: *out is set to a new future of an int, resolved
@@ -2092,6 +2104,29 @@ WEFT_EXTERN int weft_unregister(const char *name);
  * with WEFT_STOP_DRAIN) and it has shutdown_ns to exit, after which it is
  * cancelled; WEFT_SHUTDOWN_BRUTAL cancels it at once. A supervisor stops
  * its children in reverse start order, one after the other.
+ *
+ * A restart starts the child afresh from its spec: start(arg) is called
+ * again on a new task, or a new actor is made from the same
+ * weft_actor_opts, and its on_start runs again. weft carries nothing of
+ * the failed run over but the memory the spec points at: arg, and an
+ * actor's opts.state, are the same pointers, and what they point at is
+ * as the failed run left it (maybe half updated: reset it in on_start,
+ * as OTP's init builds a fresh state, if a restart should begin clean).
+ * For an actor child, the rest goes with the old actor:
+ * - the mailbox: tells still queued are dropped, asks queued or
+ *   unanswered fail with -ESRCH; the new actor starts empty;
+ * - the handle: the new actor is another weft_actor; references to the
+ *   old one stay safe and their calls return -ESRCH;
+ * - names: the old actor's are released at its exit; register_as is
+ *   taken again by the new actor before its first message (weft_whereis
+ *   finds it, and NULL in between), names given with weft_register are
+ *   not;
+ * - monitors: those on the old actor fire at its exit, with its status,
+ *   and none moves to the new one (monitor it again); DOWNs the old actor
+ *   had not handled are dropped, and so are its monitors of other actors
+ *   when they fire.
+ * There are no links (Erlang's link): a child's exit is seen by its
+ * supervisor, and by other actors only through monitors.
  * ---------------------------------------------------------------------- */
 
 typedef struct weft_sup weft_sup;

@@ -41,17 +41,23 @@
  * above flows into it. The loop looks at the stop and the cancel before
  * each message, so an actor that is never idle still stops.
  *
- * Monitors: a record made by weft_actor_monitor, on the target's list
- * until it exits. The exit moves each to its watcher's list of DOWNs
- * (taking no slot, so it is never refused), which the loop handles before
- * the ring; a watcher that has stopped drops it. A monitor future is
- * resolved with the status instead.
+ * Monitors: a record made by weft_actor_monitor, on the target's
+ * monitors (struct weft__monitors: a list in the order made, and a hash
+ * table by id) until it exits or weft_actor_demonitor finds it by its id
+ * in the table and unlinks it, both O(1). The exit takes the whole list
+ * at once under the target's lock, so a record is either removed by a
+ * demonitor (which returns 0, and no DOWN comes) or fired (and demonitor
+ * says -ENOENT), never both. Firing moves each record to its watcher's
+ * list of DOWNs (taking no slot, so it is never refused), which the loop
+ * handles before the ring; a watcher that has stopped drops it. A monitor
+ * future is resolved with the status instead.
  *
  * Lock order: the registry, then an actor; never two actors at once (a
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
 #include "actor.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,8 +78,11 @@ typedef struct weft__ask {
 } weft__ask;
 
 typedef struct weft__monitor {
-    struct weft__monitor *next;
-    long id;
+    /* On the target (its lock): next and prev in the order made, hnext in
+     * its id's chain of the table. Fired at a watcher: next in its list
+     * of DOWNs (the watcher's lock). */
+    struct weft__monitor *next, *prev, *hnext;
+    long id;             /* > 0, unique in the process */
     weft_actor *watcher; /* a reference; NULL for a future */
     weft_future *fut;    /* a reference; NULL for a DOWN message */
     weft_actor *target;  /* once fired: a reference, for the DOWN */
@@ -240,6 +249,8 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
     a->rt = rt;
     a->o = *o;
     a->downs_end = &a->downs;
+    a->mons.buckets = &a->mons.one;
+    a->mons.nbuckets = 1;
     a->buf = (unsigned char *)a + head;
     a->ring = a->buf + msg;
     return a;
@@ -277,6 +288,7 @@ static bool actor_stopped(weft_actor *a)
 }
 
 static void monitor_fire(weft__monitor *m, weft_actor *target, int status);
+static weft__monitor **mons_take(weft__monitors *ms, weft__monitor **list);
 
 static void downs_free(weft__monitor *d)
 {
@@ -297,8 +309,8 @@ static void actor_exited(weft_actor *a, int status)
     weft__lock_acquire(&a->lock);
     a->life = WEFT__A_EXITED;
     a->status = status;
-    weft__monitor *mons = a->monitors, *downs = a->downs;
-    a->monitors = NULL;
+    weft__monitor *mons, *downs = a->downs;
+    weft__monitor **table = mons_take(&a->mons, &mons);
     a->downs = NULL;
     a->downs_end = &a->downs;
     weft__waiter *w;
@@ -306,19 +318,12 @@ static void actor_exited(weft_actor *a, int status)
         weft__chain_add(&waiters, w);
     weft__lock_release(&a->lock);
     weft__wake_chain(waiters.head, 0);
+    free(table);
     downs_free(downs);
-    /* In the order they were made (the list is newest first). */
-    weft__monitor *rev = NULL;
-    while (mons) {
+    while (mons) { /* in the order they were made */
         weft__monitor *next = mons->next;
-        mons->next = rev;
-        rev = mons;
+        monitor_fire(mons, a, status);
         mons = next;
-    }
-    while (rev) {
-        weft__monitor *next = rev->next;
-        monitor_fire(rev, a, status);
-        rev = next;
     }
 }
 
@@ -868,20 +873,145 @@ static void monitor_fire(weft__monitor *m, weft_actor *target, int status)
     weft_actor_unref(w);
 }
 
-/* Puts m on target's list, or fires it now if target has exited. */
+/* ---- an actor's monitors: a list in the order made, a table by id ---- */
+
+#define MONS_MIN 8 /* the smallest table allocated */
+
+static inline size_t mons_bucket(const weft__monitors *ms, long id)
+{
+    /* Fibonacci hashing, the product's top bits: ids come from one counter
+     * for all actors, so one actor's may be consecutive or spaced by any
+     * stride, and these bits spread both evenly. */
+    if (ms->nbuckets == 1)
+        return 0;
+    uint64_t h = (uint64_t)id * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> (64 - __builtin_ctzll(ms->nbuckets)));
+}
+
+/* Appends m (lock held). */
+static void mons_link(weft__monitors *ms, weft__monitor *m)
+{
+    m->next = NULL;
+    m->prev = ms->tail;
+    if (ms->tail)
+        ms->tail->next = m;
+    else
+        ms->head = m;
+    ms->tail = m;
+    weft__monitor **b = &ms->buckets[mons_bucket(ms, m->id)];
+    m->hnext = *b;
+    *b = m;
+    ms->count++;
+}
+
+/* Finds the record of id and unlinks it (lock held); NULL if none. */
+static weft__monitor *mons_unlink(weft__monitors *ms, long id)
+{
+    weft__monitor **p = &ms->buckets[mons_bucket(ms, id)];
+    for (; *p; p = &(*p)->hnext) {
+        ms->probes++;
+        if ((*p)->id == id)
+            break;
+    }
+    weft__monitor *m = *p;
+    if (!m)
+        return NULL;
+    *p = m->hnext;
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        ms->head = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    else
+        ms->tail = m->prev;
+    ms->count--;
+    return m;
+}
+
+/* Empties ms (lock held): *list gets every record, oldest first, linked
+ * by next; returns the table to free after unlocking (NULL: inline). */
+static weft__monitor **mons_take(weft__monitors *ms, weft__monitor **list)
+{
+    weft__monitor **table = ms->buckets == &ms->one ? NULL : ms->buckets;
+    *list = ms->head;
+    ms->head = ms->tail = NULL;
+    ms->one = NULL;
+    ms->buckets = &ms->one;
+    ms->nbuckets = 1;
+    ms->count = 0;
+    return table;
+}
+
+/* The table size that suits ms's count, or 0 if its own does: up to 2
+ * records a chain, at least one in 8 buckets used once it has grown. */
+static size_t mons_want(const weft__monitors *ms)
+{
+    if (ms->count >= 2 * ms->nbuckets)
+        return ms->nbuckets < MONS_MIN ? MONS_MIN : 2 * ms->nbuckets;
+    if (ms->nbuckets > MONS_MIN && ms->count < ms->nbuckets / 8)
+        return ms->nbuckets / 2;
+    return 0;
+}
+
+/* Gives a's monitors a table of `want` buckets, allocated without the
+ * lock, unless their count has moved on meanwhile (another call resized
+ * it, or the exit took them). Without memory the table stays as it is:
+ * longer chains, or more buckets than needed, never a record lost. The
+ * rehash is O(count) under the lock, once per doubling or halving, so
+ * O(1) a call amortised. */
+static void mons_resize(weft_actor *a, size_t want)
+{
+    weft__monitor **b = calloc(want, sizeof(*b));
+    if (!b)
+        return;
+    weft__monitors *ms = &a->mons;
+    weft__monitor **old = NULL;
+    weft__lock_acquire(&a->lock);
+    if (mons_want(ms) == want) {
+        old = ms->buckets == &ms->one ? NULL : ms->buckets;
+        ms->one = NULL;
+        ms->buckets = b;
+        ms->nbuckets = want;
+        for (weft__monitor *m = ms->head; m; m = m->next) {
+            weft__monitor **h = &b[mons_bucket(ms, m->id)];
+            m->hnext = *h;
+            *h = m;
+        }
+        b = NULL;
+    }
+    weft__lock_release(&a->lock);
+    free(b);
+    free(old);
+}
+
+/* A new monitor id: process-wide, > 0 (after LONG_MAX of them it starts
+ * again at 1). */
+static inline long monitor_id(void)
+{
+    unsigned long n = (unsigned long)add_rlx(&monitor_ids, 1) + 1;
+    long id = (long)(n & (unsigned long)LONG_MAX);
+    return id ? id : 1;
+}
+
+/* Puts m on target's monitors, or fires it now if target has exited;
+ * returns its id. */
 static long monitor_add(weft_actor *target, weft__monitor *m)
 {
-    long id = m->id = add_rlx(&monitor_ids, 1) + 1;
+    long id = m->id = monitor_id();
     weft__lock_acquire(&target->lock);
     bool gone = target->life == WEFT__A_EXITED;
     int status = target->status;
+    size_t want = 0;
     if (!gone) {
-        m->next = target->monitors;
-        target->monitors = m;
+        mons_link(&target->mons, m);
+        want = mons_want(&target->mons);
     }
     weft__lock_release(&target->lock);
     if (gone)
         monitor_fire(m, target, status);
+    else if (WEFT_UNLIKELY(want))
+        mons_resize(target, want);
     return id;
 }
 
@@ -925,15 +1055,13 @@ int weft_actor_demonitor(weft_actor *target, long monitor)
     if (!actor_ok(target) || monitor <= 0)
         return -EINVAL;
     weft__lock_acquire(&target->lock);
-    weft__monitor **p = &target->monitors;
-    while (*p && (*p)->id != monitor)
-        p = &(*p)->next;
-    weft__monitor *m = *p;
-    if (m)
-        *p = m->next;
+    weft__monitor *m = mons_unlink(&target->mons, monitor);
+    size_t want = m ? mons_want(&target->mons) : 0;
     weft__lock_release(&target->lock);
     if (!m)
         return -ENOENT;
+    if (WEFT_UNLIKELY(want))
+        mons_resize(target, want);
     if (m->fut)
         weft_future_unref(m->fut);
     else

@@ -27,6 +27,26 @@ struct weft__ask;
 struct weft__monitor;
 struct weft__name;
 
+/* The monitors on one actor, under its lock. Each record is on a list in
+ * the order made (the exit fires them in that order) and on a chain of a
+ * hash table by id, which is how weft_actor_demonitor finds it without a
+ * search: monitor and demonitor cost O(1) however many there are. The
+ * table is only an index: one inline bucket to begin with, then doubled
+ * or halved (allocated out of the lock) to keep at most 2 records a chain
+ * on average, and any size, a failed allocation's included, still finds
+ * every record. */
+typedef struct weft__monitors {
+    struct weft__monitor *head, *tail; /* oldest first (next, prev) */
+    struct weft__monitor **buckets;    /* nbuckets chains (hnext), or &one */
+    struct weft__monitor *one;         /* the bucket while nbuckets is 1 */
+    size_t nbuckets;                   /* a power of two */
+    size_t count;                      /* records on the list */
+    /* Records demonitor compared with the ids it looked for, in all: a
+     * test reads it to show that a call looks at one or two, however
+     * many there are. */
+    unsigned long probes;
+} weft__monitors;
+
 struct weft_actor {
     uint32_t magic;   /* WEFT__ACTOR_MAGIC while referenced */
     weft__lock lock;  /* guards what is marked "lock" */
@@ -53,7 +73,6 @@ struct weft_actor {
                                        * (NULL: a tell, or the asker gave up) */
     weft__waitq sendq;                /* tells and asks waiting for room */
     weft__waitq exitq;                /* weft_actor_wait */
-    struct weft__monitor *monitors;   /* on this actor, to fire at exit */
     struct weft__monitor *downs;      /* fired at this watcher, unhandled */
     struct weft__monitor **downs_end; /* where the next one goes */
     weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
@@ -63,6 +82,8 @@ struct weft_actor {
     struct weft__name *names;
     unsigned char *buf;  /* the message being handled (msg_size bytes) */
     unsigned char *ring; /* cap * slot_size bytes */
+    /* lock, and last: cold, out of the way of the fields above */
+    weft__monitors mons; /* on this actor, to fire at exit */
 };
 
 static inline bool weft__actor_ok(const weft_actor *a)

@@ -5,6 +5,7 @@
  * the exit, monitors, the registry, a million tells across two workers,
  * misuse.
  */
+#include <limits.h>
 #include <pthread.h>
 
 #include "t.h"
@@ -873,6 +874,309 @@ static int monitor_main(void *arg)
 TEST(monitors)
 {
     ASSERT_EQ(t_run_virtual(1, monitor_main, NULL), 0);
+}
+
+/* ---- many monitors on one actor ---- */
+
+/* A watcher that tallies its DOWNs by monitor id, to show that every
+ * monitor either fired once or was removed, never both. The ids the test
+ * made are first .. first + n - 1 (one task makes them in a row). */
+typedef struct tally {
+    long first, n;
+    unsigned char *seen; /* DOWNs per id */
+    long downs;
+    long stray;    /* DOWNs of ids outside the range */
+    long disorder; /* DOWNs not in the order the monitors were made */
+    long last;     /* the last DOWN's id */
+    int status;    /* the last DOWN's exit status */
+} tally;
+
+static int tally_fn(void *st, weft_actor_msg *m)
+{
+    tally *t = st;
+    if (m->kind != WEFT_MSG_DOWN)
+        return 0;
+    t->downs++;
+    t->status = m->down_status;
+    long i = m->monitor - t->first;
+    if (i < 0 || i >= t->n) {
+        t->stray++;
+        return 0;
+    }
+    t->seen[i]++;
+    if (m->monitor <= t->last)
+        t->disorder++;
+    t->last = m->monitor;
+    return 0;
+}
+
+static weft_actor *spawn_tally(tally *t, int worker)
+{
+    weft_actor_opts o = {.fn = tally_fn,
+                         .state = t,
+                         .msg_size = sizeof(long),
+                         .capacity = 1,
+                         .name = "tally",
+                         .worker = worker};
+    weft_actor *a = NULL;
+    ASSERT_EQ(weft_actor_spawn(NULL, &o, &a), 0);
+    return a;
+}
+
+/* n monitors of w on target, made in a row: the first id (the others
+ * follow it one by one). */
+static long monitor_many(weft_actor *target, weft_actor *w, long n)
+{
+    long first = weft_actor_monitor(target, w);
+    ASSERT(first > 0);
+    for (long i = 1; i < n; i++)
+        ASSERT_EQ(weft_actor_monitor(target, w), first + i);
+    return first;
+}
+
+/* Every 997th monitor is kept, to fire. */
+#define KEPT(i) ((i) % 997 == 0)
+
+static int demonitor_many_main(void *arg)
+{
+    (void)arg;
+    long n = T_SCALE(100000);
+    box bt = {0}, bo = {0};
+    tally t = {.n = n, .seen = calloc((size_t)n, 1)};
+    ASSERT(t.seen != NULL);
+    weft_actor *target = spawn_box(&bt, 2);
+    weft_actor *other = spawn_box(&bo, 2);
+    weft_actor *w = spawn_tally(&t, 0);
+    t.first = monitor_many(target, w, n);
+    /* Removed in the order they were made, each at once (a search of the
+     * target's list made this quadratic: minutes for 100,000). */
+    long kept = 0;
+    for (long i = 0; i < n; i++) {
+        if (KEPT(i))
+            kept++;
+        else
+            ASSERT_EQ(weft_actor_demonitor(target, t.first + i), 0);
+    }
+    for (long i = 0; i < n; i++)
+        if (!KEPT(i))
+            ASSERT_EQ(weft_actor_demonitor(target, t.first + i), -ENOENT);
+    /* Each call looked at a record or two, not at the whole list (n * n / 2
+     * records in all), and the table shrank with the count. */
+    weft__lock_acquire(&target->lock);
+    unsigned long probes = target->mons.probes;
+    size_t count = target->mons.count, nbuckets = target->mons.nbuckets;
+    weft__lock_release(&target->lock);
+    ASSERT(probes <= 2 * (unsigned long)n);
+    ASSERT_EQ(count, kept);
+    ASSERT(nbuckets <= 16 * count + 8);
+    /* An id of another actor's monitor, an id never made, bad ids. */
+    long mo = weft_actor_monitor(other, w);
+    ASSERT(mo > t.first + n - 1);
+    ASSERT_EQ(weft_actor_demonitor(target, mo), -ENOENT);
+    ASSERT_EQ(weft_actor_demonitor(other, t.first), -ENOENT);
+    ASSERT_EQ(weft_actor_demonitor(other, mo), 0);
+    ASSERT_EQ(weft_actor_demonitor(target, LONG_MAX), -ENOENT);
+    ASSERT_EQ(weft_actor_demonitor(target, 0), -EINVAL);
+    ASSERT_EQ(weft_actor_demonitor(target, -t.first), -EINVAL);
+    ASSERT_EQ(weft_actor_demonitor(target, LONG_MIN), -EINVAL);
+    ASSERT_EQ(weft_actor_demonitor(NULL, t.first), -EINVAL);
+    /* The target exits: the kept monitors fire, once each and in the
+     * order made; demonitoring them is now -ENOENT. */
+    ASSERT_EQ(weft_actor_stop(target, WEFT_STOP_NOW), 0);
+    ASSERT_EQ(weft_actor_wait(target, NULL, WEFT_NEVER), 0);
+    for (long i = 0; i < n; i += 997)
+        ASSERT_EQ(weft_actor_demonitor(target, t.first + i), -ENOENT);
+    end_actor(w, WEFT_STOP_DRAIN); /* handles the DOWNs first */
+    ASSERT_EQ(t.downs, kept);
+    ASSERT_EQ(t.stray, 0);
+    ASSERT_EQ(t.disorder, 0);
+    ASSERT_EQ(t.status, -ECANCELED);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t.seen[i], KEPT(i));
+    ASSERT_EQ(weft_actor_unref(target), 0);
+    end_actor(other, WEFT_STOP_NOW);
+    free(t.seen);
+    return 0;
+}
+
+TEST(demonitor_100k)
+{
+    ASSERT_EQ(t_run_virtual(1, demonitor_many_main, NULL), 0);
+}
+
+/* Demonitors racing the target's exit on another worker: every monitor
+ * is either removed (demonitor returns 0, and no DOWN for it ever comes)
+ * or fires once (demonitor returns -ENOENT), never both, never neither.
+ * Part way (a seeded point), the demonitoring task has a task spinning on
+ * the target's worker stop it, and the target exits there while the rest
+ * are demonitored (a stop from the other worker would wake the target
+ * later, often after the last demonitor). How many are removed depends on
+ * the timing; that each is removed or fired, once, does not. */
+typedef struct race {
+    weft_actor *target, *w;
+    tally *t;
+    unsigned char *removed;
+    uint64_t seed;
+    weft_event made;      /* the monitors are made */
+    atomic_bool spinning; /* race_stop looks at stop */
+    atomic_bool stop;     /* time to stop the target */
+} race;
+
+/* On the target's worker: stops it when told to. */
+static int race_stop(void *arg)
+{
+    race *r = arg;
+    ASSERT_EQ(weft_event_wait(&r->made), 0);
+    atomic_store(&r->spinning, true);
+    while (!atomic_load(&r->stop))
+        ; /* not weft_yield: a yielding worker may look back late */
+    return weft_actor_stop(r->target, WEFT_STOP_NOW);
+}
+
+static int race_demonitor(void *arg)
+{
+    race *r = arg;
+    long n = r->t->n;
+    r->t->first = monitor_many(r->target, r->w, n);
+    ASSERT_EQ(weft_event_set(&r->made), 0);
+    while (!atomic_load(&r->spinning))
+        ;
+    long stop_at = n / 8 + (long)(r->seed % (uint64_t)(n / 2));
+    bool forward = r->seed % 2; /* in the order made, or the reverse */
+    for (long k = 0; k < n; k++) {
+        if (k == stop_at)
+            atomic_store(&r->stop, true);
+        long i = forward ? k : n - 1 - k;
+        int rc = weft_actor_demonitor(r->target, r->t->first + i);
+        ASSERT(rc == 0 || rc == -ENOENT);
+        r->removed[i] = rc == 0;
+    }
+    return 0;
+}
+
+static int demonitor_race_main(void *arg)
+{
+    (void)arg;
+    long n = T_SCALE(10000) < 1000 ? 1000 : T_SCALE(10000), rounds = 20;
+    uint64_t seed = T_SEED(0x6d6f6e69);
+    for (long round = 0; round < rounds; round++) {
+        box bt = {0};
+        tally t = {.n = n, .seen = calloc((size_t)n, 1)};
+        race r = {.t = &t, .removed = calloc((size_t)n, 1), .seed = rnd(&seed)};
+        ASSERT(t.seen && r.removed);
+        weft_actor_opts o = box_opts(&bt, 2);
+        o.worker = 1; /* the target on worker 0, the rest on worker 1 */
+        ASSERT_EQ(weft_actor_spawn(NULL, &o, &r.target), 0);
+        r.w = spawn_tally(&t, 2);
+        ASSERT_EQ(ask_op(r.target, OP_GET, 0, NULL, WEFT_NEVER), 0); /* up */
+        weft_scope *s = scope_open();
+        spawn_on(0, race_stop, &r);
+        spawn_on(1, race_demonitor, &r);
+        scope_end(s);
+        ASSERT_EQ(weft_actor_wait(r.target, NULL, WEFT_NEVER), 0);
+        end_actor(r.w, WEFT_STOP_DRAIN);
+        long removed = 0;
+        for (long i = 0; i < n; i++) {
+            ASSERT_EQ(r.removed[i] + t.seen[i], 1);
+            removed += r.removed[i];
+        }
+        ASSERT_EQ(t.downs + removed, n);
+        ASSERT_EQ(t.stray, 0);
+        ASSERT_EQ(t.disorder, 0);
+        ASSERT_EQ(weft_actor_unref(r.target), 0);
+        free(t.seen);
+        free(r.removed);
+    }
+    return 0;
+}
+
+TEST(demonitor_races_exit)
+{
+    ASSERT_EQ(t_run_mono(2, demonitor_race_main, NULL), 0);
+}
+
+/* ---- what a supervisor's restart of an actor keeps ---- */
+
+/* The actor's state memory (opts.state) is kept as the failed life left
+ * it, and on_start runs again; the registered name moves to the new
+ * actor, and a name registered by hand is gone; the mailbox, the old
+ * handle and the monitors on the old actor are not carried over. */
+static int restart_keeps_main(void *arg)
+{
+    (void)arg;
+    box b = {0}, bw = {0};
+    weft_actor_opts o = box_opts(&b, 4);
+    o.register_as = "kept";
+    weft_child_spec spec = {.name = "kept",
+                            .actor = &o,
+                            .restart = WEFT_PERMANENT,
+                            .shutdown_ns = WEFT_SEC};
+    weft_sup_opts so = {
+        .strategy = WEFT_ONE_FOR_ONE, .intensity = 5, .period_ns = WEFT_SEC};
+    weft_sup *sup;
+    ASSERT_EQ(weft_sup_spawn(NULL, &so, &spec, 1, &sup), 0);
+    weft_actor *w = spawn_box(&bw, 2);
+    settle();
+    weft_actor *a1 = weft_whereis("kept");
+    ASSERT(a1 != NULL);
+    ASSERT_EQ(weft_register("extra", a1), 0);
+    long id = weft_actor_monitor(a1, w);
+    ASSERT(id > 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    long v = 0;
+    ASSERT_EQ(ask_op(a1, OP_GET, 0, &v, WEFT_NEVER), 0);
+    ASSERT_EQ(v, 2);
+    /* Held at the gate with a failure and two increments queued behind. */
+    ASSERT_EQ(tell_op(a1, OP_GATE, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_FAIL, -EIO), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
+    ASSERT_EQ(weft_event_set(&b.gate), 0);
+    int st = 0;
+    ASSERT_EQ(weft_actor_wait(a1, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, -EIO);
+    weft_actor *a2;
+    while ((a2 = weft_whereis("kept")) == NULL || a2 == a1) {
+        if (a2)
+            ASSERT_EQ(weft_actor_unref(a2), 0);
+        settle();
+    }
+    ASSERT_EQ(b.starts, 2); /* on_start again, on the same state */
+    ASSERT_EQ(b.stops, 1);
+    ASSERT_EQ(b.stop_status, -EIO);
+    /* The state as the first life left it: the increments queued behind
+     * the failure were dropped with its mailbox, not handled. */
+    ASSERT_EQ(ask_op(a2, OP_GET, 0, &v, WEFT_NEVER), 0);
+    ASSERT_EQ(v, 2);
+    ASSERT_EQ(weft_actor_queued(a2), 0);
+    ASSERT(weft_whereis("extra") == NULL);
+    /* The old handle refuses; its monitor fired once, at its exit. */
+    ASSERT_EQ(tell_op(a1, OP_INC, 0), -ESRCH);
+    ASSERT_EQ(weft_actor_demonitor(a1, id), -ENOENT);
+    ASSERT_EQ(ask_op(w, OP_GET, 0, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(bw.downs, 1);
+    ASSERT_EQ(bw.down_id, id);
+    ASSERT_EQ(bw.down_status, -EIO);
+    /* Nothing watches the new life: its exit tells w nothing. */
+    ASSERT_EQ(weft_sup_stop(sup), 0);
+    ASSERT_EQ(weft_sup_wait(sup, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(weft_sup_free(sup), 0);
+    ASSERT_EQ(weft_actor_wait(a2, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(ask_op(w, OP_GET, 0, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(bw.downs, 1);
+    ASSERT(weft_whereis("kept") == NULL);
+    ASSERT_EQ(weft_actor_unref(a1), 0);
+    ASSERT_EQ(weft_actor_unref(a2), 0);
+    end_actor(w, WEFT_STOP_NOW);
+    return 0;
+}
+
+TEST(restart_keeps_state_not_mailbox)
+{
+    ASSERT_EQ(t_run_virtual(1, restart_keeps_main, NULL), 0);
 }
 
 /* ---- the registry ---- */
