@@ -238,6 +238,14 @@ typedef struct weft_config {
  * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, or a
  * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
+ * Other threads may wake its tasks at any time, including while it ends:
+ * a plain thread that settles a future, sets an event, sends on a
+ * channel, tells an actor or cancels a scope may have its wake race the
+ * end of weft_run (the task it wakes returns and ends the runtime before
+ * the call returns): weft_run waits for such a call to be done with the
+ * runtime before freeing it. After weft_run has returned no task waits,
+ * so those calls touch only their object, which the thread keeps alive
+ * with its own reference.
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
 
@@ -1436,6 +1444,8 @@ WEFT_EXTERN int weft_local_port(int fd);
  * once, by weft_future_resolve or weft_future_reject, from a task, from
  * another OS thread or from a foreign library's callback: the bridge from
  * callback-based C libraries into tasks. Any number of tasks may await it.
+ * The settling thread needs no care about the runtime's life: it may
+ * settle while the awaiting task's runtime ends, or after (see weft_run).
  *
  * A producer may register a canceller: weft_future_cancel (which the
  * combinators call on the futures they give up on) then asks the producer

@@ -9,7 +9,10 @@
  *   3. start workers 1..n-1 and run worker 0's loop on this thread;
  *   4. when the root scope's last task finishes, it sets `done` and wakes
  *      every worker; each leaves its loop;
- *   5. join the threads, unmap every stack, return the root task's status.
+ *   5. join the threads, wait for plain threads still inside a wake of
+ *      a task that has since finished (weft__worker_quiesce: they touch
+ *      the worker after making the task runnable), unmap every stack,
+ *      return the root task's status.
  * Nothing outlives weft_run: a task cannot, since every task is inside the
  * root scope, and the root scope is empty before step 4; the one
  * exception, the shutdown keeper below, is freed in step 5.
@@ -446,6 +449,10 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         pthread_setaffinity_np(pthread_self(), sizeof rt->cpus, &rt->cpus);
     for (int i = 1; i < rt->nworkers; i++)
         pthread_join(rt->workers[i].thread, NULL);
+    /* A plain thread may still be in the wake of a task that has run
+     * since: wait for it before anything is freed (scheduler.h). */
+    for (int i = 0; i < set_up; i++)
+        weft__worker_quiesce(&rt->workers[i]);
     /* Workers set up but never started: runtime_free sees only the first
      * nworkers. Not before the joins, while running ones may look at them. */
     for (int i = rt->nworkers; i < set_up; i++)

@@ -82,6 +82,12 @@
  * (or in its poller, while its tasks wait for descriptors). Whoever makes
  * work (an inbox push, a spawn) stores first and checks the flag second;
  * both sides use seq_cst so at least one sees the other.
+ *
+ * Wakes from outside: a thread that is none of the runtime's workers (a
+ * plain thread settling a future, the blocking pool) pushes to the inbox
+ * and then notifies; in between the task may run and end the runtime, so
+ * such a thread counts itself on the worker for that span, and weft_run
+ * waits for the count before freeing (inbox_push_foreign).
  */
 #include "scheduler.h"
 
@@ -375,6 +381,34 @@ static void inbox_push(weft_worker *w, weft_task *t)
     weft__worker_notify(w);
 }
 
+/* inbox_push by a thread that is none of w's runtime's workers: a plain
+ * thread settling a future, the blocking pool, a signal thread cancelling,
+ * another runtime's task. Once t is in the inbox it may run, return and
+ * end the runtime, and weft_run then frees w and the runtime, perhaps
+ * while this thread is still in the notify. The runtime's own workers are
+ * joined before that; this thread is not, so it counts itself on w
+ * before it publishes t and uncounts itself as its last touch of the
+ * runtime, and weft_run waits for the count to drop to 0
+ * (weft__worker_quiesce). Wakes between workers of one runtime do not
+ * pay for it. */
+static __attribute__((noinline)) void inbox_push_foreign(weft_worker *w,
+                                                         weft_task *t)
+{
+    /* Relaxed: the push's release publishes it with t, and weft_run only
+     * looks once t has run (through the inbox's acquire) and ended. */
+    add_rlx(&w->wakers, 1);
+    inbox_push(w, t);
+    /* The last touch: weft_run may free w as soon as it reads 0. */
+    add_acq_rel(&w->wakers, -1);
+}
+
+void weft__worker_quiesce(weft_worker *w)
+{
+    /* Pairs with the waker's decrement: its notify happened before. */
+    while (ld_acq(&w->wakers) != 0)
+        sched_yield();
+}
+
 /* Moves the inbox into the run queue, oldest first. */
 static bool inbox_drain(weft_worker *w)
 {
@@ -585,7 +619,10 @@ static void wake_finish(weft_task *t, int code, bool next, bool timer)
             else
                 instr_wake_by(w, tw, t, timer);
         }
-        inbox_push(tw, t);
+        if (WEFT_LIKELY(w != NULL && w->rt == tw->rt))
+            inbox_push(tw, t); /* a worker of t's runtime: joined at the end */
+        else
+            inbox_push_foreign(tw, t);
     }
 }
 

@@ -191,7 +191,13 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
     atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
-    char pad0[WEFT_CACHELINE - sizeof(void *) - sizeof(int)];
+    /* Threads that are none of this runtime's workers (plain threads, the
+     * blocking pool's, another runtime's workers) between their push to
+     * the inbox and the end of their notify: weft_run frees nothing
+     * before it is 0 again (weft__worker_quiesce). Here, on the line the
+     * waker writes anyway. */
+    atomic_int wakers;
+    char pad0[WEFT_CACHELINE - sizeof(void *) - 2 * sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
@@ -435,6 +441,12 @@ void weft__idle_forever_leave(weft_worker *w);
 /* Work was made for w by another thread: w leaves the clock's idle books
  * and is woken if it sleeps. Any thread. */
 void weft__worker_notify(weft_worker *w);
+/* Returns once no thread outside w's runtime's workers is inside a wake
+ * of one of w's tasks (its push to w's inbox and the notify after it).
+ * Called by weft_run after its workers have stopped, before it frees
+ * them: from then on no such wake can start (no task is parked any more),
+ * and one in flight ends within a few instructions and system calls. */
+void weft__worker_quiesce(weft_worker *w);
 /* Queues t on worker w, from w's own thread (or before w runs). */
 void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
