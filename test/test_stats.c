@@ -342,9 +342,9 @@ TEST(misuse)
     ASSERT_EQ(weft_lag_quantile(NULL, 0.5), -EINVAL);
     ASSERT_EQ(weft_lag_quantile(&w, -0.1), -EINVAL);
     ASSERT_EQ(weft_lag_quantile(&w, 1.5), -EINVAL);
-    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 0); /* no samples */
-    w.lag[3] = 1;                             /* 8 to 15 ns */
-    w.lag[10] = 3;                            /* 1024 to 2047 ns */
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), -ENODATA); /* no samples */
+    w.lag[3] = 1;                                    /* 8 to 15 ns */
+    w.lag[10] = 3;                                   /* 1024 to 2047 ns */
     ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
     ASSERT_EQ(weft_lag_quantile(&w, 0.5), 2048);
     ASSERT_EQ(weft_lag_quantile(&w, 0.0), 16);
@@ -352,6 +352,8 @@ TEST(misuse)
     ASSERT_EQ(weft_lag_quantile(&w, 1.0), WEFT_NEVER);
     weft_config bad = {.watchdog_ns = -1};
     ASSERT_EQ(weft_run(&bad, noop, NULL), -EINVAL);
+    weft_config bad_slice = {.slow_slice_ns = -1};
+    ASSERT_EQ(weft_run(&bad_slice, noop, NULL), -EINVAL);
 }
 
 /* ---- the watchdog ---- */
@@ -544,6 +546,274 @@ TEST(watchdog_writes_to_stderr_by_default)
     ASSERT_EQ(rc, 0);
     ASSERT(strstr(stderr_seen, "weft: watchdog: task \"root\"") != NULL);
     ASSERT(strstr(stderr_seen, "held worker 0") != NULL);
+    /* The hold's end, told when the run ended: its whole length. */
+    size_t len = strlen(stderr_seen);
+    ssize_t more =
+        read(stderr_pipe[0], stderr_seen + len, sizeof stderr_seen - 1 - len);
+    if (more > 0)
+        stderr_seen[len + (size_t)more] = '\0';
+    ASSERT(strstr(stderr_seen, "ms in all without parking or yielding") !=
+           NULL);
     close(stderr_pipe[0]);
     close(stderr_pipe[1]);
+}
+
+/* ---- counters only grow, whoever reads them ---- */
+
+/* Every counter of s against the previous read p: how many went down. */
+static int went_down(const weft_worker_stats *p, const weft_worker_stats *s)
+{
+    int n = 0;
+#define DOWN(f) n += s->f < p->f
+    DOWN(switches);
+    DOWN(parks);
+    DOWN(yields);
+    DOWN(steals);
+    DOWN(inbox);
+    DOWN(spawned);
+    DOWN(finished);
+    DOWN(idle_ns);
+    DOWN(lag_max_ns);
+    DOWN(slow_slices);
+    DOWN(top[0].ns);
+    for (int i = 0; i < WEFT_LAG_BUCKETS; i++)
+        DOWN(lag[i]);
+#undef DOWN
+    return n;
+}
+
+/* Reads stats (totals and both workers) and counts decreases against the
+ * previous successful read; returns whether this one succeeded. */
+struct mono_reader {
+    weft_stats prev;
+    weft_worker_stats prevw[2];
+    bool have;
+    long reads, downs;
+};
+
+static bool mono_read(struct mono_reader *r)
+{
+    weft_stats s;
+    weft_worker_stats w[2];
+    if (weft_stats_get(&s, w, 2) != 2)
+        return false;
+    if (r->have) {
+        r->downs += went_down(&r->prev.all, &s.all);
+        for (int i = 0; i < 2; i++)
+            r->downs += went_down(&r->prevw[i], &w[i]);
+        r->downs += s.spawned < r->prev.spawned;
+        r->downs += s.finished < r->prev.finished;
+        r->downs += s.blocking.calls < r->prev.blocking.calls;
+    }
+    r->prev = s;
+    r->prevw[0] = w[0];
+    r->prevw[1] = w[1];
+    r->have = true;
+    r->reads++;
+    return true;
+}
+
+static atomic_int mono_stop;
+
+static void *mono_thread(void *arg)
+{
+    struct mono_reader *r = arg;
+    while (!atomic_load(&mono_stop))
+        mono_read(r); /* -EPERM until the runtime runs: retried */
+    return NULL;
+}
+
+static int mono_yielder(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&mono_stop))
+        ASSERT_EQ(weft_yield(), 0);
+    return 0;
+}
+
+static int mono_echo(void *arg)
+{
+    weft_chan **c = arg;
+    int v;
+    while (weft_chan_recv(c[0], &v) == 0)
+        if (weft_chan_send(c[1], &v) != 0)
+            break;
+    return 0;
+}
+
+static int mono_pinger(void *arg)
+{
+    weft_chan **c = arg;
+    for (int v = 0; !atomic_load(&mono_stop); v++) {
+        ASSERT_EQ(weft_chan_send(c[0], &v), 0);
+        ASSERT_EQ(weft_chan_recv(c[1], &v), 0);
+    }
+    return weft_chan_close(c[0]);
+}
+
+static int mono_root(void *arg)
+{
+    struct mono_reader *task_reader = arg;
+    weft_chan *c[2][2];
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    /* On each worker: two tasks that yield to each other and a pair that
+     * parks on a rendezvous channel. */
+    for (int wk = 0; wk < 2; wk++) {
+        weft_spawn_opts o = {.worker = wk + 1};
+        ASSERT_EQ(weft_chan_new(&c[wk][0], sizeof(int), 0), 0);
+        ASSERT_EQ(weft_chan_new(&c[wk][1], sizeof(int), 0), 0);
+        for (int i = 0; i < 2; i++)
+            ASSERT(weft_spawn_ex(s, mono_yielder, NULL, &o) >= 0);
+        ASSERT(weft_spawn_ex(s, mono_echo, c[wk], &o) >= 0);
+        ASSERT(weft_spawn_ex(s, mono_pinger, c[wk], &o) >= 0);
+    }
+    ASSERT_EQ(weft_worker_id(), 0);
+    long rounds = T_SCALE(20000);
+    for (long i = 0; i < rounds; i++) {
+        ASSERT(mono_read(task_reader));
+        ASSERT_EQ(weft_yield(), 0); /* lets worker 0's tasks switch */
+    }
+    atomic_store(&mono_stop, 1);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    for (int wk = 0; wk < 2; wk++) {
+        weft_chan_unref(c[wk][0]);
+        weft_chan_unref(c[wk][1]);
+    }
+    return 0;
+}
+
+TEST(counters_never_decrease_from_a_task_or_a_plain_thread)
+{
+    static struct mono_reader in_task, in_thread;
+    atomic_store(&mono_stop, 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, mono_thread, &in_thread), 0);
+    int rc = t_run_mono(2, mono_root, &in_task);
+    atomic_store(&mono_stop, 1);
+    pthread_join(th, NULL);
+    ASSERT_EQ(rc, 0);
+    ASSERT(in_task.reads == T_SCALE(20000));
+    ASSERT(in_thread.reads > 0);
+    ASSERT_EQ(in_task.downs, 0);
+    ASSERT_EQ(in_thread.downs, 0);
+    /* Both kinds of switch were made on both workers. */
+    ASSERT(in_task.prevw[0].yields > 0 && in_task.prevw[1].yields > 0);
+    ASSERT(in_task.prevw[0].parks > 0 && in_task.prevw[1].parks > 0);
+}
+
+/* ---- a task that computes between sleeps, beside a ticker ---- */
+
+#define LW_COMPUTE_NS (30 * WEFT_MSEC)
+
+static atomic_int lw_done;
+
+static struct {
+    pthread_mutex_t mu;
+    int reports, ended;
+    char name[32];
+    int64_t ended_ns; /* the longest hold reported as ended */
+} lw_wd = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", 0};
+
+static void lw_on_watchdog(const weft_watchdog_report *r, void *arg)
+{
+    (void)arg;
+    if (strcmp(r->name, "compute") != 0)
+        return; /* a worker the kernel did not run for a while */
+    pthread_mutex_lock(&lw_wd.mu);
+    lw_wd.reports++;
+    if (r->ended) {
+        lw_wd.ended++;
+        if (r->held_ns > lw_wd.ended_ns)
+            lw_wd.ended_ns = r->held_ns;
+        ASSERT(r->held_ns >= r->threshold_ns);
+    }
+    ASSERT(r->id != 0);
+    pthread_mutex_unlock(&lw_wd.mu);
+}
+
+/* Computes 30 ms (a busy loop reading weft time, never parking), then
+ * sleeps 5 ms, three times. */
+static int lw_compute(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        int64_t until = weft_now() + LW_COMPUTE_NS;
+        while (weft_now() < until) {
+        }
+        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+    }
+    atomic_store(&lw_done, 1);
+    return 0;
+}
+
+static int lw_ticker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&lw_done))
+        ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+    return 0;
+}
+
+static int lw_root(void *arg)
+{
+    weft_stats *out = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
+    ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
+    ASSERT(weft_spawn_ex(s, lw_compute, NULL, &comp) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    return 0;
+}
+
+TEST(a_task_that_computes_beside_a_ticker_shows_in_slices_lag_and_watchdog)
+{
+    /* Real time (slices and the watchdog are measured in it): about
+     * 100 ms. Only the shape is asserted; a loaded machine makes every
+     * figure larger, never smaller. */
+    atomic_store(&lw_done, 0);
+    weft_config cfg = {.workers = 1,
+                       .watchdog_ns = 20 * WEFT_MSEC,
+                       .watchdog_fn = lw_on_watchdog};
+    weft_stats st;
+    ASSERT_EQ(weft_run(&cfg, lw_root, &st), 0);
+    /* The compute task's slices are slow (10 ms by default) and it is
+     * among the longest. */
+    ASSERT(st.all.slow_slices >= 1);
+    int found = -1;
+    for (int i = 0; i < WEFT_SLICE_TOP; i++)
+        if (st.all.top[i].id && strcmp(st.all.top[i].name, "compute") == 0)
+            found = i;
+    ASSERT(found >= 0);
+    const weft_slice_info *c = &st.all.top[found];
+    ASSERT(c->ns >= 10 * WEFT_MSEC);
+    ASSERT(c->slow >= 1);
+    ASSERT_EQ(c->worker, 0);
+    ASSERT(strstr(c->file, "test_stats.c") != NULL);
+    for (int i = 1; i < WEFT_SLICE_TOP; i++) /* longest first */
+        ASSERT(st.all.top[i].ns <= st.all.top[i - 1].ns);
+    /* The ticker's timer fired late: the lag histogram and its maximum
+     * show it, however the wakes were sampled. */
+    ASSERT(st.all.lag_max_ns >= 10 * WEFT_MSEC);
+    ASSERT(weft_lag_quantile(&st.all, 0.99) >= 8 * WEFT_MSEC);
+    /* The watchdog named it, and told each hold's whole length. */
+    ASSERT(lw_wd.reports >= 2);
+    ASSERT(lw_wd.ended >= 1);
+    ASSERT(lw_wd.ended_ns >= 20 * WEFT_MSEC);
+}
+
+TEST(slices_off)
+{
+    atomic_store(&lw_done, 0);
+    weft_config cfg = {
+        .workers = 1, .watchdog_ns = WEFT_NEVER, .slow_slice_ns = WEFT_NEVER};
+    weft_stats st;
+    ASSERT_EQ(weft_run(&cfg, lw_root, &st), 0);
+    ASSERT_EQ(st.all.slow_slices, 0);
+    ASSERT_EQ(st.all.top[0].id, 0);
+    ASSERT(st.all.lag_max_ns >= 10 * WEFT_MSEC); /* lag stays */
 }
