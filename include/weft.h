@@ -2518,9 +2518,10 @@ typedef struct weft_worker_stats {
     uint64_t fd_waits; /* now: tasks parked on descriptors */
     /* Scheduling lag: the delay from a task's wake to its run, counted by
      * the worker that ran it, for one wake in 1024 by each worker (wakes
-     * by pool threads are not sampled), and for every timer (a sleep's
-     * end, a deadline) that fired 1 ms or more after it was due, on the
-     * runtime's clock: so a stall that repeats cannot hide between the
+     * by pool threads are not sampled), and for every task woken by a
+     * timer (a sleep's end, a deadline) that ran 1 ms or more after the
+     * timer was due (with the virtual clock: that fired so late, in
+     * virtual time): so a stall that repeats cannot hide between the
      * samples. See WEFT_LAG_BUCKETS and weft_lag_quantile. */
     uint64_t lag[WEFT_LAG_BUCKETS];
     int64_t lag_max_ns; /* the largest delay counted in lag[], exact */

@@ -101,5 +101,15 @@ void weft__watchdog_stop(weft_runtime *rt);
 void weft__watchdog_free(weft_runtime *rt);
 /* The checks of the config: 0 or -EINVAL. */
 int weft__watchdog_check(const weft_config *c);
+/* rt's slow slices for the task dump: the count (in all and per worker)
+ * and the tasks with the longest slices, as text lines, or with json
+ * one line {"type":"slices","threshold_ns":N,"slow":N,"workers":[N,...],
+ * "top":[{"id":"W.N","name":..,"file":..,"line":N,"worker":N,"ns":N,
+ * "slow":N},...]}. Into buf (cap bytes, NUL-terminated, cut if short:
+ * 4 KiB holds it with 64 workers). Returns the length written; 0 (and
+ * "") when rt does not measure slices. Any thread while rt runs; takes
+ * the monitor's data lock for a moment. */
+size_t weft__slices_format(weft_runtime *rt, bool json, char *buf,
+                           size_t cap);
 
 #endif

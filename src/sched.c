@@ -620,16 +620,27 @@ void weft__wake_if_cancelled(weft_task *t)
 
 static void lag_count(weft_worker *w, int64_t d);
 
+/* A timer woke t (parked on w, this thread), due at `due`: its lag is
+ * counted if 1 ms or more, whether the timer fired late (a task held
+ * the worker past it) or t waits in the queue behind one, which sampled
+ * wakes would miss every time. On the monotonic clock from the deadline
+ * to the run (pick reads the clock then), on the virtual one how late the
+ * timer fired, with the wheel's time. */
+static void timer_lag(weft_worker *w, weft_task *t, int64_t due)
+{
+    if (w->rt->clock == WEFT_CLOCK_MONOTONIC) {
+        t->lag_since = due; /* queued, not running: ours to write */
+        t->flags |= TASK_LAG_TIMER;
+    } else if (w->wheel.now - due >= WEFT__LAG_LATE_NS) {
+        lag_count(w, w->wheel.now - due);
+    }
+}
+
 static void park_timeout(weft__timer *tm)
 {
     weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
-    /* How late it fires, with the wheel's time: no clock read. A late
-     * timer is a lag that sampling could miss every time (a task that
-     * holds the worker between a ticker's ticks). */
-    int64_t late = t->worker->wheel.now - tm->when;
-    if (WEFT__STATS && WEFT_UNLIKELY(late >= WEFT__LAG_LATE_NS))
-        lag_count(t->worker, late);
-    wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false, true);
+    if (wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false, true) && WEFT__STATS)
+        timer_lag(t->worker, t, tm->when);
 }
 
 /* ---- choosing the next task ---- */
@@ -759,6 +770,11 @@ static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
     t->lag_since = 0;
+    if (t->flags & TASK_LAG_TIMER) { /* timer_lag: only the late ones */
+        t->flags &= ~TASK_LAG_TIMER;
+        if (d < WEFT__LAG_LATE_NS)
+            return;
+    }
     lag_count(w, d);
 }
 

@@ -44,6 +44,9 @@ enum {
     TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
                                  * returned -ECANCELED: its scope's policy
                                  * does not take that for its result */
+    TASK_LAG_TIMER = 1u << 6,   /* lag_since is the deadline of the timer
+                                 * that woke it: counted if late (sched.c,
+                                 * timer_lag) */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top
@@ -170,9 +173,8 @@ typedef struct weft__wstats {
 
 /* One wake in LAG_EVERY by a worker is timed (wake to run). */
 #define WEFT__LAG_EVERY 1024
-/* A timer wake this late (its firing after its deadline, on the runtime's
- * clock) is always counted in the lag histogram: no clock read, the wheel
- * has the time (stats.c). */
+/* A timer wake this late (from its deadline to the task's run) is always
+ * counted in the lag histogram (sched.c's timer_lag). */
 #define WEFT__LAG_LATE_NS WEFT_MSEC
 
 /* Adds n to a counter that only the calling thread writes: a relaxed load

@@ -23,10 +23,14 @@
  * run), sched.c's wake_watch and lag_record. Sampling alone misses a stall
  * that repeats: a task that computes 30 ms between sleeps makes a 10 ms
  * ticker on its worker late at every tick, and the ticker's timer fires
- * only when the worker comes back, so even its wake-to-run delay is short.
- * So a timer that fires WEFT__LAG_LATE_NS or more after its deadline is
- * counted too, every time, with the time the wheel was advanced to (no
- * clock read: park_timeout), and lag_max keeps the largest delay counted.
+ * only when the worker comes back (so even its wake-to-run delay is
+ * short), or fires on time and the ticker waits in the queue behind the
+ * computing task. So every task a timer wakes is timed from the timer's
+ * deadline to its run, and counted if that is WEFT__LAG_LATE_NS or more
+ * (sched.c's timer_lag: a clock read per timer that fires, not per
+ * wake; on the virtual clock, how late the timer fired, from the wheel's
+ * time, with no clock read), and lag_max keeps the largest delay
+ * counted.
  *
  * Slices, and the watchdog. A clock read at every switch in and out would
  * double the cost of a switch (8 ns; clock_gettime is 20 to 140 ns here),
@@ -58,6 +62,7 @@
  */
 #include "observe.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +195,7 @@ int64_t weft_lag_quantile(const weft_worker_stats *s, double q)
 #define IDLE_LOOKS 8                     /* idle looks before the idle period */
 #define IDLE_PERIOD_MAX (20 * WEFT_MSEC) /* the idle period, at most */
 #define NAME_KEPT 128                    /* bytes of a name a report shows */
+#define WORKERS_SHOWN 64                 /* per-worker counts in the dump */
 
 /* What the monitor last saw of a worker (its thread only). */
 struct wd_seen {
@@ -533,4 +539,115 @@ void weft__watchdog_free(weft_runtime *rt)
     free(wd->seen);
     free(wd->reports);
     free(wd);
+}
+
+/* ---- the slices in the task dump ---- */
+
+struct fmt {
+    char *buf;
+    size_t cap, len; /* len may pass cap: what it needed */
+};
+
+static void fput(struct fmt *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void fput(struct fmt *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = f->len < f->cap ? f->cap - f->len : 0;
+    int n = vsnprintf(room ? f->buf + f->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        f->len += (size_t)n;
+}
+
+/* s as a JSON string's contents (quotes, backslashes and controls
+ * escaped). */
+static void fput_json(struct fmt *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fput(f, "\\%c", c);
+        else if (c < 0x20)
+            fput(f, "\\u%04x", c);
+        else
+            fput(f, "%c", c);
+    }
+}
+
+static void fput_slice(struct fmt *f, const weft_slice_info *e, bool json)
+{
+    unsigned long long hi = e->id >> WEFT__ID_BITS,
+                       lo = e->id & ((UINT64_C(1) << WEFT__ID_BITS) - 1);
+    if (json) {
+        fput(f, "{\"id\":\"%llu.%llu\",\"name\":\"", hi, lo);
+        fput_json(f, e->name);
+        fput(f, "\",\"file\":\"");
+        fput_json(f, e->file);
+        fput(f, "\",\"line\":%d,\"worker\":%d,\"ns\":%lld,\"slow\":%llu}",
+             e->line, e->worker, (long long)e->ns, (unsigned long long)e->slow);
+        return;
+    }
+    fput(f,
+         "  task %llu.%llu \"%s\" (spawned at %s:%d) on worker %d: longest "
+         "%lld.%03lld ms, %llu slow\n",
+         hi, lo, e->name, e->file, e->line, e->worker,
+         (long long)(e->ns / WEFT_MSEC),
+         (long long)(e->ns % WEFT_MSEC / WEFT_USEC),
+         (unsigned long long)e->slow);
+}
+
+size_t weft__slices_format(weft_runtime *rt, bool json, char *buf, size_t cap)
+{
+    struct weft__watchdog *wd = rt->watchdog;
+    struct fmt f = {.buf = buf, .cap = cap};
+    if (cap)
+        buf[0] = '\0';
+    if (!wd || wd->slow == WEFT_NEVER)
+        return 0;
+    weft_worker_stats all, one;
+    memset(&all, 0, sizeof all);
+    uint64_t slow[WORKERS_SHOWN];
+    int n = wd->nworkers;
+    for (int i = 0; i < n; i++) {
+        memset(&one, 0, sizeof one);
+        slices_read(wd, i, &one);
+        if (i < WORKERS_SHOWN)
+            slow[i] = one.slow_slices;
+        worker_add(&all, &one);
+    }
+    int shown = n < WORKERS_SHOWN ? n : WORKERS_SHOWN;
+    if (json) {
+        fput(&f,
+             "{\"type\":\"slices\",\"threshold_ns\":%lld,\"slow\":%llu,"
+             "\"workers\":[",
+             (long long)wd->slow, (unsigned long long)all.slow_slices);
+        for (int i = 0; i < shown; i++)
+            fput(&f, "%s%llu", i ? "," : "", (unsigned long long)slow[i]);
+        fput(&f, "],\"top\":[");
+        for (int i = 0; i < WEFT_SLICE_TOP && all.top[i].id; i++) {
+            fput(&f, "%s", i ? "," : "");
+            fput_slice(&f, &all.top[i], true);
+        }
+        fput(&f, "]}\n");
+    } else {
+        fput(&f,
+             "slow slices (%lld ms or more without parking or yielding): "
+             "%llu",
+             (long long)(wd->slow / WEFT_MSEC),
+             (unsigned long long)all.slow_slices);
+        for (int i = 0; i < shown; i++)
+            fput(&f, "%s%llu",
+                 i ? ", " : " (by worker: ", (unsigned long long)slow[i]);
+        fput(&f, "%s\n", shown ? ")" : "");
+        if (all.top[0].id)
+            fput(&f, "longest slices:\n");
+        for (int i = 0; i < WEFT_SLICE_TOP && all.top[i].id; i++)
+            fput_slice(&f, &all.top[i], false);
+    }
+    if (cap && f.len >= cap)
+        buf[cap - 1] = '\0';
+    return f.len < cap ? f.len : (cap ? cap - 1 : 0);
 }

@@ -5,6 +5,7 @@
  * descriptors and the blocking pool, and the watchdog catching a task that
  * spins (and not one that yields).
  */
+#include "observe.h" /* weft__slices_format, for the dump */
 #include "t.h"
 #include "weft.h"
 
@@ -767,6 +768,27 @@ static int lw_root(void *arg)
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    /* The dump's lines about slices, as text and as JSON. */
+    weft_runtime *rt = weft__tl_worker->rt;
+    char text[4096], json[4096], tiny[16];
+    size_t n = weft__slices_format(rt, false, text, sizeof text);
+    if (out->all.slow_slices == 0) { /* slices_off */
+        ASSERT_EQ(n, 0);
+        ASSERT_EQ(text[0], '\0');
+        return 0;
+    }
+    ASSERT_EQ(n, strlen(text));
+    ASSERT(strncmp(text, "slow slices (10 ms or more", 26) == 0);
+    ASSERT(strstr(text, "longest slices:\n  task ") != NULL);
+    ASSERT(strstr(text, "\"compute\" (spawned at ") != NULL);
+    n = weft__slices_format(rt, true, json, sizeof json);
+    ASSERT_EQ(n, strlen(json));
+    const char *head = "{\"type\":\"slices\",\"threshold_ns\":10000000,";
+    ASSERT(strncmp(json, head, strlen(head)) == 0);
+    ASSERT(strstr(json, "\"name\":\"compute\"") != NULL);
+    ASSERT_EQ(json[n - 1], '\n');
+    ASSERT_EQ(weft__slices_format(rt, false, tiny, sizeof tiny), 15);
+    ASSERT_EQ(strlen(tiny), 15);
     return 0;
 }
 
