@@ -2561,8 +2561,9 @@ WEFT_EXTERN int weft_stats_get(weft_stats *out, weft_worker_stats *workers,
                                int n);
 
 /* The lag under which a fraction q (0 to 1) of s's counted delays fell, as
- * the upper bound of the bucket that holds the q-quantile (ns): q = 0.999
- * for p99.9; s->lag_max_ns has the exact maximum. Returns that bound,
+ * the upper bound of the bucket that holds the q-quantile (ns), or
+ * s->lag_max_ns, the exact maximum, if that is lower: q = 0.999 for
+ * p99.9. Returns that bound,
  * -ENODATA if s has no delays counted (print nothing, or "no samples"),
  * -EINVAL (s NULL, q outside 0..1). Any thread; never blocks. */
 WEFT_EXTERN int64_t weft_lag_quantile(const weft_worker_stats *s, double q);

@@ -178,12 +178,16 @@ int64_t weft_lag_quantile(const weft_worker_stats *s, double q)
     if (!want)
         want = 1;
     uint64_t cum = 0;
+    int64_t bound = WEFT_NEVER; /* the last bucket has no upper bound */
     for (int i = 0; i < WEFT_LAG_BUCKETS - 1; i++) {
         cum += s->lag[i];
-        if (cum >= want)
-            return (int64_t)1 << (i + 1);
+        if (cum >= want) {
+            bound = (int64_t)1 << (i + 1);
+            break;
+        }
     }
-    return WEFT_NEVER; /* the last bucket has no upper bound */
+    /* No delay was above the maximum: a tighter bound, when known. */
+    return s->lag_max_ns > 0 && s->lag_max_ns < bound ? s->lag_max_ns : bound;
 }
 
 /* ---- slices and the watchdog ---- */

@@ -349,8 +349,14 @@ TEST(misuse)
     ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
     ASSERT_EQ(weft_lag_quantile(&w, 0.5), 2048);
     ASSERT_EQ(weft_lag_quantile(&w, 0.0), 16);
+    w.lag_max_ns = 1500; /* the exact maximum bounds the last bucket's */
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 1500);
+    ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
+    w.lag_max_ns = 0;
     w.lag[WEFT_LAG_BUCKETS - 1] = 100;
     ASSERT_EQ(weft_lag_quantile(&w, 1.0), WEFT_NEVER);
+    w.lag_max_ns = 3 * WEFT_SEC;
+    ASSERT_EQ(weft_lag_quantile(&w, 1.0), 3 * WEFT_SEC);
     weft_config bad = {.watchdog_ns = -1};
     ASSERT_EQ(weft_run(&bad, noop, NULL), -EINVAL);
     weft_config bad_slice = {.slow_slice_ns = -1};
