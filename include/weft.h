@@ -2579,7 +2579,8 @@ WEFT_EXTERN int64_t weft_lag_quantile(const weft_worker_stats *s, double q);
  * in real time, while virtual time stands still). */
 typedef struct weft_watchdog_report {
     int worker;       /* its worker's index */
-    const char *name; /* the task's name, "" if it has none */
+    const char *name; /* the task's name, "" if it has none: a copy,
+                       * valid during the call only (cut to 127 bytes) */
     const char *file; /* its spawn site */
     int line;
     int64_t held_ns;      /* how long it has held the worker: so far, or
