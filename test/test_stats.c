@@ -878,3 +878,48 @@ TEST(slices_off)
     ASSERT_EQ(st.all.top[0].id, 0);
     ASSERT(st.all.lag_max_ns >= 10 * WEFT_MSEC); /* lag stays */
 }
+
+/* The same shape on the virtual clock, with no real time: the compute
+ * task moves the clock 30 ms while it runs (as a busy loop would move a
+ * real one), so the ticker's timers fire late in virtual time. */
+static int vlw_compute(void *arg)
+{
+    (void)arg;
+    weft_runtime *rt = weft__tl_worker->rt;
+    for (int i = 0; i < 3; i++) {
+        rt->clock_ops->advance(rt, weft_now() + LW_COMPUTE_NS);
+        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+    }
+    atomic_store(&lw_done, 1);
+    return 0;
+}
+
+static int vlw_root(void *arg)
+{
+    weft_stats *out = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
+    ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
+    ASSERT(weft_spawn_ex(s, vlw_compute, NULL, &comp) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    return 0;
+}
+
+TEST(late_timers_count_as_lag_on_the_virtual_clock)
+{
+    atomic_store(&lw_done, 0);
+    weft_stats st;
+    ASSERT_EQ(t_run_virtual(1, vlw_root, &st), 0);
+    /* Each of the compute task's runs made a pending tick fire 20 ms or
+     * more late. */
+    uint64_t late = 0;
+    for (int i = 24; i < WEFT_LAG_BUCKETS; i++) /* from 2^24 ns, 16.8 ms */
+        late += st.all.lag[i];
+    ASSERT(late >= 2);
+    ASSERT(st.all.lag_max_ns >= 20 * WEFT_MSEC);
+    ASSERT(st.all.lag_max_ns <= LW_COMPUTE_NS);
+    ASSERT(weft_lag_quantile(&st.all, 0.99) >= 16 * WEFT_MSEC);
+}
