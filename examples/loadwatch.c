@@ -31,7 +31,7 @@
 #define TICK_NS (10 * WEFT_MSEC)
 
 static atomic_int done;
-static int64_t worst_tick; /* the ticker's own measure: latest tick */
+static int64_t worst_tick; /* the ticker's own measure: its worst lateness */
 
 static void on_watchdog(const weft_watchdog_report *r, void *arg)
 {
@@ -90,8 +90,7 @@ static int show(void)
     if (weft_stats_get(&st, NULL, 0) < 0)
         return 1;
     const weft_worker_stats *a = &st.all;
-    printf("ticker: latest tick %.1f ms late\n",
-           (double)worst_tick / WEFT_MSEC);
+    printf("ticker: worst tick %.1f ms late\n", (double)worst_tick / WEFT_MSEC);
     printf("switches %llu, parks %llu, yields %llu\n",
            (unsigned long long)a->switches, (unsigned long long)a->parks,
            (unsigned long long)a->yields);
