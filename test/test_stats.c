@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Statistics, the lag histogram and the watchdog: counters that add up
- * after known workloads, "now" figures while tasks wait on timers,
- * descriptors and the blocking pool, and the watchdog catching a task that
- * spins (and not one that yields).
+ * Statistics, the lag histogram, slow slices and the watchdog: counters
+ * that add up after known workloads and never decrease whoever reads
+ * them, "now" figures while tasks wait on timers, descriptors and the
+ * blocking pool, the watchdog catching a task that spins (and not one
+ * that yields) and telling the hold's end, and a task computing beside a
+ * ticker seen in slow slices, lag and the watchdog.
  */
 #include "observe.h" /* weft__slices_format, for the dump */
 #include "t.h"
