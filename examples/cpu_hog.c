@@ -8,8 +8,9 @@
  * reported.
  *
  *   $ ./cpu_hog
- *   1. the hog: watchdog: task "hog" (spawned at .../examples/cpu_hog.c:95)
+ *   1. the hog: watchdog: task "hog" (spawned at .../examples/cpu_hog.c:103)
  *      held worker 0 for 13 ms without parking or yielding
+ *      the hold ended after 59 ms
  *      reports: 1
  *   2. yielding in the loop: reports: 0
  *   3. on the blocking pool: reports: 0
@@ -26,10 +27,17 @@
 
 static atomic_int reports;
 
-/* Called on the watchdog's thread instead of its line on stderr. */
+/* Called on the watchdog's thread instead of its line on stderr: when the
+ * hold reaches the threshold, and again when it ends. */
 static void on_report(const weft_watchdog_report *r, void *arg)
 {
     (void)arg;
+    if (r->ended) {
+        printf("the hold ended after %lld ms\n   ",
+               (long long)(r->held_ns / WEFT_MSEC));
+        fflush(stdout);
+        return;
+    }
     printf("watchdog: task \"%s\" (spawned at %s:%d) held worker %d for %lld "
            "ms without parking or yielding\n   ",
            r->name, r->file, r->line, r->worker,

@@ -220,8 +220,10 @@ typedef struct weft_config {
     const char *trace_path;
     /* The watchdog (section 14): a task that holds its worker this long,
      * in real time, without parking or yielding is reported once, with
-     * its name, spawn site and worker. 0: 100 ms. WEFT_NEVER: no
-     * watchdog (and no watchdog thread). Negative: -EINVAL. */
+     * its name, spawn site and worker, and again when it ends, with its
+     * whole length. 0: 100 ms. WEFT_NEVER: no watchdog (and no thread
+     * watching the workers if slow_slice_ns is WEFT_NEVER too).
+     * Negative: -EINVAL. */
     int64_t watchdog_ns;
     /* Non-NULL: the watchdog calls it with watchdog_arg instead of
      * writing its line to stderr, on its own thread (a plain thread, not
@@ -229,6 +231,14 @@ typedef struct weft_config {
      * soon). */
     void (*watchdog_fn)(const struct weft_watchdog_report *r, void *arg);
     void *watchdog_arg;
+    /* Slow slices (section 14): a task's run, from a switch to it to its
+     * next park, yield or exit, that lasts this long in real time is a
+     * slow slice, counted in weft_worker_stats.slow_slices. 0: 10 ms (the
+     * slice after which Go preempts a goroutine; a hold this long already
+     * shows in a service's latency). WEFT_NEVER: slices are not measured
+     * (and, with the watchdog off too, no thread watches the workers).
+     * Negative: -EINVAL. */
+    int64_t slow_slice_ns;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -2508,13 +2518,35 @@ typedef struct weft_instrument {
  * everything from 2^31 ns, about 2.1 s, up). */
 #define WEFT_LAG_BUCKETS 32
 
-/* One worker's figures. Counters (since the runtime started) only grow;
- * "now" figures are a snapshot, each read on its own, so they need not
- * add up exactly while the worker runs. */
+/* Entries in a slice table (weft_worker_stats.top). */
+#define WEFT_SLICE_TOP 4
+
+/* A task that ran long without parking or yielding: one entry of a slice
+ * table. A slice is a task's run from a switch to it to its next park,
+ * yield or exit, measured in real time by sampling (see
+ * weft_config.slow_slice_ns and docs/debugging.md, "Slow slices"). */
+typedef struct weft_slice_info {
+    uint64_t id;      /* the task's id (weft_task_info.id, the dump's W.N);
+                       * 0: an empty entry */
+    char name[32];    /* its name, cut to 31 bytes; "" if it has none */
+    const char *file; /* its spawn site; NULL in an empty entry */
+    int line;
+    int worker;     /* the worker it ran on */
+    int64_t ns;     /* its longest slice so far (one still running counts
+                     * with what it has run) */
+    uint64_t slow;  /* its slices that reached the threshold (since it
+                     * entered the table: a task pushed out by longer
+                     * ones starts again at 0) */
+} weft_slice_info;
+
+/* One worker's figures. Counters (since the runtime started) only grow,
+ * at every read, from any thread; "now" figures are a snapshot, each read
+ * on its own, so they need not add up exactly while the worker runs. */
 typedef struct weft_worker_stats {
     uint64_t switches; /* context switches: to a task, or back to the
                         * worker's loop */
     uint64_t parks;    /* times a task blocked here (parked) */
+    uint64_t yields;   /* times a task yielded here and another ran */
     uint64_t steals;   /* not-started tasks it took from other workers */
     uint64_t inbox;    /* tasks made runnable here by other threads:
                         * wakes by other workers and pool threads, spawns
@@ -2531,11 +2563,21 @@ typedef struct weft_worker_stats {
     uint64_t timers;   /* now: timers armed (sleeps, deadlines of parked
                         * tasks and of scopes) */
     uint64_t fd_waits; /* now: tasks parked on descriptors */
-    /* Scheduling lag: the delay from a task's wake to its run, for one
-     * wake in 1024 by each worker (wakes by pool threads are not sampled),
-     * counted by the worker that ran it. See WEFT_LAG_BUCKETS and
-     * weft_lag_quantile. */
+    /* Scheduling lag: the delay from a task's wake to its run, counted by
+     * the worker that ran it, for one wake in 1024 by each worker (wakes
+     * by pool threads are not sampled), and for every task woken by a
+     * timer (a sleep's end, a deadline) that ran 1 ms or more after the
+     * timer was due (with the virtual clock: that fired so late, in
+     * virtual time): so a stall that repeats cannot hide between the
+     * samples. See WEFT_LAG_BUCKETS and weft_lag_quantile. */
     uint64_t lag[WEFT_LAG_BUCKETS];
+    int64_t lag_max_ns; /* the largest delay counted in lag[], exact */
+    /* Slices (weft_config.slow_slice_ns): runs of one task without a
+     * park or yield that reached the threshold, and the tasks whose
+     * slices were longest, longest first (top[0].ns is the longest slice
+     * seen, top[0] its task). All 0 when slices are not measured. */
+    uint64_t slow_slices;
+    weft_slice_info top[WEFT_SLICE_TOP];
 } weft_worker_stats;
 
 typedef struct weft_stats {
@@ -2543,45 +2585,58 @@ typedef struct weft_stats {
     uint64_t spawned; /* tasks spawned, the root task included */
     uint64_t finished;
     uint64_t alive;              /* spawned - finished: not finished yet */
-    weft_worker_stats all;       /* every worker's figures added up */
+    weft_worker_stats all;       /* every worker's figures added up (lag_max_ns
+                                  * and top: the largest of all workers) */
     weft_blocking_info blocking; /* the blocking pool (weft_blocking_stats) */
 } weft_stats;
 
-/* Fills *out with the current runtime's figures and workers[0..n-1] with
- * those of workers 0..n-1 (up to the runtime's worker count; workers may
- * be NULL when n is 0). Returns the runtime's number of workers (so a
- * caller can size its array: weft_workers() gives it too), or -EINVAL
- * (out NULL, n < 0, workers NULL with n > 0), -EPERM (not in a task:
- * another thread cannot name a runtime, so ask from a task of the one
- * you want), -ENOTSUP (weft was built with the CMake option
- * WEFT_STATS=OFF, which leaves the counters and lag samples out of the
- * scheduler). Never blocks (the blocking pool's lock for a moment); not a
- * cancellation point. Cheap: it reads each worker's counters, which
- * their workers keep without any shared atomic operation. */
+/* Fills *out with a runtime's figures and workers[0..n-1] with those of
+ * workers 0..n-1 (up to the runtime's worker count; workers may be NULL
+ * when n is 0). From a task: its runtime's. From any other thread (a
+ * monitoring thread, the watchdog's callback): the runtime running in
+ * the process, if there is exactly one. Returns the runtime's number of
+ * workers (so a caller can size its array: weft_workers() gives it too),
+ * or -EINVAL (out NULL, n < 0, workers NULL with n > 0), -EPERM (not in a
+ * task, and no runtime or several are running: the thread cannot name
+ * one), -ENOTSUP (weft was built with the CMake option WEFT_STATS=OFF,
+ * which leaves the counters and lag samples out of the scheduler). Never
+ * blocks (the blocking pool's and the slice monitor's locks for a
+ * moment); not a cancellation point. Cheap: it reads each worker's
+ * counters, which their workers keep without any shared atomic
+ * operation. */
 WEFT_EXTERN int weft_stats_get(weft_stats *out, weft_worker_stats *workers,
                                int n);
 
-/* The lag under which a fraction q (0 to 1) of s's sampled delays fell,
- * as the upper bound of the bucket that holds the q-quantile (ns). Returns
- * that bound, 0 if s has no samples, -EINVAL (s NULL, q outside 0..1).
- * Any thread; never blocks. */
+/* The lag under which a fraction q (0 to 1) of s's counted delays fell, as
+ * the upper bound of the bucket that holds the q-quantile (ns), or
+ * s->lag_max_ns, the exact maximum, if that is lower: q = 0.999 for
+ * p99.9. Returns that bound,
+ * -ENODATA if s has no delays counted (print nothing, or "no samples"),
+ * -EINVAL (s NULL, q outside 0..1). Any thread; never blocks. */
 WEFT_EXTERN int64_t weft_lag_quantile(const weft_worker_stats *s, double q);
 
 /* What the watchdog (weft_config.watchdog_ns) reports: a task that has
  * held its worker at least held_ns, in real time, without parking or
  * yielding (a CPU-bound loop, or a blocking system call made in a task:
  * give it to weft_blocking, or yield in the loop). Reported once per
- * occurrence: the task is reported again only after its worker has run
- * something else and it holds it again. On the virtual clock too, in
- * real time (a hog holds the worker in real time, while virtual time
- * stands still). */
+ * occurrence, when the hold reaches the threshold (ended 0), and again
+ * when it ends (ended 1, held_ns its whole length): the task is reported
+ * again only after its worker has run something else and it holds it
+ * again. On the virtual clock too, in real time (a hog holds the worker
+ * in real time, while virtual time stands still). */
 typedef struct weft_watchdog_report {
     int worker;       /* its worker's index */
-    const char *name; /* the task's name, "" if it has none */
+    const char *name; /* the task's name, "" if it has none: a copy,
+                       * valid during the call only (cut to 127 bytes) */
     const char *file; /* its spawn site */
     int line;
-    int64_t held_ns;      /* how long it has held the worker, so far */
+    int64_t held_ns;      /* how long it has held the worker: so far, or
+                           * in all once ended (to within the sampling
+                           * period, a millisecond by default) */
     int64_t threshold_ns; /* the configured threshold */
+    uint64_t id;          /* the task's id (weft_task_info.id) */
+    int ended;            /* 1: the hold is over (the task parked, yielded
+                           * or finished) */
 } weft_watchdog_report;
 
 #ifdef __cplusplus

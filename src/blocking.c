@@ -426,16 +426,11 @@ int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline)
     return weft__blocking_call(fn, arg, deadline, &abandoned);
 }
 
-int weft_blocking_stats(weft_blocking_info *out)
+void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out)
 {
-    if (!out)
-        return -EINVAL;
-    weft_worker *wk = weft__tl_worker;
-    if (!wk)
-        return -EPERM;
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&wk->rt->blocking_mu);
-    pool *p = wk->rt->blocking;
+    pthread_mutex_lock(&rt->blocking_mu);
+    pool *p = rt->blocking;
     if (p) {
         out->threads = p->threads;
         out->running = p->running;
@@ -444,6 +439,16 @@ int weft_blocking_stats(weft_blocking_info *out)
         for (weft__waiter *w = p->room.head; w; w = w->next)
             out->waiting++;
     }
-    pthread_mutex_unlock(&wk->rt->blocking_mu);
+    pthread_mutex_unlock(&rt->blocking_mu);
+}
+
+int weft_blocking_stats(weft_blocking_info *out)
+{
+    if (!out)
+        return -EINVAL;
+    weft_worker *wk = weft__tl_worker;
+    if (!wk)
+        return -EPERM;
+    weft__blocking_info(wk->rt, out);
     return 0;
 }

@@ -82,16 +82,34 @@ void weft__trace_free(weft__trace *tr);
 
 /* ---- statistics, lag and the watchdog (stats.c) ---- */
 
+/* weft_stats_get's work for rt (its arguments checked): any thread, while
+ * rt runs (its workers and blocking pool exist). */
+void weft__stats_read(weft_runtime *rt, weft_stats *out,
+                      weft_worker_stats *workers, int n);
+
 struct weft__watchdog;
-/* Starts rt's watchdog thread as c asks (c->watchdog_ns), after rt's
- * workers have started: returns it, or NULL if c turns it off or the
- * thread cannot be made (then the runtime runs without one, and says so
- * on stderr). On weft_run's thread. */
-struct weft__watchdog *weft__watchdog_start(weft_runtime *rt,
-                                            const weft_config *c);
-/* Stops and frees it (NULL: nothing), before rt's workers are freed. */
-void weft__watchdog_stop(struct weft__watchdog *wd);
-/* The watchdog's defaults and check of the config: 0 or -EINVAL. */
+/* rt's slice monitor and watchdog as c asks (c->watchdog_ns,
+ * c->slow_slice_ns; both off: none, rt->watchdog NULL, and so on out of
+ * memory, said on stderr), before rt's workers start. */
+void weft__watchdog_init(weft_runtime *rt, const weft_config *c);
+/* Starts its thread, after rt's workers have started (if it cannot be
+ * made, the runtime runs without it, and says so on stderr); stops it
+ * (joins the thread) when the workers are done; frees it with rt. On
+ * weft_run's thread. All do nothing when rt has none. */
+void weft__watchdog_start(weft_runtime *rt);
+void weft__watchdog_stop(weft_runtime *rt);
+void weft__watchdog_free(weft_runtime *rt);
+/* The checks of the config: 0 or -EINVAL. */
 int weft__watchdog_check(const weft_config *c);
+/* rt's slow slices for the task dump: the count (in all and per worker)
+ * and the tasks with the longest slices, as text lines, or with json
+ * one line {"type":"slices","threshold_ns":N,"slow":N,"workers":[N,...],
+ * "top":[{"id":"W.N","name":..,"file":..,"line":N,"worker":N,"ns":N,
+ * "slow":N},...]}. Into buf (cap bytes, NUL-terminated, cut if short:
+ * 4 KiB holds it with 64 workers). Returns the length written; 0 (and
+ * "") when rt does not measure slices. Any thread while rt runs; takes
+ * the monitor's data lock for a moment. */
+size_t weft__slices_format(weft_runtime *rt, bool json, char *buf,
+                           size_t cap);
 
 #endif

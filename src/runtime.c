@@ -277,6 +277,7 @@ static void runtime_free(weft_runtime *rt)
     weft__registry_fini(rt->registry);
     weft__deadlock_fini(rt);
     weft__trace_free(rt->trace);
+    weft__watchdog_free(rt);
     free(rt->root);
     pthread_mutex_destroy(&rt->vmu);
     pthread_mutex_destroy(&rt->dmu);
@@ -357,7 +358,7 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
         return -ENOMEM;
     static const weft_spawn_opts root_opts = {.name = "root"};
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
-    t->id = 1; /* weft_task_info.id: made by no worker */
+    st_rlx(&t->id, 1); /* weft_task_info.id: made by no worker */
     *root = t;
     weft__scope_add_child(rt->root, t);
     weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
@@ -414,6 +415,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         runtime_free(rt);
         return NULL;
     }
+    weft__watchdog_init(rt, cfg);
     weft__overflow_handler_install();
     int set_up = rt->nworkers;
     int started = 1;
@@ -429,7 +431,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     }
     if (hook)
         hook(rt, hook_ctx);
-    struct weft__watchdog *wd = weft__watchdog_start(rt, cfg);
+    weft__watchdog_start(rt);
     weft_worker *w0 = &rt->workers[0];
     /* thread_enter replaces the caller's alternate signal stack, and
      * thread_leave disables it: give the caller its own back. */
@@ -441,7 +443,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         weft__instr_spawn(rt->instr, root, NULL);
     weft__worker_loop(w0);
     thread_leave(w0);
-    weft__watchdog_stop(wd);
+    weft__watchdog_stop(rt);
     running_remove(rt);
     if (restore_ss)
         sigaltstack(&caller_ss, NULL);
@@ -579,8 +581,8 @@ static int start_keeper(weft_runtime *rt)
     static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
     weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
     weft__scope_add_child(home, t);
-    t->worker = w0; /* where the wake sends it, and where it stays */
-    t->id = 2;      /* weft_task_info.id: made by no worker */
+    t->worker = w0;    /* where the wake sends it, and where it stays */
+    st_rlx(&t->id, 2); /* weft_task_info.id: made by no worker */
     if (WEFT_UNLIKELY(rt->instr != NULL))
         weft__instr_spawn(rt->instr, t, NULL);
     sd->keeper_home = home;
@@ -904,6 +906,29 @@ int weft_dump(int fd, unsigned flags)
     int rc = running ? 0 : -ESRCH;
     for (weft_runtime *rt = running; rt && !rc; rt = rt->shut->next_running)
         rc = weft__dump_write(rt, fd, flags);
+    pthread_mutex_unlock(&running_mu);
+    return rc;
+}
+
+int weft_stats_get(weft_stats *out, weft_worker_stats *workers, int n)
+{
+    if (!WEFT__STATS)
+        return -ENOTSUP; /* built with WEFT_STATS=OFF */
+    if (!out || n < 0 || (!workers && n > 0))
+        return -EINVAL;
+    weft_worker *w = weft__tl_worker;
+    if (w) {
+        weft__stats_read(w->rt, out, workers, n);
+        return w->rt->nworkers;
+    }
+    /* A plain thread: the runtime running in the process, if there is
+     * exactly one, kept allocated by the lock meanwhile. */
+    pthread_mutex_lock(&running_mu);
+    int rc = -EPERM;
+    if (running && !running->shut->next_running) {
+        weft__stats_read(running, out, workers, n);
+        rc = running->nworkers;
+    }
     pthread_mutex_unlock(&running_mu);
     return rc;
 }

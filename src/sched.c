@@ -655,10 +655,29 @@ void weft__wake_if_cancelled(weft_task *t)
         wake_ex(t, token, -ECANCELED, false, false);
 }
 
+static void lag_count(weft_worker *w, int64_t d);
+
+/* A timer woke t (parked on w, this thread), due at `due`: its lag is
+ * counted if 1 ms or more, whether the timer fired late (a task held
+ * the worker past it) or t waits in the queue behind one, which sampled
+ * wakes would miss every time. On the monotonic clock from the deadline
+ * to the run (pick reads the clock then), on the virtual one how late the
+ * timer fired, with the wheel's time. */
+static void timer_lag(weft_worker *w, weft_task *t, int64_t due)
+{
+    if (w->rt->clock == WEFT_CLOCK_MONOTONIC) {
+        t->lag_since = due; /* queued, not running: ours to write */
+        t->flags |= TASK_LAG_TIMER;
+    } else if (w->wheel.now - due >= WEFT__LAG_LATE_NS) {
+        lag_count(w, w->wheel.now - due);
+    }
+}
+
 static void park_timeout(weft__timer *tm)
 {
     weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
-    wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false, true);
+    if (wake_ex(t, ld_rlx(&t->park), -ETIMEDOUT, false, true) && WEFT__STATS)
+        timer_lag(t->worker, t, tm->when);
 }
 
 /* ---- choosing the next task ---- */
@@ -772,15 +791,28 @@ pick_inner(weft_worker *w)
     return q_pop(&w->yieldq);
 }
 
+/* Counts a delay of d ns in w's lag histogram and maximum. */
+static void lag_count(weft_worker *w, int64_t d)
+{
+    int b = d > 1 ? 63 - __builtin_clzll((unsigned long long)d) : 0;
+    if (b >= WEFT_LAG_BUCKETS)
+        b = WEFT_LAG_BUCKETS - 1;
+    weft__stat_add(&w->st.lag[b], 1);
+    if (d > ld_rlx(&w->st.lag_max))
+        st_rlx(&w->st.lag_max, d);
+}
+
 /* Records a sampled wake's delay (wake_watch) in w's histogram. */
 static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__mono_now() - t->lag_since;
     t->lag_since = 0;
-    int b = d > 1 ? 63 - __builtin_clzll((unsigned long long)d) : 0;
-    if (b >= WEFT_LAG_BUCKETS)
-        b = WEFT_LAG_BUCKETS - 1;
-    weft__stat_add(&w->st.lag[b], 1);
+    if (t->flags & TASK_LAG_TIMER) { /* timer_lag: only the late ones */
+        t->flags &= ~TASK_LAG_TIMER;
+        if (d < WEFT__LAG_LATE_NS)
+            return;
+    }
+    lag_count(w, d);
 }
 
 WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
@@ -821,7 +853,7 @@ static inline void finish_switch(weft_worker *w)
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
 static inline __attribute__((always_inline)) bool
-run_next_plain(weft_worker *w, weft_task *self)
+run_next_plain(weft_worker *w, weft_task *self, int kind)
 {
     weft_task *next = pick(w);
     bool switched = next != self; /* else woken before it even left */
@@ -829,7 +861,9 @@ run_next_plain(weft_worker *w, weft_task *self)
         weft__stack_check(self);
         st_rlx(&w->cur, next);
         w->spawns = 0;
-        weft__stat_add(&w->st.parked, 1);
+        /* A constant where inlined: one counter, chosen at compile time */
+        weft__stat_add(kind == WEFT_WAIT_YIELD ? &w->st.yields : &w->st.parks,
+                       1);
         ctx_switch(w, self, next, false);
         finish_switch(w);
     }
@@ -843,7 +877,7 @@ WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
 {
     weft__instr_park(w->instr, self,
                      kind >= 0 ? kind : ld_rlx(&self->wait_kind));
-    bool switched = run_next_plain(w, self);
+    bool switched = run_next_plain(w, self, kind);
     instr_run(w->instr, self);
     return switched;
 }
@@ -856,7 +890,7 @@ run_next(weft_worker *w, weft_task *self, int kind)
 {
     if (WEFT_UNLIKELY(w->instr != NULL))
         return run_next_instr(w, self, kind);
-    return run_next_plain(w, self);
+    return run_next_plain(w, self, kind);
 }
 
 void weft__task_main(void *arg)
@@ -968,8 +1002,7 @@ int weft__yield(weft_worker *w)
         ready_push(w, self);
     else
         q_push(&w->yieldq, self);
-    if (run_next(w, self, WEFT_WAIT_YIELD))
-        weft__stat_add(&w->st.yields, 1);
+    run_next(w, self, WEFT_WAIT_YIELD);
     return 0;
 }
 
@@ -1021,7 +1054,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     st_rlx(&t->name, o ? o->name : NULL);
     st_rlx(&t->file, file);
     st_rlx(&t->line, line);
-    t->id = task_id();
+    st_rlx(&t->id, task_id()); /* the slice monitor reads it (stats.c) */
 #if defined(WEFT_ASAN)
     /* The slot's previous task left through a switch, not by returning, so
      * ASan still marks its frames' redzones: clear them for the new life. */

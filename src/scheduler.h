@@ -44,6 +44,9 @@ enum {
     TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
                                  * returned -ECANCELED: its scope's policy
                                  * does not take that for its result */
+    TASK_LAG_TIMER = 1u << 6,   /* lag_since is the deadline of the timer
+                                 * that woke it: counted if late (sched.c,
+                                 * timer_lag) */
 };
 
 /* A task and its stack share one slot of memory: the struct sits at the top
@@ -99,9 +102,11 @@ struct weft_task {
     _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
     _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
                                       * and WEFT__W_LIMITER only) */
-    uint64_t id; /* unique in the process: the spawning worker's id + 1
-                  * in the high 24 bits, its count of spawns below (0 in
-                  * the high bits: made outside a worker); set at spawn */
+    _Atomic uint64_t id; /* unique in the process: the spawning worker's
+                          * id + 1 in the high 24 bits, its count of
+                          * spawns below (0 in the high bits: made outside
+                          * a worker); set at spawn (relaxed: the slice
+                          * monitor reads it while the task runs) */
 
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
@@ -148,25 +153,29 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
  * in), a call on the blocking pool. */
 enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
-/* A worker's counters, for weft_stats_get (stats.c). */
-/* Only one counter on the park path: switches there (`parked`) are parks
- * and yields, so parks are parked - yields, and every switch is one of
- * those, a task's exit (finished) or a start from the scheduler loop
- * (resumed). */
+/* A worker's counters, for weft_stats_get (stats.c). Each is written by
+ * its worker alone and only grows, so that any reader sees each one
+ * monotone. A switch is counted where it is made, as what it is: a park,
+ * a yield, a task's exit (finished) or a start from the scheduler loop
+ * (resumed); switches are their sum. */
 typedef struct weft__wstats {
-    _Atomic uint64_t parked;   /* switches away from a parking or yielding
-                                * task */
-    _Atomic uint64_t yields;   /* of which, yields */
+    _Atomic uint64_t parks;    /* switches away from a parking task */
+    _Atomic uint64_t yields;   /* switches away from a yielding task */
     _Atomic uint64_t resumed;  /* switches from the scheduler loop */
     _Atomic uint64_t steals;   /* tasks it took from other deques */
     _Atomic uint64_t inbox;    /* tasks that came through its inbox */
     _Atomic uint64_t finished; /* tasks that finished here */
     _Atomic uint64_t idle_ns;  /* real time in the clock's idle_until */
-    _Atomic uint64_t lag[WEFT_LAG_BUCKETS]; /* sampled wake-to-run delays */
+    _Atomic uint64_t lag[WEFT_LAG_BUCKETS]; /* wake-to-run delays: sampled
+                                             * wakes, late timers */
+    _Atomic int64_t lag_max; /* the largest delay put in lag[] */
 } weft__wstats;
 
 /* One wake in LAG_EVERY by a worker is timed (wake to run). */
 #define WEFT__LAG_EVERY 1024
+/* A timer wake this late (from its deadline to the task's run) is always
+ * counted in the lag histogram (sched.c's timer_lag). */
+#define WEFT__LAG_LATE_NS WEFT_MSEC
 
 /* Adds n to a counter that only the calling thread writes: a relaxed load
  * and store, no read-modify-write. */
@@ -364,6 +373,10 @@ struct weft_runtime {
                           const void *const *mutexes, int n);
     /* The observe layer's state (deadlock.c): the mode and what was found */
     struct weft__observe *observe;
+    /* stats.c: the watchdog and slice monitor (the thread and what it
+     * measured), or NULL: set before the workers start and freed with
+     * the runtime */
+    struct weft__watchdog *watchdog;
 };
 
 /* ---- the current worker ---- */

@@ -143,6 +143,7 @@ size_t weft__wheel_advance(weft__wheel *wh, int64_t now)
     size_t fired = 0;
     unsigned l, s;
     int64_t start;
+    wh->now = now;
     while (ld_rlx(&wh->count) && next_slot(wh, &l, &s, &start) &&
            start <= now) {
         if (start > wh->elapsed)

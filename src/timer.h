@@ -34,6 +34,8 @@ struct weft__timer {
  * after elapsed's slot at its level. */
 typedef struct weft__wheel {
     int64_t elapsed;     /* time the wheel has reached */
+    int64_t now;         /* the time of the latest advance: while timers
+                          * fire, how late each is (the lag histogram) */
     atomic_size_t count; /* armed timers: the wheel's worker writes it
                           * (relaxed), weft_stats_get reads it */
     uint64_t occupied[WEFT_WHEEL_LEVELS]; /* bit s: slot s not empty */

@@ -207,8 +207,10 @@ static int count_threads(void *arg)
 
 static void *plain_run(void *arg)
 {
-    /* No watchdog: only the signal thread is counted here. */
-    weft_config cfg = {.workers = 1, .watchdog_ns = WEFT_NEVER};
+    /* No watchdog, no slow slices, so no thread watching the workers:
+     * only the signal thread is counted here. */
+    weft_config cfg = {
+        .workers = 1, .watchdog_ns = WEFT_NEVER, .slow_slice_ns = WEFT_NEVER};
     ASSERT_EQ(weft_run(&cfg, count_threads, arg), 0);
     return NULL;
 }

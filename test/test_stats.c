@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Statistics, the lag histogram and the watchdog: counters that add up
- * after known workloads, "now" figures while tasks wait on timers,
- * descriptors and the blocking pool, and the watchdog catching a task that
- * spins (and not one that yields).
+ * Statistics, the lag histogram, slow slices and the watchdog: counters
+ * that add up after known workloads and never decrease whoever reads
+ * them, "now" figures while tasks wait on timers, descriptors and the
+ * blocking pool, the watchdog catching a task that spins (and not one
+ * that yields) and telling the hold's end, and a task computing beside a
+ * ticker seen in slow slices, lag and the watchdog.
  */
+#include "observe.h" /* weft__slices_format, for the dump */
 #include "t.h"
 #include "weft.h"
 
@@ -342,16 +345,24 @@ TEST(misuse)
     ASSERT_EQ(weft_lag_quantile(NULL, 0.5), -EINVAL);
     ASSERT_EQ(weft_lag_quantile(&w, -0.1), -EINVAL);
     ASSERT_EQ(weft_lag_quantile(&w, 1.5), -EINVAL);
-    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 0); /* no samples */
-    w.lag[3] = 1;                             /* 8 to 15 ns */
-    w.lag[10] = 3;                            /* 1024 to 2047 ns */
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), -ENODATA); /* no samples */
+    w.lag[3] = 1;                                    /* 8 to 15 ns */
+    w.lag[10] = 3;                                   /* 1024 to 2047 ns */
     ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
     ASSERT_EQ(weft_lag_quantile(&w, 0.5), 2048);
     ASSERT_EQ(weft_lag_quantile(&w, 0.0), 16);
+    w.lag_max_ns = 1500; /* the exact maximum bounds the last bucket's */
+    ASSERT_EQ(weft_lag_quantile(&w, 0.5), 1500);
+    ASSERT_EQ(weft_lag_quantile(&w, 0.25), 16);
+    w.lag_max_ns = 0;
     w.lag[WEFT_LAG_BUCKETS - 1] = 100;
     ASSERT_EQ(weft_lag_quantile(&w, 1.0), WEFT_NEVER);
+    w.lag_max_ns = 3 * WEFT_SEC;
+    ASSERT_EQ(weft_lag_quantile(&w, 1.0), 3 * WEFT_SEC);
     weft_config bad = {.watchdog_ns = -1};
     ASSERT_EQ(weft_run(&bad, noop, NULL), -EINVAL);
+    weft_config bad_slice = {.slow_slice_ns = -1};
+    ASSERT_EQ(weft_run(&bad_slice, noop, NULL), -EINVAL);
 }
 
 /* ---- the watchdog ---- */
@@ -361,7 +372,7 @@ static const char *wd_only; /* set before weft_run */
 static struct {
     atomic_int reports;
     atomic_int worker;
-    const char *_Atomic name;
+    char name[32]; /* r->name is valid during the call only: copied */
     const char *_Atomic file;
     atomic_int line;
     _Atomic int64_t held_ns;
@@ -376,7 +387,7 @@ static void on_watchdog(const weft_watchdog_report *r, void *arg)
     if (wd_only && strcmp(r->name, wd_only) != 0)
         return;
     atomic_store(&wd_seen.worker, r->worker);
-    atomic_store(&wd_seen.name, r->name);
+    snprintf(wd_seen.name, sizeof wd_seen.name, "%s", r->name);
     atomic_store(&wd_seen.file, r->file);
     atomic_store(&wd_seen.line, r->line);
     atomic_store(&wd_seen.held_ns, r->held_ns);
@@ -435,7 +446,7 @@ static void watchdog_catches(int workers, weft_clock_kind clock)
                        .watchdog_arg = &wd_seen};
     ASSERT_EQ(weft_run(&cfg, hog_root, NULL), 0);
     ASSERT(atomic_load(&wd_seen.reports) >= 1);
-    ASSERT(strcmp(atomic_load(&wd_seen.name), "hog") == 0);
+    ASSERT(strcmp(wd_seen.name, "hog") == 0);
     const char *file = atomic_load(&wd_seen.file);
     ASSERT(strstr(file, "test_stats.c") != NULL);
     ASSERT_EQ(atomic_load(&wd_seen.line), hog_line);
@@ -544,6 +555,373 @@ TEST(watchdog_writes_to_stderr_by_default)
     ASSERT_EQ(rc, 0);
     ASSERT(strstr(stderr_seen, "weft: watchdog: task \"root\"") != NULL);
     ASSERT(strstr(stderr_seen, "held worker 0") != NULL);
+    /* The hold's end, told when the run ended: its whole length. */
+    size_t len = strlen(stderr_seen);
+    ssize_t more =
+        read(stderr_pipe[0], stderr_seen + len, sizeof stderr_seen - 1 - len);
+    if (more > 0)
+        stderr_seen[len + (size_t)more] = '\0';
+    ASSERT(strstr(stderr_seen, "ms in all without parking or yielding") !=
+           NULL);
     close(stderr_pipe[0]);
     close(stderr_pipe[1]);
+}
+
+/* ---- counters only grow, whoever reads them ---- */
+
+/* Every counter of s against the previous read p: how many went down. */
+static int went_down(const weft_worker_stats *p, const weft_worker_stats *s)
+{
+    int n = 0;
+#define DOWN(f) n += s->f < p->f
+    DOWN(switches);
+    DOWN(parks);
+    DOWN(yields);
+    DOWN(steals);
+    DOWN(inbox);
+    DOWN(spawned);
+    DOWN(finished);
+    DOWN(idle_ns);
+    DOWN(lag_max_ns);
+    DOWN(slow_slices);
+    DOWN(top[0].ns);
+    for (int i = 0; i < WEFT_LAG_BUCKETS; i++)
+        DOWN(lag[i]);
+#undef DOWN
+    return n;
+}
+
+/* Reads stats (totals and both workers) and counts decreases against the
+ * previous successful read; returns whether this one succeeded. */
+struct mono_reader {
+    weft_stats prev;
+    weft_worker_stats prevw[2];
+    bool have;
+    long reads, downs;
+};
+
+static bool mono_read(struct mono_reader *r)
+{
+    weft_stats s;
+    weft_worker_stats w[2];
+    if (weft_stats_get(&s, w, 2) != 2)
+        return false;
+    if (r->have) {
+        r->downs += went_down(&r->prev.all, &s.all);
+        for (int i = 0; i < 2; i++)
+            r->downs += went_down(&r->prevw[i], &w[i]);
+        r->downs += s.spawned < r->prev.spawned;
+        r->downs += s.finished < r->prev.finished;
+        r->downs += s.blocking.calls < r->prev.blocking.calls;
+    }
+    r->prev = s;
+    r->prevw[0] = w[0];
+    r->prevw[1] = w[1];
+    r->have = true;
+    r->reads++;
+    return true;
+}
+
+static atomic_int mono_stop;
+
+static void *mono_thread(void *arg)
+{
+    struct mono_reader *r = arg;
+    while (!atomic_load(&mono_stop))
+        mono_read(r); /* -EPERM until the runtime runs: retried */
+    return NULL;
+}
+
+static int mono_yielder(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&mono_stop))
+        ASSERT_EQ(weft_yield(), 0);
+    return 0;
+}
+
+static int mono_echo(void *arg)
+{
+    weft_chan **c = arg;
+    int v;
+    while (weft_chan_recv(c[0], &v) == 0)
+        if (weft_chan_send(c[1], &v) != 0)
+            break;
+    return 0;
+}
+
+static int mono_pinger(void *arg)
+{
+    weft_chan **c = arg;
+    for (int v = 0; !atomic_load(&mono_stop); v++) {
+        ASSERT_EQ(weft_chan_send(c[0], &v), 0);
+        ASSERT_EQ(weft_chan_recv(c[1], &v), 0);
+    }
+    return weft_chan_close(c[0]);
+}
+
+static int mono_root(void *arg)
+{
+    struct mono_reader *task_reader = arg;
+    weft_chan *c[2][2];
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    /* On each worker: two tasks that yield to each other and a pair that
+     * parks on a rendezvous channel. */
+    for (int wk = 0; wk < 2; wk++) {
+        weft_spawn_opts o = {.worker = wk + 1};
+        ASSERT_EQ(weft_chan_new(&c[wk][0], sizeof(int), 0), 0);
+        ASSERT_EQ(weft_chan_new(&c[wk][1], sizeof(int), 0), 0);
+        for (int i = 0; i < 2; i++)
+            ASSERT(weft_spawn_ex(s, mono_yielder, NULL, &o) >= 0);
+        ASSERT(weft_spawn_ex(s, mono_echo, c[wk], &o) >= 0);
+        ASSERT(weft_spawn_ex(s, mono_pinger, c[wk], &o) >= 0);
+    }
+    ASSERT_EQ(weft_worker_id(), 0);
+    /* At least the rounds, and until both kinds of switch were seen on
+     * both workers (worker 1 may start late under a sanitizer). */
+    long rounds = T_SCALE(20000), cap = 1000 * rounds;
+    const weft_worker_stats *w = task_reader->prevw;
+    for (long i = 0;
+         i < rounds ||
+         (i < cap && !(w[0].yields && w[1].yields && w[0].parks && w[1].parks));
+         i++) {
+        ASSERT(mono_read(task_reader));
+        ASSERT_EQ(weft_yield(), 0); /* lets worker 0's tasks switch */
+    }
+    atomic_store(&mono_stop, 1);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    for (int wk = 0; wk < 2; wk++) {
+        weft_chan_unref(c[wk][0]);
+        weft_chan_unref(c[wk][1]);
+    }
+    return 0;
+}
+
+TEST(counters_never_decrease_from_a_task_or_a_plain_thread)
+{
+    static struct mono_reader in_task, in_thread;
+    atomic_store(&mono_stop, 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, mono_thread, &in_thread), 0);
+    int rc = t_run_mono(2, mono_root, &in_task);
+    atomic_store(&mono_stop, 1);
+    pthread_join(th, NULL);
+    ASSERT_EQ(rc, 0);
+    ASSERT(in_task.reads >= T_SCALE(20000));
+    ASSERT(in_thread.reads > 0);
+    ASSERT_EQ(in_task.downs, 0);
+    ASSERT_EQ(in_thread.downs, 0);
+    /* Both kinds of switch were made on both workers. */
+    ASSERT(in_task.prevw[0].yields > 0 && in_task.prevw[1].yields > 0);
+    ASSERT(in_task.prevw[0].parks > 0 && in_task.prevw[1].parks > 0);
+}
+
+/* ---- a task that computes between sleeps, beside a ticker ---- */
+
+#define LW_COMPUTE_NS (30 * WEFT_MSEC)
+
+static atomic_int lw_done;
+
+static struct {
+    pthread_mutex_t mu;
+    int reports, ended;
+    char name[32];
+    int64_t ended_ns; /* the longest hold reported as ended */
+} lw_wd = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", 0};
+
+static void lw_on_watchdog(const weft_watchdog_report *r, void *arg)
+{
+    (void)arg;
+    if (strcmp(r->name, "compute") != 0)
+        return; /* a worker the kernel did not run for a while */
+    pthread_mutex_lock(&lw_wd.mu);
+    lw_wd.reports++;
+    if (r->ended) {
+        lw_wd.ended++;
+        if (r->held_ns > lw_wd.ended_ns)
+            lw_wd.ended_ns = r->held_ns;
+        ASSERT(r->held_ns >= r->threshold_ns);
+    }
+    ASSERT(r->id != 0);
+    pthread_mutex_unlock(&lw_wd.mu);
+}
+
+static bool lw_watched; /* wait for the monitor to see each slice */
+
+static uint64_t lw_slow_now(void)
+{
+    weft_stats st;
+    ASSERT_EQ(weft_stats_get(&st, NULL, 0), 1);
+    return st.all.slow_slices;
+}
+
+static int lw_reports_now(void)
+{
+    pthread_mutex_lock(&lw_wd.mu);
+    int n = lw_wd.reports;
+    pthread_mutex_unlock(&lw_wd.mu);
+    return n;
+}
+
+/* Computes 30 ms (a busy loop reading weft time, never parking), then
+ * sleeps 5 ms, three times. With lw_watched each run goes on until the
+ * monitor has counted it slow and the watchdog has reported it (its
+ * thread may not be run for a while on a loaded machine), or 10 s, far
+ * above any such pause, so that a broken monitor fails the test instead
+ * of hanging it. */
+static int lw_compute(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        uint64_t slow = lw_watched ? lw_slow_now() : 0;
+        int reports = lw_reports_now();
+        int64_t until = weft_now() + LW_COMPUTE_NS, cap = until + 10 * WEFT_SEC;
+        while (weft_now() < until ||
+               (lw_watched && weft_now() < cap &&
+                (lw_slow_now() == slow || lw_reports_now() == reports))) {
+        }
+        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+    }
+    atomic_store(&lw_done, 1);
+    return 0;
+}
+
+static int lw_ticker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&lw_done))
+        ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+    return 0;
+}
+
+static int lw_root(void *arg)
+{
+    weft_stats *out = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
+    ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
+    ASSERT(weft_spawn_ex(s, lw_compute, NULL, &comp) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    /* The dump's lines about slices, as text and as JSON. */
+    weft_runtime *rt = weft__tl_worker->rt;
+    char text[4096], json[4096], tiny[16];
+    size_t n = weft__slices_format(rt, false, text, sizeof text);
+    if (out->all.slow_slices == 0) { /* slices_off */
+        ASSERT_EQ(n, 0);
+        ASSERT_EQ(text[0], '\0');
+        return 0;
+    }
+    ASSERT_EQ(n, strlen(text));
+    ASSERT(strncmp(text, "slow slices (10 ms or more", 26) == 0);
+    ASSERT(strstr(text, "longest slices:\n  task ") != NULL);
+    ASSERT(strstr(text, "\"compute\" (spawned at ") != NULL);
+    n = weft__slices_format(rt, true, json, sizeof json);
+    ASSERT_EQ(n, strlen(json));
+    const char *head = "{\"type\":\"slices\",\"threshold_ns\":10000000,";
+    ASSERT(strncmp(json, head, strlen(head)) == 0);
+    ASSERT(strstr(json, "\"name\":\"compute\"") != NULL);
+    ASSERT_EQ(json[n - 1], '\n');
+    ASSERT_EQ(weft__slices_format(rt, false, tiny, sizeof tiny), 15);
+    ASSERT_EQ(strlen(tiny), 15);
+    return 0;
+}
+
+TEST(a_task_that_computes_beside_a_ticker_shows_in_slices_lag_and_watchdog)
+{
+    /* Real time (slices and the watchdog are measured in it): about
+     * 100 ms. Only the shape is asserted; a loaded machine makes every
+     * figure larger, never smaller. */
+    atomic_store(&lw_done, 0);
+    lw_watched = true;
+    weft_config cfg = {.workers = 1,
+                       .watchdog_ns = 20 * WEFT_MSEC,
+                       .watchdog_fn = lw_on_watchdog};
+    weft_stats st;
+    ASSERT_EQ(weft_run(&cfg, lw_root, &st), 0);
+    /* The compute task's slices are slow (10 ms by default) and it is
+     * among the longest. */
+    ASSERT(st.all.slow_slices >= 3);
+    int found = -1;
+    for (int i = 0; i < WEFT_SLICE_TOP; i++)
+        if (st.all.top[i].id && strcmp(st.all.top[i].name, "compute") == 0)
+            found = i;
+    ASSERT(found >= 0);
+    const weft_slice_info *c = &st.all.top[found];
+    ASSERT(c->ns >= 10 * WEFT_MSEC);
+    ASSERT(c->slow >= 3);
+    ASSERT_EQ(c->worker, 0);
+    ASSERT(strstr(c->file, "test_stats.c") != NULL);
+    for (int i = 1; i < WEFT_SLICE_TOP; i++) /* longest first */
+        ASSERT(st.all.top[i].ns <= st.all.top[i - 1].ns);
+    /* The ticker's timer fired late: the lag histogram and its maximum
+     * show it, however the wakes were sampled. */
+    ASSERT(st.all.lag_max_ns >= 10 * WEFT_MSEC);
+    ASSERT(weft_lag_quantile(&st.all, 0.99) >= 8 * WEFT_MSEC);
+    /* The watchdog named it, and told each hold's whole length. */
+    ASSERT(lw_wd.reports >= 4);
+    ASSERT(lw_wd.ended >= 2);
+    ASSERT(lw_wd.ended_ns >= 20 * WEFT_MSEC);
+}
+
+TEST(slices_off)
+{
+    atomic_store(&lw_done, 0);
+    lw_watched = false;
+    weft_config cfg = {
+        .workers = 1, .watchdog_ns = WEFT_NEVER, .slow_slice_ns = WEFT_NEVER};
+    weft_stats st;
+    ASSERT_EQ(weft_run(&cfg, lw_root, &st), 0);
+    ASSERT_EQ(st.all.slow_slices, 0);
+    ASSERT_EQ(st.all.top[0].id, 0);
+    ASSERT(st.all.lag_max_ns >= 10 * WEFT_MSEC); /* lag stays */
+}
+
+/* The same shape on the virtual clock, with no real time: the compute
+ * task moves the clock 30 ms while it runs (as a busy loop would move a
+ * real one), so the ticker's timers fire late in virtual time. */
+static int vlw_compute(void *arg)
+{
+    (void)arg;
+    weft_runtime *rt = weft__tl_worker->rt;
+    for (int i = 0; i < 3; i++) {
+        rt->clock_ops->advance(rt, weft_now() + LW_COMPUTE_NS);
+        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+    }
+    atomic_store(&lw_done, 1);
+    return 0;
+}
+
+static int vlw_root(void *arg)
+{
+    weft_stats *out = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
+    ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
+    ASSERT(weft_spawn_ex(s, vlw_compute, NULL, &comp) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    return 0;
+}
+
+TEST(late_timers_count_as_lag_on_the_virtual_clock)
+{
+    atomic_store(&lw_done, 0);
+    weft_stats st;
+    ASSERT_EQ(t_run_virtual(1, vlw_root, &st), 0);
+    /* Each of the compute task's runs made a pending tick fire 20 ms or
+     * more late. */
+    uint64_t late = 0;
+    for (int i = 24; i < WEFT_LAG_BUCKETS; i++) /* from 2^24 ns, 16.8 ms */
+        late += st.all.lag[i];
+    ASSERT(late >= 2);
+    ASSERT(st.all.lag_max_ns >= 20 * WEFT_MSEC);
+    ASSERT(st.all.lag_max_ns <= LW_COMPUTE_NS);
+    ASSERT(weft_lag_quantile(&st.all, 0.99) >= 16 * WEFT_MSEC);
 }
