@@ -2350,11 +2350,12 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  *   task woken meanwhile.
  * - A cycle of mutex waits (task A holds m1 and waits for m2, B holds m2
  *   and waits for m1, or longer), looked for when a task is about to wait
- *   for a held mutex, even while other tasks run. The task whose wait
- *   would close the cycle is the one told: with WEFT_DEADLOCK_REPORT its
+ *   for a held mutex, even while other tasks run, on any worker. The
+ *   task whose wait would close the cycle is the one told, and only it
+ *   (one -EDEADLK per cycle): with WEFT_DEADLOCK_REPORT its
  *   weft_mutex_lock (or _until) returns -EDEADLK having waited for
  *   nothing, and it still holds what it held. The relock inside
- *   weft_cond_wait is not checked (it must return holding the mutex).
+ *   weft_cond_wait is never told (it must return holding the mutex).
  *
  * What the runtime cannot see: a plain thread (not one of its workers)
  * that will call weft_chan_try_send, weft_chan_close, weft_event_set,

@@ -24,15 +24,15 @@
  * they all fall asleep again (waits a cancel does not end), the runtime
  * gives up on them: it ends, and weft_run returns -EDEADLK.
  *
- * Mutex cycles (sync.c, on the slow path of a lock, after the waiter is
- * queued): the locker follows "held by" and "waits for" from the mutex it
- * wants, through parked tasks only, and reads each task's park word before
- * and after: if a chain comes back to the locker with every task parked on
- * the same park throughout, each of them waits for a mutex held by the
- * next, none can run to release one, and the locker would close the ring.
- * It is told (on_mutex_cycle, here) and, with the default mode, its lock
- * returns -EDEADLK. Two lockers closing one ring at the same instant may
- * both be told; that costs one retry, never a missed cycle.
+ * Mutex cycles (sync.c, "mutex cycles", on the slow path of a lock when
+ * it first queues): under one lock that every contended lock takes to
+ * note "t waits for m" in its task, the locker follows "held by" and
+ * "waits for" from the mutex it wants; if that comes back to it, each
+ * task on the way waits for a mutex held by the next, none can run to
+ * release one, and the locker closes the ring. It is told
+ * (on_mutex_cycle, here) and, with the default mode, its lock returns
+ * -EDEADLK. Exactly one locker per ring is told, on any number of
+ * workers: the last one to note its wait.
  */
 #include "observe.h"
 

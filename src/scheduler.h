@@ -102,6 +102,12 @@ struct weft_task {
     _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
     _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
                                       * and WEFT__W_LIMITER only) */
+    /* The mutex the task waits for inside a contended lock, from the
+     * lock's first queueing to its return (NULL otherwise, and always
+     * when deadlock detection is off): an edge of the graph the mutex
+     * cycle check walks. Written by the task and read by other threads
+     * only under sync.c's cycle lock. */
+    const void *mutex_wait;
     _Atomic uint64_t id; /* unique in the process: the spawning worker's
                           * id + 1 in the high 24 bits, its count of
                           * spawns below (0 in the high bits: made outside

@@ -82,17 +82,60 @@ static void mutex_left(mutex_impl *m)
         atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
 }
 
+/* ---- mutex cycles ----
+ *
+ * A ring of mutex waits: task 0 waits for a mutex task 1 holds, task 1
+ * for one task 2 holds, ..., back to task 0. Nobody in it can run to
+ * unlock what it holds. The task whose wait would close the ring is told
+ * (its lock returns -EDEADLK), exactly once per ring, whichever workers
+ * its members run on.
+ *
+ * The graph's edges: "waits for" is each task's mutex_wait, written by
+ * the task only under cycle_lock: set when a contended lock first
+ * queues (before it parks), cleared when that lock returns. "Held by" is
+ * a mutex's owner, written without cycle_lock (the fast paths never take
+ * it). The check: under cycle_lock, set our mutex_wait, then follow the
+ * owner of the mutex we want, the mutex that owner waits for, its owner,
+ * ... If that comes back to us, it is a ring: clear our mutex_wait in
+ * the same section and return -EDEADLK.
+ *
+ * Why what the walk reads is true, although owners change outside the
+ * lock: a task whose mutex_wait is set (read under the lock, so exact)
+ * is inside its lock call and cannot unlock anything until it has
+ * cleared it, which needs the lock. So an owner h read for a mutex, with
+ * h's mutex_wait set, is not stale: had h let go of that mutex, it did
+ * so before its section that set mutex_wait, which happened before ours
+ * (lock order), so we would read the release or something later; and h
+ * cannot have let go of it since. A task whose mutex_wait is NULL is
+ * running (or about to queue): no ring through it now; if one forms when
+ * it waits, it is the one that closes it, and its own check finds it.
+ *
+ * Why none is missed: take the last step that completed a ring's edges.
+ * An owner store (a lock taken, or an unlock's hand-over to a queued
+ * waiter) is followed by that owner's next wait, which sets its
+ * mutex_wait: so the last step is a section that set a mutex_wait, and
+ * its walk sees every other edge (each written before a section that
+ * preceded it). Why none is told twice: the told task clears its
+ * mutex_wait in the section that found the ring, so the ring is never
+ * whole again; a second walker that reaches it from outside sees a ring
+ * without itself, which is not its to break.
+ *
+ * The cost: two short sections of one process-wide spinlock per lock
+ * that waits (when it first queues, when it returns), none on the fast
+ * paths, none when deadlock detection is off. The relock inside a
+ * condition variable's wait records its edge but is never told (it must
+ * return holding the mutex): a ring it closes is left to the every-task-
+ * asleep check. */
+
 #define CYCLE_MAX 16 /* longest ring of mutex waits looked for */
 
-/* Whether t, about to wait for m (queued, its wait noted, under m's
- * lock), would close a ring of tasks each waiting for a mutex the next
- * one holds. Follows holder -> the mutex it waits for -> its holder,
- * through parked tasks only, each one's park word the same before and
- * after its wait record and its mutex's holder were read: a task that
- * stayed parked on one wait throughout could not let go of what it holds
- * meanwhile. Fills chain/mutexes (see on_mutex_cycle) and returns the
- * ring's length, or 0. */
-static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
+static weft__lock cycle_lock; /* guards every task's mutex_wait */
+
+/* Under cycle_lock, t's mutex_wait just set to m: whether that closes a
+ * ring of tasks each waiting for a mutex the next one holds. Fills
+ * chain/mutexes (see on_mutex_cycle) and returns the ring's length, or
+ * 0. */
+static int mutex_ring(const mutex_impl *m, weft_task *t, weft_task **chain,
                       const void **mutexes)
 {
     chain[0] = t;
@@ -100,32 +143,46 @@ static int mutex_ring(mutex_impl *m, weft_task *t, weft_task **chain,
     const mutex_impl *cur = m;
     for (int n = 1; n < CYCLE_MAX; n++) {
         weft_task *h = ld_acq(&cur->owner);
-        if (!h)
-            return 0;
         if (h == t)
             return n;
+        if (!h || !h->mutex_wait)
+            return 0; /* free, or its holder runs and may let go of it */
         for (int i = 1; i < n; i++)
             if (chain[i] == h)
-                return 0; /* a ring without us: its own members find it */
-        uint64_t pw = ld_acq(&h->park);
-        if (PARK_STATE(pw) == PARK_RUNNING)
-            return 0;
-        /* The record is noted before the park word is set (wait.h), so
-         * this park's record, or a later one if pw has changed since. */
-        int kind = ld_rlx(&h->wait_kind);
-        const mutex_impl *next = ld_rlx(&h->wait_obj);
-        if (kind != WEFT__W_MUTEX || !next || ld_acq(&cur->owner) != h ||
-            ld_acq(&h->park) != pw)
-            return 0;
+                return 0; /* a ring without us: not ours to break */
         chain[n] = h;
-        mutexes[n] = next;
-        cur = next;
+        mutexes[n] = h->mutex_wait;
+        cur = h->mutex_wait;
     }
     return 0;
 }
 
-static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
-                           bool cancellable)
+/* t starts waiting for m (under m's lock, before it first queues): notes
+ * the edge and, if told is true, looks for the ring it would close.
+ * Returns the ring's length (t's edge then removed again: it will not
+ * wait), or 0 (t waits, its edge noted). */
+static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
+                       weft_task **chain, const void **mutexes)
+{
+    weft__lock_acquire(&cycle_lock);
+    t->mutex_wait = m;
+    int ring = told ? mutex_ring(m, t, chain, mutexes) : 0;
+    if (ring)
+        t->mutex_wait = NULL;
+    weft__lock_release(&cycle_lock);
+    return ring;
+}
+
+/* t's lock returns: its edge goes. */
+static void cycle_leave(weft_task *t)
+{
+    weft__lock_acquire(&cycle_lock);
+    t->mutex_wait = NULL;
+    weft__lock_release(&cycle_lock);
+}
+
+static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
+                      bool cancellable)
 {
     weft_worker *wk = weft__tl_worker;
     if (ld_rlx(&m->state) & M_DEAD)
@@ -156,30 +213,34 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
             weft__lock_release(&m->lock);
             return -ETIMEDOUT;
         }
-        if (self.since == INT64_MIN)
+        if (self.since == INT64_MIN) {
+            /* The first time we queue: the cycle check ("mutex
+             * cycles" above). */
             self.since = weft__now(wk->rt);
+            weft_task *chain[CYCLE_MAX];
+            const void *mutexes[CYCLE_MAX];
+            int ring;
+            if (wk->rt->on_mutex_cycle &&
+                (ring = cycle_enter(m, t, cancellable, chain, mutexes))) {
+                /* Our wait would close a ring: we wait for nothing. */
+                mutex_left(m);
+                weft__lock_release(&m->lock);
+                int rc = wk->rt->on_mutex_cycle(wk->rt, chain, mutexes, ring);
+                if (rc)
+                    return rc;
+                /* Told to wait anyway: our edge back, the ring stays. */
+                weft__lock_acquire(&cycle_lock);
+                t->mutex_wait = m;
+                weft__lock_release(&cycle_lock);
+                continue;
+            }
+        }
         weft__wait_arm(&self, WEFT__W_MUTEX, m, flags);
         if (woken)
             weft__waitq_push_front(&m->q, &self);
         else
             weft__waitq_push(&m->q, &self);
         woken = 0;
-        weft_task *chain[CYCLE_MAX];
-        const void *mutexes[CYCLE_MAX];
-        int ring;
-        if (wk->rt->on_mutex_cycle && cancellable &&
-            (ring = mutex_ring(m, t, chain, mutexes)) > 0 &&
-            weft__wake_claim(t, self.token)) {
-            /* Our wait would close a ring: leave the queue, waiting for
-             * nothing (the claim ended our park before it began). */
-            weft__waitq_remove(&m->q, &self);
-            mutex_left(m);
-            weft__lock_release(&m->lock);
-            int rc = wk->rt->on_mutex_cycle(wk->rt, chain, mutexes, ring);
-            if (rc)
-                return rc;
-            continue; /* told to wait anyway: queue again */
-        }
         int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
         if (rc == WAKE_OWNER)
             return 0; /* handed over: the unlocker set the owner */
@@ -229,6 +290,17 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
 locked:
     st_rel(&m->owner, t);
     return 0;
+}
+
+/* The contended lock: mutex_wait, then t's edge in the cycle graph goes
+ * if it queued (t alone writes it, so reads it here without the lock). */
+static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
+                           bool cancellable)
+{
+    int rc = mutex_wait(m, t, deadline, cancellable);
+    if (t->mutex_wait)
+        cycle_leave(t);
+    return rc;
 }
 
 static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
