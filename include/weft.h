@@ -202,7 +202,8 @@ typedef struct weft_config {
      * "Deadlocks" in section 14). 0: one second. */
     int64_t deadlock_grace_ns;
     /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default)
-     * or 1: it writes a task dump (weft_dump's text) to stderr and the program
+     * or 1: it writes a task dump (weft_dump's text, with every parked
+     * task's stack: WEFT_DUMP_STACKS) to stderr and the program
      * goes on, so a daemon being debugged keeps running and can be dumped
      * again (Go's SIGQUIT dump exits; the JVM's thread dump goes on, as
      * this one does). Negative: SIGQUIT keeps its default action (the
@@ -2249,14 +2250,18 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
 /* ---- the task dump ---- */
 
 /* weft_dump's flags. 0: text for people. */
-#define WEFT_DUMP_JSON 1u /* JSON lines: one object per line */
+#define WEFT_DUMP_JSON 1u   /* JSON lines: one object per line */
+#define WEFT_DUMP_STACKS 2u /* every parked task's whole stack too */
 
 /* Writes a dump of every live task to fd: its id, name, spawn site
  * (file:line), state (running, ready or parked), and for a parked task
  * what it waits on and for how long (a channel and which way, a mutex and
  * the task that holds it, a descriptor and its direction, a sleep's
  * deadline, a future, a scope's join, a task's join, a blocking call, an
- * actor's mailbox, ...), each task under the scope it was spawned into,
+ * actor's mailbox, ...) and where: the function, file and line that made
+ * the weft call that blocks (with WEFT_DUMP_STACKS, its whole stack,
+ * walked from its saved registers), each task under the scope it was
+ * spawned into,
  * each scope with its policy, owner, deadline and cancel state. See
  * docs/debugging.md for the formats; with WEFT_DUMP_JSON, every line is a
  * JSON object: first {"type":"dump",...}, then one "scope" line before
@@ -2271,7 +2276,11 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
  * (not only the task) while it writes, so from a task never write to a
  * pipe that a task of the same runtime reads; not a cancellation point. Any
  * thread; not from a signal handler (SIGQUIT: see
- * weft_config.sigquit_dump). Returns 0, -EINVAL (unknown flags), -ESRCH
+ * weft_config.sigquit_dump, whose dump has the stacks). File and line
+ * come from the program's debug information (-g) through libdw when weft
+ * was built with it (WEFT_LIBDW at its build); otherwise frames are
+ * addresses with the names dladdr knows. Returns 0, -EINVAL (unknown
+ * flags), -ESRCH
  * (no runtime is running), -ENOMEM, or the error of write(2) as a
  * negative code (-EBADF, -EIO, -EPIPE, ...). */
 WEFT_EXTERN int weft_dump(int fd, unsigned flags);
