@@ -71,8 +71,13 @@ typedef struct weft__stack {
  * ucontext build). Any thread; may take milliseconds the first time (the
  * symbolizer loads the program's debug information). */
 int weft__task_stack(const weft_task *t, weft__stack *st);
-/* The same for the calling thread's own stack (a running task's). */
-int weft__self_stack(weft__stack *st);
+/* The return addresses of the calling thread's stack (a running task's),
+ * its caller's first, into pcs[0 .. max): how many (0 on a task stack
+ * with too little room). Cheap: no symbols. */
+int weft__self_pcs(uintptr_t *pcs, int max);
+/* Symbolizes return addresses (from weft__self_pcs) as weft__task_stack
+ * does a task's. */
+int weft__pcs_stack(const uintptr_t *pcs, int n, weft__stack *st);
 /* Runs fn(arg) on a stack with room for the walks: the calling thread's
  * own, or, on a task's stack, a thread's made for the call (joined before
  * it returns). */

@@ -29,10 +29,11 @@
  *
  * The blocking frame: frames are walked innermost first; the scheduler's
  * and the wait layer's frames come first, then the public weft function
- * that parked (a name beginning with "weft_" but not "weft__"), then any
- * public weft function that called it, then the caller: that frame is the
- * answer. A wait with no public weft function on its stack (an actor
- * between messages, a supervisor's loop) has none.
+ * that parked (a name beginning with "weft_"; it may be inlined into its
+ * caller), then any weft function that called it, then the caller: the
+ * first frame that is not weft's, by its name or by its source file,
+ * is the answer. A wait with no caller outside weft on its stack (an
+ * actor between messages, a supervisor's loop) has none.
  *
  * libdw is not thread-safe: every use is under one mutex (sym_mu).
  */
@@ -71,6 +72,7 @@ typedef struct sym {
     int n;
     struct {
         const char *func, *file;
+        const char *decl; /* the file that defines func, or NULL */
         int line;
     } f[INLINE_MAX];
     const char *module; /* dladdr's object (no libdw), or NULL */
@@ -359,6 +361,7 @@ static void sym_fill(sym *s, uintptr_t pc)
     for (int i = nc - 1; i >= 0; i--) {               /* innermost first */
         if (i < nc - skip) {
             s->f[s->n].func = dwarf_diename(&chain[i]);
+            s->f[s->n].decl = dwarf_decl_file(&chain[i]);
             s->f[s->n].file = file;
             s->f[s->n].line = line;
             s->n++;
@@ -421,15 +424,50 @@ static bool public_weft(const char *f)
     return f && strncmp(f, "weft_", 5) == 0 && f[5] != '_';
 }
 
-static bool weft_name(const char *f)
+/* weft's own sources, as this file's __FILE__ names them: the directory
+ * (src/, after -ffile-prefix-map), then one of the names WEFT_SOURCES
+ * lists (set by the build: "chan.c:chan.h:...:arch/x86_64_sysv.S:"). A
+ * program's own src/main.c is not one of them. */
+#if !defined(WEFT_SOURCES)
+#define WEFT_SOURCES ""
+#endif
+
+static bool weft_file(const char *file)
 {
-    return f && strncmp(f, "weft_", 5) == 0;
+    static const char here[] = __FILE__;
+    size_t dir = sizeof(here) - 1 - strlen("where.c");
+    if (!file || strncmp(file, here, dir) != 0)
+        return false;
+    const char *name = file + dir;
+    size_t n = strlen(name);
+    for (const char *p = WEFT_SOURCES; *p;) {
+        const char *e = strchr(p, ':');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && strncmp(p, name, n) == 0)
+            return true;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return false;
 }
 
-/* Expands pcs into frames (under sym_mu); finds the blocking frame. */
+/* By the file that defines the function when known: the line table may
+ * give an inlined function's call the caller's line. */
+static bool weft_frame(const weft__frame *f, const char *decl)
+{
+    return (f->func && strncmp(f->func, "weft_", 5) == 0) ||
+           weft_file(decl ? decl : f->file);
+}
+
+/* Expands pcs into frames (under sym_mu) and finds the blocking one: the
+ * first, outward, that is not weft's (by its name or its source file) and
+ * either has a source file (debug information: the program's own code)
+ * or comes after a public weft function (names only). */
 static int expand(const uintptr_t *pcs, int npc, weft__stack *st)
 {
-    int n = 0, seen = -1;
+    int n = 0;
+    bool seen = false;
     st->at = st->from = -1;
     for (int i = 0; i < npc && n < WEFT__FRAMES_MAX; i++) {
         const sym *s = sym_of(pcs[i]);
@@ -444,10 +482,13 @@ static int expand(const uintptr_t *pcs, int npc, weft__stack *st)
                                .offset = s->offset};
             if (st->at < 0) {
                 if (public_weft(f->func)) {
-                    if (seen < 0)
-                        seen = st->from = n;
-                } else if (seen >= 0 && !weft_name(f->func)) {
+                    if (!seen)
+                        st->from = n;
+                    seen = true;
+                } else if (!weft_frame(f, s->f[k].decl) && (f->file || seen)) {
                     st->at = n;
+                    if (st->from < 0)
+                        st->from = n > 0 ? n - 1 : 0;
                 }
             }
             n++;
@@ -460,13 +501,20 @@ static int expand(const uintptr_t *pcs, int npc, weft__stack *st)
 /* libdw needs tens of KiB of stack (its first use: hundreds): on a task's
  * stack, with less room than this, the walk is not made. */
 #define ROOM_NEEDED (192 * 1024)
+#define SELF_ROOM_NEEDED (24 * 1024) /* backtrace alone */
 
-static bool room_to_walk(void)
+static bool room_for(size_t need)
 {
     weft_task *self = weft__current();
     if (!self || !self->stack_lo)
         return true; /* a thread's own stack */
-    return (char *)__builtin_frame_address(0) - self->stack_lo >= ROOM_NEEDED;
+    return (size_t)((char *)__builtin_frame_address(0) - self->stack_lo) >=
+           need;
+}
+
+static bool room_to_walk(void)
+{
+    return room_for(ROOM_NEEDED);
 }
 
 struct big_call {
@@ -487,8 +535,8 @@ void weft__on_big_stack(void (*fn)(void *), void *arg)
         fn(arg);
         return;
     }
-    /* A task's stack: a thread of the default size runs it, while the
-     * task's worker waits (the callers block their thread anyway). */
+    /* A task's stack: a thread of its own runs it, while the task's
+     * worker waits (the callers block their thread anyway). */
     struct big_call c = {fn, arg};
     pthread_t th;
     pthread_attr_t at;
@@ -537,25 +585,32 @@ int weft__task_stack(const weft_task *t, weft__stack *st)
     return n;
 }
 
-int weft__self_stack(weft__stack *st)
+int weft__self_pcs(uintptr_t *pcs, int max)
 {
-    void *ret[WEFT__FRAMES_MAX];
-    uintptr_t pcs[WEFT__FRAMES_MAX];
+    void *ret[WEFT__FRAMES_MAX + 1];
+    /* backtrace takes a few KiB (its first call loads libgcc_s) */
+    if (!room_for(SELF_ROOM_NEEDED) || max <= 0)
+        return 0;
+    if (max > WEFT__FRAMES_MAX)
+        max = WEFT__FRAMES_MAX;
+    int n = backtrace(ret, max + 1);
+    /* backtrace's first is this function's own pc: left out */
+    for (int i = 1; i < n; i++)
+        pcs[i - 1] = (uintptr_t)ret[i];
+    return n > 0 ? n - 1 : 0;
+}
+
+int weft__pcs_stack(const uintptr_t *pcs, int n, weft__stack *st)
+{
     st->n = 0;
     st->at = st->from = -1;
-    if (!room_to_walk())
+    if (n <= 0 || !room_to_walk())
         return 0;
-    int n = backtrace(ret, WEFT__FRAMES_MAX);
-    /* backtrace's first is its caller's own pc, not a return address:
-     * this function is of no interest, so it is left out. */
-    int k = 0;
-    for (int i = 1; i < n; i++)
-        pcs[k++] = (uintptr_t)ret[i];
     pthread_mutex_lock(&sym_mu);
 #if defined(WEFT_HAVE_LIBDW)
     dw_init();
 #endif
-    int m = expand(pcs, k, st);
+    int m = expand(pcs, n, st);
     pthread_mutex_unlock(&sym_mu);
     return m;
 }
