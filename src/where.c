@@ -103,7 +103,7 @@ NO_SAN static bool read_word(const walk *w, uintptr_t addr, uintptr_t *out)
 }
 
 /* The registers a parked task's context saved (ctx.h, arch/\*.S). */
-static bool walk_from_task(walk *w, const weft_task *t)
+NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
 {
 #if defined(WEFT_UCONTEXT)
     WEFT_UNUSED(w);
@@ -342,6 +342,29 @@ static int scopes_at(Dwarf_Die *cu, Dwarf_Addr a, Dwarf_Die *chain, int max)
     return n;
 }
 
+/* The compile unit of a (a module's address). Through .debug_aranges if
+ * there are (GCC writes them), else each unit's own ranges (clang writes
+ * no .debug_aranges, and libdw before 0.191 finds nothing then). */
+static Dwarf_Die *cu_of(Dwfl_Module *mod, Dwarf_Addr a, Dwarf_Addr *bias)
+{
+    Dwarf_Die *cu = dwfl_module_addrdie(mod, a, bias);
+    if (cu)
+        return cu;
+    for (cu = NULL; (cu = dwfl_module_nextcu(mod, cu, bias)) != NULL;)
+        if (dwarf_haspc(cu, a - *bias) > 0)
+            return cu;
+    return NULL;
+}
+
+/* A file name as the project names it: "./src/chan.c" (a unit compiled
+ * in ".", joined by libdw to its relative name) is "src/chan.c". */
+static const char *tidy(const char *file)
+{
+    while (file && file[0] == '.' && file[1] == '/')
+        file += 2;
+    return file;
+}
+
 static void sym_fill(sym *s, uintptr_t pc)
 {
     Dwarf_Addr a = pc - 1; /* inside the call, not after it */
@@ -354,15 +377,22 @@ static void sym_fill(sym *s, uintptr_t pc)
     const char *file =
         ln ? dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL) : NULL;
     Dwarf_Addr bias = 0;
-    Dwarf_Die *cu = dwfl_module_addrdie(mod, a, &bias);
+    Dwarf_Die *cu = cu_of(mod, a, &bias);
+    if (!file && cu) { /* no .debug_aranges: the unit found by its ranges */
+        Dwarf_Line *dl = dwarf_getsrc_die(cu, a - bias);
+        if (dl) {
+            file = dwarf_linesrc(dl, NULL, NULL);
+            dwarf_lineno(dl, &line);
+        }
+    }
     Dwarf_Die chain[32];
     int nc = cu ? scopes_at(cu, a - bias, chain, 32) : 0;
     int skip = nc > INLINE_MAX ? nc - INLINE_MAX : 0; /* innermost ones */
     for (int i = nc - 1; i >= 0; i--) {               /* innermost first */
         if (i < nc - skip) {
             s->f[s->n].func = dwarf_diename(&chain[i]);
-            s->f[s->n].decl = dwarf_decl_file(&chain[i]);
-            s->f[s->n].file = file;
+            s->f[s->n].decl = tidy(dwarf_decl_file(&chain[i]));
+            s->f[s->n].file = tidy(file);
             s->f[s->n].line = line;
             s->n++;
         }
@@ -371,7 +401,7 @@ static void sym_fill(sym *s, uintptr_t pc)
     }
     if (s->n == 0) { /* no DWARF: the symbol table's name */
         s->f[0].func = name;
-        s->f[0].file = file;
+        s->f[0].file = tidy(file);
         s->f[0].line = line;
         s->n = 1;
     } else if (!s->f[s->n - 1].func) {
