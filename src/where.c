@@ -502,6 +502,14 @@ static int expand(const uintptr_t *pcs, int npc, weft__stack *st)
     for (int i = 0; i < npc && n < WEFT__FRAMES_MAX; i++) {
         const sym *s = sym_of(pcs[i]);
         for (int k = 0; k < s->n && n < WEFT__FRAMES_MAX; k++) {
+            if (k > 0 && s->f[k].func && s->f[k - 1].func &&
+                strcmp(s->f[k].func, s->f[k - 1].func) == 0) {
+                /* a function inlined into a part of itself (the
+                 * compiler's split of a function): shown once, at the
+                 * inner line */
+                st->f[n - 1].inlined = k + 1 < s->n;
+                continue;
+            }
             weft__frame *f = &st->f[n];
             *f = (weft__frame){.pc = pcs[i],
                                .func = s->f[k].func,
