@@ -25,6 +25,10 @@
  *     during the dump may be missed.
  * The cursors are per scope, so dumps are taken one at a time (dump_mu).
  *
+ * Under each parked task, the line it blocks on and, with
+ * WEFT_DUMP_STACKS, its frames: where.c walks its stack from its saved
+ * registers, with its scope's lock held (so its stack stays mapped).
+ *
  * What it reads of a task that runs meanwhile: its park word (atomic),
  * its wait record (relaxed atomics, written by the task for itself), its
  * worker's cur (relaxed); its name, spawn site and id were written

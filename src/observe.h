@@ -19,8 +19,9 @@
 /* Writes a dump of rt to fd: every live task of its root scope's tree
  * (id, name, spawn site, state, what it waits on and since when, with a
  * mutex's holder, a descriptor's number and direction, a sleep's
- * deadline), under its scopes (policy, owner, deadline, cancel state).
- * flags: 0 for text, WEFT_DUMP_JSON for JSON lines.
+ * deadline), where it blocks (weft__task_stack), under its scopes (policy,
+ * owner, deadline, cancel state). flags: 0 for text, WEFT_DUMP_JSON for
+ * JSON lines, WEFT_DUMP_STACKS for each parked task's whole stack.
  *
  * Never stops the world: it walks the scope tree taking each scope's lock
  * (with its ancestors', parent before child, as a cancel does) only while
@@ -29,14 +30,16 @@
  * while it runs may be left out; every task that stays is shown once.
  * Dumps are taken one at a time (a process-wide mutex).
  *
- * Any thread, rt running: a task of rt, a thread outside it, or a worker
- * of rt in its scheduler loop that holds no scope lock (the deadlock
- * detector, with the other workers asleep). Blocks the calling thread
+ * Any thread, rt running: a task of rt (the dump then runs on a thread
+ * made for it: walking stacks needs more room than a task has), a thread
+ * outside it, or a worker of rt in its scheduler loop that holds no scope
+ * lock (the deadlock detector, with the other workers asleep). Blocks the
+ * calling thread
  * while it writes. Returns 0, -EINVAL (unknown flags), -ENOMEM, or
  * write's error (-EBADF, -EIO, -EPIPE, ...). */
 int weft__dump_write(weft_runtime *rt, int fd, unsigned flags);
 
-/* The dump's buffer, in bytes (64 KiB; at least one line's room, 8.25
+/* The dump's buffer, in bytes (64 KiB; at least one task's room, 24.25
  * KiB, whatever it is set to). Tests make it small, so that a dump lets
  * go of its locks and comes back after every few lines. */
 extern size_t weft__dump_buf_size;
