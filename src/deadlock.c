@@ -418,6 +418,7 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
     rt->observe = ob;
     rt->on_all_idle = all_idle;
     rt->on_mutex_cycle = mutex_cycle;
+    weft__where_warm(); /* the cycle report walks the locker's stack */
     return 0;
 }
 

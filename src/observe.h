@@ -78,6 +78,9 @@ int weft__task_stack(const weft_task *t, weft__stack *st);
  * its caller's first, into pcs[0 .. max): how many (0 on a task stack
  * with too little room). Cheap: no symbols. */
 int weft__self_pcs(uintptr_t *pcs, int max);
+/* Readies weft__self_pcs (its first call loads a library, which takes
+ * more stack than a task may have left): on a thread's own stack. */
+void weft__where_warm(void);
 /* Symbolizes return addresses (from weft__self_pcs) as weft__task_stack
  * does a task's. */
 int weft__pcs_stack(const uintptr_t *pcs, int n, weft__stack *st);

@@ -623,6 +623,13 @@ int weft__task_stack(const weft_task *t, weft__stack *st)
     return n;
 }
 
+void weft__where_warm(void)
+{
+    void *one[1];
+    backtrace(one, 1); /* its first call loads libgcc_s: here, not on a
+                        * task's stack */
+}
+
 int weft__self_pcs(uintptr_t *pcs, int max)
 {
     void *ret[WEFT__FRAMES_MAX + 1];
