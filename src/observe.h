@@ -94,8 +94,10 @@ void weft__where_prepare(void);
 int weft__frame_format(const weft__frame *f, char *buf, size_t n);
 /* t's blocking line, as weft__frame_format writes it, in buf (n bytes):
  * 0, -EBUSY (t is running: no saved context to walk), -ENOENT (no public
- * weft call on its stack, or no symbols). For the watchdog and others;
- * the caller keeps t alive. */
+ * weft call on its stack, or no symbols). For the watchdog and others:
+ * any thread (from a task, the walk runs on a thread made for it); the
+ * caller keeps t alive (its home scope's lock, or t is known parked for
+ * good). */
 int weft__where_format(const weft_task *t, char *buf, size_t n);
 /* The function at the entry point pc (an actor's behaviour, say), and
  * where it is defined: 0 or -ENOENT. */

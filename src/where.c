@@ -675,17 +675,32 @@ int weft__frame_format(const weft__frame *f, char *buf, size_t n)
     return snprintf(buf, n, "%#lx", (unsigned long)f->pc);
 }
 
+struct where_call {
+    const weft_task *t;
+    char *buf;
+    size_t n;
+    int rc;
+};
+
+static void where_format(void *arg)
+{
+    struct where_call *c = arg;
+    weft__stack st;
+    if (weft__task_stack(c->t, &st) == 0 || st.at < 0)
+        c->rc = -ENOENT;
+    else
+        weft__frame_format(&st.f[st.at], c->buf, c->n);
+}
+
 int weft__where_format(const weft_task *t, char *buf, size_t n)
 {
-    weft__stack st;
     if (n)
         buf[0] = 0;
     if (PARK_STATE(ld_acq(&((weft_task *)t)->park)) == PARK_RUNNING)
         return -EBUSY;
-    if (weft__task_stack(t, &st) == 0 || st.at < 0)
-        return -ENOENT;
-    weft__frame_format(&st.f[st.at], buf, n);
-    return 0;
+    struct where_call c = {t, buf, n, 0};
+    weft__on_big_stack(where_format, &c); /* from a task: on a thread */
+    return c.rc;
 }
 
 int weft__where_pc(uintptr_t pc, weft__frame *f)

@@ -1140,6 +1140,22 @@ static int where_root(void *arg)
     }
     ASSERT(!strstr(d, "\"stack\":"));
     free(d);
+
+    /* The same line for one task, as the watchdog would ask for it; a
+     * running task (this one) has no saved registers to walk. */
+    char buf[256];
+    weft_task *recv = NULL;
+    for (weft_task *t = s->members; t; t = t->mnext)
+        if (t->name && strcmp(t->name, site_name[S_RECV]) == 0)
+            recv = t;
+    ASSERT(recv);
+    ASSERT_EQ(weft__where_format(recv, buf, sizeof(buf)), 0);
+    snprintf(want, sizeof(want), "s_recv (test/test_dump.c:%d)",
+             site_line[S_RECV]);
+    if (strcmp(buf, want) != 0)
+        T_FAIL("where_format: \"%s\", not \"%s\"", buf, want);
+    ASSERT_EQ(weft__where_format(weft__current(), buf, sizeof(buf)), -EBUSY);
+    ASSERT_EQ(buf[0], 0);
     sites_close(&x, s);
     return 0;
 }
