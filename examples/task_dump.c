@@ -7,7 +7,8 @@
  * for that mutex, a ticker sleeps. After one second (of the virtual
  * clock: the program takes no real time) the main task writes a task
  * dump to stdout, then cancels everything. `task_dump --json` writes JSON
- * lines instead. docs/debugging.md shows the output.
+ * lines instead, `task_dump --stacks` adds each parked task's stack.
+ * docs/debugging.md shows the output.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -79,8 +80,11 @@ static int main_task(void *arg)
 
 int main(int argc, char **argv)
 {
-    unsigned flags =
-        argc > 1 && strcmp(argv[1], "--json") == 0 ? WEFT_DUMP_JSON : 0;
+    unsigned flags = 0;
+    for (int i = 1; i < argc; i++)
+        flags |= strcmp(argv[i], "--json") == 0     ? WEFT_DUMP_JSON
+                 : strcmp(argv[i], "--stacks") == 0 ? WEFT_DUMP_STACKS
+                                                    : 0;
     weft_config cfg = {.workers = 1, .clock = WEFT_CLOCK_VIRTUAL};
     int rc = weft_run(&cfg, main_task, &flags);
     if (rc < 0)

@@ -202,7 +202,8 @@ typedef struct weft_config {
      * "Deadlocks" in section 14). 0: one second. */
     int64_t deadlock_grace_ns;
     /* weft_main only: what SIGQUIT (Ctrl-\ on a terminal) does. 0 (the default)
-     * or 1: it writes a task dump (weft_dump's text) to stderr and the program
+     * or 1: it writes a task dump (weft_dump's text, with every parked
+     * task's stack: WEFT_DUMP_STACKS) to stderr and the program
      * goes on, so a daemon being debugged keeps running and can be dumped
      * again (Go's SIGQUIT dump exits; the JVM's thread dump goes on, as
      * this one does). Negative: SIGQUIT keeps its default action (the
@@ -2304,19 +2305,25 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
 /* ---- the task dump ---- */
 
 /* weft_dump's flags. 0: text for people. */
-#define WEFT_DUMP_JSON 1u /* JSON lines: one object per line */
+#define WEFT_DUMP_JSON 1u   /* JSON lines: one object per line */
+#define WEFT_DUMP_STACKS 2u /* every parked task's whole stack too */
 
 /* Writes a dump of every live task to fd: its id, name, spawn site
  * (file:line), state (running, ready or parked), and for a parked task
  * what it waits on and for how long (a channel and which way, a mutex and
  * the task that holds it, a descriptor and its direction, a sleep's
  * deadline, a future, a scope's join, a task's join, a blocking call, an
- * actor's mailbox, ...), each task under the scope it was spawned into,
- * each scope with its policy, owner, deadline and cancel state. See
- * docs/debugging.md for the formats; with WEFT_DUMP_JSON, every line is a
- * JSON object: first {"type":"dump",...}, then one "scope" line before
- * the lines of its tasks and kid scopes, one "task" line per task, and
- * last {"type":"end","tasks":N,"scopes":M,...}.
+ * actor's mailbox, ...) and where: the function, file and line of the
+ * program that made the weft call that blocks (with WEFT_DUMP_STACKS, its
+ * whole stack, walked from its saved registers); each task under the
+ * scope it was spawned into, each scope with its policy, owner, deadline
+ * and cancel state. See docs/debugging.md for the formats; with
+ * WEFT_DUMP_JSON, every line is a JSON object: first {"type":"dump",...},
+ * then one "scope" line before the lines of its tasks and kid scopes, one
+ * "task" line per task, and last {"type":"end","tasks":N,"scopes":M,...}.
+ * File and line come from the program's debug information (-g) through
+ * libdw, when weft was built with it (WEFT_LIBDW); otherwise frames are
+ * addresses with the names dladdr knows.
  * From a task: dumps that task's runtime. From any other thread: dumps
  * every runtime running in the process, one after the other.
  * Never stops the world: each scope's lock is taken only while a buffer's
@@ -2324,11 +2331,11 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
  * grow with the number of tasks; a task that starts or ends meanwhile may
  * be missed. Dumps are taken one at a time. Blocks the calling thread
  * (not only the task) while it writes, so from a task never write to a
- * pipe that a task of the same runtime reads; not a cancellation point. Any
- * thread; not from a signal handler (SIGQUIT: see
- * weft_config.sigquit_dump). Returns 0, -EINVAL (unknown flags), -ESRCH
- * (no runtime is running), -ENOMEM, or the error of write(2) as a
- * negative code (-EBADF, -EIO, -EPIPE, ...). */
+ * pipe that a task of the same runtime reads; not a cancellation point.
+ * Any thread; not from a signal handler (SIGQUIT: see
+ * weft_config.sigquit_dump, whose dump has the stacks). Returns 0,
+ * -EINVAL (unknown flags), -ESRCH (no runtime is running), -ENOMEM, or
+ * the error of write(2) as a negative code (-EBADF, -EIO, -EPIPE, ...). */
 WEFT_EXTERN int weft_dump(int fd, unsigned flags);
 
 /* ---- deadlocks ----
@@ -2367,7 +2374,9 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  *
  * The report goes to stderr: a first line with the word "deadlock", then
  * each task asleep with its name, spawn site, what it waits on and since
- * when (for a mutex: the task that holds it), then the task dump
+ * when (for a mutex: the task that holds it) and the line it waits on (as
+ * the dump's "at" lines; a mutex cycle's report has them too), then the
+ * task dump
  * (weft_dump). Then, with WEFT_DEADLOCK_REPORT, the runtime cancels the
  * root scope: every cancellation point returns -ECANCELED and the tasks
  * unwind as they would at a shutdown, and weft_run returns -EDEADLK. If

@@ -5,7 +5,8 @@
 #   scripts/deps.sh [need...]
 #
 # A need is one of: build (cmake, make, a C compiler, python3 for the
-# tests, libssl-dev and openssl for the tests' HTTPS server: the default),
+# tests, libssl-dev and openssl for the tests' HTTPS server, libdw-dev for
+# the task dump's blocking lines and stacks: the default),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
 # tests), http (curl and wrk, to test the HTTP server), aarch64 (a
@@ -56,6 +57,10 @@ for need in "$@"; do
             add "OpenSSL's headers, for the tests' HTTPS server" libssl-dev
         have openssl ||
             add "scripts/test-cert.sh makes the tests' certificate" openssl
+        # Optional for libweft (WEFT_SYMBOLIZE=AUTO), wanted for its tests:
+        # the task dump's blocking lines and stacks (elfutils' libdw).
+        [ -e /usr/include/elfutils/libdwfl.h ] ||
+            add "task dumps name each task's blocking line and stack (elfutils)" libdw-dev
         ;;
     cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
     format) have clang-format || add "make format" clang-format ;;

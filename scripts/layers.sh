@@ -34,7 +34,7 @@ LAYERS='
 8 select   select.c
 9 actors   actor.h actor.c registry.c
 10 supervisor supervisor.c
-11 observe  observe.h dump.c deadlock.c stats.c trace.c
+11 observe  observe.h dump.c deadlock.c stats.c trace.c where.c
 12 runtime runtime.h runtime.c
 13 curl     curl/*
 '

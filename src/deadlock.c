@@ -142,6 +142,25 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
         out_printf(o, "\n");
 }
 
+/* "      at FUNC (FILE:LINE)": the line st's task blocks on, if known. */
+static void out_where_stack(struct out *o, const weft__stack *st)
+{
+    if (st->at < 0)
+        return;
+    char buf[384];
+    weft__frame_format(&st->f[st->at], buf, sizeof buf);
+    out_printf(o, "      at %s\n", buf);
+}
+
+/* The same for a parked task, its stack walked as the dump does (the
+ * report's walk holds scope locks meanwhile, as the dump's does). */
+static void out_where(struct out *o, const weft_task *t)
+{
+    weft__stack st;
+    if (weft__task_stack(t, &st) > 0)
+        out_where_stack(o, &st);
+}
+
 /* ---- every task asleep ---- */
 
 enum verdict { STUCK, WAKEABLE };
@@ -191,6 +210,7 @@ static enum verdict walk(weft_runtime *rt, weft_scope *s, struct out *o,
             out_task(o, t);
             out_printf(o, "\n");
             out_wait(o, rt, t);
+            out_where(o, t);
         }
     }
     for (weft_scope *k = s->kids; k && v == STUCK; k = k->sib_next)
@@ -244,6 +264,7 @@ static int64_t act(weft_worker *w, int phase, int asleep)
                        "shutdown request could wake one)\n",
                        asleep, asleep == 1 ? "" : "s");
             int n = 0;
+            weft__where_prepare(); /* before the walk takes scope locks */
             walk(rt, rt->root, &o, &n);
             out_printf(&o, "the task dump:\n");
             out_flush(&o);
@@ -311,14 +332,24 @@ static int64_t all_idle(weft_worker *w)
 
 /* ---- mutex cycles ---- */
 
-static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
-                       const void *const *mutexes, int n)
+struct cycle_report {
+    weft_task *const *chain;
+    const void *const *mutexes;
+    int n;
+    const uintptr_t *self; /* the locker's own return addresses */
+    int nself;
+};
+
+/* The report: on a thread's stack (weft__on_big_stack), since the locker
+ * is a task and walking stacks takes more room than a task has. The
+ * locker runs (it is the caller's thread, waiting): its own stack is
+ * walked as the caller's, from the thread the report borrowed. */
+static void cycle_report(void *arg)
 {
-    struct weft__observe *ob = rt->observe;
-    if (ob->mode == WEFT_DEADLOCK_CALLBACK) {
-        ob->cb(ob->ctx, WEFT_DEADLOCK_MUTEX_CYCLE);
-        return -EDEADLK;
-    }
+    const struct cycle_report *r = arg;
+    weft_task *const *chain = r->chain;
+    const void *const *mutexes = r->mutexes;
+    int n = r->n;
     struct out o = {.fd = 2};
     out_printf(&o,
                "weft: mutex deadlock: %d tasks wait for each other's "
@@ -331,11 +362,34 @@ static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
                    i == 0 ? "would wait for" : "waits for", mutexes[i]);
         out_task(&o, chain[(i + 1) % n]);
         out_printf(&o, "\n");
+        if (i > 0) {
+            out_where(&o, chain[i]);
+        } else if (r->nself > 0) {
+            weft__stack st;
+            if (weft__pcs_stack(r->self, r->nself, &st) > 0)
+                out_where_stack(&o, &st);
+        }
     }
     out_printf(&o, "  the lock of ");
     out_task(&o, chain[0]);
     out_printf(&o, " returns -EDEADLK\n");
     out_flush(&o);
+}
+
+static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
+                       const void *const *mutexes, int n)
+{
+    struct weft__observe *ob = rt->observe;
+    if (ob->mode == WEFT_DEADLOCK_CALLBACK) {
+        ob->cb(ob->ctx, WEFT_DEADLOCK_MUTEX_CYCLE);
+        return -EDEADLK;
+    }
+    /* The locker's own stack, taken here, before the report moves to a
+     * thread of its own; symbolized there. */
+    uintptr_t self[WEFT__FRAMES_MAX];
+    int nself = weft__self_pcs(self, WEFT__FRAMES_MAX);
+    struct cycle_report r = {chain, mutexes, n, self, nself};
+    weft__on_big_stack(cycle_report, &r);
     if (ob->mode == WEFT_DEADLOCK_ABORT)
         abort();
     return -EDEADLK;
@@ -364,6 +418,7 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
     rt->observe = ob;
     rt->on_all_idle = all_idle;
     rt->on_mutex_cycle = mutex_cycle;
+    weft__where_warm(); /* the cycle report walks the locker's stack */
     return 0;
 }
 

@@ -25,6 +25,10 @@
  *     during the dump may be missed.
  * The cursors are per scope, so dumps are taken one at a time (dump_mu).
  *
+ * Under each parked task, the line it blocks on and, with
+ * WEFT_DUMP_STACKS, its frames: where.c walks its stack from its saved
+ * registers, with its scope's lock held (so its stack stays mapped).
+ *
  * What it reads of a task that runs meanwhile: its park word (atomic),
  * its wait record (relaxed atomics, written by the task for itself), its
  * worker's cur (relaxed); its name, spawn site and id were written
@@ -41,10 +45,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ITEM_MAX (8 * 1024) /* the most one line may take */
-#define NAME_SHOWN 128      /* bytes of a name shown (escaped: x6 at most) */
-#define FILE_SHOWN 256      /* bytes of a file name shown */
-#define MAX_DEPTH 64        /* deeper scopes are counted, not shown */
+#define ITEM_MAX (24 * 1024) /* the most one task's lines may take */
+#define NAME_SHOWN 128       /* bytes of a name shown (escaped: x6 at most) */
+#define FILE_SHOWN 256       /* bytes of a file name shown */
+#define FUNC_SHOWN 96        /* bytes of a frame's function shown */
+#define FRAME_FILE_SHOWN 160 /* bytes of a frame's file shown */
+#define FRAMES_SHOWN 32      /* frames of a stack shown; then a count */
+#define MAX_DEPTH 64         /* deeper scopes are counted, not shown */
 
 typedef struct level {
     weft_scope *s;
@@ -55,7 +62,9 @@ typedef struct dump {
     weft_runtime *rt;
     int fd;
     bool json;
-    int err; /* the first write error */
+    bool stacks;    /* WEFT_DUMP_STACKS: every parked task's whole stack */
+    int err;        /* the first write error */
+    weft__stack st; /* the stack of the task being shown */
     int64_t now;
     char *buf;
     size_t len, cap;
@@ -344,6 +353,106 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
     }
 }
 
+/* ---- where a parked task waits: its blocking line, its stack ---- */
+
+/* An actor between messages has no caller of a weft function on its
+ * stack (its loop is weft's): its behaviour stands for it. */
+static bool behaviour_of(int kind, const void *obj, weft__frame *f)
+{
+    if (kind != WEFT__W_MAILBOX || !obj)
+        return false;
+    const weft_actor *a = obj;
+    return weft__where_pc((uintptr_t)a->fn, f) == 0;
+}
+
+static void put_frame_text(dump *d, const weft__frame *f)
+{
+    if (f->func)
+        put(d, "%.*s", FUNC_SHOWN, f->func);
+    else
+        put(d, "%#lx", (unsigned long)f->pc);
+    if (f->file)
+        put(d, " (%.*s:%d)", FRAME_FILE_SHOWN, f->file, f->line);
+    else if (f->module)
+        put(d, " (%.*s+%#lx)", FRAME_FILE_SHOWN, f->module,
+            (unsigned long)f->offset);
+    else if (f->func)
+        put(d, " (%#lx)", (unsigned long)f->pc);
+}
+
+/* Under a parked task's line: "at FUNC (FILE:LINE)", its blocking line,
+ * then with WEFT_DUMP_STACKS its frames from the weft call that parked. */
+static void text_where(dump *d, int kind, const void *obj)
+{
+    const weft__stack *st = &d->st;
+    weft__frame b;
+    if (st->at >= 0) {
+        indent(d, d->depth + 1);
+        put(d, "at ");
+        put_frame_text(d, &st->f[st->at]);
+        put(d, "\n");
+    } else if (behaviour_of(kind, obj, &b)) {
+        indent(d, d->depth + 1);
+        put(d, "at the mailbox of behaviour ");
+        put_frame_text(d, &b);
+        put(d, "\n");
+    }
+    if (!d->stacks)
+        return;
+    int from = st->from >= 0 ? st->from : 0;
+    for (int i = from; i < st->n && i < from + FRAMES_SHOWN; i++) {
+        indent(d, d->depth + 2);
+        put(d, "#%d ", i - from);
+        put_frame_text(d, &st->f[i]);
+        if (st->f[i].inlined)
+            put(d, " [inlined]");
+        put(d, "\n");
+    }
+    if (st->n - from > FRAMES_SHOWN) {
+        indent(d, d->depth + 2);
+        put(d, "... %d more frames\n", st->n - from - FRAMES_SHOWN);
+    }
+}
+
+static void put_frame_json(dump *d, const weft__frame *f)
+{
+    put(d, "{\"function\":");
+    put_json_str(d, f->func, FUNC_SHOWN);
+    put(d, ",\"file\":");
+    put_json_str(d, f->file, FRAME_FILE_SHOWN);
+    put(d, ",\"line\":%d,\"pc\":\"%#lx\"", f->line, (unsigned long)f->pc);
+    if (f->module) {
+        put(d, ",\"module\":");
+        put_json_str(d, f->module, FRAME_FILE_SHOWN);
+        put(d, ",\"offset\":\"%#lx\"", (unsigned long)f->offset);
+    }
+    put(d, ",\"inlined\":%s}", f->inlined ? "true" : "false");
+}
+
+/* ,"where":{frame} or null, and with WEFT_DUMP_STACKS ,"stack":[...]. */
+static void json_where(dump *d, int kind, const void *obj)
+{
+    const weft__stack *st = &d->st;
+    weft__frame b;
+    put(d, ",\"where\":");
+    if (st->at >= 0)
+        put_frame_json(d, &st->f[st->at]);
+    else if (behaviour_of(kind, obj, &b))
+        put_frame_json(d, &b);
+    else
+        put(d, "null");
+    if (!d->stacks)
+        return;
+    put(d, ",\"stack\":[");
+    int from = st->from >= 0 ? st->from : 0;
+    for (int i = from; i < st->n && i < from + FRAMES_SHOWN; i++) {
+        if (i > from)
+            put_ch(d, ',');
+        put_frame_json(d, &st->f[i]);
+    }
+    put(d, "]");
+}
+
 /* A member's line (its home's lock held). */
 static void task_line(dump *d, weft_task *t)
 {
@@ -356,6 +465,10 @@ static void task_line(dump *d, weft_task *t)
     int64_t since = ld_rlx(&t->wait_since);
     int64_t for_ns = d->now > since ? d->now - since : 0;
     d->ntasks++;
+    d->st.n = 0;
+    d->st.at = d->st.from = -1;
+    if (parked)
+        weft__task_stack(t, &d->st);
     if (d->json) {
         put(d, "{\"type\":\"task\",\"id\":");
         put_id(d, t->id);
@@ -386,6 +499,7 @@ static void task_line(dump *d, weft_task *t)
         } else {
             put(d, "null");
         }
+        json_where(d, kind, obj);
         put(d, "}\n");
         return;
     }
@@ -409,6 +523,8 @@ static void task_line(dump *d, weft_task *t)
         wait_details(d, kind, obj, t);
     }
     put(d, "\n");
+    if (parked)
+        text_where(d, kind, obj);
 }
 
 /* ---- the walk ---- */
@@ -485,9 +601,33 @@ static void trailer(dump *d)
     put(d, "end of dump: %lld tasks in %lld scopes\n", d->ntasks, d->nscopes);
 }
 
+static void dump_all(void *arg)
+{
+    dump *d = arg;
+    weft__where_prepare(); /* loaded before any scope's lock is taken */
+    pthread_mutex_lock(&dump_mu);
+    d->now = weft__now(d->rt);
+    header(d);
+    d->path[0] = (level){.s = d->rt->root};
+    d->depth = 1;
+    weft__lock_acquire(&d->rt->root->lock);
+    enter(d, d->rt->root);
+    while (d->depth > 0) {
+        if (d->cap - d->len < ITEM_MAX)
+            flush(d);
+        else
+            step(d);
+    }
+    if (!d->err) {
+        trailer(d);
+        out_write(d);
+    }
+    pthread_mutex_unlock(&dump_mu);
+}
+
 int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
 {
-    if (flags & ~(unsigned)WEFT_DUMP_JSON)
+    if (flags & ~(unsigned)(WEFT_DUMP_JSON | WEFT_DUMP_STACKS))
         return -EINVAL;
     if (!rt)
         return -ESRCH;
@@ -506,26 +646,12 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
     *d = (dump){.rt = rt,
                 .fd = fd,
                 .json = flags & WEFT_DUMP_JSON,
+                .stacks = flags & WEFT_DUMP_STACKS,
                 .buf = buf,
                 .cap = cap};
-    pthread_mutex_lock(&dump_mu);
-    d->now = weft__now(rt);
-    header(d);
-    d->path[0] = (level){.s = rt->root};
-    d->depth = 1;
-    weft__lock_acquire(&rt->root->lock);
-    enter(d, rt->root);
-    while (d->depth > 0) {
-        if (d->cap - d->len < ITEM_MAX)
-            flush(d);
-        else
-            step(d);
-    }
-    if (!d->err) {
-        trailer(d);
-        out_write(d);
-    }
-    pthread_mutex_unlock(&dump_mu);
+    /* Walking stacks takes more stack than a task has: from a task, the
+     * dump runs on a thread of its own while the task's worker waits. */
+    weft__on_big_stack(dump_all, d);
     int rc = d->err;
     free(buf);
     free(d);

@@ -814,7 +814,7 @@ static void *signal_thread(void *arg)
             if (read(sc->sfd, &si, sizeof(si)) != sizeof(si))
                 continue;
             if (si.ssi_signo == SIGQUIT) { /* a dump, and go on */
-                weft__dump_write(rt, STDERR_FILENO, 0);
+                weft__dump_write(rt, STDERR_FILENO, WEFT_DUMP_STACKS);
                 continue;
             }
             on_signal(sc, ++signals, (int)si.ssi_signo);
@@ -895,7 +895,7 @@ int weft_main(weft_fn fn, void *arg)
 
 int weft_dump(int fd, unsigned flags)
 {
-    if (flags & ~(unsigned)WEFT_DUMP_JSON)
+    if (flags & ~(unsigned)(WEFT_DUMP_JSON | WEFT_DUMP_STACKS))
         return -EINVAL;
     weft_worker *w = weft__tl_worker;
     if (w)

@@ -7,6 +7,7 @@
  * that a plain thread completes, a shutdown request). Reports are read
  * from stderr, caught in a temporary file.
  */
+#include "observe.h" /* weft__where_lines */
 #include "t.h"
 #include "weft.h"
 
@@ -130,6 +131,120 @@ TEST(receive_on_a_channel_nobody_holds)
             ASSERT(strstr(err, "waits for scope join"));
             free(err);
         }
+    }
+}
+
+/* ---- the reports name the line each task blocks on -------------------- */
+
+static int recv_line, lock_line; /* the lines of the blocking calls */
+
+static int where_receiver(void *arg)
+{
+    weft_chan *c = arg;
+    int v;
+    recv_line = __LINE__ + 1;
+    int rc = weft_chan_recv(c, &v);
+    return rc == -ECANCELED ? 0 : -EPROTO; /* (no tail call) */
+}
+
+static int where_root(void *arg)
+{
+    (void)arg;
+    weft_chan *c;
+    weft_scope *s;
+    ASSERT_EQ(weft_chan_new(&c, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_spawn_opts o = {.name = "where receiver"};
+    ASSERT(weft_spawn_ex(s, where_receiver, c, &o) >= 0);
+    int rc = weft_scope_join(s);
+    weft_scope_free(s);
+    weft_chan_unref(c);
+    return rc;
+}
+
+struct pair {
+    weft_mutex m[2];
+    weft_wg holding;
+    atomic_int deadlk;
+};
+
+struct pair_member {
+    struct pair *p;
+    int i;
+};
+
+static int pair_member(void *arg)
+{
+    struct pair_member *me = arg;
+    struct pair *p = me->p;
+    ASSERT_EQ(weft_mutex_lock(&p->m[me->i]), 0);
+    weft_wg_done(&p->holding);
+    ASSERT_EQ(weft_wg_wait(&p->holding), 0);
+    lock_line = __LINE__ + 1;
+    int rc = weft_mutex_lock(&p->m[!me->i]);
+    if (rc == 0)
+        weft_mutex_unlock(&p->m[!me->i]);
+    else
+        atomic_fetch_add(&p->deadlk, 1);
+    ASSERT_EQ(weft_mutex_unlock(&p->m[me->i]), 0);
+    return rc == 0 || rc == -EDEADLK ? 0 : rc;
+}
+
+static int pair_root(void *arg)
+{
+    struct pair *p = arg;
+    struct pair_member mem[2] = {{p, 0}, {p, 1}};
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < 2; i++)
+        ASSERT(weft_spawn_ex(s, pair_member, &mem[i],
+                             &(weft_spawn_opts){.name = "pair member"}) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    weft_scope_free(s);
+    return 0;
+}
+
+/* How many lines of text contain needle. */
+static int lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+TEST(reports_name_the_line_each_task_blocks_on)
+{
+    if (!weft__where_lines()) {
+        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
+        return;
+    }
+    char *err, want[128];
+    /* every task asleep: each one's line under its wait */
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, where_root, NULL, &err),
+              -EDEADLK);
+    snprintf(want, sizeof(want),
+             "      at where_receiver (test/test_deadlock.c:%d)\n", recv_line);
+    if (!strstr(err, want))
+        T_FAIL("no \"%s\" in:\n%s", want, err);
+    /* the root's join: the line in weft's runtime that joins */
+    ASSERT(strstr(err, "task 0.1 \"root\" (spawned at src/runtime.c:"));
+    free(err);
+    /* a mutex cycle: the locker (running) and the one it waits for */
+    for (int workers = 1; workers <= 2; workers++) {
+        struct pair p = {.m = {WEFT_MUTEX_INIT, WEFT_MUTEX_INIT},
+                         .holding = WEFT_WG_INIT};
+        ASSERT_EQ(weft_wg_add(&p.holding, 2), 0);
+        ASSERT_EQ(
+            run_cfg(workers, WEFT_CLOCK_MONOTONIC, 0, pair_root, &p, &err), 0);
+        ASSERT(atomic_load(&p.deadlk) >= 1);
+        if (!first_line_has(err, "mutex deadlock"))
+            T_FAIL("no report in:\n%s", err);
+        snprintf(want, sizeof(want),
+                 "      at pair_member (test/test_deadlock.c:%d)\n", lock_line);
+        if (lines_with(err, want) != 2 * atomic_load(&p.deadlk))
+            T_FAIL("wants two \"%s\" per cycle in:\n%s", want, err);
+        free(err);
     }
 }
 

@@ -150,6 +150,8 @@ static char *slurp(int fd)
 static char *dump_string(unsigned flags)
 {
     int fd = temp_fd();
+    if (getenv("T_SHOW_STACKS")) /* the same, with every stack */
+        flags |= WEFT_DUMP_STACKS;
     ASSERT_EQ(weft_dump(fd, flags), 0);
     char *s = slurp(fd);
     close(fd);
@@ -201,6 +203,22 @@ static long count_lines(const char *s)
     long n = 0;
     for (; *s; s++)
         n += *s == '\n';
+    return n;
+}
+
+/* Lines of a text dump but those under a task that say where it waits
+ * ("at ..." and its frames). */
+static long count_lines_but_where(const char *s)
+{
+    long n = 0;
+    while (*s) {
+        const char *p = s;
+        while (*p == ' ')
+            p++;
+        n += strncmp(p, "at ", 3) != 0 && *p != '#';
+        const char *e = strchr(s, '\n');
+        s = e ? e + 1 : s + strlen(s);
+    }
     return n;
 }
 
@@ -695,7 +713,7 @@ static int big_root(void *arg)
              1 + b->groups + many, scopes);
     ASSERT_EQ(count_matching(d, want), 1);
     ASSERT_EQ(count_matching(d, "\"many\" ("), many);
-    ASSERT_EQ(count_lines(d), 2 + scopes + 1 + b->groups + many);
+    ASSERT_EQ(count_lines_but_where(d), 2 + scopes + 1 + b->groups + many);
     free(d);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     weft_scope_join(s);
@@ -755,6 +773,18 @@ TEST(sigquit_dumps_to_stderr_and_goes_on)
     line_with(out, "\"napper\"", l, sizeof(l));
     ASSERT(strstr(l, "parked for "));
     ASSERT(strstr(l, "on sleep "));
+    if (weft__where_lines()) { /* where it sleeps, and its whole stack */
+        const char *p = strchr(strstr(out, "\"napper\""), '\n');
+        ASSERT(p);
+        line_with(p + 1, "", l, sizeof(l));
+        ASSERT(strstr(l, "at parked_forever (test/test_dump.c:"));
+        p = strchr(p + 1, '\n');
+        ASSERT(p);
+        line_with(p + 1, "", l, sizeof(l));
+        if (!strstr(l, "#0 weft_sleep"))
+            T_FAIL("no #0 weft_sleep in:\n%s", out);
+        ASSERT(count_matching(out, "parked_forever (test/test_dump.c:") == 2);
+    }
     ASSERT_EQ(kill(pid, SIGTERM), 0); /* the child still runs */
     ssize_t k;
     while (n + 1 < sizeof(out) &&
@@ -795,12 +825,516 @@ TEST(sigquit_dump_off_keeps_the_default_action)
     ASSERT_EQ(WTERMSIG(st), SIGQUIT);
 }
 
+/* ---- where each task blocks: the line of its weft call ---- */
+
+/* Each waiter records the line of its blocking call (AT expands __LINE__
+ * on the line of the call), and uses the call's result after it, so that
+ * the compiler cannot make it a tail call (whose caller's frame would be
+ * gone from the stack: the line shown would be the caller's caller). */
+enum {
+    S_RECV,
+    S_SEND,
+    S_MUTEX,
+    S_FUTURE,
+    S_SLEEP,
+    S_JOIN,
+    S_SELECT,
+    S_FD,
+    S_ACTOR,
+    S_EVENT,
+    S_SEM,
+    S_COND,
+    S_SCOPE,
+    S_ASK,
+    S_KINDS
+};
+static const char *const site_name[S_KINDS] = {
+    "s recv", "s send",   "s mutex", "s future", "s sleep",
+    "s join", "s select", "s fd",    "s actor",  "s event",
+    "s sem",  "s cond",   "s scope", "s ask"};
+static int site_line[S_KINDS];
+#define AT(k, call) (site_line[k] = __LINE__, (call))
+
+struct sites {
+    weft_chan *chan, *full, *other;
+    weft_mutex mu, cvmu;
+    weft_event held, go;
+    weft_future *fut;
+    weft_sem sem;
+    weft_cond cv;
+    int pfd[2];
+    weft_actor *mute; /* an actor whose behaviour waits for go */
+    weft_actor *idle; /* an actor waiting for a message */
+};
+
+static int gone(int rc) /* what a cancelled wait returns */
+{
+    return rc == -ECANCELED ? 0 : rc == 0 ? -EPROTO : rc;
+}
+
+static int s_recv(void *arg)
+{
+    struct sites *x = arg;
+    int v;
+    int rc = AT(S_RECV, weft_chan_recv(x->chan, &v));
+    return gone(rc);
+}
+
+static int s_send(void *arg)
+{
+    struct sites *x = arg;
+    int v = 1;
+    int rc = AT(S_SEND, weft_chan_send(x->full, &v));
+    return gone(rc);
+}
+
+static int s_holder(void *arg)
+{
+    struct sites *x = arg;
+    ASSERT_EQ(weft_mutex_lock(&x->mu), 0);
+    weft_event_set(&x->held);
+    weft_event_wait(&x->go);
+    ASSERT_EQ(weft_mutex_unlock(&x->mu), 0);
+    return 0;
+}
+
+static int s_mutex(void *arg)
+{
+    struct sites *x = arg;
+    ASSERT_EQ(weft_event_wait(&x->held), 0);
+    int rc = AT(S_MUTEX, weft_mutex_lock(&x->mu));
+    if (rc == 0)
+        weft_mutex_unlock(&x->mu);
+    return gone(rc == 0 ? -ECANCELED : rc);
+}
+
+static int s_future(void *arg)
+{
+    struct sites *x = arg;
+    int rc = AT(S_FUTURE, weft_future_await(x->fut, NULL, WEFT_NEVER));
+    return gone(rc);
+}
+
+static int s_sleep(void *arg)
+{
+    (void)arg;
+    int rc = AT(S_SLEEP, weft_sleep(100 * WEFT_SEC));
+    return gone(rc);
+}
+
+static int s_waits_for_go(void *arg)
+{
+    struct sites *x = arg;
+    return gone(weft_event_wait(&x->go));
+}
+
+static int s_join(void *arg)
+{
+    weft_task_handle h;
+    weft_spawn_opts o = {.name = "joinee", .handle = &h};
+    ASSERT(weft_spawn_ex(NULL, s_waits_for_go, arg, &o) >= 0);
+    int st = 0;
+    int rc = AT(S_JOIN, weft_task_join(h, &st));
+    if (rc == -ECANCELED)
+        weft_task_release(h);
+    return gone(rc);
+}
+
+static int s_select(void *arg)
+{
+    struct sites *x = arg;
+    int v;
+    weft_case c[2] = {{.chan = x->other, .op = WEFT_OP_RECV, .elem = &v},
+                      {.op = WEFT_OP_READ, .fd = x->pfd[0]}};
+    int rc = AT(S_SELECT, weft_select(c, 2, WEFT_NEVER));
+    return gone(rc);
+}
+
+static int s_fd(void *arg)
+{
+    struct sites *x = arg;
+    int rc = AT(S_FD, weft_fd_wait(x->pfd[0], WEFT_IO_READ, WEFT_NEVER));
+    return gone(rc);
+}
+
+static int quiet_behaviour(void *state, weft_actor_msg *m)
+{
+    (void)state;
+    (void)m;
+    return 0;
+}
+
+static int s_actor(void *arg)
+{
+    (void)arg;
+    weft_actor_opts o = {
+        .fn = quiet_behaviour, .msg_size = sizeof(int), .capacity = 1};
+    int rc = AT(S_ACTOR, weft_actor_run(&o));
+    return gone(rc);
+}
+
+static int s_event(void *arg)
+{
+    struct sites *x = arg;
+    int rc = AT(S_EVENT, weft_event_wait(&x->go));
+    return gone(rc);
+}
+
+static int s_sem(void *arg)
+{
+    struct sites *x = arg;
+    int rc = AT(S_SEM, weft_sem_acquire(&x->sem, 1));
+    return gone(rc);
+}
+
+static int s_cond(void *arg)
+{
+    struct sites *x = arg;
+    ASSERT_EQ(weft_mutex_lock(&x->cvmu), 0);
+    int rc = AT(S_COND, weft_cond_wait(&x->cv, &x->cvmu));
+    weft_mutex_unlock(&x->cvmu);
+    return gone(rc);
+}
+
+static int s_scope(void *arg)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_COLLECT}),
+              0);
+    ASSERT(weft_spawn_ex(s, s_waits_for_go, arg,
+                         &(weft_spawn_opts){.name = "scoped"}) >= 0);
+    int rc = AT(S_SCOPE, weft_scope_join(s));
+    weft_scope_free(s);
+    return rc == 0 ? 0 : gone(rc);
+}
+
+static int mute_behaviour(void *state, weft_actor_msg *m)
+{
+    struct sites *x = state;
+    (void)m;
+    weft_event_wait(&x->go); /* never replies before the end */
+    return 0;
+}
+
+static int s_ask(void *arg)
+{
+    struct sites *x = arg;
+    int q = 1;
+    int rc = AT(S_ASK, weft_actor_ask(x->mute, &q, NULL, WEFT_NEVER));
+    return rc == -ECANCELED || rc == -ENOMSG || rc == -ESRCH ? 0 : -EPROTO;
+}
+
+static weft_fn const site_fn[S_KINDS] = {
+    s_recv, s_send,  s_mutex, s_future, s_sleep, s_join,  s_select,
+    s_fd,   s_actor, s_event, s_sem,    s_cond,  s_scope, s_ask};
+
+/* The line after the task line of the task named name: its "at" line. */
+static const char *where_line(const char *dump, const char *name, char *out,
+                              size_t cap)
+{
+    char q[64];
+    snprintf(q, sizeof(q), "\"%s\" (", name);
+    out[0] = 0;
+    const char *p = strstr(dump, q);
+    ASSERT(p);
+    p = strchr(p, '\n');
+    ASSERT(p);
+    return line_with(p + 1, "", out, cap);
+}
+
+static void sites_open(struct sites *x, weft_scope **s)
+{
+    memset(x, 0, sizeof(*x));
+    x->mu = (weft_mutex)WEFT_MUTEX_INIT;
+    x->cvmu = (weft_mutex)WEFT_MUTEX_INIT;
+    x->held = (weft_event)WEFT_EVENT_INIT;
+    x->go = (weft_event)WEFT_EVENT_INIT;
+    x->cv = (weft_cond)WEFT_COND_INIT;
+    ASSERT_EQ(weft_sem_init(&x->sem, 0), 0);
+    ASSERT_EQ(weft_chan_new(&x->chan, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&x->full, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&x->other, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_future_new(&x->fut, 0), 0);
+    ASSERT_EQ(pipe(x->pfd), 0);
+    ASSERT_EQ(weft_scope_open(s, &(weft_scope_opts){.policy = WEFT_COLLECT}),
+              0);
+    weft_actor_opts mo = {.fn = mute_behaviour,
+                          .state = x,
+                          .msg_size = sizeof(int),
+                          .capacity = 1,
+                          .name = "mute"};
+    ASSERT_EQ(weft_actor_spawn(*s, &mo, &x->mute), 0);
+    weft_actor_opts io = {.fn = quiet_behaviour,
+                          .msg_size = sizeof(int),
+                          .capacity = 1,
+                          .name = "idle"};
+    ASSERT_EQ(weft_actor_spawn(*s, &io, &x->idle), 0);
+    SPAWN(*s, s_holder, x, "s holder");
+    for (int k = 0; k < S_KINDS; k++)
+        SPAWN(*s, site_fn[k], x, site_name[k]);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every one is parked */
+}
+
+static void sites_close(struct sites *x, weft_scope *s)
+{
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    for (int k = 0; k < S_KINDS; k++) { /* each wait ended by the cancel */
+        int st = 1;
+        ASSERT_EQ(weft_scope_status(s, 3 + k, &st), 0); /* after the actors and
+                                                         * the holder */
+        if (st != 0)
+            T_FAIL("%s returned %d", site_name[k], st);
+    }
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_actor_unref(x->mute);
+    weft_actor_unref(x->idle);
+    weft_chan_unref(x->chan);
+    weft_chan_unref(x->full);
+    weft_chan_unref(x->other);
+    weft_future_unref(x->fut);
+    close(x->pfd[0]);
+    close(x->pfd[1]);
+}
+
+static int where_root(void *arg)
+{
+    (void)arg;
+    struct sites x;
+    weft_scope *s;
+    sites_open(&x, &s);
+    char *d = dump_string(0);
+    char l[1024], want[64];
+    for (int k = 0; k < S_KINDS; k++) {
+        where_line(d, site_name[k], l, sizeof(l));
+        snprintf(want, sizeof(want), "test_dump.c:%d)", site_line[k]);
+        if (!strstr(l, "at ") || !strstr(l, want))
+            T_FAIL("%s: wants \"at ... %s\", has \"%s\"", site_name[k], want,
+                   l);
+    }
+    /* An actor's behaviour that blocks: the behaviour's line. */
+    where_line(d, "mute", l, sizeof(l));
+    ASSERT(strstr(l, "at mute_behaviour (test/test_dump.c:"));
+    /* An actor between messages has no weft call of its own on its stack
+     * (its loop is weft's): its behaviour stands for it. */
+    where_line(d, "idle", l, sizeof(l));
+    ASSERT(strstr(l, "at the mailbox of behaviour quiet_behaviour "
+                     "(test/test_dump.c:"));
+    /* the dumper, running, has none */
+    where_line(d, "root", l, sizeof(l));
+    ASSERT(!strstr(l, "at "));
+    free(d);
+
+    /* JSON: the same, as "where", and every line still parses */
+    d = dump_string(WEFT_DUMP_JSON);
+    ASSERT(check_json(d, NULL) > S_KINDS);
+    for (int k = 0; k < S_KINDS; k++) {
+        char q[64];
+        snprintf(q, sizeof(q), "\"name\":\"%s\"", site_name[k]);
+        line_with(d, q, l, sizeof(l));
+        snprintf(want, sizeof(want), "test_dump.c\",\"line\":%d,",
+                 site_line[k]);
+        const char *w = strstr(l, "\"where\":{\"function\":");
+        if (!w || !strstr(w, want))
+            T_FAIL("%s: no where with %s in %s", site_name[k], want, l);
+    }
+    ASSERT(!strstr(d, "\"stack\":"));
+    free(d);
+
+    /* The same line for one task, as the watchdog would ask for it; a
+     * running task (this one) has no saved registers to walk. */
+    char buf[256];
+    weft_task *recv = NULL;
+    for (weft_task *t = s->members; t; t = t->mnext)
+        if (t->name && strcmp(t->name, site_name[S_RECV]) == 0)
+            recv = t;
+    ASSERT(recv);
+    ASSERT_EQ(weft__where_format(recv, buf, sizeof(buf)), 0);
+    snprintf(want, sizeof(want), "s_recv (test/test_dump.c:%d)",
+             site_line[S_RECV]);
+    if (strcmp(buf, want) != 0)
+        T_FAIL("where_format: \"%s\", not \"%s\"", buf, want);
+    ASSERT_EQ(weft__where_format(weft__current(), buf, sizeof(buf)), -EBUSY);
+    ASSERT_EQ(buf[0], 0);
+    sites_close(&x, s);
+    return 0;
+}
+
+TEST(dump_names_the_line_each_task_blocks_on)
+{
+    if (!weft__where_lines()) {
+        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
+        return;
+    }
+    ASSERT_EQ(t_run_virtual(1, where_root, NULL), 0);
+}
+
+/* Its frames, from the weft call down, name the test's own functions. */
+static void check_stack(const char *d, const char *name, const char *caller,
+                        const char *call, int line)
+{
+    char q[64], l[1024], want[96];
+    snprintf(q, sizeof(q), "\"%s\" (", name);
+    const char *p = strstr(d, q);
+    ASSERT(p);
+    p = strchr(p, '\n') + 1;
+    line_with(p, "", l, sizeof(l)); /* at ... */
+    ASSERT(strstr(l, "at "));
+    p = strchr(p, '\n') + 1;
+    line_with(p, "", l, sizeof(l)); /* #0: the weft call */
+    if (!strstr(l, "#0 ") || !strstr(l, call))
+        T_FAIL("%s: #0 should be %s: %s", name, call, l);
+    snprintf(want, sizeof(want), "%s (test/test_dump.c:%d)", caller, line);
+    bool found = false;
+    for (int i = 0; i < 8 && !found; i++) {
+        p = strchr(p, '\n') + 1;
+        line_with(p, "", l, sizeof(l));
+        found = strstr(l, want) != NULL;
+    }
+    if (!found)
+        T_FAIL("%s: no frame \"%s\" in its stack", name, want);
+}
+
+static int stacks_root(void *arg)
+{
+    (void)arg;
+    struct sites x;
+    weft_scope *s;
+    sites_open(&x, &s);
+    char *d = dump_string(WEFT_DUMP_STACKS);
+    check_stack(d, "s recv", "s_recv",
+                "weft_chan_recv (src/chan.c:", site_line[S_RECV]);
+    check_stack(d, "s mutex", "s_mutex",
+                "weft_mutex_lock (src/sync.c:", site_line[S_MUTEX]);
+    check_stack(d, "s select", "s_select",
+                "weft_select (src/select.c:", site_line[S_SELECT]);
+    check_stack(d, "s actor", "s_actor",
+                "weft_actor_run (src/actor.c:", site_line[S_ACTOR]);
+    /* the frames go on below the test's function: the task's start */
+    ASSERT(strstr(d, "weft__task_main (src/sched.c:"));
+    free(d);
+    d = dump_string(WEFT_DUMP_JSON | WEFT_DUMP_STACKS);
+    ASSERT(check_json(d, NULL) > S_KINDS);
+    char l[8192], want[96];
+    line_with(d, "\"name\":\"s recv\"", l, sizeof(l));
+    snprintf(want, sizeof(want),
+             "{\"function\":\"s_recv\",\"file\":\"test/test_dump.c\","
+             "\"line\":%d,",
+             site_line[S_RECV]);
+    const char *st = strstr(l, "\"stack\":[{\"function\":\"weft_chan_recv\"");
+    ASSERT(st && strstr(st, want));
+    free(d);
+    sites_close(&x, s);
+    return 0;
+}
+
+TEST(stacks_walk_each_parked_task)
+{
+    if (!weft__where_lines()) {
+        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
+        return;
+    }
+    ASSERT_EQ(t_run_virtual(1, stacks_root, NULL), 0);
+}
+
+/* ---- 10,000 parked tasks, their stacks dumped from a plain thread ---- */
+
+static int parked_here(void *arg)
+{
+    weft_chan *c = arg;
+    int v;
+    int rc = AT(S_RECV, weft_chan_recv(c, &v));
+    return gone(rc);
+}
+
+struct many {
+    long n;
+    int fd;
+    int rc;
+    weft_chan *c;
+    long grew_kb; /* the peak RSS's growth during the dump */
+};
+
+static void *plain_dumper(void *arg)
+{
+    struct many *m = arg;
+    m->rc = weft_dump(m->fd, WEFT_DUMP_STACKS);
+    return NULL;
+}
+
+static int dump_from_thread(void *arg) /* a weft_blocking job */
+{
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, plain_dumper, arg), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    return 0;
+}
+
+static int many_root(void *arg)
+{
+    struct many *m = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_chan_new(&m->c, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_SERVE}), 0);
+    for (long i = 0; i < m->n; i++)
+        ASSERT(weft_spawn_ex(s, parked_here, m->c,
+                             &(weft_spawn_opts){.name = "p"}) >= 0);
+    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every one is parked */
+    /* a thread of no runtime dumps, while this task waits for it */
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    ASSERT_EQ(weft_blocking(dump_from_thread, m), 0);
+    getrusage(RUSAGE_SELF, &r1);
+    m->grew_kb = r1.ru_maxrss - r0.ru_maxrss;
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    weft_scope_join(s);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_chan_unref(m->c);
+    return 0;
+}
+
+TEST(stacks_of_10k_parked_tasks_from_a_plain_thread)
+{
+    struct many m = {.n = T_LIVE(10000), .fd = temp_fd()};
+    ASSERT_EQ(t_run_virtual(1, many_root, &m), 0);
+    ASSERT_EQ(m.rc, 0);
+    char *d = slurp(m.fd);
+    close(m.fd);
+    ASSERT(strstr(d, "end of dump: "));
+    if (weft__where_lines()) {
+        /* every task: its "at" line and its frame, at the parking line */
+        char at[96], frame[96];
+        snprintf(at, sizeof(at), "at parked_here (test/test_dump.c:%d)",
+                 site_line[S_RECV]);
+        snprintf(frame, sizeof(frame), "parked_here (test/test_dump.c:%d)",
+                 site_line[S_RECV]);
+        ASSERT_EQ(count_matching(d, at), m.n);
+        ASSERT_EQ(count_matching(d, frame), 2 * m.n);
+    }
+    /* bounded: each task's lines take a few hundred bytes, however many
+     * frames its stack has */
+    long size = (long)strlen(d);
+    if (size > 1024 * m.n)
+        T_FAIL("%ld bytes for %ld tasks", size, m.n);
+    free(d);
+    /* the dump's memory does not grow with the tasks: its buffer, a cache
+     * of symbols of a fixed size, and the program's debug information
+     * (a few MiB, whatever the number of tasks) */
+    if (getenv("T_SHOW_DUMP"))
+        fprintf(stderr, "the dump's peak: +%ld KiB\n", m.grew_kb);
+        /* (ASan keeps freed memory in quarantine: not measured there) */
+#if !defined(WEFT_TEST_EMULATED) && !defined(WEFT_ASAN)
+    if (m.grew_kb > 48 * 1024)
+        T_FAIL("the dump took %ld KiB", m.grew_kb);
+#endif
+}
+
 /* ---- errors ---- */
 
 static int errors_root(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_dump(1, 2), -EINVAL);
+    ASSERT_EQ(weft_dump(1, 4), -EINVAL);
     ASSERT_EQ(weft_dump(1, ~0u), -EINVAL);
     ASSERT_EQ(weft_dump(-1, 0), -EBADF);
     int fd = temp_fd();
