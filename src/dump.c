@@ -587,8 +587,20 @@ static void header(dump *d)
     put(d, "\n");
 }
 
+/* The workers' slow slices (stats.c), before the end line: a stuck
+ * program's dump also names the tasks that held their worker longest. */
+static void slices(dump *d)
+{
+    char b[4096];
+    size_t n = weft__slices_format(d->rt, d->json, b, sizeof b);
+    if (d->cap - d->len < n + 256)
+        flush(d);
+    put(d, "%.*s", (int)n, b);
+}
+
 static void trailer(dump *d)
 {
+    slices(d);
     if (d->json) {
         put(d,
             "{\"type\":\"end\",\"tasks\":%lld,\"scopes\":%lld,\"deep\":%lld}\n",
