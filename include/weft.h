@@ -679,10 +679,11 @@ typedef struct weft_chan weft_chan;
 
 /* Creates a channel of values of elem_size bytes (1 to 65536) with room for
  * capacity buffered values (0: rendezvous). The buffer is allocated here,
- * all of it: capacity * elem_size bytes, besides about 100 bytes for the
- * channel, so a channel's memory is what its capacity says from the start,
- * whether or not it ever fills (10^6 slots of int64_t: 8 MB now), and no
- * send allocates. Returns 0 and sets *out, or -EINVAL (out NULL, elem_size
+ * all of it (capacity * elem_size bytes, besides about 100 bytes for the
+ * channel), so no send ever allocates. It comes from malloc: a large one
+ * takes its whole size in address space at once (10^6 slots of int64_t:
+ * 8 MB), but on Linux its pages become resident only as the slots are
+ * first used. Returns 0 and sets *out, or -EINVAL (out NULL, elem_size
  * out of range, capacity * elem_size more than half the address space),
  * -ENOMEM (the channel or its buffer could not be allocated: nothing was
  * made). Any thread; never blocks. */
