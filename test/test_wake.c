@@ -18,6 +18,12 @@
  * The deadlock detector is off in these runs: the root waits for what
  * only the plain thread provides, and a thread descheduled for longer
  * than the grace on a loaded machine would look like a deadlock.
+ *
+ * Then a run that ends with a task still asleep: the deadlock report
+ * gives up on a task in a shielded scope, and a plain thread wakes it
+ * after weft_run has returned. That runtime's workers and the task's
+ * slot are kept for that wake; ASan sees the touch of freed memory
+ * without it.
  */
 #include "scheduler.h" /* weft__current, PARK_STATE: is the task parked */
 #include "t.h"
@@ -208,4 +214,66 @@ TEST(chan_try_send_racing_the_end)
 TEST(actor_try_tell_racing_the_end)
 {
     rounds(K_ACTOR, T_SCALE(2000));
+}
+
+/* ---- a wake after a run that ended with a task still asleep ---- */
+
+struct late {
+    weft_event ev;
+    atomic_int reports;
+    int woke; /* set if the sleeper ever runs again: it must not */
+};
+
+static void on_deadlock(void *ctx, weft_deadlock_kind kind)
+{
+    struct late *l = ctx;
+    ASSERT_EQ(kind, WEFT_DEADLOCK_ALL_ASLEEP);
+    atomic_fetch_add(&l->reports, 1);
+}
+
+static int late_sleeper(void *arg)
+{
+    struct late *l = arg;
+    weft_event_wait(&l->ev); /* shielded: the deadlock's cancel misses it */
+    l->woke = 1;
+    return 0;
+}
+
+/* Opens a shielded scope, and waits in it for a task that waits for an
+ * event nobody in the runtime sets: every task asleep, a deadlock, and
+ * its cancel reaches neither, so the runtime gives up on both. */
+static int late_root(void *arg)
+{
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.shield = 1}), 0);
+    ASSERT(weft_spawn_ex(s, late_sleeper, arg,
+                         &(weft_spawn_opts){.name = "late sleeper"}) >= 0);
+    weft_scope_join(s);
+    weft_scope_free(s);
+    return 0;
+}
+
+/* The event is set by a plain thread (this one) after weft_run has
+ * returned -EDEADLK: its wake must find the task, its worker and its
+ * runtime where they were. The detector's grace is 1 ns, so the report
+ * and the give-up come as soon as the workers are idle. */
+TEST(a_wake_after_a_run_that_left_a_task_asleep)
+{
+    for (int workers = 1; workers <= 2; workers++) {
+        struct late *l = calloc(1, sizeof *l);
+        ASSERT(l);
+        l->ev = (weft_event)WEFT_EVENT_INIT;
+        weft_config cfg = {.workers = workers,
+                           .clock = WEFT_CLOCK_VIRTUAL,
+                           .deadlock = WEFT_DEADLOCK_CALLBACK,
+                           .on_deadlock = on_deadlock,
+                           .deadlock_ctx = l,
+                           .deadlock_grace_ns = 1};
+        ASSERT_EQ(weft_run(&cfg, late_root, l), -EDEADLK);
+        ASSERT_EQ(atomic_load(&l->reports), 1);
+        ASSERT_EQ(weft_event_set(&l->ev), 0);
+        ASSERT_EQ(l->woke, 0); /* made runnable, never run */
+        ASSERT_EQ(weft_event_destroy(&l->ev), 0);
+        free(l);
+    }
 }
