@@ -256,7 +256,11 @@ typedef struct weft_config {
  * the call returns): weft_run waits for such a call to be done with the
  * runtime before freeing it. After weft_run has returned no task waits,
  * so those calls touch only their object, which the thread keeps alive
- * with its own reference.
+ * with its own reference; except after a run that ended with tasks still
+ * asleep (-EDEADLK with tasks a cancel could not reach: see "Deadlocks"),
+ * whose memory weft_run keeps for the life of the process (its workers,
+ * and those tasks with their stacks), since a wake may still come for
+ * one: it makes the task runnable, which then never runs.
  * Blocks the calling OS thread; call it from a plain thread, not a task. */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
 
@@ -680,10 +684,11 @@ typedef struct weft_chan weft_chan;
 
 /* Creates a channel of values of elem_size bytes (1 to 65536) with room for
  * capacity buffered values (0: rendezvous). The buffer is allocated here,
- * all of it: capacity * elem_size bytes, besides about 100 bytes for the
- * channel, so a channel's memory is what its capacity says from the start,
- * whether or not it ever fills (10^6 slots of int64_t: 8 MB now), and no
- * send allocates. Returns 0 and sets *out, or -EINVAL (out NULL, elem_size
+ * all of it (capacity * elem_size bytes, besides about 100 bytes for the
+ * channel), so no send ever allocates. It comes from malloc: a large one
+ * takes its whole size in address space at once (10^6 slots of int64_t:
+ * 8 MB), but on Linux its pages become resident only as the slots are
+ * first used. Returns 0 and sets *out, or -EINVAL (out NULL, elem_size
  * out of range, capacity * elem_size more than half the address space),
  * -ENOMEM (the channel or its buffer could not be allocated: nothing was
  * made). Any thread; never blocks. */
@@ -2382,7 +2387,11 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  * unwind as they would at a shutdown, and weft_run returns -EDEADLK. If
  * they cannot (they wait where a cancel does not reach them, and are all
  * asleep again), weft_run returns -EDEADLK without waiting for them, and
- * what they hold is not freed. */
+ * what they hold is not freed: neither are the runtime's workers nor those
+ * tasks and their stacks, kept for the life of the process (reachable, so
+ * not a leak to a leak checker), since a plain thread may still wake one
+ * of them (weft_event_set, weft_future_resolve...). Such a wake returns
+ * as usual, and the task it wakes never runs. */
 /* ---- instruments and traces ---- */
 
 /* What a task that stops running waits for (an instrument's park). The

@@ -15,7 +15,9 @@
  *      return the root task's status.
  * Nothing outlives weft_run: a task cannot, since every task is inside the
  * root scope, and the root scope is empty before step 4; the one
- * exception, the shutdown keeper below, is freed in step 5.
+ * exception, the shutdown keeper below, is freed in step 5. But a run the
+ * deadlock detector gave up on ends with tasks still parked, and then
+ * nothing a late wake could touch is freed (runtime_end, below).
  *
  * Shutdown, step by step (the Go shape: signal.NotifyContext, then
  * http.Server.Shutdown(ctx)). A request (weft_shutdown_request from any
@@ -67,6 +69,9 @@
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#if defined(WEFT_ASAN)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #define DEFAULT_STACK_BASE (64 * 1024)
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
@@ -378,15 +383,74 @@ static void running_remove(weft_runtime *rt);
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
                               int *err, run_hook_fn hook, void *hook_ctx);
 
+/* ---- runtimes that end with tasks asleep ----
+ *
+ * A run the deadlock detector gave up on ends with tasks still parked
+ * (waits a cancel does not end, such as one inside a shielded scope), and
+ * a plain thread may still wake one afterwards: a weft_event_set or a
+ * weft_future_resolve the detector could not foresee. That wake takes the
+ * task's wait record off the object (it lies on the task's stack), claims
+ * the task, pushes it to its worker's inbox and notifies the worker, which
+ * reads the runtime's clock. So such a runtime is not freed: it is kept
+ * whole, for the life of the process, on the list below, and a task woken
+ * late sits in the inbox of a worker that never runs again. Only the
+ * blocking pool's threads are ended. The list is reachable from a static,
+ * and in an ASan build the parked tasks' slots are made roots as well:
+ * what they point to is kept, not leaked. */
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static weft_runtime *retired; /* linked through shut->next_running */
+
+/* Whether a task is left in s or a scope inside it. After the workers are
+ * joined, so no lock (a late wake does not change the members). */
+static bool tasks_left(const weft_scope *s)
+{
+    if (s->members)
+        return true;
+    for (const weft_scope *k = s->kids; k; k = k->sib_next)
+        if (tasks_left(k))
+            return true;
+    return false;
+}
+
+#if defined(WEFT_ASAN)
+/* LeakSanitizer does not look inside the slots (they are mapped, not
+ * allocated): the parked tasks' stacks may hold the only pointer to
+ * memory they keep. */
+static void slots_are_roots(const weft_scope *s)
+{
+    for (const weft_task *t = s->members; t; t = t->mnext)
+        __lsan_register_root_region(t->slot_lo, t->slot_size);
+    for (const weft_scope *k = s->kids; k; k = k->sib_next)
+        slots_are_roots(k);
+}
+#endif
+
+/* The end of weft_run and weft_main, once run_with has returned rt. */
+static int runtime_end(weft_runtime *rt)
+{
+    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
+    if (!tasks_left(rt->root)) {
+        runtime_free(rt);
+        return status;
+    }
+    weft__blocking_fini(rt);
+#if defined(WEFT_ASAN)
+    slots_are_roots(rt->root);
+#endif
+    pthread_mutex_lock(&retired_mu);
+    rt->shut->next_running = retired;
+    retired = rt;
+    pthread_mutex_unlock(&retired_mu);
+    return status;
+}
+
 int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
 {
     int err = 0;
     weft_runtime *rt = run_with(cfg, fn, arg, &err, NULL, NULL);
     if (!rt)
         return err;
-    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
-    runtime_free(rt);
-    return status;
+    return runtime_end(rt);
 }
 
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
@@ -881,9 +945,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!rt)
         return err;
-    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
-    runtime_free(rt);
-    return status;
+    return runtime_end(rt);
 }
 
 int weft_main(weft_fn fn, void *arg)
