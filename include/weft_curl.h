@@ -108,9 +108,9 @@ extern "C" {
  * CURLE_COULDNT_CONNECT), or, after CURLE_RECV_ERROR, when it is one a
  * receive gives (ECONNRESET, ETIMEDOUT, EPIPE, EHOSTUNREACH, ENETUNREACH),
  * since a second reset is as common as a first: so with such a libcurl a
- * reply that does not decode, on a handle whose last system error was a
- * receive's, is -ECONNRESET rather than -EBADMSG. libcurl 8.8 and later
- * clear it, and the code is exact.
+ * reply that does not decode, on a handle whose last system error (of any
+ * earlier transfer) was one of these, is -ECONNRESET rather than
+ * -EBADMSG. libcurl 8.8 and later clear it, and the code is exact.
  * The code says what kind of failure it was, not why: a bad URL is only
  * -EINVAL. libcurl says why, when asked: weft_curl_perform_code gives its
  * CURLcode (CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, ...), which
