@@ -32,6 +32,13 @@
  * task, use a try form (weft_chan_try_send) and CURL_WRITEFUNC_PAUSE, or
  * collect it in memory. Do not set CURLOPT_PRIVATE's meaning aside for
  * weft: it stays the caller's.
+ *
+ * One option is weft's: for each transfer weft_curl_perform sets
+ * CURLOPT_OPENSOCKETFUNCTION and CURLOPT_OPENSOCKETDATA on the handle (it
+ * makes the sockets itself, with socket(2) as libcurl would, to keep the
+ * errno that libcurl drops) and unsets them on return. A function of your
+ * own set there is not called (libcurl has no way to read it back); set
+ * socket options with CURLOPT_SOCKOPTFUNCTION, which stays yours.
  */
 #ifndef WEFT_CURL_H
 #define WEFT_CURL_H
@@ -61,9 +68,14 @@ extern "C" {
  *                  give the system's code: -ENETUNREACH, -EHOSTUNREACH,
  *                  -ENETDOWN, -EHOSTDOWN, -EADDRNOTAVAIL,
  *                  -ETIMEDOUT)
- *   -EMFILE        no descriptor left for a socket (or for resolving a
- *                  name): the process's limit (RLIMIT_NOFILE), not the
- *                  server; -ENFILE: the system's
+ *   -EMFILE        no descriptor left for the transfer's socket: the
+ *                  process's limit (RLIMIT_NOFILE), not the server;
+ *                  -ENFILE: the system's. For a name lookup that failed
+ *                  it is a guess: libcurl's resolver keeps no errno, so
+ *                  the system is asked right after whether descriptors
+ *                  ran out (the lookup needs some: /etc/hosts, a socket
+ *                  to the name server), and the answer may be another
+ *                  thread's doing
  *   -EPROTO        the TLS handshake failed
  *   -EKEYREJECTED  the peer's certificate was not accepted
  *   -ECONNRESET    the connection broke: reset, a send or receive that
@@ -72,10 +84,12 @@ extern "C" {
  *   -EBADMSG       the server's reply was not valid HTTP: no status line
  *                  (a garbage first line, binary bytes: libcurl's
  *                  CURLE_UNSUPPORTED_PROTOCOL once the request went out
- *                  and no status came back; after a redirect this cannot
- *                  be told from a redirect refused, and is -EINVAL), a bad
- *                  chunk size (CURLE_RECV_ERROR with no system error), a
- *                  weird reply, bad HTTP/2, a body that does not decode
+ *                  and no final status came back, none or only a 1xx such
+ *                  as 100 Continue; after a redirect this cannot be told
+ *                  from a redirect refused, and is -EINVAL), a bad chunk
+ *                  size (CURLE_RECV_ERROR with no system error, see
+ *                  below), a weird reply (CURLE_WEIRD_SERVER_REPLY), bad
+ *                  HTTP/2, a body that does not decode
  *   -ELOOP         too many redirects
  *   -EINVAL        a malformed URL or option, an unsupported protocol (or
  *                  a redirect to one)
@@ -85,6 +99,18 @@ extern "C" {
  *   -ECONNABORTED  a callback aborted the transfer (or a write or read
  *                  callback failed)
  *   -EIO           any other libcurl error.
+ * The system's error (CURLINFO_OS_ERRNO) tells a refusal from an
+ * unreachable network, and a receive that failed from bytes that did not
+ * decode. libcurl before 8.8 does not clear it when a transfer starts: it
+ * keeps the last one of any earlier transfer of the handle (a refused
+ * connect before a retry). weft_curl_perform takes it as this transfer's
+ * when it changed, when this transfer tried to connect (after
+ * CURLE_COULDNT_CONNECT), or, after CURLE_RECV_ERROR, when it is one a
+ * receive gives (ECONNRESET, ETIMEDOUT, EPIPE, EHOSTUNREACH, ENETUNREACH),
+ * since a second reset is as common as a first: so with such a libcurl a
+ * reply that does not decode, on a handle whose last system error (of any
+ * earlier transfer) was one of these, is -ECONNRESET rather than
+ * -EBADMSG. libcurl 8.8 and later clear it, and the code is exact.
  * The code says what kind of failure it was, not why: a bad URL is only
  * -EINVAL. libcurl says why, when asked: weft_curl_perform_code gives its
  * CURLcode (CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, ...), which
@@ -121,17 +147,17 @@ int weft_curl_perform(CURL *easy, weft_time deadline);
 int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code);
 
 /* The weft code for libcurl's result code, by weft_curl_perform's table.
- * os_errno is CURLINFO_OS_ERRNO after the failure (or 0): after
+ * os_errno is the transfer's system error (or 0): after
  * CURLE_COULDNT_CONNECT it tells a refused connection (or 0) from an
  * unreachable network or no descriptor left (EMFILE, ENFILE); after
  * CURLE_RECV_ERROR, a receive that failed (any system error:
- * -ECONNRESET) from bytes libcurl could not decode (0: -EBADMSG). libcurl
- * before 8.8 keeps the value of an earlier transfer of the same handle.
- * Two things only weft_curl_perform tells, since they need the handle or
- * the process: a reply with no status line (CURLE_UNSUPPORTED_PROTOCOL,
- * which is -EINVAL here) and no descriptor left when libcurl does not say
- * so (its socket() failing leaves os_errno as it was). Any thread; never
- * blocks. */
+ * -ECONNRESET) from bytes libcurl could not decode (0: -EBADMSG).
+ * CURLINFO_OS_ERRNO is that only with libcurl 8.8 and later: before, it
+ * may be an earlier transfer's (weft_curl_perform allows for it, see
+ * there). What only weft_curl_perform tells, since it needs the handle or
+ * the transfer: a reply with no final status (CURLE_UNSUPPORTED_PROTOCOL,
+ * which is -EINVAL here), and a socket() that failed for want of a
+ * descriptor (libcurl drops that errno). Any thread; never blocks. */
 int weft_curl_error(CURLcode code, long os_errno);
 
 /* The calling worker's multi handle, made if it was not (NULL: not on a

@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,9 @@ typedef struct xfer {
     weft_sem wake; /* released: done, or the driver left (take over) */
     CURLcode code;
     bool done;
+    int sockets;         /* made for this transfer (on_opensocket) */
+    int socket_errno;    /* the last socket() of it that failed, or 0 */
+    long os_errno_start; /* CURLINFO_OS_ERRNO when it started */
 } xfer;
 
 /* What the epoll set holds for a descriptor number (wcurl.reg). */
@@ -158,10 +162,10 @@ static int multi_error(CURLMcode mc)
 }
 
 /* The process is out of descriptors (or the system is): -EMFILE or
- * -ENFILE, else 0. libcurl says only "could not connect" when its
- * socket() fails (or "could not resolve" when the resolver could not open
- * its files and sockets), and leaves CURLINFO_OS_ERRNO as it was, so the
- * question is asked again here, right after. */
+ * -ENFILE, else 0. A guess, asked of the system after the fact, for a
+ * name lookup that failed: libcurl's resolver (a thread, getaddrinfo)
+ * keeps no errno, and it may have failed for want of a descriptor (to
+ * read /etc/hosts, to ask the name server). */
 static int out_of_descriptors(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -172,38 +176,94 @@ static int out_of_descriptors(void)
     return errno == EMFILE || errno == ENFILE ? -errno : 0;
 }
 
-/* weft_curl_error for the transfer easy just ended with code, told apart
- * with what the handle knows. */
-static int transfer_error(CURL *easy, CURLcode code)
+/* libcurl before 8.8 does not clear CURLINFO_OS_ERRNO when a transfer
+ * starts: it keeps the last system error of any earlier transfer of the
+ * handle. */
+static bool os_errno_kept(void)
+{
+    static _Atomic int kept = -1; /* unknown yet */
+    int k = kept;
+    if (k < 0) {
+        k = curl_version_info(CURLVERSION_NOW)->version_num < 0x080800;
+        kept = k;
+    }
+    return k;
+}
+
+/* x's system error, CURLINFO_OS_ERRNO if its transfer set it, else 0. */
+static long fresh_os_errno(CURL *easy, const xfer *x, CURLcode code)
+{
+    long os_errno = 0;
+    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+    if (!os_errno_kept() || os_errno != x->os_errno_start)
+        return os_errno; /* set by this transfer */
+    /* The value it started with: kept, or set again to the same. */
+    if (code == CURLE_COULDNT_CONNECT && x->sockets > 0)
+        return os_errno; /* a connect failed: libcurl set it */
+    if (code == CURLE_RECV_ERROR &&
+        (os_errno == ECONNRESET || os_errno == ETIMEDOUT || os_errno == EPIPE ||
+         os_errno == EHOSTUNREACH || os_errno == ENETUNREACH))
+        return os_errno; /* one a receive gives: taken as set again */
+    return 0;
+}
+
+/* weft_curl_error for the transfer x of easy, ended with code, told
+ * apart with what the handle and the transfer know. */
+static int transfer_error(CURL *easy, const xfer *x, CURLcode code)
 {
     long os_errno = 0, sent = 0, status = 0;
     switch (code) {
+    case CURLE_COULDNT_CONNECT:
+        /* No socket made, and socket() failed: its errno (EMFILE), which
+         * libcurl does not keep. */
+        if (x->sockets == 0 && x->socket_errno != 0)
+            os_errno = x->socket_errno;
+        else
+            os_errno = fresh_os_errno(easy, x, code);
+        break;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT: {
-        int err = out_of_descriptors();
-        if (err)
-            return err;
-        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+        if (fresh_os_errno(easy, x, code) == 0) {
+            int err = out_of_descriptors();
+            if (err)
+                return err;
+        }
         break;
-    }
     case CURLE_RECV_ERROR:
-        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+        os_errno = fresh_os_errno(easy, x, code);
         break;
     case CURLE_UNSUPPORTED_PROTOCOL:
         /* Also libcurl's word for an answer that does not start with an
          * HTTP status line (HTTP/0.9, which it refuses): a request went
-         * out, and no status came back. A redirect to a protocol it will
-         * not follow has a status (3xx) and stays -EINVAL. */
+         * out, and no final status came back (none, or only an interim
+         * 1xx such as 100 Continue). A redirect to a protocol it will not
+         * follow has a status (3xx) and stays -EINVAL. */
         curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent);
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-        if (sent > 0 && status == 0)
+        if (sent > 0 && status < 200)
             return -EBADMSG;
         break;
     default:
         break;
     }
     return weft_curl_error(code, os_errno);
+}
+
+/* libcurl's socket(), made here to keep its errno, which libcurl drops
+ * (it says only CURLE_COULDNT_CONNECT), and to count the sockets: a
+ * transfer that made one tried to connect. */
+static curl_socket_t on_opensocket(void *clientp, curlsocktype purpose,
+                                   struct curl_sockaddr *addr)
+{
+    xfer *x = clientp;
+    (void)purpose;
+    int fd = socket(addr->family, addr->socktype, addr->protocol);
+    if (fd < 0) {
+        x->socket_errno = errno;
+        return CURL_SOCKET_BAD;
+    }
+    x->sockets++;
+    return fd;
 }
 
 /* ---- libcurl's callbacks: where to watch, when to call back ---- */
@@ -547,6 +607,11 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
                                           : CURLE_BAD_FUNCTION_ARGUMENT;
         return multi_error(mc);
     }
+    /* Set only now that easy is ours: a handle in another transfer
+     * (-EBUSY) keeps its own. Nothing connects before the first action. */
+    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &x.os_errno_start);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, &x);
     x.next = wc->head;
     if (wc->head)
         wc->head->prev = &x;
@@ -575,10 +640,12 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
                                   : CURLE_ABORTED_BY_CALLBACK;
     }
     hand_over(wc, &x);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, NULL);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, NULL);
     *code = x.code;
     if (rc < 0)
         return rc;
-    return transfer_error(easy, x.code);
+    return transfer_error(easy, &x, x.code);
 }
 
 int weft_curl_perform(CURL *easy, weft_time deadline)
