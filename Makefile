@@ -11,6 +11,9 @@
 #                    libweft.a, libweft.so, weft.pc, the CMake package
 #   make asan        ASan+UBSan build of the tests in build/asan, runs them
 #   make tsan        TSan build of the tests in build/tsan, runs them
+#   make tsan-churn  test_churn under TSan built at -O0 with the ucontext
+#                    switch (build/tsan-churn): the builds whose frames
+#                    under a task's last switch differ from make tsan's
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -56,6 +59,7 @@ REL := $(B)/release
 SAN_SUFFIX := $(if $(SAN_CC),-$(notdir $(SAN_CC)))
 ASAN_DIR := $(B)/asan$(SAN_SUFFIX)
 TSAN_DIR := $(B)/tsan$(SAN_SUFFIX)
+TSAN_CHURN_DIR := $(B)/tsan-churn$(SAN_SUFFIX)
 # $(call cmake_configure,DIR,OPTIONS): configures DIR quietly (the log is kept in
 # DIR/configure.log and shown if CMake fails).
 cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
@@ -68,8 +72,8 @@ SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
-.PHONY: all release configure test bench demo install asan tsan format \
-	clean deps san-deps help
+.PHONY: all release configure test bench demo install asan tsan tsan-churn \
+	format clean deps san-deps help
 
 all: release
 
@@ -121,6 +125,17 @@ tsan: san-deps
 	cmake --build $(TSAN_DIR) -j$(JOBS)
 	cd $(TSAN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
 		TSAN_OPTIONS=$(TSAN_OPTIONS) $(CTEST)
+
+# A task's last switch never returns, and under TSan no frame of it may
+# stay on its slot's fiber, or the fiber's shadow stack overruns after
+# 65,536 tasks. Unoptimised code and the ucontext switch put other frames
+# there than make tsan's build does: test_churn runs in such a build too.
+tsan-churn: san-deps
+	$(call cmake_configure,$(TSAN_CHURN_DIR),-DWEFT_SANITIZE=thread \
+		$(subst -O1,-O0,$(SAN_COMMON)) -DWEFT_CONTEXT=ucontext $(COMMON))
+	cmake --build $(TSAN_CHURN_DIR) -j$(JOBS) --target test_churn
+	cd $(TSAN_CHURN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
+		TSAN_OPTIONS=$(TSAN_OPTIONS) $(CTEST) -R '^test_churn\.'
 
 format:
 	@scripts/deps.sh format

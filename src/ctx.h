@@ -21,9 +21,33 @@
 #endif
 #if defined(WEFT_TSAN)
 #include <sanitizer/tsan_interface.h>
-/* The instrumentation's own exit hook (the runtime exports it; no header
- * declares it): a task that never returns pops its frame with it. */
-void __tsan_func_exit(void);
+#endif
+
+/* WEFT_NO_TSAN: a function TSan leaves alone, without even the entry and
+ * exit hooks that keep a fiber's shadow stack (its own record of the call
+ * stack, 65,536 frames at most). Two kinds of code need it:
+ *   - the frames under a task's last switch, which never return: a slot's
+ *     fiber serves the slot's next tasks, and a frame left on its shadow
+ *     stack by each task overruns it after 65,536 tasks;
+ *   - the fault handler, which may run while TSan's runtime holds its own
+ *     locks (a fault inside the runtime): a hook taking them again would
+ *     wait forever.
+ * gcc's no_sanitize_thread drops the hooks too; clang's no_sanitize keeps
+ * them, its disable_sanitizer_instrumentation (clang 14) does not. With an
+ * older clang WEFT_TSAN_HOOKS_KEPT is 1 and the task's entry pops its own
+ * frame (see weft__task_main). */
+#if defined(WEFT_TSAN) && defined(__clang__)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define WEFT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
+#else
+#define WEFT_NO_TSAN __attribute__((no_sanitize("thread")))
+#define WEFT_TSAN_HOOKS_KEPT 1
+void __tsan_func_exit(void); /* the runtime's exit hook; no header has it */
+#endif
+#elif defined(WEFT_TSAN)
+#define WEFT_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define WEFT_NO_TSAN
 #endif
 
 typedef struct weft__ctx {
@@ -69,13 +93,18 @@ static inline void weft__ctx_make(weft__ctx *c, char *lo, char *hi,
     c->sp = sp;
 }
 
-static inline void ctx_jump(weft__ctx *from, weft__ctx *to)
+/* Always inlined, at -O0 too: under TSan an out-of-line call here would
+ * leave its frame on a finished task's fiber (see WEFT_NO_TSAN). */
+static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
+                                                           weft__ctx *to)
 {
     weft__ctx_jump(&from->sp, to->sp);
 }
 #else
-/* makecontext passes int arguments only: the pointer goes in two halves. */
-static void ctx_uc_entry(unsigned hi_, unsigned lo_, unsigned fhi, unsigned flo)
+/* makecontext passes int arguments only: the pointer goes in two halves.
+ * The bottom frame of a task's stack, never returned from: WEFT_NO_TSAN. */
+static WEFT_NO_TSAN void ctx_uc_entry(unsigned hi_, unsigned lo_, unsigned fhi,
+                                      unsigned flo)
 {
     void *arg = (void *)(((uintptr_t)hi_ << 32) | lo_);
     void (*entry)(void *) = (void (*)(void *))(((uintptr_t)fhi << 32) | flo);
@@ -95,7 +124,8 @@ static inline void weft__ctx_make(weft__ctx *c, char *lo, char *hi,
                 (unsigned)a, (unsigned)(f >> 32), (unsigned)f);
 }
 
-static inline void ctx_jump(weft__ctx *from, weft__ctx *to)
+static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
+                                                           weft__ctx *to)
 {
     swapcontext(&from->uc, &to->uc);
 }

@@ -893,10 +893,18 @@ run_next(weft_worker *w, weft_task *self, int kind)
     return run_next_plain(w, self, kind);
 }
 
-void weft__task_main(void *arg)
+/* A task's life on its own stack, up to its last switch: runs it, tells
+ * the layers above, and returns the task to switch to (NULL: the
+ * scheduler). Out of line under TSan, so that it has returned (its frame
+ * gone from the fiber's shadow stack) when weft__task_main switches
+ * away. */
+#if defined(WEFT_TSAN)
+#define TASK_RUN_INLINE __attribute__((noinline))
+#else
+#define TASK_RUN_INLINE inline
+#endif
+static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
 {
-    weft_task *t = arg;
-    ctx_entered();
     weft_worker *w = t->worker;
     finish_switch(w);
     if (WEFT_UNLIKELY(w->instr != NULL))
@@ -911,14 +919,27 @@ void weft__task_main(void *arg)
     weft_task *next = pick(w);
     st_rlx(&w->cur, next);
     w->spawns = 0;
-#if defined(WEFT_TSAN)
-    /* This function's return is never reached, and the slot's fiber serves
-     * the next task from the same shadow stack: pop the frame its entry
-     * pushed (ctx_switch is inlined, so it is the only one left), or each
-     * task leaks one and the 65,536th overruns TSan's shadow stack. */
+    return next;
+}
+
+/* The bottom frame of every task (weft__ctx_make), never returned from.
+ * WEFT_NO_TSAN: the slot's TSan fiber serves the slot's next task, so this
+ * task must leave no frame on the fiber's shadow stack; task_run has
+ * returned, and ctx_switch and ctx_jump are inlined. */
+WEFT_NO_TSAN void weft__task_main(void *arg)
+{
+    weft_task *t = arg;
+    ctx_entered();
+    weft_task *next = task_run(t);
+#if defined(WEFT_TSAN_HOOKS_KEPT)
+    /* This compiler gave this function (and ctx_uc_entry) entry hooks
+     * anyway: pop their frames. */
+    __tsan_func_exit();
+#if defined(WEFT_UCONTEXT)
     __tsan_func_exit();
 #endif
-    ctx_switch(w, t, next, true);
+#endif
+    ctx_switch(t->worker, t, next, true);
     weft__fatal("weft: a finished task was resumed");
 }
 

@@ -431,13 +431,34 @@ void weft__pool_trim(weft_worker *w)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* ---- overflow ---- */
+/* ---- overflow ----
+ *
+ * The report and the fault handler are async-signal-safe. Under TSan they
+ * are also left uninstrumented (WEFT_NO_TSAN) and make the system calls
+ * themselves instead of calling write, signal, raise or abort, which TSan
+ * intercepts: the handler also runs for a fault inside TSan's runtime
+ * (TSan passes synchronous signals on at once), which may hold its own
+ * locks then, and an instrumented access or an intercepted call taking
+ * them again would wait forever instead of letting the process die. */
 
-static void write_str(const char *s)
+#if defined(WEFT_TSAN) && (defined(__x86_64__) || defined(__aarch64__))
+#define RAW_SIGNALS 1
+#include <sys/syscall.h>
+#else
+#define RAW_SIGNALS 0
+#endif
+
+static WEFT_NO_TSAN void sig_write(const char *s)
 {
-    size_t n = strlen(s);
+    size_t n = 0;
+    while (((const volatile char *)s)[n]) /* volatile: no strlen call */
+        n++;
     while (n > 0) {
+#if RAW_SIGNALS
+        long k = syscall(SYS_write, 2, s, n);
+#else
         ssize_t k = write(2, s, n);
+#endif
         if (k <= 0)
             return;
         s += k;
@@ -445,19 +466,58 @@ static void write_str(const char *s)
     }
 }
 
-void weft__stack_report_overflow(const weft_task *t)
+static WEFT_NO_TSAN void sig_write_num(unsigned long v)
 {
-    char line[32];
-    write_str("weft: stack overflow in task '");
-    write_str(t->name ? t->name : "(unnamed)");
-    write_str("' spawned at ");
-    write_str(t->file ? t->file : "?");
-    snprintf(line, sizeof(line), ":%d", t->line);
-    write_str(line);
-    snprintf(line, sizeof(line), " (stack %zu bytes)",
-             (size_t)((const char *)t - t->stack_lo));
-    write_str(line);
-    write_str(": raise the stack size (weft_config.stack_size or "
+    char buf[24], *p = buf + sizeof(buf);
+    *--p = '\0';
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    sig_write(p);
+}
+
+/* Gives sig its default action again, bypassing interceptors. */
+static WEFT_NO_TSAN void sig_default(int sig)
+{
+#if RAW_SIGNALS
+    /* The kernel's struct sigaction, all zero: SIG_DFL, no flags, no mask
+     * (whatever its layout). Stored one by one: no memset call. */
+    unsigned long act[4];
+    for (int i = 0; i < 4; i++)
+        ((volatile unsigned long *)act)[i] = 0;
+    syscall(SYS_rt_sigaction, sig, act, NULL, sizeof(act[0]));
+#else
+    signal(sig, SIG_DFL);
+#endif
+}
+
+/* Ends the process with sig, its default action: abort() for SIGABRT. */
+static WEFT_NO_TSAN void sig_die(int sig)
+{
+    sig_default(sig);
+#if RAW_SIGNALS
+    /* Signals are blocked in a handler TSan called: unblock sig first. */
+    unsigned long set = 1ul << (sig - 1);
+    syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &set, NULL, sizeof(set));
+    syscall(SYS_tgkill, syscall(SYS_getpid), syscall(SYS_gettid), sig);
+#else
+    if (sig == SIGABRT)
+        abort();
+    raise(sig);
+#endif
+}
+
+WEFT_NO_TSAN void weft__stack_report_overflow(const weft_task *t)
+{
+    sig_write("weft: stack overflow in task '");
+    sig_write(t->name ? t->name : "(unnamed)");
+    sig_write("' spawned at ");
+    sig_write(t->file ? t->file : "?");
+    sig_write(":");
+    sig_write_num((unsigned long)t->line);
+    sig_write(" (stack ");
+    sig_write_num((unsigned long)((const char *)t - t->stack_lo));
+    sig_write(" bytes): raise the stack size (weft_config.stack_size or "
               "weft_spawn_opts.stack_size)\n");
 }
 
@@ -482,7 +542,7 @@ static pthread_mutex_t handler_mu = PTHREAD_MUTEX_INITIALIZER;
 static int handler_users;
 static struct sigaction old_segv, old_bus;
 
-static void on_fault(int sig, siginfo_t *si, void *uc)
+static WEFT_NO_TSAN void on_fault(int sig, siginfo_t *si, void *uc)
 {
     weft_worker *w = weft__tl_worker;
     weft_task *t = w ? w->cur : NULL;
@@ -490,8 +550,8 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     if (t && (t->flags & TASK_GUARDED) && addr >= t->slot_lo &&
         addr < t->stack_lo + 64) {
         weft__stack_report_overflow(t);
-        signal(SIGABRT, SIG_DFL);
-        abort();
+        sig_die(SIGABRT);
+        return;
     }
     /* Not ours: hand it to whoever handled it before us. */
     struct sigaction *old = sig == SIGSEGV ? &old_segv : &old_bus;
@@ -504,7 +564,13 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
         old->sa_handler(sig);
         return;
     }
-    signal(sig, SIG_DFL); /* re-executing the access faults again: default */
+    /* Nobody: the default action. A fault happens again when the access
+     * is executed again (the core shows it); a signal someone sent is
+     * sent again. */
+    if (si->si_code > 0)
+        sig_default(sig);
+    else
+        sig_die(sig);
 }
 
 int weft__overflow_handler_install(void)
