@@ -81,9 +81,9 @@ struct weft_task {
     void *arg;
     /* For diagnostics: written at spawn (relaxed), read by its worker and
      * by the watchdog (stats.c) while it runs, under the worker's hazard
-     * pointer: a leaving task waits for that read to end (watch_leave), so
-     * the slot is not laid out again or unmapped, nor the name freed,
-     * under it. */
+     * pointer: a finishing task waits for that read to end
+     * (weft__watch_leave), so the slot is not laid out again or unmapped,
+     * nor the name freed, under it. */
     const char *_Atomic name; /* may be NULL */
     const char *_Atomic file; /* spawn site */
     atomic_int line;
