@@ -755,13 +755,9 @@ take_local(weft_worker *w)
 }
 
 static inline __attribute__((always_inline)) weft_task *
-pick_inner(weft_worker *w)
+pick_inner(weft_worker *w, unsigned tick)
 {
     weft_task *t;
-    /* Release: the watchdog (stats.c) acquires it before it reads the
-     * running task's name (a plain store on x86). */
-    unsigned tick = ld_rlx(&w->tick) + 1;
-    st_rel(&w->tick, tick);
     if (WEFT_UNLIKELY(w->rt->seeded))
         return pick_seeded(w);
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
@@ -825,12 +821,18 @@ WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
 
 static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
 {
-    weft_task *t = pick_inner(w);
+    unsigned tick = ld_rlx(&w->tick) + 1;
+    weft_task *t = pick_inner(w, tick);
     if (t) {
         /* One test for both rare cases: a first run, a sampled wake. */
         if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED) | (t->lag_since != 0)))
             pick_rare(w, t);
     }
+    /* Release, once t is taken (from the inbox, a deque, a queue): the
+     * watchdog (stats.c) acquires the tick before it reads the task's
+     * name and spawn site, written by its spawner, maybe on another
+     * thread (a plain store on x86, as before the pick). */
+    st_rel(&w->tick, tick);
     return t;
 }
 
@@ -893,6 +895,40 @@ run_next(weft_worker *w, weft_task *self, int kind)
     return run_next_plain(w, self, kind);
 }
 
+static atomic_int asym_fence; /* the cancel fence's choice, below */
+
+WEFT_COLD static void watch_wait(weft_worker *w, weft_task *t)
+{
+    while (ld_acq(&w->hazard) == t)
+        cpu_relax();
+}
+
+/* t's function has returned: the watchdog may be reading its name, spawn
+ * site and id under its hazard pointer (stats.c). Marked as its worker's
+ * leaving task, t is not read again (the watchdog checks the mark after
+ * publishing its hazard), and a read in progress is waited for (a few
+ * hundred nanoseconds), before t's end is known (its name may be freed)
+ * and its slot is reused or unmapped. The mark is cleared when the worker
+ * leaves t for good (task_run). A Dekker pair like the cancel fence's:
+ * the watchdog pays for the fence (membarrier), this side a compiler
+ * barrier. */
+static inline __attribute__((always_inline)) void watch_leave(weft_worker *w,
+                                                              weft_task *t)
+{
+    st_rlx(&w->leaving, t);
+    if (WEFT_LIKELY(ld_rlx(&asym_fence) == 1))
+        atomic_signal_fence(memory_order_seq_cst); /* compiler only */
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    if (WEFT_UNLIKELY(ld_acq(&w->hazard) == t))
+        watch_wait(w, t);
+}
+
+void weft__watch_leave(weft_worker *w, weft_task *t)
+{
+    watch_leave(w, t);
+}
+
 /* A task's life on its own stack, up to its last switch: runs it, tells
  * the layers above, and returns the task to switch to (NULL: the
  * scheduler). Out of line under TSan, so that it has returned (its frame
@@ -910,6 +946,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_run(w->instr, t);
     t->status = t->fn(t->arg);
+    watch_leave(w, t);    /* before its end is known: its name's life ends */
     w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_exit(w->instr, t);
@@ -918,6 +955,8 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     weft__stat_add(&w->st.finished, 1);
     weft_task *next = pick(w);
     st_rlx(&w->cur, next);
+    /* Release: a watchdog that sees the mark cleared sees cur moved. */
+    st_rel(&w->leaving, NULL);
     w->spawns = 0;
     return next;
 }

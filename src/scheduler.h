@@ -80,7 +80,10 @@ struct weft_task {
     weft_fn fn;
     void *arg;
     /* For diagnostics: written at spawn (relaxed), read by its worker and
-     * by the watchdog (stats.c) while it runs. */
+     * by the watchdog (stats.c) while it runs, under the worker's hazard
+     * pointer: a finishing task waits for that read to end
+     * (weft__watch_leave), so the slot is not laid out again or unmapped,
+     * nor the name freed, under it. */
     const char *_Atomic name; /* may be NULL */
     const char *_Atomic file; /* spawn site */
     atomic_int line;
@@ -174,7 +177,7 @@ typedef struct weft__wstats {
     _Atomic uint64_t idle_ns;  /* real time in the clock's idle_until */
     _Atomic uint64_t lag[WEFT_LAG_BUCKETS]; /* wake-to-run delays: sampled
                                              * wakes, late timers */
-    _Atomic int64_t lag_max; /* the largest delay put in lag[] */
+    _Atomic int64_t lag_max;                /* the largest delay put in lag[] */
 } weft__wstats;
 
 /* One wake in LAG_EVERY by a worker is timed (wake to run). */
@@ -292,6 +295,16 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     unsigned lag_left;       /* with an instrument: slow wakes to the next lag
                               * sample */
     weft__wstats st;
+
+    /* The watchdog's hazard pointer (stats.c): the task whose name, spawn
+     * site and id it is reading, or NULL; only the watchdog writes it. A
+     * finishing task waits while it is itself (weft__watch_leave). */
+    _Atomic(weft_task *) hazard;
+    /* The running task once its function has returned and it has waited
+     * for the hazard, until the worker leaves it (NULL otherwise): the
+     * watchdog reads nothing of it. The owner writes it. These two last,
+     * in the struct's padding: nothing above moves. */
+    _Atomic(weft_task *) leaving;
 };
 
 /* What a thief saw of a victim (its stealing rule, sched.c). */
@@ -477,6 +490,12 @@ void weft__task_main(void *arg);
 /* Resets a slot's task for a new life running fn(arg). */
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line);
+/* t, the running task, is finishing (its function has returned): the
+ * watchdog (stats.c) stops reading its name and spawn site, and one read
+ * in progress is waited for. Called by the scheduler before the layers
+ * above finish t, and by them again after a park there (joining the
+ * scopes t left open), before t's end is known. On t's worker. */
+void weft__watch_leave(weft_worker *w, weft_task *t);
 /* A task just made on w's thread (prepared, registered in its scope)
  * becomes runnable: on `pin` if not NULL (nobody steals it), else in w's
  * deque, where idle workers may steal it (one asleep is woken). A

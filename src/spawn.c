@@ -75,8 +75,13 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
  * joiners), then its home scope's books (its status, the joiner). */
 static void task_exit(weft_task *t)
 {
-    weft__scope_join_above(t, WEFT_LIKELY(!t->handle) ? t->home
-                                                      : &t->handle->scope);
+    weft_scope *keep = WEFT_LIKELY(!t->handle) ? t->home : &t->handle->scope;
+    if (WEFT_UNLIKELY(ld_rlx(&t->cur) != keep)) {
+        weft__scope_join_above(t, keep);
+        /* It may have parked, and run again: the watchdog may be reading
+         * it anew, before its end is known. */
+        weft__watch_leave(t->worker, t);
+    }
     if (WEFT_UNLIKELY(t->handle != NULL))
         weft__handle_exit(t);
     weft__scope_child_done(t->home, t);

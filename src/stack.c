@@ -44,6 +44,12 @@
  * anew, and when a runtime ends (its own mappings gone, so the count is
  * lower) every stranded slot is unmapped again; one that still cannot be
  * waits for the next custom stack or the next runtime's end.
+ *
+ * The watchdog's thread reads the running task's name, spawn site and id
+ * from its struct (stats.c). A slot is released here (put on a free list,
+ * laid out again, unmapped, given back) only after its task has passed
+ * weft__watch_leave, which waits for such a read to end and after which
+ * none starts: nothing here needs to wait for the watchdog.
  */
 #include "scheduler.h"
 

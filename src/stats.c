@@ -51,15 +51,36 @@
  * its worker in real time, while a virtual clock stands still; and a
  * worker thread the kernel does not run counts as held by its task.
  *
- * Reading the task's id, name and spawn site from this thread is safe
- * while the task holds its worker (its slot is not reused before it
- * finishes): the fields are atomics (the slot's next task writes them at
- * its spawn, whenever that is), the tick is read before and after, and
- * what was read is dropped if the worker moved meanwhile. What is left is
- * a task that finishes in the microsecond between the two reads, after
- * holding its worker for a whole period: then the name read may be its
- * slot's next task's. The name's characters are copied then, so a report
- * made when the slice ends never reads a name its task no longer owns.
+ * Reading the running task's id, name and spawn site from this thread
+ * (once per slice, when a slice has lasted a period) needs the task, its
+ * slot and its name to stay alive meanwhile: a task may finish at any
+ * moment, its name may be freed once its end is known (the string must
+ * outlive the task, no more), its slot may be laid out again for another
+ * task (slot_init's memset) or unmapped (a custom stack size). Nothing on
+ * the switch path keeps them, so the monitor holds a hazard pointer, and
+ * only a task's exit pays, with two stores and a load:
+ * - the monitor stores the task in its worker's hazard (seq_cst), then
+ *   makes a full barrier on every thread (weft__cancel_fence: membarrier
+ *   where the kernel has it, else a seq_cst fence that the workers match),
+ *   then checks that the task is not its worker's leaving task, and that
+ *   the worker's tick and running task have not moved since the slice was
+ *   seen. Only then does it read the fields and copy the name; it clears
+ *   the hazard (release) when done;
+ * - a task whose function has returned becomes its worker's leaving task,
+ *   then (a compiler barrier, or a fence where there is no membarrier)
+ *   waits while the hazard holds it (weft__watch_leave), before the
+ *   layers above make its end known, and so before its slot is released.
+ *   The worker clears the mark (release) once cur is the next task. A
+ *   task that parks while it finishes (joining scopes it left open) is
+ *   marked again when it is done with that (spawn.c's task_exit).
+ * Either side sees the other's store (Dekker): the monitor reads nothing,
+ * or the task waits until it is done (a few hundred nanoseconds). The
+ * fields are atomics, written by the slot's next task's spawn
+ * (weft__task_prepare), and the tick is stored with release after the
+ * pick, so the monitor's acquire load of it sees the spawner's writes of
+ * the task it runs, wherever it was spawned. The name's characters are
+ * copied, so a report made when the slice ends never reads a name its
+ * task no longer owns.
  */
 #include "observe.h"
 
@@ -300,21 +321,28 @@ static void copy_name(char *dst, size_t cap, const char *src)
 }
 
 /* Reads who runs the slice s (cur on worker w, at tick): false if the
- * worker moved meanwhile (then nothing is kept). */
+ * worker moved or the task is leaving (then nothing is read), under the
+ * hazard pointer (see the top). */
 static bool who_read(weft_worker *w, struct wd_seen *s, int i)
 {
     weft_task *cur = s->cur;
-    const char *name = ld_rlx(&cur->name), *file = ld_rlx(&cur->file);
-    s->who = (weft_slice_info){.id = ld_rlx(&cur->id),
-                               .file = file ? file : "?",
-                               .line = ld_rlx(&cur->line),
-                               .worker = i};
-    copy_name(s->name, sizeof s->name, name);
-    if (ld_acq(&w->tick) != s->tick || ld_rlx(&w->cur) != cur)
-        return false;
-    copy_name(s->who.name, sizeof s->who.name, s->name);
-    s->known = true;
-    return true;
+    st_sc(&w->hazard, cur);
+    weft__cancel_fence();
+    /* The mark first (acquire): once cleared, tick and cur have moved. */
+    bool same = ld_acq(&w->leaving) != cur && ld_acq(&w->tick) == s->tick &&
+                ld_rlx(&w->cur) == cur;
+    if (same) {
+        const char *name = ld_rlx(&cur->name), *file = ld_rlx(&cur->file);
+        s->who = (weft_slice_info){.id = ld_rlx(&cur->id),
+                                   .file = file ? file : "?",
+                                   .line = ld_rlx(&cur->line),
+                                   .worker = i};
+        copy_name(s->name, sizeof s->name, name);
+        copy_name(s->who.name, sizeof s->who.name, s->name);
+        s->known = true;
+    }
+    st_rel(&w->hazard, NULL);
+    return same;
 }
 
 /* The slice s has run held ns so far: its worker's table (under data_mu). */
@@ -369,8 +397,8 @@ static bool wd_look(struct weft__watchdog *wd, int64_t now)
         weft_worker *w = &wd->rt->workers[i];
         struct wd_seen *s = &wd->seen[i];
         wd->reports[i].r.worker = -1;
-        /* Acquire: pairs with pick's release, so the running task's
-         * fields, written before it was picked, are visible. */
+        /* Acquire: pairs with pick's release (who_read reads the task's
+         * fields after another acquire load that sees this tick). */
         unsigned tick = ld_acq(&w->tick);
         weft_task *cur = ld_rlx(&w->cur);
         if (tick != s->tick || cur != s->cur) {

@@ -925,3 +925,164 @@ TEST(late_timers_count_as_lag_on_the_virtual_clock)
     ASSERT(st.all.lag_max_ns <= LW_COMPUTE_NS);
     ASSERT(weft_lag_quantile(&st.all, 0.99) >= 16 * WEFT_MSEC);
 }
+
+/* ---- the monitor reading tasks that finish ----
+ *
+ * The monitor reads the running task's name and spawn site once a slice
+ * has lasted a period. Here tasks with stacks of their own size (a
+ * mapping each, unmapped when the task ends) compute for about a period,
+ * so that they end around the monitor's reads, on two workers: each
+ * spawned onto the other worker (through its inbox) by a feeder, which
+ * joins it, scribbles over its name and frees it at once (some finish
+ * in two parts: they park to join a scope they left open). The monitor
+ * must read nothing of a task that is ending: under ASan a freed name,
+ * under TSan a slot laid out again or a name written without an order
+ * with the read, and in any build a scribbled name in the reports or the
+ * longest slices would show it. */
+
+#define CH_SLOW_NS WEFT_MSEC        /* slow_slice_ns and the watchdog's */
+#define CH_PERIOD (250 * WEFT_USEC) /* the monitor's period then */
+#define CH_WINDOW 4                 /* tasks a feeder has alive at once */
+
+struct ch_task {
+    char name[32];
+    int64_t spin_ns;
+    bool open_scope; /* leaves a scope open, with a child */
+    weft_task_handle h;
+};
+
+static atomic_int ch_reports, ch_bad;
+static uint64_t ch_seed; /* the compute times' */
+
+static bool ch_name_ok(const char *name)
+{
+    return name && strchr(name, '#') == NULL;
+}
+
+static void ch_on_watchdog(const weft_watchdog_report *r, void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&ch_reports, 1);
+    if (!ch_name_ok(r->name))
+        atomic_fetch_add(&ch_bad, 1);
+}
+
+static int ch_spin(void *arg)
+{
+    int64_t until = real_now() + *(const int64_t *)arg;
+    while (real_now() < until) {
+    }
+    return 0;
+}
+
+/* Computes for its time; one in four leaves a scope open with a child on
+ * its worker, not run yet, which its exit then joins (parked, and run
+ * again, while it finishes). */
+static int ch_compute(void *arg)
+{
+    static const int64_t none = 0;
+    struct ch_task *c = arg;
+    if (c->open_scope) {
+        weft_scope *s = scope_open();
+        weft_spawn_opts o = {.worker = weft_worker_id() + 1};
+        ASSERT(weft_spawn_ex(s, ch_spin, (void *)&none, &o) >= 0);
+    }
+    return ch_spin(&c->spin_ns);
+}
+
+/* Spawns n tasks onto the other worker, CH_WINDOW alive at once; each
+ * one's record (its name) is scribbled over and freed as soon as it is
+ * joined. */
+static int ch_feeder(void *arg)
+{
+    long n = (long)(intptr_t)arg;
+    int other = (weft_worker_id() + 1) % 2;
+    uint64_t rng = ch_seed + (uint64_t)other;
+    struct ch_task *live[CH_WINDOW] = {0};
+    for (long i = 0; i < n + CH_WINDOW; i++) {
+        struct ch_task **slot = &live[i % CH_WINDOW];
+        if (*slot) {
+            int status = -1;
+            ASSERT_EQ(weft_task_join((*slot)->h, &status), 0);
+            ASSERT_EQ(status, 0);
+            memset((*slot)->name, '#', sizeof((*slot)->name) - 1);
+            free(*slot);
+            *slot = NULL;
+        }
+        if (i >= n)
+            continue;
+        struct ch_task *c = calloc(1, sizeof(*c));
+        ASSERT(c != NULL);
+        snprintf(c->name, sizeof c->name, "churn %d.%ld", other, i);
+        /* Most end between the monitor's first and second look at them,
+         * when it reads them; some hold their worker a slow slice. */
+        uint64_t r = rnd(&rng);
+        c->spin_ns = r % 4 ? CH_PERIOD + (int64_t)(r >> 2) % CH_PERIOD
+                           : CH_SLOW_NS + (int64_t)(r >> 2) % (CH_SLOW_NS / 2);
+        c->open_scope = i % 4 == 3;
+        weft_spawn_opts o = {.name = c->name,
+                             .stack_size = (size_t)(24 + 8 * (i % 4)) << 10,
+                             .worker = other + 1,
+                             .handle = &c->h};
+        ASSERT(weft_spawn_ex(NULL, ch_compute, c, &o) >= 0);
+        *slot = c;
+    }
+    return 0;
+}
+
+static int ch_root(void *arg)
+{
+    weft_stats *st = arg;
+    weft_scope *s = scope_open();
+    long n = T_SCALE(3000) / 2;
+    for (int k = 0; k < 2; k++) {
+        weft_spawn_opts o = {.name = "feeder", .worker = k + 1};
+        ASSERT(weft_spawn_ex(s, ch_feeder, (void *)(intptr_t)n, &o) >= 0);
+    }
+    scope_end(s);
+    ASSERT_EQ(weft_stats_get(st, NULL, 0), 2);
+    return 0;
+}
+
+static atomic_int ch_stop;
+
+/* Competes for the CPUs with the workers and the monitor, as a loaded
+ * machine does: the monitor's thread is then preempted anywhere, also in
+ * the middle of a read. */
+static void *ch_spinner(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&ch_stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
+TEST(monitor_reads_nothing_of_tasks_that_finish)
+{
+    atomic_store(&ch_reports, 0);
+    atomic_store(&ch_bad, 0);
+    atomic_store(&ch_stop, 0);
+    ch_seed = T_SEED(0x5eed);
+    weft_config cfg = {.workers = 2,
+                       .slow_slice_ns = CH_SLOW_NS,
+                       .watchdog_ns = CH_SLOW_NS,
+                       .watchdog_fn = ch_on_watchdog};
+    weft_stats st;
+    pthread_t spin;
+    ASSERT_EQ(pthread_create(&spin, NULL, ch_spinner, NULL), 0);
+    ASSERT_EQ(weft_run(&cfg, ch_root, &st), 0);
+    atomic_store(&ch_stop, 1);
+    ASSERT_EQ(pthread_join(spin, NULL), 0);
+    /* The monitor read the tasks: slices of 1 ms or more were counted and
+     * named, and none of the names it kept was read after its task. */
+    ASSERT(st.all.slow_slices >= 1);
+    ASSERT(st.all.top[0].id != 0);
+    bool churn = false;
+    for (int i = 0; i < WEFT_SLICE_TOP && st.all.top[i].id; i++) {
+        ASSERT(ch_name_ok(st.all.top[i].name));
+        churn |= strncmp(st.all.top[i].name, "churn ", 6) == 0;
+    }
+    ASSERT(churn);
+    ASSERT(atomic_load(&ch_reports) >= 1);
+    ASSERT_EQ(atomic_load(&ch_bad), 0);
+}
