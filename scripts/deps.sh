@@ -57,10 +57,13 @@ for need in "$@"; do
             add "OpenSSL's headers, for the tests' HTTPS server" libssl-dev
         have openssl ||
             add "scripts/test-cert.sh makes the tests' certificate" openssl
-        # Optional for libweft (WEFT_SYMBOLIZE=AUTO), wanted for its tests:
-        # the task dump's blocking lines and stacks (elfutils' libdw).
+        # Optional for libweft (WEFT_LIBDW=AUTO), wanted for its tests:
+        # the task dump's blocking lines and stacks (elfutils' libdw),
+        # which CMake finds through pkg-config.
         [ -e /usr/include/elfutils/libdwfl.h ] ||
             add "task dumps name each task's blocking line and stack (elfutils)" libdw-dev
+        have pkg-config ||
+            add "CMake finds libdw (and libcurl's flags) through it" pkg-config
         ;;
     cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
     format) have clang-format || add "make format" clang-format ;;
