@@ -182,6 +182,11 @@ static const char *line_with(const char *text, const char *needle, char *out,
 
 /* How many lines of s contain needle (a line at a time: ASan's strstr
  * measures the whole haystack at each call). */
+static bool starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
 /* Lines of s that contain needle, but those of a dump's slow-slice
  * section (from "slow slices (" to the end line, or JSON's "slices"
  * line): a task with a long slice is named there too, and whether one
@@ -197,11 +202,11 @@ static long count_matching(const char *s, const char *needle)
         size_t k = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
         memcpy(line, s, k);
         line[k] = 0;
-        if (strncmp(line, "slow slices (", 13) == 0)
+        if (starts(line, "slow slices ("))
             slices = true;
-        else if (strncmp(line, "end of dump: ", 13) == 0)
+        else if (starts(line, "end of dump: "))
             slices = false;
-        if (!slices && strncmp(line, "{\"type\":\"slices\"", 17) != 0)
+        if (!slices && !starts(line, "{\"type\":\"slices\""))
             n += strstr(line, needle) != NULL;
         s += len + (e != NULL);
     }
