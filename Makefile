@@ -14,6 +14,9 @@
 #   make tsan-churn  test_churn under TSan built at -O0 with the ucontext
 #                    switch (build/tsan-churn): the builds whose frames
 #                    under a task's last switch differ from make tsan's
+#   make layers      checks the layering of src/: includes, and the calls
+#                    of the library's objects (scripts/layers.sh --build,
+#                    in build/layers)
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -73,7 +76,7 @@ CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
 .PHONY: all release configure test bench demo install asan tsan tsan-churn \
-	format clean deps san-deps help
+	layers format clean deps san-deps help
 
 all: release
 
@@ -136,6 +139,9 @@ tsan-churn: san-deps
 	cmake --build $(TSAN_CHURN_DIR) -j$(JOBS) --target test_churn
 	cd $(TSAN_CHURN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
 		TSAN_OPTIONS=$(TSAN_OPTIONS) $(CTEST) -R '^test_churn\.'
+
+layers: deps
+	JOBS=$(JOBS) scripts/layers.sh --build
 
 format:
 	@scripts/deps.sh format

@@ -2,13 +2,20 @@
 # SPDX-License-Identifier: MIT
 # Checks the layering of src/: every #include "..." in src/ (src/arch/
 # too) against the table below, and fails on a file that is in no layer
-# or on an include of a higher layer.
+# or on an include of a higher layer; then, asked, the calls: every symbol
+# an object file of the library uses against the layer of the object that
+# defines it.
 #
-#   scripts/layers.sh [-v] [SRC_DIR]
+#   scripts/layers.sh [-v] [--objects BUILD_DIR | --build] [SRC_DIR]
 #
-#   -v        also prints the include graph: each file, its layer, and the
-#             headers it includes
-#   SRC_DIR   the tree to check (default: the src/ beside this script)
+#   -v         also prints the include graph: each file, its layer, and
+#              the headers it includes
+#   --objects BUILD_DIR  checks the symbols of the object files CMake made
+#              for weft_static in BUILD_DIR (any build: nm, or gcc-nm for
+#              LTO objects, reads them); also WEFT_LAYERS_OBJECTS=BUILD_DIR
+#   --build    configures and builds weft_static alone, without LTO, in
+#              the checkout's build/layers, and checks its objects
+#   SRC_DIR    the tree to check (default: the src/ beside this script)
 #
 # The rule: a file may include the headers of its own layer or of any
 # layer with a lower number. Two layers with the same number (context and
@@ -16,6 +23,13 @@
 # (#include <...>) and "weft.h", "weft_curl.h" (the public headers) are always allowed.
 # An include is resolved as the compiler does: beside the including file
 # first, then in SRC_DIR.
+# The same rule holds for calls, which the includes alone do not show (a
+# public function is declared in weft.h, which every file includes): an
+# object may use a symbol defined by an object of its own layer or of a
+# lower one, never of a layer above or beside it. A lower layer reaches a
+# higher one through a hook or a table of functions the higher one
+# installs. Uses that are allowed all the same are listed in EXCEPTIONS
+# below, and printed.
 set -euo pipefail
 
 # The layers, bottom up (docs/design.md's table): number, name, files (paths under src/; a * in a
@@ -40,15 +54,30 @@ LAYERS='
 '
 UNCHECKED=''
 
+# Symbol uses the symbol check allows although they go up or sideways:
+# "user-file symbol", one a line, each with the reason in a comment above
+# it. Each is printed; keep the list empty.
+EXCEPTIONS='
+'
+
 usage() {
-    sed -n '3,11s/^# \{0,1\}//p' "$0"
+    sed -n '9,18s/^# \{0,1\}//p' "$0"
     exit "${1:-2}"
 }
 
 verbose=0
+objdir=${WEFT_LAYERS_OBJECTS:-}
+build=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -v) verbose=1 ;;
+    --objects)
+        [ $# -ge 2 ] || usage
+        objdir=$2
+        shift
+        ;;
+    --objects=*) objdir=${1#--objects=} ;;
+    --build) build=1 ;;
     -h | --help) usage 0 ;;
     -*) usage ;;
     *) break ;;
@@ -178,8 +207,94 @@ if [ "$verbose" = 1 ]; then
     done
 fi
 
+if [ "$problems" -eq 0 ]; then
+    echo "layers: includes ok (${#files[@]} files, $nincs includes in $src)"
+fi
+
+# ---- the symbols: nm over weft_static's objects ----
+if [ "$build" = 1 ]; then
+    objdir=$root/build/layers
+    echo "layers: building weft_static without LTO in $objdir"
+    cmake -S "$root" -B "$objdir" -DCMAKE_BUILD_TYPE=Debug -DWEFT_LTO=OFF \
+        -DWEFT_TESTS=OFF -DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF >/dev/null
+    cmake --build "$objdir" -j"${JOBS:-2}" --target weft_static >/dev/null
+fi
+if [ -n "$objdir" ]; then
+    odir=${objdir%/}/CMakeFiles/weft_static.dir/src
+    [ -d "$odir" ] || {
+        echo "layers: no objects of weft_static in $objdir ($odir): build it first, or use --build" >&2
+        exit 2
+    }
+    # The objects whose source is a file of the table; an object of a
+    # source since removed is left out.
+    objs=()
+    declare -A rel_of
+    while IFS= read -r o; do
+        rel=${o#"$odir"/}
+        rel=${rel%.o}
+        [ -n "${num_of[$rel]:-}" ] || {
+            [ -f "$src/$rel" ] || continue
+            problem "$o: $rel is in no layer"
+            continue
+        }
+        objs+=("$o")
+        rel_of[$o]=$rel
+    done < <(find "$odir" -name '*.o' | LC_ALL=C sort)
+    [ ${#objs[@]} -gt 0 ] || { echo "layers: no object files in $odir" >&2; exit 2; }
+    # The first nm that reads a global definition in every object (an LTO
+    # object without machine code needs the compiler's plugin: gcc-nm).
+    syms='' nmtool=''
+    for t in ${NM:-} nm gcc-nm llvm-nm; do
+        command -v "$t" >/dev/null || continue
+        nmout=$("$t" -A -P "${objs[@]}" 2>/dev/null) || continue
+        ndef=$(awk '$3 ~ /^[A-TV-Zu]$/ { sub(/:$/, "", $1); d[$1] = 1 }
+                    END { print length(d) }' <<<"$nmout")
+        if [ "$ndef" -eq ${#objs[@]} ]; then
+            syms=$nmout nmtool=$t
+            break
+        fi
+    done
+    [ -n "$nmtool" ] || { echo "layers: no nm here reads every object of $odir" >&2; exit 2; }
+    # Each use of a symbol another of weft's objects defines: "user sym
+    # definer".
+    nuses=0 nup=0 nexc=0
+    while read -r uo sym dobj; do
+        nuses=$((nuses + 1))
+        u=${rel_of[$uo]} d=${rel_of[$dobj]}
+        un=${num_of[$u]} uname=${name_of[$u]}
+        dn=${num_of[$d]} dname=${name_of[$d]}
+        what=''
+        if [ "$dn" -gt "$un" ]; then
+            what='a higher layer'
+        elif [ "$dn" -eq "$un" ] && [ "$dname" != "$uname" ]; then
+            what='a layer beside it'
+        else
+            continue
+        fi
+        if grep -qxF "$u $sym" <<<"$(sed 's/#.*//; s/^[[:space:]]*//; s/[[:space:]]*$//' <<<"$EXCEPTIONS")"; then
+            echo "layers: allowed by EXCEPTIONS: $src/$u uses $sym, defined in $src/$d: $uname ($un) calls $dname ($dn), $what"
+            nexc=$((nexc + 1))
+            continue
+        fi
+        problem "$src/$u uses $sym, defined in $src/$d: $uname ($un) may not call $dname ($dn), $what"
+        nup=$((nup + 1))
+    done < <(awk '
+        { sub(/:$/, "", $1) }
+        $3 ~ /^[A-TV-Zu]$/ { if (!($2 in def)) def[$2] = $1; next }
+        $3 == "U" || $3 == "w" { n++; uo[n] = $1; us[n] = $2 }
+        END {
+            for (i = 1; i <= n; i++)
+                if ((us[i] in def) && def[us[i]] != uo[i])
+                    print uo[i], us[i], def[us[i]]
+        }' <<<"$syms" | LC_ALL=C sort)
+    if [ "$nup" -gt 0 ]; then
+        echo "layers: $nup use(s) of a symbol of a higher layer or one beside it" >&2
+    else
+        echo "layers: symbols ok (${#objs[@]} objects of $odir, $nuses uses of weft's own symbols, $nexc allowed by EXCEPTIONS; $nmtool)"
+    fi
+fi
+
 if [ "$problems" -gt 0 ]; then
     echo "layers: $problems problem(s) in $src" >&2
     exit 1
 fi
-echo "layers: ok (${#files[@]} files, $nincs includes in $src)"

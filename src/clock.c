@@ -174,3 +174,11 @@ void weft__clock_init(weft_runtime *rt, weft_clock_kind kind)
     rt->clock_ops = kind == WEFT_CLOCK_VIRTUAL ? &weft__clock_virtual
                                                : &weft__clock_monotonic;
 }
+
+/* ---- public: the time ---- */
+
+weft_time weft_now(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return weft__now(w ? w->rt : NULL);
+}

@@ -159,14 +159,6 @@ static weft__poller *io_poller(weft_worker *w, int *err)
     return w->poller;
 }
 
-void weft__io_fini(weft_worker *w)
-{
-    weft__poller *p = w->poller;
-    w->poller = NULL;
-    if (p)
-        p->ops->fini(p);
-}
-
 /* Under r's lock: forgets the file r's number named. A new generation
  * (the old file's registrations and events are ignored from now on, and
  * every worker registers the number again at its next wait), no edges

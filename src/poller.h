@@ -99,7 +99,14 @@ static inline void weft__io_wake(weft_worker *w)
         p->ops->wake(p);
 }
 
-/* Frees w's poller, if it has one (the worker has stopped). io.c. */
-void weft__io_fini(weft_worker *w);
+/* Frees w's poller, if it has one (the worker has stopped), through its
+ * table: the scheduler calls no function of the I/O layer by name. */
+static inline void weft__io_fini(weft_worker *w)
+{
+    weft__poller *p = w->poller;
+    w->poller = NULL;
+    if (p)
+        p->ops->fini(p);
+}
 
 #endif

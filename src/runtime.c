@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runtime's life, and the public entry points that are thin wrappers.
+ * The runtime's life, and its public entry points: run, main, shutdown,
+ * dump, stats and the worker queries. The thin wrappers of the lower
+ * layers live with the layer that implements them (weft_now in clock.c,
+ * weft_yield in sched.c, weft_sleep in wait.c, ...), so that no lower
+ * layer calls up into this file (scripts/layers.sh checks the calls).
  *
  * weft_run, step by step:
  *   1. check the configuration; allocate the runtime, its workers (worker 0
@@ -81,55 +85,6 @@
 #endif
 #define MAX_WORKERS 1024
 #define ALTSTACK_SIZE (64 * 1024)
-
-/* ---- versions and errors ---- */
-
-unsigned weft_version(void)
-{
-    return WEFT_VERSION_HEX;
-}
-
-const char *weft_strerror(int err)
-{
-    switch (err) {
-    case 0:
-        return "success";
-    case -ECANCELED:
-        return "operation cancelled";
-    case -ETIMEDOUT:
-        return "deadline passed";
-    case -EINVAL:
-        return "invalid argument";
-    case -EPERM:
-        return "not allowed here (outside a task of this runtime, or not "
-               "the owner)";
-    case -EBUSY:
-        return "busy (in use, held, or full)";
-    case -ESHUTDOWN:
-        return "closed (scope already joined)";
-    case -ENOMEM:
-        return "out of memory";
-    case -EAGAIN:
-        return "not ready yet (try again)";
-    case -ENOENT:
-        return "no such item";
-    case -ENODATA:
-        return "not recorded (this scope's policy keeps no such data)";
-    case -EOVERFLOW:
-        return "too many";
-    case -EPIPE:
-        return "closed";
-    case -EINPROGRESS:
-        return "not settled yet";
-    case -EHOSTDOWN:
-        return "rejected: the circuit breaker is open";
-    case -EALREADY:
-        return "already settled";
-    }
-    if (err < 0 && err > -4096)
-        return strerror(-err);
-    return "unknown error";
-}
 
 /* ---- thread setup ---- */
 
@@ -1028,79 +983,4 @@ int weft_on_worker_exit(void (*fn)(void *arg), void *arg)
     h->next = w->exit_hooks;
     w->exit_hooks = h;
     return 0;
-}
-
-int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
-                  const weft_spawn_opts *opts, const char *file, int line)
-{
-    return weft__spawn(s, fn, arg, opts, file, line);
-}
-
-int weft_cancelled(void)
-{
-    weft_task *t = weft__current();
-    return t ? weft__scope_is_cancelled(ld_rlx(&t->cur)) : 0;
-}
-
-int weft_yield(void)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return -EPERM;
-    return weft__yield(w);
-}
-
-const char *weft_task_name(void)
-{
-    weft_task *t = weft__current();
-    return t && t->name ? t->name : "";
-}
-
-weft_time weft_now(void)
-{
-    weft_worker *w = weft__tl_worker;
-    return weft__now(w ? w->rt : NULL);
-}
-
-int weft_sleep_until(weft_time t)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return -EPERM;
-    if (weft__wait_past(t))
-        return weft_cancelled() ? -ECANCELED : 0;
-    int rc = weft__wait_sleep(t);
-    return rc == -ETIMEDOUT ? 0 : rc;
-}
-
-int weft_sleep(int64_t ns)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return -EPERM;
-    if (ns <= 0)
-        return weft_cancelled() ? -ECANCELED : 0;
-    return weft_sleep_until(weft__add_sat(weft__now(w->rt), ns));
-}
-
-int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
-{
-    weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
-        return -EPERM;
-    if (!fn)
-        return -EINVAL;
-    weft_scope *s;
-    weft_time now = weft__now(w->rt);
-    int rc = weft__scope_open_until(
-        &s, WEFT_FAIL_FAST,
-        timeout_ns <= 0 ? now : weft__add_sat(now, timeout_ns));
-    if (rc)
-        return rc;
-    rc = fn(arg);
-    weft__scope_join_above(w->cur, s); /* scopes fn left open, if any */
-    weft_scope_join(s);
-    bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
-    weft_scope_free(s);
-    return timed_out && rc < 0 ? -ETIMEDOUT : rc;
 }

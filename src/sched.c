@@ -1486,3 +1486,25 @@ void weft__worker_fini(weft_worker *w)
         close(fd);
     st_rlx(&w->stat_fd, -1);
 }
+
+/* ---- public: the running task ---- */
+
+int weft_cancelled(void)
+{
+    weft_task *t = weft__current();
+    return t ? weft__scope_is_cancelled(ld_rlx(&t->cur)) : 0;
+}
+
+int weft_yield(void)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    return weft__yield(w);
+}
+
+const char *weft_task_name(void)
+{
+    weft_task *t = weft__current();
+    return t && t->name ? t->name : "";
+}

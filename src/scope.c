@@ -754,3 +754,27 @@ weft_scope *weft_scope_current(void)
         s = s->parent;
     return s;
 }
+
+/* ---- public: a block with a deadline ---- */
+
+int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (!fn)
+        return -EINVAL;
+    weft_scope *s;
+    weft_time now = weft__now(w->rt);
+    int rc = weft__scope_open_until(
+        &s, WEFT_FAIL_FAST,
+        timeout_ns <= 0 ? now : weft__add_sat(now, timeout_ns));
+    if (rc)
+        return rc;
+    rc = fn(arg);
+    weft__scope_join_above(w->cur, s); /* scopes fn left open, if any */
+    weft_scope_join(s);
+    bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
+    weft_scope_free(s);
+    return timed_out && rc < 0 ? -ETIMEDOUT : rc;
+}

@@ -88,3 +88,11 @@ static void task_exit(weft_task *t)
 }
 
 const weft__task_hooks weft__scope_hooks = {.exit = task_exit};
+
+/* ---- public: spawning ---- */
+
+int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
+                  const weft_spawn_opts *opts, const char *file, int line)
+{
+    return weft__spawn(s, fn, arg, opts, file, line);
+}

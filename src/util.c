@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void weft__fatal(const char *fmt, ...)
 {
@@ -42,4 +43,53 @@ void weft__husk_free(void *p)
 #else
     free(p);
 #endif
+}
+
+/* ---- public: versions and errors ---- */
+
+unsigned weft_version(void)
+{
+    return WEFT_VERSION_HEX;
+}
+
+const char *weft_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case -ECANCELED:
+        return "operation cancelled";
+    case -ETIMEDOUT:
+        return "deadline passed";
+    case -EINVAL:
+        return "invalid argument";
+    case -EPERM:
+        return "not allowed here (outside a task of this runtime, or not "
+               "the owner)";
+    case -EBUSY:
+        return "busy (in use, held, or full)";
+    case -ESHUTDOWN:
+        return "closed (scope already joined)";
+    case -ENOMEM:
+        return "out of memory";
+    case -EAGAIN:
+        return "not ready yet (try again)";
+    case -ENOENT:
+        return "no such item";
+    case -ENODATA:
+        return "not recorded (this scope's policy keeps no such data)";
+    case -EOVERFLOW:
+        return "too many";
+    case -EPIPE:
+        return "closed";
+    case -EINPROGRESS:
+        return "not settled yet";
+    case -EHOSTDOWN:
+        return "rejected: the circuit breaker is open";
+    case -EALREADY:
+        return "already settled";
+    }
+    if (err < 0 && err > -4096)
+        return strerror(-err);
+    return "unknown error";
 }

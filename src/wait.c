@@ -200,3 +200,26 @@ void weft__wake_new(weft_task *t)
 {
     weft__wake(t, weft__park_prepare(t, false), 0);
 }
+
+/* ---- public: sleeping ---- */
+
+int weft_sleep_until(weft_time t)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (weft__wait_past(t))
+        return weft_cancelled() ? -ECANCELED : 0;
+    int rc = weft__wait_sleep(t);
+    return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+int weft_sleep(int64_t ns)
+{
+    weft_worker *w = weft__tl_worker;
+    if (!w || !w->cur)
+        return -EPERM;
+    if (ns <= 0)
+        return weft_cancelled() ? -ECANCELED : 0;
+    return weft_sleep_until(weft__add_sat(weft__now(w->rt), ns));
+}
