@@ -763,13 +763,17 @@ TEST(dump_of_100k_parked_tasks)
 
 /* ---- SIGQUIT under weft_main ---- */
 
+/* arg: how many more tasks park beside the napper (a long), 0 for none */
 static int sigquit_root(void *arg)
 {
-    (void)arg;
+    long more = arg ? *(long *)arg : 0;
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn_ex(s, parked_forever, NULL,
                          &(weft_spawn_opts){.name = "napper"}) >= 0);
+    for (long i = 0; i < more; i++)
+        ASSERT(weft_spawn_ex(s, parked_forever, NULL,
+                             &(weft_spawn_opts){.name = "crowd"}) >= 0);
     ASSERT_EQ(weft_yield(), 0);
     ASSERT_EQ(kill(getpid(), SIGQUIT), 0);
     /* goes on: the parent reads the dump, then asks for a shutdown */
@@ -830,6 +834,60 @@ TEST(sigquit_dumps_to_stderr_and_goes_on)
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 7)
         T_FAIL("child status %#x, stderr:\n%s", st, out);
     close(ep[0]);
+}
+
+/* SIGQUIT's dump, stacks and all, of 10,000 parked tasks: whole, every
+ * task with its line and stack, in the harness's time. */
+TEST(sigquit_dump_of_10k_parked_tasks_with_stacks)
+{
+    static long more;
+    more = T_LIVE(10000);
+    int ep[2];
+    ASSERT_EQ(pipe(ep), 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(ep[0]);
+        dup2(ep[1], 2);
+        weft_config cfg = {.workers = 1};
+        _exit(weft_main_cfg(&cfg, sigquit_root, &more));
+    }
+    close(ep[1]);
+    size_t cap = 4096, n = 0;
+    char *out = malloc(cap);
+    ASSERT(out);
+    for (;;) { /* to the dump's end line */
+        if (cap - n < 2048) {
+            cap *= 2;
+            out = realloc(out, cap);
+            ASSERT(out);
+        }
+        ssize_t k = read(ep[0], out + n, cap - 1 - n);
+        ASSERT(k > 0);
+        n += (size_t)k;
+        out[n] = 0;
+        const char *e = strstr(out, "end of dump: ");
+        if (e && strchr(e, '\n'))
+            break;
+    }
+    char want[64];
+    snprintf(want, sizeof want, "end of dump: %ld tasks", more + 2);
+    ASSERT(strstr(out, want));
+    ASSERT_EQ(count_matching(out, "\"crowd\" ("), more);
+    if (weft__where_lines()) {
+        ASSERT_EQ(count_matching(out, "at parked_forever (test/test_dump.c:"),
+                  more + 1);
+        ASSERT_EQ(count_matching(out, "#0 weft_sleep"), more + 1);
+    }
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    char rest[4096];
+    while (read(ep[0], rest, sizeof rest) > 0)
+        ;
+    int st;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+    close(ep[0]);
+    free(out);
 }
 
 static int quiet_root(void *arg)
