@@ -532,6 +532,9 @@ void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
  * counter: no shared atomic on the path. */
 static inline void weft__pending_add(weft_worker *w, int kind, int delta)
 {
+    WEFT_ASSERT_MSG(w == weft__tl_worker &&
+                        ld_rlx(&w->pending[kind]) + delta >= 0,
+                    "a pending count changed off its worker, or below 0");
     st_rlx(&w->pending[kind], ld_rlx(&w->pending[kind]) + delta);
 }
 /* w's own count (w's thread). */
