@@ -135,6 +135,9 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
         return -EPIPE;
     weft__waiter *w = weft__waitq_claim(&c->recvq);
     if (w) {
+        /* Receivers wait only on an empty ring. */
+        WEFT_ASSERT_MSG(c->len == 0,
+                        "a receiver waited beside buffered values");
         memcpy(w->elem, elem, c->elem);
         *woken = w;
         return 0;
@@ -157,6 +160,8 @@ static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
         c->len--;
         weft__waiter *w = weft__waitq_claim(&c->sendq);
         if (w) { /* the ring had been full: the sender's value joins it */
+            WEFT_ASSERT_MSG(c->len + 1 == c->cap,
+                            "a sender waited beside room in the ring");
             memcpy(slot(c, c->len), w->elem, c->elem);
             c->len++;
             *woken = w;

@@ -74,7 +74,9 @@ static int cond_wait(weft_cond *cc, weft_mutex *m, int64_t deadline)
     if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline))
         return -ETIMEDOUT; /* likewise */
     rc = cond_park((condvar_impl *)cc, m, deadline);
-    weft__mutex_relock(m);
+    int relocked = weft__mutex_relock(m);
+    /* It returns holding m, whatever ended the wait. */
+    WEFT_ASSERT(relocked != 0 || weft__mutex_held_by_me(m));
     return rc;
 }
 

@@ -185,6 +185,7 @@ static weft__waiter **rec_reset(fd_rec *r, weft__waiter **tail)
  * or a negative errno. Free of system calls once registered. */
 static int rec_watch(weft__poller *p, fd_rec *r, int fd, bool *fresh)
 {
+    WEFT_ASSERT(weft__lock_is_held(&r->lock) && p == weft__tl_worker->poller);
     int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), false);
     *fresh = rc == WEFT__POLL_NEW;
     return *fresh ? 0 : rc;
@@ -200,6 +201,7 @@ static int rec_watch(weft__poller *p, fd_rec *r, int fd, bool *fresh)
  * names a regular file), or a negative errno. */
 static int rec_check(weft__poller *p, fd_rec *r, int fd, weft__chain *stale)
 {
+    WEFT_ASSERT(weft__lock_is_held(&r->lock) && p == weft__tl_worker->poller);
     int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), true);
     if (rc != WEFT__POLL_GONE)
         return rc;

@@ -86,6 +86,7 @@ void weft__fd_ready(int fd, uint32_t gen, unsigned ev);
  * returns how many events it read. */
 static inline int weft__io_poll(weft_worker *w, int64_t timeout)
 {
+    WEFT_ASSERT_MSG(w == weft__tl_worker, "a poller polled by another thread");
     weft__poller *p = w->poller;
     return p ? p->ops->poll(p, timeout) : 0;
 }

@@ -191,6 +191,7 @@ static void futex_wake(atomic_int *addr)
 
 static inline void q_push(weft__queue *q, weft_task *t)
 {
+    WEFT_ASSERT_MSG(t != q->tail, "a task queued twice");
     t->next = NULL;
     if (q->tail)
         q->tail->next = t;
@@ -606,6 +607,9 @@ WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw, weft_task *t,
 
 static void wake_finish(weft_task *t, int code, bool next, bool timer)
 {
+    /* Only the waker that claimed t's park finishes the wake, once. */
+    WEFT_ASSERT_MSG(!weft__task_parked(t), "finishing an unclaimed wake");
+    WEFT_ASSERT(t->worker != NULL);
     t->wake_code = code;
     weft_worker *w = weft__tl_worker, *tw = t->worker;
     if (w == tw) {
@@ -824,6 +828,9 @@ static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
     unsigned tick = ld_rlx(&w->tick) + 1;
     weft_task *t = pick_inner(w, tick);
     if (t) {
+        WEFT_ASSERT_MSG(t->worker == w || !(t->flags & TASK_STARTED),
+                        "a started task picked by another worker");
+        WEFT_ASSERT(!weft__task_parked(t));
         /* One test for both rare cases: a first run, a sampled wake. */
         if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED) | (t->lag_since != 0)))
             pick_rare(w, t);
@@ -838,8 +845,19 @@ static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
 
 /* ---- switching ---- */
 
+/* For asserts: t is in none of w's own queues. */
+static inline __attribute__((unused)) bool task_unlinked(weft_worker *w,
+                                                         const weft_task *t)
+{
+    return t != ld_rlx(&w->cur) && t != w->runnext && t != w->runq.head &&
+           t != w->runq.tail && t != w->yieldq.head && t != w->yieldq.tail &&
+           t != ld_rlx(&w->inbox);
+}
+
 static void recycle(weft_worker *w, weft_task *t)
 {
+    WEFT_ASSERT_MSG(task_unlinked(w, t), "a finished task still queued");
+    WEFT_ASSERT(!weft__task_parked(t) && !weft__timer_armed(&t->timer));
     weft__task_free(w, t);
 }
 
@@ -869,6 +887,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
         ctx_switch(w, self, next, false);
         finish_switch(w);
     }
+    WEFT_ASSERT(ld_rlx(&w->cur) == self && weft__tl_worker == w);
     return switched;
 }
 
@@ -942,12 +961,16 @@ void weft__watch_leave(weft_worker *w, weft_task *t)
 static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
 {
     weft_worker *w = t->worker;
+    WEFT_ASSERT(w == weft__tl_worker && ld_rlx(&w->cur) == t);
     finish_switch(w);
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_run(w->instr, t);
     t->status = t->fn(t->arg);
     watch_leave(w, t);    /* before its end is known: its name's life ends */
     w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
+    /* The layers above are done with t: nothing waits, nothing is armed. */
+    WEFT_ASSERT(ld_rlx(&w->cur) == t && !weft__task_parked(t));
+    WEFT_ASSERT(!weft__timer_armed(&t->timer));
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_exit(w->instr, t);
     weft__stack_check(t);
@@ -1025,6 +1048,11 @@ void weft__cancel_fence(void)
 
 uint64_t weft__park_prepare(weft_task *t, bool cancellable)
 {
+    /* The running task parks itself (or a task not started yet is made
+     * to look parked, so that one wake starts it: weft__wake_new). */
+    WEFT_ASSERT_MSG(weft__task_is_current(t) || !(t->flags & TASK_STARTED),
+                    "a task parked by another");
+    WEFT_ASSERT_MSG(!weft__task_parked(t), "a task parked twice");
     uint64_t gen = (ld_rlx(&t->park) >> 2) + 1;
     uint64_t token = (gen << 2) | (cancellable ? PARK_CANCELLABLE : PARK_FIRM);
     /* Pairs with weft__cancel_fence (see above). */
@@ -1039,6 +1067,10 @@ uint64_t weft__park_prepare(weft_task *t, bool cancellable)
 
 int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
 {
+    WEFT_ASSERT_MSG(w == weft__tl_worker && t->worker == w &&
+                        ld_rlx(&w->cur) == t,
+                    "a task parks only itself, on its own worker");
+    WEFT_ASSERT(!weft__timer_armed(&t->timer));
     uint64_t token = ld_rlx(&t->park);
     if (PARK_STATE(token) == PARK_CANCELLABLE &&
         weft__scope_is_cancelled(ld_rlx(&t->cur))) {
@@ -1050,6 +1082,8 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
     if (deadline != WEFT_NEVER)
         weft__wheel_arm(&w->wheel, &t->timer, deadline);
     run_next(w, t, -1);
+    /* Runs again only once its park was claimed (or it cancelled it). */
+    WEFT_ASSERT(!weft__task_parked(t));
     if (weft__timer_armed(&t->timer))
         weft__wheel_disarm(&w->wheel, &t->timer);
     return t->wake_code;
@@ -1058,6 +1092,7 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
 int weft__yield(weft_worker *w)
 {
     weft_task *self = ld_rlx(&w->cur);
+    WEFT_ASSERT(w == weft__tl_worker && self != NULL && self->worker == w);
     if (w->rt->seeded)
         ready_push(w, self);
     else
@@ -1127,6 +1162,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
 /* Runs on w's thread, t prepared and registered in its scope. */
 void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
 {
+    WEFT_ASSERT(w == weft__tl_worker);
+    WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED) && t->home != NULL,
+                    "submitting a task not prepared and registered");
     if (pin && pin != w) {
         inbox_push(pin, t);
     } else if (w->rt->seeded) {
@@ -1263,6 +1301,8 @@ static bool steal(weft_worker *w, int round)
                 }
                 break;
             }
+            WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
+                            "a started task in a deque");
             if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0)
                 q_push(&w->runq, t);
             got++;

@@ -408,6 +408,28 @@ static inline weft_task *weft__current(void)
     return w ? ld_rlx(&w->cur) : NULL;
 }
 
+/* ---- predicates for asserts (WEFT_ASSERT) ---- */
+
+/* t is the task running on this thread's worker. */
+static inline bool weft__task_is_current(const weft_task *t)
+{
+    weft_worker *w = weft__tl_worker;
+    return t != NULL && w != NULL && ld_rlx(&w->cur) == t;
+}
+
+/* t belongs to this thread's worker: it started there (a started task
+ * never moves), or was made for it. */
+static inline bool weft__task_on_this_worker(const weft_task *t)
+{
+    return weft__tl_worker != NULL && t->worker == weft__tl_worker;
+}
+
+/* t's park word says parked (prepared, not yet claimed). */
+static inline bool weft__task_parked(const weft_task *t)
+{
+    return PARK_STATE(ld_rlx(&t->park)) != PARK_RUNNING;
+}
+
 /* ---- instrument hooks (weft_instrument) ----
  * Each hook point reads w->instr once (NULL: nothing more) and calls the
  * slow part below, which fills a weft_task_info and calls the callback. */
@@ -510,6 +532,9 @@ void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
  * counter: no shared atomic on the path. */
 static inline void weft__pending_add(weft_worker *w, int kind, int delta)
 {
+    WEFT_ASSERT_MSG(w == weft__tl_worker &&
+                        ld_rlx(&w->pending[kind]) + delta >= 0,
+                    "a pending count changed off its worker, or below 0");
     st_rlx(&w->pending[kind], ld_rlx(&w->pending[kind]) + delta);
 }
 /* w's own count (w's thread). */

@@ -79,6 +79,7 @@ static void set_policy(weft_scope *s, const weft__policy *pol)
 /* Links kid k into its parent p's kid list; p's lock is held. */
 static void kid_link_locked(weft_scope *p, weft_scope *k)
 {
+    WEFT_ASSERT(weft__lock_is_held((weft__lock *)&p->lock));
     k->parent = p;
     k->sib_prev = NULL;
     k->sib_next = p->kids;
@@ -89,6 +90,10 @@ static void kid_link_locked(weft_scope *p, weft_scope *k)
 
 static void kid_unlink_locked(weft_scope *p, weft_scope *k)
 {
+    WEFT_ASSERT(weft__lock_is_held((weft__lock *)&p->lock));
+    WEFT_ASSERT_MSG(k->parent == p && (k->sib_prev ? k->sib_prev->sib_next == k
+                                                   : p->kids == k),
+                    "a scope unlinked from a parent it is not a kid of");
     if (WEFT_UNLIKELY(p->dump_kid == k))
         p->dump_kid = k->sib_next; /* a dump is inside k: it moves on */
     if (k->sib_prev)
@@ -253,6 +258,8 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
     else if ((rc = next_index(s)) >= 0) {
+        WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
+                        "a task registered in a scope after it started");
         s->live++;
         t->home = s;
         weft_scope *cur = s;
@@ -383,6 +390,11 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
+    WEFT_ASSERT_MSG(t->home == s && s->live > 0,
+                    "a task left a scope it is not a member of");
+    WEFT_ASSERT_MSG(t->mprev ? t->mprev->mnext == t : s->members == t,
+                    "a task left a scope it is not a member of");
+    WEFT_ASSERT_MSG(!s->joined, "a joined scope had a live child");
     if (WEFT_UNLIKELY(s->dump_task == t))
         s->dump_task = t->mnext; /* a dump's next member leaves */
     if (t->mprev)
@@ -417,6 +429,9 @@ int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
 static int arm_deadline(weft_scope *s, weft_time deadline)
 {
     weft_worker *w = s->owner->worker;
+    /* The deadline's timer is on the owner's worker's wheel, which only
+     * that worker's thread touches. */
+    WEFT_ASSERT(weft__task_is_current(s->owner));
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
     /* Only WEFT_NEVER means none: 0 is an instant, long past (the opts'
      * "0: none" is weft_scope_open's to apply, before calling here). */
@@ -453,6 +468,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     if (!s)
         return -ENOMEM;
     weft_scope *parent = ld_rlx(&t->cur);
+    WEFT_ASSERT(parent != NULL);
     set_policy(s, pol);
     s->shield = opts && opts->shield;
     s->owner = t;
@@ -520,6 +536,10 @@ int weft_scope_join(weft_scope *s)
         weft__wait_park(&s->lock, &s->done, &self, WEFT_NEVER);
         scope_lock(s);
     }
+    /* Joined only once its children are gone: its member tasks, and
+     * the scopes they and the owner opened inside it. */
+    WEFT_ASSERT_MSG(s->live == 0 && s->members == NULL && s->kids == NULL,
+                    "a scope joined with children left");
     s->joined = true;
     scope_unlock(s);
     weft__wheel_disarm(&w->wheel, &s->deadline_timer);
@@ -630,6 +650,8 @@ int weft_scope_free(weft_scope *s)
             s->sib_next->sib_prev = s->sib_prev;
         pthread_mutex_unlock(&rt->orphan_mu);
     }
+    WEFT_ASSERT_MSG(s->live == 0 && s->members == NULL && s->kids == NULL,
+                    "a scope freed with children left");
     free(s->statuses);
     free(s);
     return 0;
@@ -641,6 +663,7 @@ void weft__scope_free_orphans(weft_runtime *rt)
     while (rt->orphans) {
         weft_scope *s = rt->orphans;
         rt->orphans = s->sib_next;
+        WEFT_ASSERT(s->orphaned && s->joined && s->live == 0);
         free(s->statuses);
         free(s);
     }

@@ -84,6 +84,9 @@ static void task_exit(weft_task *t)
     }
     if (WEFT_UNLIKELY(t->handle != NULL))
         weft__handle_exit(t);
+    /* Every scope it opened is closed: it leaves its home as it came. */
+    WEFT_ASSERT_MSG(ld_rlx(&t->cur) == t->home,
+                    "a task left with a scope of its own open");
     weft__scope_child_done(t->home, t);
 }
 

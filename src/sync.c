@@ -78,6 +78,7 @@ static bool mutex_take(mutex_impl *m, int *s, int clear)
  * clear one step for lockers that queue. */
 static void mutex_left(mutex_impl *m)
 {
+    WEFT_ASSERT(weft__lock_is_held(&m->lock));
     if (!m->q.head)
         atomic_fetch_and_explicit(&m->state, ~M_WAITERS, memory_order_acq_rel);
 }
@@ -242,8 +243,12 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
             weft__waitq_push(&m->q, &self);
         woken = 0;
         int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
-        if (rc == WAKE_OWNER)
-            return 0; /* handed over: the unlocker set the owner */
+        if (rc == WAKE_OWNER) { /* handed over: the unlocker set the owner */
+            WEFT_ASSERT_MSG(ld_rlx(&m->owner) == t &&
+                                (ld_rlx(&m->state) & M_LOCKED),
+                            "a mutex handed over, but not to its waiter");
+            return 0;
+        }
         if (rc != WAKE_RETRY && rc != WAKE_RETRY_FAR) {
             /* Deadline or cancel: off the queue, handed nothing. */
             weft__lock_acquire(&m->lock);
@@ -288,6 +293,7 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
         }
     }
 locked:
+    WEFT_ASSERT(ld_rlx(&m->state) & M_LOCKED);
     st_rel(&m->owner, t);
     return 0;
 }
@@ -371,6 +377,8 @@ static void mutex_unlock_slow(mutex_impl *m)
 {
     weft_runtime *rt = weft__tl_worker->rt;
     weft__lock_acquire(&m->lock);
+    /* Only the holder unlocks (weft_mutex_unlock checked the owner). */
+    WEFT_ASSERT(ld_rlx(&m->state) & M_LOCKED);
     weft__waiter *w = weft__waitq_claim(&m->q);
     int clear = m->q.head ? 0 : M_WAITERS;
     int code = WAKE_RETRY;
@@ -408,6 +416,8 @@ int weft_mutex_unlock(weft_mutex *mm)
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, 0)))
         return 0;
     for (;;) {
+        /* Its holder alone clears M_LOCKED: it stays set meanwhile. */
+        WEFT_ASSERT_MSG(s & M_LOCKED, "a held mutex found unlocked");
         if ((s & (M_WAITERS | M_WOKEN)) == M_WAITERS) {
             mutex_unlock_slow(m);
             return 0;

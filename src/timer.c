@@ -70,6 +70,9 @@ void weft__wheel_disarm(weft__wheel *wh, weft__timer *t)
 {
     if (!t->next)
         return;
+    WEFT_ASSERT_MSG(t->prev->next == t && t->next->prev == t &&
+                        t->level < WEFT_WHEEL_LEVELS,
+                    "a timer's links are broken");
     t->prev->next = t->next;
     t->next->prev = t->prev;
     weft__timer *head = &wh->slots[t->level][t->slot];

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void weft__fatal(const char *fmt, ...)
 {
@@ -20,6 +21,50 @@ void weft__fatal(const char *fmt, ...)
     fputc('\n', stderr);
     abort();
 }
+
+#if defined(WEFT__ASSERTS)
+static void assert_put(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t k = write(2, s, n);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+void weft__assert_fail(const char *file, int line, const char *func,
+                       const char *expr, const char *msg)
+{
+    /* No stdio (it locks and allocates; the failure may be anywhere, a
+     * lock held, on a task's small stack): the line number by hand. */
+    char num[16];
+    int i = (int)sizeof(num) - 1;
+    unsigned u = line > 0 ? (unsigned)line : 0;
+    num[i] = '\0';
+    do {
+        num[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && i > 0);
+    assert_put("weft: assertion failed at ");
+    assert_put(file);
+    assert_put(":");
+    assert_put(num + i);
+    assert_put(" in ");
+    assert_put(func);
+    assert_put("(): ");
+    assert_put(expr);
+    if (msg) {
+        assert_put(" (");
+        assert_put(msg);
+        assert_put(")");
+    }
+    assert_put("\n");
+    abort();
+}
+#endif
 
 #if !defined(NDEBUG) && !defined(WEFT_ASAN)
 #define HUSKS 1024

@@ -57,6 +57,28 @@ typedef struct weft_task weft_task;
 typedef struct weft_worker weft_worker;
 typedef struct weft_runtime weft_runtime;
 
+/* ---- runtime asserts ----
+ * WEFT_ASSERT(cond) checks an internal invariant, one the code relies on
+ * between its layers (never a caller's input: misuse of the public API
+ * returns its documented error). On in Debug builds (the sanitizer builds
+ * are Debug builds) and with -DWEFT_ASSERTS=ON: a failure writes
+ * file:line, the function and the expression to stderr with plain
+ * write()s (it may fail anywhere, on a task's small stack, with a lock
+ * held) and aborts. Off (Release), the condition is not evaluated, only
+ * type-checked: no side effects in asserted expressions. */
+#if defined(WEFT__ASSERTS)
+void weft__assert_fail(const char *file, int line, const char *func,
+                       const char *expr, const char *msg)
+    __attribute__((noreturn, cold));
+#define WEFT_ASSERT_MSG(cond, msg)                                             \
+    (WEFT_LIKELY(cond)                                                         \
+         ? (void)0                                                             \
+         : weft__assert_fail(__FILE__, __LINE__, __func__, #cond, msg))
+#else
+#define WEFT_ASSERT_MSG(cond, msg) ((void)sizeof(!(cond)), (void)sizeof(msg))
+#endif
+#define WEFT_ASSERT(cond) WEFT_ASSERT_MSG(cond, NULL)
+
 /* ---- spinlock: short sections only, never held across a park ---- */
 
 typedef struct weft__lock {
@@ -91,7 +113,13 @@ weft__lock_acquire(weft__lock *l)
 }
 static inline void weft__lock_release(weft__lock *l)
 {
+    WEFT_ASSERT_MSG(ld_rlx(&l->held), "releasing a spinlock nobody holds");
     st_rel(&l->held, 0);
+}
+/* For asserts: l is held (by someone: a spinlock has no owner). */
+static inline bool weft__lock_is_held(weft__lock *l)
+{
+    return ld_rlx(&l->held) != 0;
 }
 
 /* ---- fatal errors, husks ---- */

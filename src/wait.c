@@ -99,6 +99,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         weft__locks_release(order, k);
         return -ETIMEDOUT;
     }
+    WEFT_ASSERT(n > 0 && k >= 0 && k <= n);
     weft_worker *wk = weft__tl_worker;
     weft_task *t = ld_rlx(&wk->cur);
     int fired = -1;
@@ -123,6 +124,9 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         if (arms[i].q)
             weft__waitq_remove(arms[i].q, &arms[i].w);
     weft__locks_release(order, k);
+    /* A claim records its case before it finishes the wake: a park that
+     * was claimed (not timed out nor cancelled) names one. */
+    WEFT_ASSERT(fired < n);
     if (fired >= 0 && !weft__wait_unclaimed(rc)) {
         *code = rc;
         return fired;
@@ -144,6 +148,7 @@ bool weft__waitset_fire(weft__waiter *w)
     weft__waitset *s = w->set;
     bool won = false;
     weft__lock_acquire(&s->lock);
+    WEFT_ASSERT(s->fired != NULL && s->nfired >= s->seen);
     s->fired[s->nfired++] = w->index;
     if (s->token && weft__wake_claim(s->task, s->token)) {
         s->token = 0;
@@ -156,7 +161,10 @@ bool weft__waitset_fire(weft__waiter *w)
 int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
                        int *to)
 {
+    WEFT_ASSERT_MSG(weft__task_is_current(s->task),
+                    "a wait set waited on by another task");
     weft__lock_acquire(&s->lock);
+    WEFT_ASSERT(s->seen <= s->nfired);
     while (s->seen == s->nfired) {
         if (*code) { /* gave up, and nothing came meanwhile */
             weft__lock_release(&s->lock);

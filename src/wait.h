@@ -133,6 +133,11 @@ static inline void weft__waitq_remove(weft__waitq *q, weft__waiter *w)
 {
     if (!w->queued)
         return;
+    /* w is on q, not on another queue, and q is whole around it. */
+    WEFT_ASSERT_MSG(w->prev ? w->prev->next == w : q->head == w,
+                    "a waiter unlinked from a queue it is not on");
+    WEFT_ASSERT_MSG(w->next ? w->next->prev == w : q->tail == w,
+                    "a waiter unlinked from a queue it is not on");
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -153,6 +158,7 @@ bool weft__waitset_fire(weft__waiter *w);
  * waiter also records its case for select). */
 static inline bool weft__waiter_claim(weft__waiter *w)
 {
+    WEFT_ASSERT(w->task != NULL);
     if (WEFT_UNLIKELY(w->set != NULL))
         return weft__waitset_fire(w);
     if (!weft__wake_claim(w->task, w->token))
@@ -241,6 +247,7 @@ static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
     /* Read by other threads (the mutex cycle check, the dump): relaxed
      * atomic stores, plain ones on the machines weft runs on. Noted before
      * the park word is set, whose store releases them. */
+    WEFT_ASSERT_MSG(weft__task_is_current(t), "a wait noted for another task");
     st_rlx(&t->wait_kind, (uint8_t)kind);
     st_rlx(&t->wait_obj, obj);
     st_rlx(&t->wait_since, t->worker->wheel.elapsed);
@@ -270,6 +277,7 @@ static inline __attribute__((always_inline)) void
 weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
 {
     weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    WEFT_ASSERT(t != NULL);
     w->task = t;
     w->set = NULL;
     weft__wait_note(t, kind, obj);
@@ -296,6 +304,9 @@ static inline __attribute__((always_inline)) int
 weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
                 int64_t deadline)
 {
+    WEFT_ASSERT_MSG(weft__lock_is_held(l), "parking without the queue's lock");
+    WEFT_ASSERT_MSG(weft__task_is_current(w->task) && w->set == NULL,
+                    "parking on a waiter that is not the running task's");
     weft__lock_release(l);
     int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
     if (WEFT_UNLIKELY(weft__wait_unclaimed(rc)))
