@@ -796,17 +796,24 @@ static int lw_ticker(void *arg)
     return 0;
 }
 
-static int lw_root(void *arg)
+/* The loadwatch shape: the ticker beside compute, on one worker; then
+ * the runtime's stats into out. */
+static void lw_run(weft_fn compute, weft_stats *out)
 {
-    weft_stats *out = arg;
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
     ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
-    ASSERT(weft_spawn_ex(s, lw_compute, NULL, &comp) >= 0);
+    ASSERT(weft_spawn_ex(s, compute, NULL, &comp) >= 0);
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+}
+
+static int lw_root(void *arg)
+{
+    weft_stats *out = arg;
+    lw_run(lw_compute, out);
     /* The dump's lines about slices, as text and as JSON. */
     weft_runtime *rt = weft__tl_worker->rt;
     char text[4096], json[4096], tiny[16];
@@ -898,15 +905,7 @@ static int vlw_compute(void *arg)
 
 static int vlw_root(void *arg)
 {
-    weft_stats *out = arg;
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
-    weft_spawn_opts tick = {.name = "ticker"}, comp = {.name = "compute"};
-    ASSERT(weft_spawn_ex(s, lw_ticker, NULL, &tick) >= 0);
-    ASSERT(weft_spawn_ex(s, vlw_compute, NULL, &comp) >= 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    ASSERT_EQ(weft_scope_free(s), 0);
-    ASSERT_EQ(weft_stats_get(out, NULL, 0), 1);
+    lw_run(vlw_compute, arg);
     return 0;
 }
 
