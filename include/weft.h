@@ -2550,12 +2550,12 @@ typedef struct weft_slice_info {
     char name[32];    /* its name, cut to 31 bytes; "" if it has none */
     const char *file; /* its spawn site; NULL in an empty entry */
     int line;
-    int worker;     /* the worker it ran on */
-    int64_t ns;     /* its longest slice so far (one still running counts
-                     * with what it has run) */
-    uint64_t slow;  /* its slices that reached the threshold (since it
-                     * entered the table: a task pushed out by longer
-                     * ones starts again at 0) */
+    int worker;    /* the worker it ran on */
+    int64_t ns;    /* its longest slice so far (one still running counts
+                    * with what it has run) */
+    uint64_t slow; /* its slices that reached the threshold (since it
+                    * entered the table: a task pushed out by longer
+                    * ones starts again at 0) */
 } weft_slice_info;
 
 /* One worker's figures. Counters (since the runtime started) only grow,

@@ -173,7 +173,6 @@ int weft__watchdog_check(const weft_config *c);
  * 4 KiB holds it with 64 workers). Returns the length written; 0 (and
  * "") when rt does not measure slices. Any thread while rt runs; takes
  * the monitor's data lock for a moment. */
-size_t weft__slices_format(weft_runtime *rt, bool json, char *buf,
-                           size_t cap);
+size_t weft__slices_format(weft_runtime *rt, bool json, char *buf, size_t cap);
 
 #endif
