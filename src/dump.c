@@ -108,13 +108,10 @@ static void put_json_str(dump *d, const char *s, size_t max)
     }
     put_ch(d, '"');
     for (size_t i = 0; s[i] && i < max; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            put(d, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            put(d, "\\u%04x", c);
-        else
-            put_ch(d, (char)c);
+        char e[6];
+        size_t n = weft__json_char((unsigned char)s[i], e);
+        for (size_t k = 0; k < n; k++)
+            put_ch(d, e[k]);
     }
     put_ch(d, '"');
 }

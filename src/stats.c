@@ -599,15 +599,8 @@ static void fput(struct fmt *f, const char *fmt, ...)
  * escaped). */
 static void fput_json(struct fmt *f, const char *s)
 {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fput(f, "\\%c", c);
-        else if (c < 0x20)
-            fput(f, "\\u%04x", c);
-        else
-            fput(f, "%c", c);
-    }
+    for (char e[6]; *s; s++)
+        fput(f, "%.*s", (int)weft__json_char((unsigned char)*s, e), e);
 }
 
 static void fput_slice(struct fmt *f, const weft_slice_info *e, bool json)

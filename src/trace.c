@@ -369,15 +369,8 @@ static const rec *names_find(const names *nm, uint64_t id)
 /* A JSON string's contents. */
 static void put_str(FILE *f, const char *s)
 {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
+    for (char e[6]; *s; s++)
+        fwrite(e, 1, weft__json_char((unsigned char)*s, e), f);
 }
 
 /* Microseconds, from ns, with the ns as decimals. */

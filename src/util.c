@@ -122,7 +122,8 @@ const char *weft_strerror(int err)
     case -ENOENT:
         return "no such item";
     case -ENODATA:
-        return "not recorded (this scope's policy keeps no such data)";
+        return "nothing recorded (no samples yet, or a scope whose policy "
+               "keeps no such data)";
     case -EOVERFLOW:
         return "too many";
     case -EPIPE:
@@ -137,4 +138,22 @@ const char *weft_strerror(int err)
     if (err < 0 && err > -4096)
         return strerror(-err);
     return "unknown error";
+}
+
+size_t weft__json_char(unsigned char c, char out[6])
+{
+    static const char hex[] = "0123456789abcdef";
+    if (c == '"' || c == '\\') {
+        out[0] = '\\';
+        out[1] = (char)c;
+        return 2;
+    }
+    if (c >= 0x20 && c != 0x7f) {
+        out[0] = (char)c;
+        return 1;
+    }
+    memcpy(out, "\\u00", 4);
+    out[4] = hex[c >> 4];
+    out[5] = hex[c & 15];
+    return 6;
 }

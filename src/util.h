@@ -133,4 +133,10 @@ void weft__fatal(const char *fmt, ...)
  * and returns -EINVAL instead of touching freed memory. */
 void weft__husk_free(void *p);
 
+/* The byte c as it stands inside a JSON string: itself, or escaped (a
+ * quote or backslash after a backslash; a control character or DEL as
+ * \u00XX). Writes it to out without a terminator and returns its length
+ * (1, 2 or 6). */
+size_t weft__json_char(unsigned char c, char out[6]);
+
 #endif

@@ -640,16 +640,6 @@ static int mono_yielder(void *arg)
     return 0;
 }
 
-static int mono_echo(void *arg)
-{
-    weft_chan **c = arg;
-    int v;
-    while (weft_chan_recv(c[0], &v) == 0)
-        if (weft_chan_send(c[1], &v) != 0)
-            break;
-    return 0;
-}
-
 static int mono_pinger(void *arg)
 {
     weft_chan **c = arg;
@@ -674,7 +664,7 @@ static int mono_root(void *arg)
         ASSERT_EQ(weft_chan_new(&c[wk][1], sizeof(int), 0), 0);
         for (int i = 0; i < 2; i++)
             ASSERT(weft_spawn_ex(s, mono_yielder, NULL, &o) >= 0);
-        ASSERT(weft_spawn_ex(s, mono_echo, c[wk], &o) >= 0);
+        ASSERT(weft_spawn_ex(s, echo, c[wk], &o) >= 0);
         ASSERT(weft_spawn_ex(s, mono_pinger, c[wk], &o) >= 0);
     }
     ASSERT_EQ(weft_worker_id(), 0);
