@@ -2380,7 +2380,8 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  * The report goes to stderr: a first line with the word "deadlock", then
  * each task asleep with its name, spawn site, what it waits on and since
  * when (for a mutex: the task that holds it) and the line it waits on (as
- * the dump's "at" lines; a mutex cycle's report has them too), then the
+ * the dump's "at" lines; a mutex cycle's report has the line of
+ * the task it tells), then the
  * task dump
  * (weft_dump). Then, with WEFT_DEADLOCK_REPORT, the runtime cancels the
  * root scope: every cancellation point returns -ECANCELED and the tasks

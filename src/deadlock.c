@@ -362,9 +362,10 @@ static void cycle_report(void *arg)
                    i == 0 ? "would wait for" : "waits for", mutexes[i]);
         out_task(&o, chain[(i + 1) % n]);
         out_printf(&o, "\n");
-        if (i > 0) {
-            out_where(&o, chain[i]);
-        } else if (r->nself > 0) {
+        /* Only the locker's own line: nothing keeps the others alive
+         * while this thread would walk their stacks (a cancel may end one
+         * and free its stack meanwhile); their lines are in a dump. */
+        if (i == 0 && r->nself > 0) {
             weft__stack st;
             if (weft__pcs_stack(r->self, r->nself, &st) > 0)
                 out_where_stack(&o, &st);
