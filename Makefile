@@ -25,6 +25,9 @@
 #                       (weft.pc and the CMake package are relocatable)
 #   JOBS=2              parallel build jobs and ctest jobs
 #   WEFT_WERROR=OFF     ON turns warnings into errors (CI does)
+#   WEFT_LIBDW=ON       task dumps name lines through elfutils' libdw
+#                       (scripts/deps.sh installs it), so the tests of
+#                       those lines run; AUTO or OFF to build without
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
 #                       empty: CMake's default (gcc on Debian); with
@@ -44,6 +47,7 @@
 PREFIX ?= /usr/local
 JOBS ?= 2
 WEFT_WERROR ?= OFF
+WEFT_LIBDW ?= ON
 SAN_SCALE ?= 10
 SAN_CC ?=
 CMAKE_ARGS ?=
@@ -68,7 +72,7 @@ TSAN_CHURN_DIR := $(B)/tsan-churn$(SAN_SUFFIX)
 cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
 	cmake -S . -B $(1) $(2) >$(1)/configure.log 2>&1 || \
 	{ cat $(1)/configure.log; exit 1; }
-COMMON := -DWEFT_WERROR=$(WEFT_WERROR) $(CMAKE_ARGS)
+COMMON := -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) $(CMAKE_ARGS)
 SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))

@@ -76,6 +76,4 @@ TEST(passing_assert_evaluates_once_when_on)
 #else
     ASSERT_EQ(evaluated, 0);
 #endif
-    ASSERT(!count_and_fail()); /* and the counter counts */
-    ASSERT(evaluated >= 1);
 }
