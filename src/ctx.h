@@ -36,19 +36,7 @@
  * them, its disable_sanitizer_instrumentation (clang 14) does not. With an
  * older clang WEFT_TSAN_HOOKS_KEPT is 1 and the task's entry pops its own
  * frame (see weft__task_main). */
-#if defined(WEFT_TSAN) && defined(__clang__)
-#if __has_attribute(disable_sanitizer_instrumentation)
-#define WEFT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
-#else
-#define WEFT_NO_TSAN __attribute__((no_sanitize("thread")))
-#define WEFT_TSAN_HOOKS_KEPT 1
-void __tsan_func_exit(void); /* the runtime's exit hook; no header has it */
-#endif
-#elif defined(WEFT_TSAN)
-#define WEFT_NO_TSAN __attribute__((no_sanitize_thread))
-#else
-#define WEFT_NO_TSAN
-#endif
+/* WEFT_NO_TSAN itself is in util.h (the signal-safe writer uses it). */
 
 typedef struct weft__ctx {
 #if defined(WEFT_UCONTEXT)

@@ -454,34 +454,6 @@ void weft__pool_trim(weft_worker *w)
 #define RAW_SIGNALS 0
 #endif
 
-static WEFT_NO_TSAN void sig_write(const char *s)
-{
-    size_t n = 0;
-    while (((const volatile char *)s)[n]) /* volatile: no strlen call */
-        n++;
-    while (n > 0) {
-#if RAW_SIGNALS
-        long k = syscall(SYS_write, 2, s, n);
-#else
-        ssize_t k = write(2, s, n);
-#endif
-        if (k <= 0)
-            return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-static WEFT_NO_TSAN void sig_write_num(unsigned long v)
-{
-    char buf[24], *p = buf + sizeof(buf);
-    *--p = '\0';
-    do
-        *--p = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    sig_write(p);
-}
-
 /* Gives sig its default action again, bypassing interceptors. */
 static WEFT_NO_TSAN void sig_default(int sig)
 {
@@ -515,16 +487,16 @@ static WEFT_NO_TSAN void sig_die(int sig)
 
 WEFT_NO_TSAN void weft__stack_report_overflow(const weft_task *t)
 {
-    sig_write("weft: stack overflow in task '");
-    sig_write(t->name ? t->name : "(unnamed)");
-    sig_write("' spawned at ");
-    sig_write(t->file ? t->file : "?");
-    sig_write(":");
-    sig_write_num((unsigned long)t->line);
-    sig_write(" (stack ");
-    sig_write_num((unsigned long)((const char *)t - t->stack_lo));
-    sig_write(" bytes): raise the stack size (weft_config.stack_size or "
-              "weft_spawn_opts.stack_size)\n");
+    weft__sig_write("weft: stack overflow in task '");
+    weft__sig_write(t->name ? t->name : "(unnamed)");
+    weft__sig_write("' spawned at ");
+    weft__sig_write(t->file ? t->file : "?");
+    weft__sig_write(":");
+    weft__sig_write_num((unsigned long)t->line);
+    weft__sig_write(" (stack ");
+    weft__sig_write_num((unsigned long)((const char *)t - t->stack_lo));
+    weft__sig_write(" bytes): raise the stack size (weft_config.stack_size or "
+                    "weft_spawn_opts.stack_size)\n");
 }
 
 void weft__stack_check_slow(weft_task *t)

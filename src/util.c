@@ -22,12 +22,24 @@ void weft__fatal(const char *fmt, ...)
     abort();
 }
 
-#if defined(WEFT__ASSERTS)
-static void assert_put(const char *s)
+#if defined(WEFT_TSAN) && (defined(__x86_64__) || defined(__aarch64__))
+#define RAW_WRITE 1
+#include <sys/syscall.h>
+#else
+#define RAW_WRITE 0
+#endif
+
+WEFT_NO_TSAN void weft__sig_write(const char *s)
 {
-    size_t n = strlen(s);
+    size_t n = 0;
+    while (((const volatile char *)s)[n]) /* volatile: no strlen call */
+        n++;
     while (n > 0) {
+#if RAW_WRITE
+        long k = syscall(SYS_write, 2, s, n);
+#else
         ssize_t k = write(2, s, n);
+#endif
         if (k <= 0)
             return;
         s += k;
@@ -35,33 +47,36 @@ static void assert_put(const char *s)
     }
 }
 
+WEFT_NO_TSAN void weft__sig_write_num(unsigned long v)
+{
+    char buf[24], *p = buf + sizeof(buf);
+    *--p = '\0';
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    weft__sig_write(p);
+}
+
+#if defined(WEFT__ASSERTS)
 void weft__assert_fail(const char *file, int line, const char *func,
                        const char *expr, const char *msg)
 {
     /* No stdio (it locks and allocates; the failure may be anywhere, a
-     * lock held, on a task's small stack): the line number by hand. */
-    char num[16];
-    int i = (int)sizeof(num) - 1;
-    unsigned u = line > 0 ? (unsigned)line : 0;
-    num[i] = '\0';
-    do {
-        num[--i] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u && i > 0);
-    assert_put("weft: assertion failed at ");
-    assert_put(file);
-    assert_put(":");
-    assert_put(num + i);
-    assert_put(" in ");
-    assert_put(func);
-    assert_put("(): ");
-    assert_put(expr);
+     * lock held, on a task's small stack). */
+    weft__sig_write("weft: assertion failed at ");
+    weft__sig_write(file);
+    weft__sig_write(":");
+    weft__sig_write_num(line > 0 ? (unsigned long)line : 0);
+    weft__sig_write(" in ");
+    weft__sig_write(func);
+    weft__sig_write("(): ");
+    weft__sig_write(expr);
     if (msg) {
-        assert_put(" (");
-        assert_put(msg);
-        assert_put(")");
+        weft__sig_write(" (");
+        weft__sig_write(msg);
+        weft__sig_write(")");
     }
-    assert_put("\n");
+    weft__sig_write("\n");
     abort();
 }
 #endif

@@ -131,6 +131,27 @@ void weft__fatal(const char *fmt, ...)
  * (not ASan, which reports such uses itself) keep the last 1024 of them
  * before freeing, so a call on an object just freed finds the dead magic
  * and returns -EINVAL instead of touching freed memory. */
+/* A function TSan leaves alone, hooks and all (see ctx.h). */
+#if defined(WEFT_TSAN) && defined(__clang__)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define WEFT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
+#else
+#define WEFT_NO_TSAN __attribute__((no_sanitize("thread")))
+#define WEFT_TSAN_HOOKS_KEPT 1
+void __tsan_func_exit(void); /* the runtime's exit hook; no header has it */
+#endif
+#elif defined(WEFT_TSAN)
+#define WEFT_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define WEFT_NO_TSAN
+#endif
+
+/* Writes s, then a number, to stderr without stdio, locks or allocation,
+ * and under TSan without its interceptors (raw system calls): for a fault
+ * handler or a failed assert, wherever they run. */
+void weft__sig_write(const char *s);
+void weft__sig_write_num(unsigned long v);
+
 void weft__husk_free(void *p);
 
 /* The byte c as it stands inside a JSON string: itself, or escaped (a
