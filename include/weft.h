@@ -261,7 +261,8 @@ typedef struct weft_config {
  * whose memory weft_run keeps for the life of the process (its workers,
  * and those tasks with their stacks), since a wake may still come for
  * one: it makes the task runnable, which then never runs.
- * Blocks the calling OS thread; call it from a plain thread, not a task. */
+ * Blocks the calling OS thread; call it from a plain thread, not a task
+ * (there is nothing to cancel there: not a cancellation point). */
 WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
 
 /* weft_run with defaults, plus graceful shutdown on SIGINT and SIGTERM:
@@ -2328,7 +2329,9 @@ WEFT_EXTERN int weft_sup_free(weft_sup *s);
  * "task" line per task, and last {"type":"end","tasks":N,"scopes":M,...}.
  * File and line come from the program's debug information (-g) through
  * libdw, when weft was built with it (WEFT_LIBDW); otherwise frames are
- * addresses with the names dladdr knows.
+ * addresses with the names dladdr knows. From a task, the dump is written
+ * on a thread of its own (walking and naming frames needs more stack than
+ * a task has): if that thread cannot be made, the dump has no lines.
  * From a task: dumps that task's runtime. From any other thread: dumps
  * every runtime running in the process, one after the other.
  * Never stops the world: each scope's lock is taken only while a buffer's

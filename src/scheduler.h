@@ -417,13 +417,6 @@ static inline bool weft__task_is_current(const weft_task *t)
     return t != NULL && w != NULL && ld_rlx(&w->cur) == t;
 }
 
-/* t belongs to this thread's worker: it started there (a started task
- * never moves), or was made for it. */
-static inline bool weft__task_on_this_worker(const weft_task *t)
-{
-    return weft__tl_worker != NULL && t->worker == weft__tl_worker;
-}
-
 /* t's park word says parked (prepared, not yet claimed). */
 static inline bool weft__task_parked(const weft_task *t)
 {

@@ -230,9 +230,7 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
                 if (rc)
                     return rc;
                 /* Told to wait anyway: our edge back, the ring stays. */
-                weft__lock_acquire(&cycle_lock);
-                t->mutex_wait = m;
-                weft__lock_release(&cycle_lock);
+                cycle_enter(m, t, false, NULL, NULL);
                 continue;
             }
         }
