@@ -36,11 +36,9 @@ static int churn_root(void *arg)
 {
     struct churn *c = arg;
     for (long i = 0; i < c->n; i++) {
-        weft_scope *s;
-        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        weft_scope *s = scope_open();
         ASSERT(weft_spawn(s, c->child, NULL) >= 0);
-        ASSERT_EQ(weft_scope_join(s), 0);
-        ASSERT_EQ(weft_scope_free(s), 0);
+        scope_end(s);
     }
     return 0;
 }

@@ -180,14 +180,13 @@ static const char *line_with(const char *text, const char *needle, char *out,
     return out;
 }
 
-/* How many lines of s contain needle (a line at a time: ASan's strstr
- * measures the whole haystack at each call). */
 static bool starts(const char *s, const char *prefix)
 {
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* Lines of s that contain needle, but those of a dump's slow-slice
+/* How many lines of s contain needle (a line at a time: ASan's strstr
+ * measures the whole haystack at each call), but those of a dump's slow-slice
  * section (from "slow slices (" to the end line, or JSON's "slices"
  * line): a task with a long slice is named there too, and whether one
  * is depends on how the machine ran. */
