@@ -149,6 +149,22 @@ static void fill_fds(int *fds, int *n, int max)
         (*n)++;
 }
 
+/* Lowers the process's descriptor limit to a little above what is open
+ * (the old limit in *was, for setrlimit after), then takes every
+ * descriptor left into fds: the process is at its limit (EMFILE). */
+static void to_the_limit(struct rlimit *was, int *fds, int *n, int max)
+{
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, was), 0);
+    struct rlimit low = *was;
+    low.rlim_cur = (rlim_t)open_fds() + 64;
+    if (low.rlim_cur > was->rlim_cur)
+        low.rlim_cur = was->rlim_cur;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    fill_fds(fds, n, max);
+    ASSERT(*n < max);
+    ASSERT_EQ(errno, EMFILE);
+}
+
 /* ---- the error table ---- */
 
 TEST(error_table)
@@ -577,17 +593,9 @@ static void emfile_body(env *v)
     curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
     resp r = get(e, v->base, "/ok", dl); /* the worker's multi is made */
     ASSERT_EQ(r.rc, 0);
-    struct rlimit was, low;
-    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
-    low = was;
-    low.rlim_cur = (rlim_t)open_fds() + 64;
-    if (low.rlim_cur > was.rlim_cur)
-        low.rlim_cur = was.rlim_cur;
-    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct rlimit was;
     int fds[1024], n = 0;
-    fill_fds(fds, &n, 1024);
-    ASSERT(n < 1024);
-    ASSERT_EQ(errno, EMFILE);
+    to_the_limit(&was, fds, &n, 1024);
     r = get(e, v->base, "/ok", dl);
     /* A name: the resolver needs descriptors too (/etc/hosts, a socket
      * to the name server). */
@@ -645,17 +653,10 @@ static int refused_at_limit(void *arg)
     ASSERT_EQ(weft_curl_perform(e, dl), -ECONNREFUSED); /* the multi made */
     while (g.n > 0)
         close(g.fds[--g.n]);
-    struct rlimit was, low;
-    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
-    low = was;
-    low.rlim_cur = (rlim_t)open_fds() + 64;
-    if (low.rlim_cur > was.rlim_cur)
-        low.rlim_cur = was.rlim_cur;
-    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
     /* All but a few free: libcurl's socket gets one. */
+    struct rlimit was;
     int fds[1024], n = 0;
-    fill_fds(fds, &n, 1024);
-    ASSERT(n < 1024);
+    to_the_limit(&was, fds, &n, 1024);
     for (int i = 0; i < 4; i++)
         close(fds[--n]);
     CURLcode code;
