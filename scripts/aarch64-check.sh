@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Cross-builds weft for aarch64 and runs the test suite under qemu-user, so
-# that the aarch64 context switch (src/arch/aarch64_aapcs.S) runs somewhere
+# that the aarch64 context switch (src/context/aarch64_aapcs.S) runs somewhere
 # even on an x86-64 machine.
 #
 #   scripts/aarch64-check.sh [build-dir]     (default: build/aarch64)

@@ -10,7 +10,7 @@
 
 #include "t.h"
 
-#include "actor.h" /* weft__actor_run_with */
+#include "actor/actor.h" /* weft__actor_run_with */
 
 #define MS WEFT_MSEC
 

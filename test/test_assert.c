@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runtime asserts (src/util.h, WEFT_ASSERT): with asserts on (Debug
+ * The runtime asserts (src/util/util.h, WEFT_ASSERT): with asserts on (Debug
  * builds, -DWEFT_ASSERTS=ON), a failed one writes where and what to
  * stderr and aborts; off, the condition is not even evaluated.
  */
 #include "t.h"
-#include "util.h"
+#include "util/util.h"
 #include "weft.h"
 
 #include <signal.h>

@@ -10,7 +10,7 @@
  * sleeps to wait for something. Thread and fd counts are compared before
  * and after each run.
  */
-#include "runtime.h" /* weft__blocking_keepalive_ns */
+#include "runtime/runtime.h" /* weft__blocking_keepalive_ns */
 #include "t.h"
 #include "weft.h"
 
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Internal (src/blocking.c): how long an idle pool thread lives. */
+/* Internal (src/io/blocking.c): how long an idle pool thread lives. */
 
 /* ---- helpers ----------------------------------------------------------- */
 

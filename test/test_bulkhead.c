@@ -8,7 +8,7 @@
  * waiter that is being cancelled passed on. Across workers, with rounds
  * cancelled at random moments, no turn is ever lost or doubled.
  */
-#include "runtime.h" /* a parked task's wait record */
+#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 

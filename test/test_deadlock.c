@@ -7,7 +7,7 @@
  * that a plain thread completes, a shutdown request). Reports are read
  * from stderr, caught in a temporary file.
  */
-#include "observe.h" /* weft__where_lines */
+#include "observe/observe.h" /* weft__where_lines */
 #include "t.h"
 #include "weft.h"
 
@@ -228,7 +228,7 @@ TEST(reports_name_the_line_each_task_blocks_on)
     if (!strstr(err, want))
         T_FAIL("no \"%s\" in:\n%s", want, err);
     /* the root's join: the line in weft's runtime that joins */
-    ASSERT(strstr(err, "task 0.1 \"root\" (spawned at src/runtime.c:"));
+    ASSERT(strstr(err, "task 0.1 \"root\" (spawned at src/runtime/runtime.c:"));
     free(err);
     /* a mutex cycle: the locker's line */
     for (int workers = 1; workers <= 2; workers++) {

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "observe.h" /* weft__dump_buf_size */
+#include "observe/observe.h" /* weft__dump_buf_size */
 #include "t.h"
 
 /* ---- a small JSON checker: one value, nothing after it ---- */
@@ -1294,15 +1294,15 @@ static int stacks_root(void *arg)
     sites_open(&x, &s);
     char *d = dump_string(WEFT_DUMP_STACKS);
     check_stack(d, "s recv", "s_recv",
-                "weft_chan_recv (src/chan.c:", site_line[S_RECV]);
+                "weft_chan_recv (src/sync/chan.c:", site_line[S_RECV]);
     check_stack(d, "s mutex", "s_mutex",
-                "weft_mutex_lock (src/sync.c:", site_line[S_MUTEX]);
+                "weft_mutex_lock (src/sync/sync.c:", site_line[S_MUTEX]);
     check_stack(d, "s select", "s_select",
-                "weft_select (src/select.c:", site_line[S_SELECT]);
+                "weft_select (src/select/select.c:", site_line[S_SELECT]);
     check_stack(d, "s actor", "s_actor",
-                "weft_actor_run (src/actor.c:", site_line[S_ACTOR]);
+                "weft_actor_run (src/actor/actor.c:", site_line[S_ACTOR]);
     /* the frames go on below the test's function: the task's start */
-    ASSERT(strstr(d, "weft__task_main (src/sched.c:"));
+    ASSERT(strstr(d, "weft__task_main (src/sched/sched.c:"));
     free(d);
     d = dump_string(WEFT_DUMP_JSON | WEFT_DUMP_STACKS);
     ASSERT(check_json(d, NULL) > S_KINDS);

@@ -6,7 +6,7 @@
  * argument errors and a cross-worker stress. Every test that measures time
  * runs on the virtual clock, where instants are exact.
  */
-#include "runtime.h" /* weft__future_nwaiters */
+#include "runtime/runtime.h" /* weft__future_nwaiters */
 #include "t.h"
 #include "weft.h"
 

@@ -12,7 +12,7 @@
 #include "t.h"
 #include "weft.h"
 
-#include "runtime.h" /* select's descriptor case */
+#include "runtime/runtime.h" /* select's descriptor case */
 
 #include <arpa/inet.h>
 #include <errno.h>

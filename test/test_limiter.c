@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The token-bucket rate limiter. On the virtual clock every grant instant
- * is asserted exactly against the formula of src/limiter.c: after a full
+ * is asserted exactly against the formula of src/future/limiter.c: after a full
  * bucket of B is emptied at t0, token k is due at t0 + ceil(k * P / T).
  * Across workers, the tokens granted by any instant t never exceed
  * B + floor(t * T / P) (checked exactly, in 128-bit arithmetic), and a
  * stress on the real clock (also run under TSan) checks the same with
  * cancels, timeouts and a plain thread calling weft_limiter_try.
  */
-#include "runtime.h" /* a parked task's wait record */
+#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Retry, backoff and fallback. The delay sequences are checked against the
- * formulas of src/retry.c's top comment: exactly for WEFT_JITTER_NONE,
+ * formulas of src/future/retry.c's top comment: exactly for WEFT_JITTER_NONE,
  * within their bounds over many draws for the random modes, and the same
  * for the same seed. weft_retry_call and weft_with_fallback run on the
  * virtual clock, so every sleep and every give-up instant is asserted

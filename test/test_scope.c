@@ -7,7 +7,7 @@
 #include "t.h"
 #include "weft.h"
 
-#include "runtime.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "runtime/runtime.h" /* weft__scope_footprint, weft__scope_status_cap */
 
 #include <errno.h>
 #include <limits.h>

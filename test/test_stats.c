@@ -7,7 +7,7 @@
  * that yields) and telling the hold's end, and a task computing beside a
  * ticker seen in slow slices, lag and the watchdog.
  */
-#include "observe.h" /* weft__slices_format, for the dump */
+#include "observe/observe.h" /* weft__slices_format, for the dump */
 #include "t.h"
 #include "weft.h"
 

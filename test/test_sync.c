@@ -5,7 +5,7 @@
  * order (arrival order, FIFO permits) and times are checked exactly on the
  * virtual clock, under several scheduling seeds.
  */
-#include "runtime.h" /* select's semaphore case: weft__sem_case_* */
+#include "runtime/runtime.h" /* select's semaphore case: weft__sem_case_* */
 #include "t.h"
 #include "weft.h"
 

@@ -3,7 +3,7 @@
  * Time: the virtual clock, sleeps and timers. Every time asserted here is
  * exact: with WEFT_CLOCK_VIRTUAL a sleep of d wakes at start + d, no later.
  */
-#include "runtime.h" /* a parked task's wait record */
+#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
 #include "weft.h"
 

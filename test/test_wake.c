@@ -25,7 +25,7 @@
  * slot are kept for that wake; ASan sees the touch of freed memory
  * without it.
  */
-#include "scheduler.h" /* weft__current, PARK_STATE: is the task parked */
+#include "sched/scheduler.h" /* weft__current, PARK_STATE: is the task parked */
 #include "t.h"
 #include "weft.h"
 

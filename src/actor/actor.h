@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The actor layer: actors, their mailboxes, asks, stops and monitors
+ * (actor.c), and the registry of names (registry.c). Above futures and
+ * select, below the runtime.
+ */
+#ifndef WEFT_ACTOR_H
+#define WEFT_ACTOR_H
+
+#include "future/future.h"
+
+/* ---- actor.c ---- */
+
+/* Where an actor is in its life (its lock guards it). */
+enum {
+    WEFT__A_RUNNING = 0,  /* takes messages */
+    WEFT__A_DRAINING = 1, /* WEFT_STOP_DRAIN: refuses, handles what is queued */
+    WEFT__A_STOPPING = 2, /* WEFT_STOP_NOW: refuses, its scope is cancelled */
+    WEFT__A_STOPPED = 3,  /* its loop has ended: queued asks failed, on_stop
+                           * and the names' release still to come */
+    WEFT__A_EXITED = 4,   /* gone: status final, monitors fired */
+};
+
+#define WEFT__ACTOR_MAGIC 0x6163746fu /* "acto": while referenced */
+
+struct weft__ask;
+struct weft__monitor;
+struct weft__name;
+
+/* The monitors on one actor, under its lock. Each record is on a list in
+ * the order made (the exit fires them in that order) and on a chain of a
+ * hash table by id, which is how weft_actor_demonitor finds it without a
+ * search: monitor and demonitor cost O(1) however many there are. The
+ * table is only an index: one inline bucket to begin with, then doubled
+ * or halved (allocated out of the lock) to keep at most 2 records a chain
+ * on average, and any size, a failed allocation's included, still finds
+ * every record. */
+typedef struct weft__monitors {
+    struct weft__monitor *head, *tail; /* oldest first (next, prev) */
+    struct weft__monitor **buckets;    /* nbuckets chains (hnext), or &one */
+    struct weft__monitor *one;         /* the bucket while nbuckets is 1 */
+    size_t nbuckets;                   /* a power of two */
+    size_t count;                      /* records on the list */
+    /* Records demonitor compared with the ids it looked for, in all: a
+     * test reads it to show that a call looks at one or two, however
+     * many there are. */
+    unsigned long probes;
+} weft__monitors;
+
+struct weft_actor {
+    uint32_t magic;   /* WEFT__ACTOR_MAGIC while referenced */
+    weft__lock lock;  /* guards what is marked "lock" */
+    atomic_long refs; /* the last unref frees */
+    /* immutable after the spawn */
+    weft_actor_fn fn;
+    void *state;
+    uint32_t msg_size, reply_size;
+    uint32_t slot_size; /* a ring slot: 8 bytes of header, then the message */
+    uint32_t cap;       /* ring slots */
+    weft_runtime *rt;
+    weft_actor_opts o; /* a copy: fn, state, the hooks */
+    int start_rc;      /* a registration that failed at spawn */
+    bool run_name;     /* weft_actor_run: registers at its start */
+    /* lock */
+    uint8_t life;                     /* WEFT__A_* */
+    int status;                       /* the exit status, once EXITED */
+    uint32_t head, len;               /* the ring: oldest slot, messages */
+    weft_task *task;                  /* the actor's task, once it runs */
+    uint64_t token;                   /* its park token while it waits for a
+                                       * message (0: not parked) */
+    int cur_kind;                     /* WEFT_MSG_* of the message in buf */
+    struct weft__ask *cur_ask;        /* the asker of the message being handled
+                                       * (NULL: a tell, or the asker gave up) */
+    weft__waitq sendq;                /* tells and asks waiting for room */
+    weft__waitq exitq;                /* weft_actor_wait */
+    struct weft__monitor *downs;      /* fired at this watcher, unhandled */
+    struct weft__monitor **downs_end; /* where the next one goes */
+    weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
+    /* the actor's task only */
+    bool replied; /* the current ask has had its reply */
+    /* under the registry's lock: the names it holds */
+    struct weft__name *names;
+    unsigned char *buf;  /* the message being handled (msg_size bytes) */
+    unsigned char *ring; /* cap * slot_size bytes */
+    /* lock, and last: cold, out of the way of the fields above */
+    weft__monitors mons; /* on this actor, to fire at exit */
+};
+
+static inline bool weft__actor_ok(const weft_actor *a)
+{
+    return a && a->magic == WEFT__ACTOR_MAGIC;
+}
+
+/* 0 if o describes an actor weft_actor_spawn and weft_actor_run accept,
+ * else -EINVAL. */
+int weft__actor_opts_check(const weft_actor_opts *o);
+
+/* weft_actor_run with a callback: started(ctx, a) runs on the actor's task
+ * once the actor exists (registered, on_start done) and before its first
+ * message; a is borrowed (weft_actor_ref it to keep it). weft_actor_run is
+ * this with started NULL. */
+int weft__actor_run_with(const weft_actor_opts *o,
+                         void (*started)(void *ctx, weft_actor *a), void *ctx);
+
+/* ---- registry.c ---- */
+
+/* The names of one runtime's actors (Erlang's register and whereis),
+ * allocated with the runtime (runtime.c) and zero to begin with. */
+typedef struct weft__registry {
+    weft__lock lock;
+    struct weft__name **buckets; /* nbuckets heads, a power of two */
+    size_t nbuckets, count;
+} weft__registry;
+
+/* Releases every name a holds; at its exit, once it refuses messages
+ * (life >= WEFT__A_STOPPED, so no new name can come). */
+void weft__registry_drop(weft_actor *a);
+/* Frees r's memory; at the end of the runtime, every actor gone. */
+void weft__registry_fini(weft__registry *r);
+
+#endif

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sync layer: channels (chan.c), the mutex, semaphore, event and wait
+ * group (sync.c), the rwlock (rwlock.c), the condition variable, once and
+ * barrier (cond.c).
+ */
+#ifndef WEFT_SYNC_H
+#define WEFT_SYNC_H
+
+#include "scope/scope.h"
+
+/* ---- channels and the sync objects ---- */
+
+/* The element size of a live channel, or 0 if c is NULL or not one. Any
+ * thread; never blocks. */
+size_t weft__chan_elem(const weft_chan *c);
+
+/* Select's channel cases (chan.c; the interface is in wait.h). */
+int weft__chan_case_check(const weft_case *c);
+weft__lock *weft__chan_case_lock(weft_case *c);
+int weft__chan_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__chan_case_won(weft_case *c, int code);
+
+/* Locks m ignoring cancellation (condition variables re-lock with it
+ * before returning, whatever ended the wait). Returns 0. Blocks. */
+int weft__mutex_relock(weft_mutex *m);
+/* 1 if the calling task holds m, else 0. */
+int weft__mutex_held_by_me(weft_mutex *m);
+/* The task that holds m, or NULL (free, or between two holders): a
+ * snapshot for the task dump and the deadlock detector, which may read
+ * the holder's id and name. Any thread; never blocks. */
+weft_task *weft__mutex_owner(const weft_mutex *m);
+
+/* Select's semaphore case (sync.c; the four calls of wait.h's "select's
+ * cases"): check: 1 for a NULL sem (off), else 0; try (under the sem's
+ * lock): takes one permit if one is there and nobody waits ahead (0,
+ * c->rc = 0), else -EAGAIN with a->q the sem's queue and a->w.n = 1; won:
+ * c->rc = code (0: the permit was handed over). */
+int weft__sem_case_check(const weft_case *c);
+weft__lock *weft__sem_case_lock(weft_case *c);
+int weft__sem_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__sem_case_won(weft_case *c, int code);
+
+#endif
