@@ -17,6 +17,8 @@
 #   make layers      checks the layering of src/: includes, and the calls
 #                    of the library's objects (scripts/layers.sh --build,
 #                    in build/layers)
+#   make structure   measures src/: function lengths, the private-header
+#                    lines a file pulls in, waits assembled by hand
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -80,7 +82,7 @@ CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
 .PHONY: all release configure test bench demo install asan tsan tsan-churn \
-	layers format clean deps san-deps help
+	layers structure format clean deps san-deps help
 
 all: release
 
@@ -146,6 +148,9 @@ tsan-churn: san-deps
 
 layers: deps
 	JOBS=$(JOBS) scripts/layers.sh --build
+
+structure:
+	scripts/structure.py -v
 
 format:
 	@scripts/deps.sh format
