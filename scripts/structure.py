@@ -7,7 +7,8 @@
 Prints, for the library's own sources (src/ without the optional modules):
 - functions: how many, their length in lines (body, between the braces
   at column 0) as median, p90 and max, and those over 60 lines, each
-  named (-v: the 20 longest);
+  named, with "(says why)" when the comment above it mentions "60 lines"
+  (-v: the 20 longest);
 - headers: the lines of private headers (src/**/*.h) each .c file pulls
   in, through every include it makes, directly or not: mean and max
   (-v: per file);
@@ -27,18 +28,18 @@ verbose = "-v" in sys.argv[1:]
 args = [a for a in sys.argv[1:] if a != "-v"]
 root = args[0] if args else os.path.join(os.path.dirname(__file__), "..")
 src = os.path.join(root, "src")
-units = sorted(f for f in glob.glob(os.path.join(src, "*.c")) +
-               glob.glob(os.path.join(src, "*", "*.c"))
-               if os.sep + "curl" + os.sep not in f)
+every = sorted(glob.glob(os.path.join(src, "*.c")) +
+               glob.glob(os.path.join(src, "*", "*.c")))
+units = [f for f in every if os.sep + "curl" + os.sep not in f]
 
 
 def rel(f):
     return os.path.relpath(f, src)
 
 
-# ---- functions ----
+# ---- functions (the optional modules too) ----
 funcs = []
-for f in units:
+for f in every:
     lines = open(f).read().split("\n")
     i = 0
     while i < len(lines):
@@ -50,7 +51,9 @@ for f in units:
             k = i + 1
             while k < len(lines) and not lines[k].startswith("}"):
                 k += 1
-            funcs.append((k - i - 1, rel(f), m.group(1) if m else "?"))
+            why = " ".join(lines[max(0, j - 6):j])
+            why = " (says why)" if "60 lines" in why else ""
+            funcs.append((k - i - 1, rel(f), (m.group(1) if m else "?") + why))
             i = k
         i += 1
 n = sorted(x[0] for x in funcs)
