@@ -737,3 +737,58 @@ int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
     return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, deadline)
               : -EINVAL;
 }
+
+/* ---- select's cases ----
+ * EVENT and WAITGROUP (wait.h, "select's cases"): a select waits as
+ * cond_wait does, a plain waiter on the object's queue, which set and
+ * the count's last step claim all at once; nothing is consumed, so a
+ * select that another case won only leaves the queue. */
+
+static int cond_case_try(cond_impl *o, long want, weft_case *c, weft__arm *a)
+{
+    if (o->value == want) {
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &o->q;
+    a->w.elem = NULL;
+    a->w.n = 0;
+    return -EAGAIN;
+}
+
+int weft__event_case_check(const weft_case *c)
+{
+    return c->event ? 0 : 1;
+}
+
+weft__lock *weft__event_case_lock(weft_case *c)
+{
+    return &((cond_impl *)c->event)->lock;
+}
+
+int weft__event_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    return cond_case_try((cond_impl *)c->event, 1, c, a);
+}
+
+void weft__event_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: set (or the count reached zero) when claimed */
+}
+
+int weft__wg_case_check(const weft_case *c)
+{
+    return c->wg ? 0 : 1;
+}
+
+weft__lock *weft__wg_case_lock(weft_case *c)
+{
+    return &((cond_impl *)c->wg)->lock;
+}
+
+int weft__wg_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    return cond_case_try((cond_impl *)c->wg, 0, c, a);
+}
