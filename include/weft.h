@@ -843,7 +843,7 @@ struct weft_bulkhead;
  *   waiting in weft_limiter_acquire, which reserve, go first.
  * - RDLOCK, WRLOCK: 0: the caller holds rwlock for reading or writing,
  *   queued in line with weft_rwlock_rdlock's and _wrlock's callers.
- *   WRLOCK while the caller holds it for writing fails the select with
+ *   Either while the caller holds it for writing fails the select with
  *   -EDEADLK.
  * - BULKHEAD: 0: the caller holds a turn, to give back with
  *   weft_bulkhead_leave; or -EBUSY (its queue is full: nothing held).
@@ -885,14 +885,14 @@ typedef struct weft_case {
  * random. Returns -ETIMEDOUT at the deadline (WEFT_NEVER: none; a
  * DEADLINE case at the same instant is chosen instead), -ECANCELED,
  * -EINVAL (a malformed case), -EPERM (not in a task, or a SCOPE case not
- * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT or WRLOCK
- * case the caller could never see ready: see weft_case), -ENOMEM. A deadline
- * already past (0, say) only skips the wait: a case ready now is still taken,
- * and -ETIMEDOUT comes at once if none is (as weft_try_select, with -ETIMEDOUT
- * for -EAGAIN). Cancellation point: on any error no case happened (nothing
- * sent, nothing taken, no permit, token, lock or turn taken, nothing joined, no
- * waiter left on any object); in a cancelled scope it returns -ECANCELED even
- * when a case is ready. Blocks. */
+ * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT, RDLOCK or
+ * WRLOCK case the caller could never see ready: see weft_case), -ENOMEM. A
+ * deadline already past (0, say) only skips the wait: a case ready now is still
+ * taken, and -ETIMEDOUT comes at once if none is (as weft_try_select, with
+ * -ETIMEDOUT for -EAGAIN). Cancellation point: on any error no case happened
+ * (nothing sent, nothing taken, no permit, token, lock or turn taken, nothing
+ * joined, no waiter left on any object); in a cancelled scope it returns
+ * -ECANCELED even when a case is ready. Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns

@@ -1026,3 +1026,17 @@ TEST(lockstep_every_kind_two_workers)
         ASSERT_EQ(t_run(2, WEFT_CLOCK_VIRTUAL, seed, lockstep_main, &seed), 0);
     }
 }
+
+/* Outside a task: the cases that need one are -EPERM. */
+TEST(cases_outside_a_task)
+{
+    weft_rwlock l = WEFT_RWLOCK_INIT;
+    weft_case cs[1] = {rw_case(&l, WEFT_OP_RDLOCK)};
+    ASSERT_EQ(weft_try_select(cs, 1), -EPERM);
+    cs[0] = join_case((weft_task_handle){1}, NULL);
+    ASSERT_EQ(weft_try_select(cs, 1), -EPERM);
+    weft_event e = WEFT_EVENT_INIT;
+    cs[0] = event_case(&e);
+    ASSERT_EQ(weft_event_set(&e), 0);
+    ASSERT_EQ(weft_try_select(cs, 1), 0); /* any thread */
+}
