@@ -764,14 +764,10 @@ typedef enum weft_op {
     WEFT_OP_RDLOCK = 15,     /* rwlock is read-locked (weft_rwlock_rdlock) */
     WEFT_OP_WRLOCK = 16,     /* rwlock is write-locked (weft_rwlock_wrlock) */
     WEFT_OP_BULKHEAD = 17,   /* a turn of bulkhead is held (..._enter) */
+    WEFT_OP_MUTEX = 18,      /* mutex is locked (weft_mutex_lock) */
 } weft_op;
 
 /* Waits that are no select case, and why:
- * - weft_mutex_lock: unlock does not hand the mutex to the waiter it
- *   wakes; it wakes it to compete with running lockers (Go's rule, which
- *   keeps a lock on its worker), so a select woken by an unlock would be
- *   chosen without the lock, and could not give the choice back. Use
- *   RDLOCK or WRLOCK of a weft_rwlock, whose unlock hands the lock over.
  * - weft_cond_wait: it must release its mutex and queue in one step; a
  *   case would release it whether or not it is chosen.
  * - weft_barrier_wait: arriving is counting; a case not chosen would
@@ -803,12 +799,14 @@ struct weft_rwlock;
 struct weft_actor;
 struct weft_limiter;
 struct weft_bulkhead;
+struct weft_mutex;
 
 /* One case of a select: `op` says which members it uses. A
  * case whose object is NULL (chan, future, scope, sem, event, wg, actor,
- * limiter, rwlock, bulkhead), whose fd is negative, whose task handle is
- * zero or whose deadline is WEFT_NEVER is never ready (Go's nil
- * channel), so cases can be switched off without rebuilding the array.
+ * limiter, rwlock, bulkhead, mutex), whose fd is negative, whose task
+ * handle is zero or whose deadline is WEFT_NEVER is never ready (Go's
+ * nil channel), so cases can be switched off without rebuilding the
+ * array.
  * When the case is chosen, rc says how it went:
  * - SEND, RECV: 0, or -EPIPE (the channel is closed; nothing sent or
  *   received).
@@ -845,6 +843,9 @@ struct weft_bulkhead;
  *   queued in line with weft_rwlock_rdlock's and _wrlock's callers.
  *   Either while the caller holds it for writing fails the select with
  *   -EDEADLK.
+ * - MUTEX: 0: the caller holds mutex (an unlock hands it straight to a
+ *   waiting select, as to a waiter that has waited 1 ms). The caller's
+ *   own mutex fails the select with -EDEADLK, a destroyed one -EINVAL.
  * - BULKHEAD: 0: the caller holds a turn, to give back with
  *   weft_bulkhead_leave; or -EBUSY (its queue is full: nothing held).
  * Exactly one case takes effect: cases not chosen sent nothing, received
@@ -874,6 +875,7 @@ typedef struct weft_case {
         struct weft_limiter *limiter;   /* LIMITER */
         struct weft_rwlock *rwlock;     /* RDLOCK, WRLOCK */
         struct weft_bulkhead *bulkhead; /* BULKHEAD */
+        struct weft_mutex *mutex;       /* MUTEX */
     };
     int64_t n; /* LIMITER: tokens to take (0: 1) */
 } weft_case;
@@ -885,21 +887,22 @@ typedef struct weft_case {
  * random. Returns -ETIMEDOUT at the deadline (WEFT_NEVER: none; a
  * DEADLINE case at the same instant is chosen instead), -ECANCELED,
  * -EINVAL (a malformed case), -EPERM (not in a task, or a SCOPE case not
- * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT, RDLOCK or
- * WRLOCK case the caller could never see ready: see weft_case), -ENOMEM. A
- * deadline already past (0, say) only skips the wait: a case ready now is still
- * taken, and -ETIMEDOUT comes at once if none is (as weft_try_select, with
- * -ETIMEDOUT for -EAGAIN). Cancellation point: on any error no case happened
- * (nothing sent, nothing taken, no permit, token, lock or turn taken, nothing
- * joined, no waiter left on any object); in a cancelled scope it returns
+ * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT,
+ * MUTEX, RDLOCK or WRLOCK case the caller could never see ready: see
+ * weft_case), -ENOMEM. A deadline already past (0, say) only skips the
+ * wait: a case ready now is still taken, and -ETIMEDOUT comes at once if
+ * none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN).
+ * Cancellation point: on any error no case happened (nothing sent,
+ * nothing taken, no permit, token, lock or turn taken, nothing joined,
+ * no waiter left on any object); in a cancelled scope it returns
  * -ECANCELED even when a case is ready. Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns
  * -EAGAIN at once. When exactly one case is ready, it is always taken.
  * A READ or WRITE case is ready if an edge came that no wait has been
- * given yet; a SCOPE, JOIN, ACTOR_EXIT, RDLOCK, WRLOCK case makes the
- * select a task's call (-EPERM elsewhere). Never blocks. */
+ * given yet; a SCOPE, JOIN, ACTOR_EXIT, MUTEX, RDLOCK or WRLOCK case
+ * makes the select a task's call (-EPERM elsewhere). Never blocks. */
 WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
 
 /* ------------------------------------------------------------------------

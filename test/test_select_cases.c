@@ -48,6 +48,10 @@ static weft_case rw_case(weft_rwlock *l, weft_op op)
 {
     return (weft_case){.op = op, .rwlock = l};
 }
+static weft_case mutex_case(weft_mutex *m)
+{
+    return (weft_case){.op = WEFT_OP_MUTEX, .mutex = m};
+}
 static weft_case bulkhead_case(weft_bulkhead *b)
 {
     return (weft_case){.op = WEFT_OP_BULKHEAD, .bulkhead = b};
@@ -591,6 +595,65 @@ TEST(rwlock_case_not_chosen_lets_readers_in)
     ASSERT_EQ(t_run_virtual(1, rw_lost_main, NULL), 0);
 }
 
+/* ---- MUTEX ---- */
+
+static int mutex_holder(void *arg) /* holds it 5 ms */
+{
+    ASSERT_EQ(weft_mutex_lock(arg), 0);
+    ASSERT_EQ(weft_sleep(5 * MS), 0);
+    ASSERT_EQ(weft_mutex_unlock(arg), 0);
+    return 0;
+}
+
+static int mutex_selector(void *arg)
+{
+    weft_case cs[1] = {mutex_case(arg)};
+    ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -ECANCELED);
+    return 0;
+}
+
+static int mutex_main(void *arg)
+{
+    (void)arg;
+    weft_time t0 = weft_now();
+    weft_mutex m = WEFT_MUTEX_INIT;
+    weft_scope *s = scope_open();
+    spawn(mutex_holder, &m);
+    ASSERT_EQ(weft_yield(), 0);
+    /* Not chosen, or cancelled: nothing held, nobody left waiting. */
+    ASSERT_EQ(with_deadline(mutex_case(&m), MS), TIMED_OUT);
+    weft_scope *c = scope_open();
+    ASSERT(weft_spawn(c, mutex_selector, &m) >= 0);
+    ASSERT_EQ(weft_sleep(MS), 0);
+    scope_cancel_end(c);
+    /* Waits (less than the 1 ms after which any waiter is handed the
+     * mutex); the unlock hands it over: the caller holds it. */
+    ASSERT_EQ(weft_sleep_until(t0 + 5 * MS - MS / 4), 0);
+    weft_case cs[1] = {mutex_case(&m)};
+    ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), 0);
+    ASSERT_EQ(cs[0].rc, 0);
+    ASSERT_EQ(weft_now(), t0 + 5 * MS);
+    ASSERT_EQ(weft_mutex_trylock(&m), -EBUSY);
+    /* The caller's own: -EDEADLK. */
+    ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -EDEADLK);
+    ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    scope_end(s);
+    /* Free: at once, try_select too. */
+    ASSERT_EQ(weft_try_select(cs, 1), 0);
+    ASSERT_EQ(weft_mutex_unlock(&m), 0);
+    /* No state left: destroy finds it idle. */
+    ASSERT_EQ(weft_mutex_destroy(&m), 0);
+    ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -EINVAL);
+    cs[0] = mutex_case(NULL);
+    ASSERT_EQ(weft_try_select(cs, 1), -EAGAIN);
+    return 0;
+}
+
+TEST(mutex_case)
+{
+    ASSERT_EQ(t_run_virtual(1, mutex_main, NULL), 0);
+}
+
 /* ---- BULKHEAD ---- */
 
 static void bh_leave(void *b)
@@ -721,6 +784,7 @@ enum {
     K_WRLOCK,
     K_BULKHEAD,
     K_SEM,
+    K_MUTEX,
     K_DEADLINE,
     NKINDS
 };
@@ -738,7 +802,8 @@ struct world {
     weft_rwlock rd, wr; /* held for writing / reading until `at` */
     weft_bulkhead *bh;  /* its one turn held until `at` */
     weft_sem sem;
-    weft_wg held; /* the holders hold */
+    weft_mutex mu; /* held until `at` */
+    weft_wg held;  /* the holders hold */
     uint64_t seed;
     long told;  /* messages into mbox, every way */
     int opened; /* permits given to mbox's gate */
@@ -795,6 +860,9 @@ static void make_ready(struct world *w, int kind)
     case K_SEM:
         ASSERT_EQ(weft_sem_release(&w->sem, 1), 0);
         break;
+    case K_MUTEX:
+        ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
+        break;
     default: /* LIMITER, DEADLINE: the clock makes them ready */
         break;
     }
@@ -810,7 +878,10 @@ static int maker_task(void *arg)
         ASSERT_EQ(weft_rwlock_rdlock(&w->wr), 0);
     else if (m->kind == K_BULKHEAD)
         ASSERT_EQ(weft_bulkhead_enter(w->bh, WEFT_NEVER), 0);
-    if (m->kind == K_RDLOCK || m->kind == K_WRLOCK || m->kind == K_BULKHEAD)
+    else if (m->kind == K_MUTEX)
+        ASSERT_EQ(weft_mutex_lock(&w->mu), 0);
+    if (m->kind == K_RDLOCK || m->kind == K_WRLOCK || m->kind == K_BULKHEAD ||
+        m->kind == K_MUTEX)
         ASSERT_EQ(weft_wg_done(&w->held), 0);
     ASSERT_EQ(weft_sleep_until(w->at), 0);
     if (m->yield)
@@ -842,7 +913,7 @@ static void world_round(struct world *w, struct maker *mk)
     ASSERT_EQ(weft_wg_add(&w->wg, 1), 0);
     weft_actor_opts ao = {.fn = exiter_fn, .msg_size = 1, .capacity = 1};
     ASSERT_EQ(weft_actor_spawn(NULL, &ao, &w->exiter), 0);
-    ASSERT_EQ(weft_wg_add(&w->held, 3), 0);
+    ASSERT_EQ(weft_wg_add(&w->held, 4), 0);
     int order[NKINDS];
     for (int i = 0; i < NKINDS; i++) {
         int j = (int)(rnd(&w->seed) % (uint64_t)(i + 1));
@@ -868,6 +939,7 @@ static void world_cases(struct world *w, weft_case *cs)
     cs[K_WRLOCK] = rw_case(&w->wr, WEFT_OP_WRLOCK);
     cs[K_BULKHEAD] = bulkhead_case(w->bh);
     cs[K_SEM] = sem_case(&w->sem);
+    cs[K_MUTEX] = mutex_case(&w->mu);
     cs[K_DEADLINE] = deadline_case(w->at);
 }
 
@@ -900,6 +972,10 @@ static void world_settle(struct world *w, int chosen)
     if (chosen == K_BULKHEAD)
         ASSERT_EQ(weft_bulkhead_leave(w->bh), 0);
     ASSERT_EQ(weft_bulkhead_leave(w->bh), -EINVAL); /* no turn held */
+    if (chosen == K_MUTEX)
+        ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
+    ASSERT_EQ(weft_mutex_trylock(&w->mu), 0); /* nobody holds it */
+    ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
     if (chosen != K_SEM)
         ASSERT_EQ(weft_sem_try_acquire(&w->sem, 1), 0);
     ASSERT_EQ(weft_sem_available(&w->sem), 0);
@@ -936,6 +1012,7 @@ static void world_close(struct world *w)
     ASSERT_EQ(weft_wg_destroy(&w->wg), 0);
     ASSERT_EQ(weft_sem_destroy(&w->sem), 0);
     ASSERT_EQ(weft_sem_destroy(&w->jgate), 0);
+    ASSERT_EQ(weft_mutex_destroy(&w->mu), 0); /* idle: no waiter bit left */
 }
 
 struct sel_run {

@@ -2,8 +2,8 @@
 /*
  * Select over every wait a task can make a case of: channel sends and
  * receives, descriptors, futures, scopes, task joins, semaphores, events,
- * wait groups, rwlocks, bulkheads, rate limiters, actors' exits and
- * tells, and deadlines (weft.h says, next to weft_op, why the others are
+ * wait groups, mutexes, rwlocks, bulkheads, rate limiters, actors' exits
+ * and tells, and deadlines (weft.h says, next to weft_op, why the others are
  * not cases).
  *
  * Each kind of case is driven through its layer's functions, one row of
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 
 #define SELECT_STACK_CASES 8
-#define NOPS (WEFT_OP_BULKHEAD + 1)
+#define NOPS (WEFT_OP_MUTEX + 1)
 
 static int deadline_check(const weft_case *c)
 {
@@ -76,6 +76,7 @@ static const weft__case_ops rows[NOPS] = {
     [WEFT_OP_RDLOCK] = ROW(rwlock, NULL, NULL, weft__rwlock_case_lost),
     [WEFT_OP_WRLOCK] = ROW(rwlock, NULL, NULL, weft__rwlock_case_lost),
     [WEFT_OP_BULKHEAD] = ROW(bulkhead, NULL, NULL, weft__bulkhead_case_lost),
+    [WEFT_OP_MUTEX] = ROW(mutex, NULL, NULL, weft__mutex_case_lost),
 };
 
 /* Rows installed by the layers above (NULL: the static row). */

@@ -50,6 +50,15 @@ void weft__sem_case_won(weft_case *c, int code);
  * writer; try: enters as weft_rwlock_rdlock / _wrlock would without
  * waiting, else -EAGAIN with a->q the lock's queue and a->w.n what it
  * wants; lost: lets in the waiters its waiter kept out. */
+/* MUTEX: check: 1 for NULL, -EPERM outside a task, -EINVAL destroyed,
+ * -EDEADLK held by the caller; try: takes it if free (c->rc = 0), else
+ * -EAGAIN queued as a lock's waiter, which unlock hands the mutex to;
+ * won: c->rc = 0; lost: M_WAITERS goes with the last waiter. */
+int weft__mutex_case_check(const weft_case *c);
+weft__lock *weft__mutex_case_lock(weft_case *c);
+int weft__mutex_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__mutex_case_won(weft_case *c, int code);
+void weft__mutex_case_lost(weft_case *c);
 int weft__event_case_check(const weft_case *c);
 weft__lock *weft__event_case_lock(weft_case *c);
 int weft__event_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
