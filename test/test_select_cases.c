@@ -807,7 +807,7 @@ struct world {
     uint64_t seed;
     long told;  /* messages into mbox, every way */
     int opened; /* permits given to mbox's gate */
-    int status, msg;
+    int msg;
 };
 
 struct maker {
@@ -927,9 +927,9 @@ static void world_round(struct world *w, struct maker *mk)
     ASSERT_EQ(weft_wg_wait(&w->held), 0);
 }
 
-static void world_cases(struct world *w, weft_case *cs)
+static void world_cases(struct world *w, weft_case *cs, int *status)
 {
-    cs[K_JOIN] = join_case(w->h, &w->status);
+    cs[K_JOIN] = join_case(w->h, status);
     cs[K_EVENT] = event_case(&w->ev);
     cs[K_WG] = wg_case(&w->wg);
     cs[K_EXIT] = exit_case(w->exiter, NULL);
@@ -943,40 +943,32 @@ static void world_cases(struct world *w, weft_case *cs)
     cs[K_DEADLINE] = deadline_case(w->at);
 }
 
-/* After the round's makers have all acted: the chosen case (or -1) took
- * effect, each other one left its object as it was; both are undone. */
-static void world_settle(struct world *w, int chosen)
+/* After the round's makers have all acted: took[k] selects took effect
+ * through case k (and gave back any lock or turn they got); every other
+ * case left its object as it was. Undoes both. */
+static void world_settle(struct world *w, const int *took)
 {
     int st = -1;
-    if (chosen == K_JOIN)
-        ASSERT_EQ(w->status, 5);
-    else
-        ASSERT_EQ(weft_task_join(w->h, &st), 0); /* not joined */
+    ASSERT(took[K_JOIN] <= 1 && took[K_LIMITER] <= 1 && took[K_SEM] <= 1);
+    if (!took[K_JOIN])
+        ASSERT_EQ(weft_task_join(w->h, &st), 0);  /* not joined */
+    ASSERT_EQ(weft_task_join(w->h, &st), -ESRCH); /* joined once */
     ASSERT_EQ(weft_event_reset(&w->ev), 0);
     ASSERT_EQ(weft_actor_wait(w->exiter, &st, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_unref(w->exiter), 0);
-    if (chosen == K_TELL)
-        w->told++;
+    w->told += took[K_TELL];
     w->opened++;
     mbox_fill(w);
-    /* The token due at `at`: the select's, or still there. */
-    ASSERT_EQ(weft_limiter_try(w->lim, 1), chosen == K_LIMITER ? -EAGAIN : 0);
-    if (chosen == K_RDLOCK)
-        ASSERT_EQ(weft_rwlock_rdunlock(&w->rd), 0);
+    /* The token due at `at`: a select's, or still there. */
+    ASSERT_EQ(weft_limiter_try(w->lim, 1), took[K_LIMITER] ? -EAGAIN : 0);
     ASSERT_EQ(weft_rwlock_trywrlock(&w->rd), 0); /* nobody holds it */
     ASSERT_EQ(weft_rwlock_wrunlock(&w->rd), 0);
-    if (chosen == K_WRLOCK)
-        ASSERT_EQ(weft_rwlock_wrunlock(&w->wr), 0);
     ASSERT_EQ(weft_rwlock_trywrlock(&w->wr), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&w->wr), 0);
-    if (chosen == K_BULKHEAD)
-        ASSERT_EQ(weft_bulkhead_leave(w->bh), 0);
     ASSERT_EQ(weft_bulkhead_leave(w->bh), -EINVAL); /* no turn held */
-    if (chosen == K_MUTEX)
-        ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
-    ASSERT_EQ(weft_mutex_trylock(&w->mu), 0); /* nobody holds it */
+    ASSERT_EQ(weft_mutex_trylock(&w->mu), 0);
     ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
-    if (chosen != K_SEM)
+    if (!took[K_SEM])
         ASSERT_EQ(weft_sem_try_acquire(&w->sem, 1), 0);
     ASSERT_EQ(weft_sem_available(&w->sem), 0);
 }
@@ -1024,7 +1016,7 @@ static int world_selector(void *arg)
 {
     struct sel_run *r = arg;
     weft_case cs[NKINDS];
-    world_cases(r->w, cs);
+    world_cases(r->w, cs, NULL);
     cs[K_DEADLINE] = deadline_case(WEFT_NEVER);
     r->rc = weft_select(cs, NKINDS, WEFT_NEVER);
     return 0;
@@ -1042,7 +1034,7 @@ static int nothing_left_main(void *arg)
         weft_scope *s = scope_open();
         world_round(&w, mk);
         weft_case cs[NKINDS];
-        world_cases(&w, cs);
+        world_cases(&w, cs, NULL);
         cs[K_DEADLINE] = deadline_case(WEFT_NEVER);
         if (round == 0) {
             ASSERT_EQ(weft_select(cs, NKINDS, w.at - MS / 2), -ETIMEDOUT);
@@ -1055,7 +1047,8 @@ static int nothing_left_main(void *arg)
             ASSERT_EQ(r.rc, -ECANCELED);
         }
         scope_end(s); /* every maker has acted */
-        world_settle(&w, -1);
+        int none[NKINDS] = {0};
+        world_settle(&w, none);
     }
     world_close(&w);
     return 0;
@@ -1066,32 +1059,84 @@ TEST(cancel_and_deadline_leave_every_kind_as_it_was)
     ASSERT_EQ(t_run_virtual(2, nothing_left_main, NULL), 0);
 }
 
-/* The race: rounds of one select over a case of each kind against the
- * makers that make them all ready at one instant, on two workers. */
+/* The race: rounds in which SELECTORS tasks each select over a case of
+ * each kind, against the makers that make them all ready at one instant,
+ * on two workers. A select that gets a lock or a turn gives it back at
+ * once (so another select may get it next); the books are settled once
+ * every task of the round is done. */
+#define SELECTORS 3
+
+struct racer {
+    struct world *w;
+    int got, rc;
+    weft_time when;
+};
+
+static int racer_task(void *arg)
+{
+    struct racer *r = arg;
+    weft_case cs[NKINDS];
+    int status = -1;
+    world_cases(r->w, cs, &status);
+    r->got = weft_select(cs, NKINDS, WEFT_NEVER);
+    ASSERT(r->got >= 0 && r->got < NKINDS);
+    r->rc = cs[r->got].rc;
+    r->when = weft_now();
+    if (r->rc != 0)
+        return 0;
+    switch (r->got) {
+    case K_JOIN:
+        ASSERT_EQ(status, 5);
+        break;
+    case K_RDLOCK:
+        ASSERT_EQ(weft_rwlock_rdunlock(&r->w->rd), 0);
+        break;
+    case K_WRLOCK:
+        ASSERT_EQ(weft_rwlock_wrunlock(&r->w->wr), 0);
+        break;
+    case K_MUTEX:
+        ASSERT_EQ(weft_mutex_unlock(&r->w->mu), 0);
+        break;
+    case K_BULKHEAD:
+        ASSERT_EQ(weft_bulkhead_leave(r->w->bh), 0);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
 static int lockstep_main(void *arg)
 {
     uint64_t seed = *(uint64_t *)arg;
     struct world w;
     struct maker mk[NKINDS];
+    struct racer rs[SELECTORS];
     world_open(&w, seed);
     long rounds = T_SCALE(200), count[NKINDS] = {0};
     for (long i = 0; i < rounds; i++) {
         weft_scope *s = scope_open();
         world_round(&w, mk);
-        weft_case cs[NKINDS];
-        world_cases(&w, cs);
-        int got = weft_select(cs, NKINDS, WEFT_NEVER);
-        ASSERT(got >= 0 && got < NKINDS);
-        ASSERT_EQ(cs[got].rc, 0);
-        ASSERT_EQ(weft_now(), w.at);
-        count[got]++;
+        for (int j = 0; j < SELECTORS; j++) {
+            rs[j] = (struct racer){.w = &w, .got = -1};
+            spawn(racer_task, &rs[j]);
+        }
         scope_end(s);
-        world_settle(&w, got);
+        int took[NKINDS] = {0};
+        for (int j = 0; j < SELECTORS; j++) {
+            ASSERT_EQ(rs[j].when, w.at); /* nothing is ready before */
+            /* A join that another select made first: -ESRCH. */
+            ASSERT(rs[j].rc == 0 ||
+                   (rs[j].got == K_JOIN && rs[j].rc == -ESRCH));
+            took[rs[j].got] += rs[j].rc == 0;
+            count[rs[j].got]++;
+        }
+        world_settle(&w, took);
     }
     long total = 0;
     for (int k = 0; k < NKINDS; k++)
         total += count[k];
-    ASSERT_EQ(total, rounds);
+    ASSERT_EQ(total, rounds * SELECTORS);
     world_close(&w);
     return 0;
 }
