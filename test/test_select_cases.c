@@ -2,7 +2,7 @@
 /*
  * weft_select's cases over the waits beyond channels, descriptors,
  * futures, scopes and semaphores (test_select.c has those): task joins,
- * events, wait groups, actors' exits and tells, limiters, rwlocks,
+ * events, wait groups, actors' exits and tells, limiters, mutexes, rwlocks,
  * bulkheads, and a blocking call started as a future. For each: chosen
  * when ready, waits and is woken, a case not chosen leaves its object as
  * it was, misuse, and a cancel or deadline leaves nothing behind; then a
