@@ -891,7 +891,9 @@ typedef struct weft_case {
  * MUTEX, RDLOCK or WRLOCK case the caller could never see ready: see
  * weft_case), -ENOMEM. A deadline already past (0, say) only skips the
  * wait: a case ready now is still taken, and -ETIMEDOUT comes at once if
- * none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN).
+ * none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN). No cases
+ * (n = 0, cases may be NULL) waits for the deadline or a cancel only, as
+ * Go's empty select does.
  * Cancellation point: on any error no case happened (nothing sent,
  * nothing taken, no permit, token, lock or turn taken, nothing joined,
  * no waiter left on any object); in a cancelled scope it returns

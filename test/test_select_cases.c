@@ -1150,6 +1150,39 @@ TEST(lockstep_every_kind_two_workers)
 }
 
 /* Outside a task: the cases that need one are -EPERM. */
+/* No cases: only the deadline or a cancel ends the wait (Go's select {}),
+ * and a try has nothing to take. */
+static int sleeper_no_cases(void *arg)
+{
+    *(int *)arg = weft_select(NULL, 0, WEFT_NEVER);
+    return 0;
+}
+
+static int no_cases_main(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(weft_try_select(NULL, 0), -EAGAIN);
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_select(NULL, 0, t0 + 5 * MS), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t0 + 5 * MS);
+    weft_case off[2] = {{.op = WEFT_OP_EVENT}, {.op = WEFT_OP_JOIN}};
+    ASSERT_EQ(weft_select(off, 2, weft_now() + MS), -ETIMEDOUT);
+    int got = 1;
+    weft_scope *s = scope_open();
+    ASSERT(weft_spawn(s, sleeper_no_cases, &got) >= 0);
+    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(got, 1); /* still waiting */
+    scope_cancel_end(s);
+    ASSERT_EQ(got, -ECANCELED);
+    ASSERT_EQ(weft_select(NULL, -1, WEFT_NEVER), -EINVAL);
+    return 0;
+}
+
+TEST(no_cases_waits_for_the_deadline_or_a_cancel)
+{
+    ASSERT_EQ(t_run_virtual(1, no_cases_main, NULL), 0);
+}
+
 TEST(cases_outside_a_task)
 {
     weft_rwlock l = WEFT_RWLOCK_INIT;
