@@ -272,16 +272,21 @@ static inline void weft__wait_note(weft_task *t, const weft__wait_kind *kind,
     st_rlx(&t->wait_since, t->worker->wheel.elapsed);
 }
 
-/* A task's wait record, as another thread reads it (a hint: the task may
- * be running again, and each field is read once, alone). */
+/* A task's wait record, as another thread reads it (weft__wait_record):
+ * a hint, as the task may be running again, each field read once, alone.
+ * - kind: what it waits on (NULL: it never waited);
+ * - obj: the object waited on;
+ * - name: a static word (a descriptor's direction), or NULL; set only by
+ *   the kinds that read it;
+ * - since: when it parked (the wheel's time);
+ * - until: a sleep's deadline (weft__wait_sleep only);
+ * - n: select's number of cases. */
 typedef struct weft__wait_rec {
-    const weft__wait_kind *kind; /* NULL: never waited */
-    const void *obj;             /* the object waited on */
-    const char *name;            /* a static word (a descriptor's direction), or
-                                  * NULL; set only by kinds that read it */
-    int64_t since;               /* when it parked (the wheel's time) */
-    int64_t until; /* a sleep's deadline (sleep and limiter only) */
-    int n;         /* select: its number of cases */
+    const weft__wait_kind *kind;
+    const void *obj;
+    const char *name;
+    int64_t since, until;
+    int n;
 } weft__wait_rec;
 
 static inline void weft__wait_record(const weft_task *t, weft__wait_rec *r)
