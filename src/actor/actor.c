@@ -74,8 +74,8 @@ const weft__wait_kind weft__wk_actor = {WEFT_WAIT_ACTOR, "actor exit"};
 enum { ASK_SENDQ, ASK_SLOT, ASK_CURRENT, ASK_DONE };
 
 typedef struct weft__ask {
-    weft__waiter w; /* the asker's park; on sendq: elem = the message,
-                     * n = 1 (a tell's waiter has n = 0) */
+    weft__waiter w; /* the asker's park; elem = the message, n = 1 (a
+                     * tell's waiter has n = 0) */
     void *reply;    /* where the reply goes (NULL: dropped) */
     int status;     /* the ask's result, set by whoever claims w */
     int where;      /* ASK_* */
@@ -170,7 +170,7 @@ static inline weft_task *claim_actor(weft_actor *a)
 static inline bool ask_end(weft__ask *r, int status)
 {
     r->where = ASK_DONE;
-    if (!weft__waiter_claim(&r->w))
+    if (!weft__waiter_claim_one(&r->w))
         return false; /* it gave up: it detaches once it has the lock */
     r->status = status;
     return true;
@@ -189,7 +189,7 @@ static weft__waiter *sender_in(weft_actor *a)
             r->where = ASK_SLOT;
             return NULL;
         }
-        if (weft__waiter_claim(w)) {
+        if (weft__waiter_claim_one(w)) {
             ring_push(a, w->elem, 0);
             return w;
         }
@@ -207,7 +207,7 @@ static void senders_fail(weft_actor *a, weft__chain *tells, weft__chain *asks)
         if (w->n) {
             if (ask_end(ask_of(w), -ESRCH))
                 weft__chain_add(asks, w);
-        } else if (weft__waiter_claim(w)) {
+        } else if (weft__waiter_claim_one(w)) {
             weft__chain_add(tells, w);
         }
     }
@@ -416,8 +416,7 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
  * on return. */
 static int mailbox_wait(weft_actor *a, weft__waiter **woken)
 {
-    weft__waiter mw;
-    weft__waiter_init(&mw, NULL, 0);
+    weft__waiter mw; /* claimed by weft__slot_claim alone: no init */
     int code = weft__wait(&mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
                                                   .obj = a,
                                                   .lock = &a->lock,
@@ -677,32 +676,25 @@ int weft_actor_try_tell(weft_actor *a, const void *msg)
     return tell(a, msg, WEFT_NEVER, false);
 }
 
-/* An ask's message and actor, for the wait's publish and withdraw. */
-typedef struct ask_place {
-    weft_actor *a;
-    const void *msg;
-} ask_place;
-
-/* The ask's publish step (the actor's lock held, the asker's waiter w
- * armed: a reply from another worker finds it): puts the message where
- * the actor finds it, straight into an idle actor (whose waiter is
- * returned, claimed, to wake), into the ring, or on sendq with w. */
-static weft__waiter *ask_publish(weft__waiter *w, void *ctx)
+/* The ask's publish step (the actor a's lock held, the asker's waiter w
+ * armed: a reply from another worker finds it): puts the message
+ * (w->elem) where the actor finds it, straight into an idle actor (whose
+ * waiter is returned, claimed, to wake), into the ring, or on sendq with
+ * w. */
+static weft__waiter *ask_publish(weft__waiter *w, void *a_)
 {
-    const ask_place *pl = ctx;
-    weft_actor *a = pl->a;
+    weft_actor *a = a_;
     weft__ask *r = ask_of(w);
     weft__waiter *idle = weft__slot_claim(&a->idle);
     if (idle) { /* parked, empty: straight in */
-        msg_copy(a->buf, pl->msg, a->msg_size);
+        msg_copy(a->buf, w->elem, a->msg_size);
         a->cur_kind = WEFT_MSG_ASK;
         a->cur_ask = r;
         r->where = ASK_CURRENT;
     } else if (a->len < a->cap) {
-        r->slot = ring_push(a, pl->msg, (uintptr_t)r | 1);
+        r->slot = ring_push(a, w->elem, (uintptr_t)r | 1);
         r->where = ASK_SLOT;
     } else {
-        w->elem = (void *)pl->msg;
         r->where = ASK_SENDQ;
         weft__waitq_push(&a->sendq, w);
     }
@@ -712,9 +704,9 @@ static weft__waiter *ask_publish(weft__waiter *w, void *ctx)
 /* The ask's withdraw step, under the actor's lock: an asker that gave up
  * (its park ended by a deadline or a cancel, so nobody claimed it); the
  * actor lets go of its record. */
-WEFT_COLD static void ask_withdraw(weft__waiter *w, void *ctx)
+WEFT_COLD static void ask_withdraw(weft__waiter *w, void *a_)
 {
-    weft_actor *a = ((const ask_place *)ctx)->a;
+    weft_actor *a = a_;
     weft__ask *r = ask_of(w);
     switch (r->where) {
     case ASK_SENDQ:
@@ -749,21 +741,21 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     weft__ask r;
     r.reply = reply;
     r.status = 0;
-    weft__waiter_init(&r.w, NULL, 1);
+    r.w.n = 1; /* an ask (a tell's waiter has 0); claimed by ask_end */
+    r.w.elem = (void *)msg;
     weft__lock_acquire(&a->lock);
     if (WEFT_UNLIKELY(a->life != WEFT__A_RUNNING)) {
         weft__lock_release(&a->lock);
         return -ESRCH;
     }
     /* One park from here to the reply (ask_publish). */
-    ask_place pl = {a, msg};
     int rc = weft__wait(&r.w, &(weft__wait_spec){.kind = &weft__wk_ask,
                                                  .obj = a,
                                                  .lock = &a->lock,
                                                  .deadline = deadline,
                                                  .publish = ask_publish,
                                                  .withdraw = ask_withdraw,
-                                                 .ctx = &pl});
+                                                 .ctx = a});
     if (WEFT_UNLIKELY(weft__wait_unclaimed(rc)))
         return rc;
     return r.status;

@@ -184,6 +184,23 @@ static inline bool weft__waiter_claim(weft__waiter *w)
     return true;
 }
 
+/* The claim of a waiter that is its task's only one (armed by weft__wait
+ * or a variant: never a select's nor a set's), as weft__waiter_claim
+ * without looking for either: an object's one waiter (weft__slot_claim),
+ * an actor's tells and asks. */
+static inline bool weft__waiter_claim_one(weft__waiter *w)
+{
+    WEFT_ASSERT(w->task != NULL && w->set == NULL);
+    WEFT_ASSERT_MSG(!w->queued, "a waiter claimed while still queued");
+    if (!weft__wake_claim(w->task, w->token))
+        return false;
+#if defined(WEFT__ASSERTS)
+    WEFT_ASSERT_MSG(!w->claimed, "a waiter claimed twice");
+    w->claimed = true;
+#endif
+    return true;
+}
+
 /* Pops waiters until one is claimed; returns it, or NULL. */
 static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
 {
@@ -323,7 +340,8 @@ static inline bool weft__wait_past(int64_t deadline)
  * the waker's code): it was handed nothing and must leave its queue. */
 static inline bool weft__wait_unclaimed(int rc)
 {
-    return rc == -ETIMEDOUT || rc == -ECANCELED;
+    /* One test on the common path: a claim's code is mostly >= 0. */
+    return WEFT_UNLIKELY(rc < 0) && (rc == -ETIMEDOUT || rc == -ECANCELED);
 }
 
 /* ---- the one entry ---- */
@@ -383,9 +401,11 @@ weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
     WEFT_ASSERT(t != NULL);
     w->task = t;
     w->set = NULL;
-    if (!s->q)
-        w->queued = false; /* publish may queue it; a claim looks */
+    if (!s->q && s->publish)
+        w->queued = false; /* publish may queue it; withdraw looks */
 #if defined(WEFT__ASSERTS)
+    if (!s->q)
+        w->queued = false; /* a claim's assert looks */
     w->claimed = false;
 #endif
     weft__wait_note(t, s->kind, s->obj);
@@ -500,7 +520,7 @@ static inline weft__waiter *weft__slot_claim(weft__waiter **slot)
     if (!w)
         return NULL;
     *slot = NULL;
-    return weft__waiter_claim(w) ? w : NULL;
+    return weft__waiter_claim_one(w) ? w : NULL;
 }
 
 /* ---- several waits at once, exactly one wins ---- */
