@@ -3,7 +3,8 @@
 #
 #   make             release build of the library, tests, benchmarks and
 #                    examples, in build/release
-#   make test        release build, then the whole test suite (ctest)
+#   make test        release build with the runtime asserts on
+#                    (WEFT_ASSERTS=ON), then the whole test suite (ctest)
 #   make bench       builds and runs the benchmarks (bench/run, in
 #                    build/bench); BENCH="switch spawn" picks some
 #   make demo        builds and runs examples/demo
@@ -17,6 +18,8 @@
 #   make layers      checks the layering of src/: includes, and the calls
 #                    of the library's objects (scripts/layers.sh --build,
 #                    in build/layers)
+#   make structure   measures src/: function lengths, the private-header
+#                    lines a file pulls in, waits assembled by hand
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -28,6 +31,11 @@
 #   WEFT_LIBDW=ON       task dumps name lines through elfutils' libdw
 #                       (scripts/deps.sh installs it), so the tests of
 #                       those lines run; AUTO or OFF to build without
+#   WEFT_ASSERTS=AUTO   the library's runtime asserts: AUTO is on in Debug
+#                       builds (asan, tsan) only; make test sets ON, so
+#                       the build it leaves in build/release has them:
+#                       make release, demo or install builds again
+#                       without
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
 #                       empty: CMake's default (gcc on Debian); with
@@ -48,6 +56,7 @@ PREFIX ?= /usr/local
 JOBS ?= 2
 WEFT_WERROR ?= OFF
 WEFT_LIBDW ?= ON
+WEFT_ASSERTS ?= AUTO
 SAN_SCALE ?= 10
 SAN_CC ?=
 CMAKE_ARGS ?=
@@ -72,7 +81,8 @@ TSAN_CHURN_DIR := $(B)/tsan-churn$(SAN_SUFFIX)
 cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
 	cmake -S . -B $(1) $(2) >$(1)/configure.log 2>&1 || \
 	{ cat $(1)/configure.log; exit 1; }
-COMMON := -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) $(CMAKE_ARGS)
+COMMON = -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) \
+	-DWEFT_ASSERTS=$(WEFT_ASSERTS) $(CMAKE_ARGS)
 SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
@@ -80,7 +90,7 @@ CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
 .PHONY: all release configure test bench demo install asan tsan tsan-churn \
-	layers format clean deps san-deps help
+	layers structure format clean deps san-deps help
 
 all: release
 
@@ -99,6 +109,9 @@ configure: deps
 release: configure
 	cmake --build $(REL) -j$(JOBS)
 
+# The tests run against the library with its asserts on (a target-specific
+# value: release and configure, run for test, see it too).
+test: WEFT_ASSERTS = ON
 test: release
 	cd $(REL) && $(CTEST)
 
@@ -146,6 +159,9 @@ tsan-churn: san-deps
 
 layers: deps
 	JOBS=$(JOBS) scripts/layers.sh --build
+
+structure:
+	scripts/structure.py -v
 
 format:
 	@scripts/deps.sh format

@@ -755,15 +755,58 @@ typedef enum weft_op {
     WEFT_OP_SCOPE = 6,    /* scope's children have all finished */
     WEFT_OP_SEM = 7,      /* one permit of sem is acquired */
     WEFT_OP_DEADLINE = 8, /* the instant `deadline` has come */
+    WEFT_OP_JOIN = 9,     /* task's handle is joined (weft_task_join) */
+    WEFT_OP_EVENT = 10,   /* event is set (weft_event_wait) */
+    WEFT_OP_WAITGROUP = 11,  /* wg's count is zero (weft_wg_wait) */
+    WEFT_OP_ACTOR_EXIT = 12, /* actor has exited (weft_actor_wait) */
+    WEFT_OP_TELL = 13,       /* *elem is told to actor (weft_actor_tell) */
+    WEFT_OP_LIMITER = 14,    /* n tokens of limiter are taken */
+    WEFT_OP_RDLOCK = 15,     /* rwlock is read-locked (weft_rwlock_rdlock) */
+    WEFT_OP_WRLOCK = 16,     /* rwlock is write-locked (weft_rwlock_wrlock) */
+    WEFT_OP_BULKHEAD = 17,   /* a turn of bulkhead is held (..._enter) */
+    WEFT_OP_MUTEX = 18,      /* mutex is locked (weft_mutex_lock) */
 } weft_op;
+
+/* Waits that are no select case, and why:
+ * - weft_cond_wait: it must release its mutex and queue in one step; a
+ *   case would release it whether or not it is chosen.
+ * - weft_barrier_wait: arriving is counting; a case not chosen would
+ *   have arrived all the same.
+ * - weft_once: a caller that finds the function not yet run runs it
+ *   itself; that is work, not a wait.
+ * - weft_actor_ask: it sends and then waits for the reply; a select
+ *   chosen for its send would still wait. Ask in a task started as a
+ *   future (weft_future_spawn) and select on the future (FUTURE).
+ * - receiving from an actor's mailbox: only the actor's own loop takes
+ *   messages out (its behaviour is called with each), so no task can
+ *   wait to receive one.
+ * - a supervisor (weft_supervisor_* calls wait for the supervisor's own
+ *   loop, which answers them in turn): call it in a task started as a
+ *   future and select on the future.
+ * - sleeping: a DEADLINE case.
+ * - a blocking call (weft_blocking): start it as a future, with
+ *   weft_future_spawn of a task that calls weft_blocking, and select on
+ *   the future (FUTURE). A select that does not choose it leaves it
+ *   running; weft_future_cancel cancels that task, which then leaves the
+ *   call as weft_blocking's cancel says (not started: dropped; running:
+ *   it finishes on its thread and its status is discarded). */
 
 struct weft_future;
 struct weft_sem;
+struct weft_event;
+struct weft_wg;
+struct weft_rwlock;
+struct weft_actor;
+struct weft_limiter;
+struct weft_bulkhead;
+struct weft_mutex;
 
 /* One case of a select: `op` says which members it uses. A
- * case whose object is NULL (chan, future, scope, sem), whose fd is
- * negative or whose deadline is WEFT_NEVER is never ready (Go's nil
- * channel), so cases can be switched off without rebuilding the array.
+ * case whose object is NULL (chan, future, scope, sem, event, wg, actor,
+ * limiter, rwlock, bulkhead, mutex), whose fd is negative, whose task
+ * handle is zero or whose deadline is WEFT_NEVER is never ready (Go's
+ * nil channel), so cases can be switched off without rebuilding the
+ * array.
  * When the case is chosen, rc says how it went:
  * - SEND, RECV: 0, or -EPIPE (the channel is closed; nothing sent or
  *   received).
@@ -779,8 +822,35 @@ struct weft_sem;
  * - SEM: 0: one permit is the caller's, to give back with
  *   weft_sem_release(sem, 1).
  * - DEADLINE: 0.
+ * - JOIN: 0: the task has finished, its status is stored in *(int *)elem
+ *   (if elem is not NULL) and the handle is used up, as after
+ *   weft_task_join; or -ESRCH (the handle was released or joined
+ *   meanwhile). A handle that is stale already fails the select (-ESRCH,
+ *   -EINVAL), and so does the caller's own (-EDEADLK).
+ * - EVENT: 0 (the event is set; as weft_event_wait, nothing is
+ *   consumed). WAITGROUP: 0 (the count is zero).
+ * - ACTOR_EXIT: 0, the actor's exit status in *(int *)elem (if elem is
+ *   not NULL). The actor itself fails the select with -EDEADLK; the
+ *   caller holds a reference to actor, as for weft_actor_wait.
+ * - TELL: 0 (the message *elem, of the actor's msg_size, is in the
+ *   mailbox, in order with the caller's other tells), or -ESRCH (the
+ *   actor refuses messages; nothing was told). elem NULL: -EINVAL.
+ * - LIMITER: 0: n tokens (n 0 means 1; more than the burst: -EINVAL) are
+ *   taken. The case reserves nothing while it waits: it looks again at
+ *   the instant its tokens would be due, as weft_limiter_try, so takers
+ *   waiting in weft_limiter_acquire, which reserve, go first.
+ * - RDLOCK, WRLOCK: 0: the caller holds rwlock for reading or writing,
+ *   queued in line with weft_rwlock_rdlock's and _wrlock's callers.
+ *   Either while the caller holds it for writing fails the select with
+ *   -EDEADLK.
+ * - MUTEX: 0: the caller holds mutex (an unlock hands it straight to a
+ *   waiting select, as to a waiter that has waited 1 ms). The caller's
+ *   own mutex fails the select with -EDEADLK, a destroyed one -EINVAL.
+ * - BULKHEAD: 0: the caller holds a turn, to give back with
+ *   weft_bulkhead_leave; or -EBUSY (its queue is full: nothing held).
  * Exactly one case takes effect: cases not chosen sent nothing, received
- * nothing, took no permit and joined nothing.
+ * nothing, took no permit, token, lock or turn, told nothing and joined
+ * nothing.
  * Fill cases by member name: {.op = WEFT_OP_READ, .fd = s} (the
  * positional form {chan, op, elem, rc} still works, but leaves the union
  * out, which -Wextra warns about). */
@@ -788,15 +858,26 @@ typedef struct weft_case {
     weft_chan *chan; /* SEND, RECV */
     weft_op op;
     void *elem; /* SEND: the value; RECV: where to store the value;
-                 * FUTURE: where to copy a resolved value (or NULL) */
+                 * FUTURE: where to copy a resolved value (or NULL);
+                 * JOIN, ACTOR_EXIT: an int * for the status (or NULL);
+                 * TELL: the message */
     int rc;     /* out, for the chosen case */
     union {
-        struct weft_future *future; /* FUTURE */
-        weft_scope *scope;          /* SCOPE */
-        struct weft_sem *sem;       /* SEM */
-        weft_time deadline;         /* DEADLINE: absolute */
-        int fd;                     /* READ, WRITE */
+        struct weft_future *future;     /* FUTURE */
+        weft_scope *scope;              /* SCOPE */
+        struct weft_sem *sem;           /* SEM */
+        weft_time deadline;             /* DEADLINE: absolute */
+        int fd;                         /* READ, WRITE */
+        weft_task_handle task;          /* JOIN */
+        struct weft_event *event;       /* EVENT */
+        struct weft_wg *wg;             /* WAITGROUP */
+        struct weft_actor *actor;       /* ACTOR_EXIT, TELL */
+        struct weft_limiter *limiter;   /* LIMITER */
+        struct weft_rwlock *rwlock;     /* RDLOCK, WRLOCK */
+        struct weft_bulkhead *bulkhead; /* BULKHEAD */
+        struct weft_mutex *mutex;       /* MUTEX */
     };
+    int64_t n; /* LIMITER: tokens to take (0: 1) */
 } weft_case;
 
 /* Waits until one of the n cases can proceed, performs it, and returns its
@@ -806,19 +887,24 @@ typedef struct weft_case {
  * random. Returns -ETIMEDOUT at the deadline (WEFT_NEVER: none; a
  * DEADLINE case at the same instant is chosen instead), -ECANCELED,
  * -EINVAL (a malformed case), -EPERM (not in a task, or a SCOPE case not
- * opened by the caller), -ENOMEM. A deadline already past (0, say) only
- * skips the wait: a case ready now is still taken, and -ETIMEDOUT comes at
- * once if none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN).
- * Cancellation point: on any error no case happened (nothing sent, nothing
- * taken, no permit taken, no waiter left on any object); in a cancelled
- * scope it returns -ECANCELED even when a case is ready. Blocks. */
+ * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT,
+ * MUTEX, RDLOCK or WRLOCK case the caller could never see ready: see
+ * weft_case), -ENOMEM. A deadline already past (0, say) only skips the
+ * wait: a case ready now is still taken, and -ETIMEDOUT comes at once if
+ * none is (as weft_try_select, with -ETIMEDOUT for -EAGAIN). No cases
+ * (n = 0, cases may be NULL) waits for the deadline or a cancel only, as
+ * Go's empty select does.
+ * Cancellation point: on any error no case happened (nothing sent,
+ * nothing taken, no permit, token, lock or turn taken, nothing joined,
+ * no waiter left on any object); in a cancelled scope it returns
+ * -ECANCELED even when a case is ready. Blocks. */
 WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 
 /* weft_select with a default case: if no case is ready now, returns
  * -EAGAIN at once. When exactly one case is ready, it is always taken.
  * A READ or WRITE case is ready if an edge came that no wait has been
- * given yet; a SCOPE case makes the select a task's call (-EPERM
- * elsewhere). Never blocks. */
+ * given yet; a SCOPE, JOIN, ACTOR_EXIT, MUTEX, RDLOCK or WRLOCK case
+ * makes the select a task's call (-EPERM elsewhere). Never blocks. */
 WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
 
 /* ------------------------------------------------------------------------

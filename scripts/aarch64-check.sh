@@ -8,7 +8,7 @@
 #
 # Installs qemu-user and the aarch64 cross compiler with apt-get when they
 # are missing (scripts/deps.sh aarch64). WEFT_TEST_SCALE defaults to 10:
-# everything runs emulated.
+# everything runs emulated. The library's runtime asserts are on.
 set -eu
 cd "$(dirname "$0")/.."
 dir=${1:-build/aarch64}
@@ -20,7 +20,7 @@ cmake -S . -B "$dir" -DCMAKE_SYSTEM_NAME=Linux \
     -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc \
     -DCMAKE_ASM_COMPILER=aarch64-linux-gnu-gcc \
     "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;$sysroot" \
-    -DWEFT_WERROR=ON -DWEFT_BENCH=OFF >"$dir/configure.log" 2>&1 ||
+    -DWEFT_WERROR=ON -DWEFT_BENCH=OFF -DWEFT_ASSERTS=ON >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; exit 1; }
 grep -q 'context switch: asm' "$dir/configure.log" ||
     { echo "aarch64 build did not pick the assembly switch" >&2; exit 1; }

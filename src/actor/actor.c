@@ -56,6 +56,7 @@
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
 #include "actor/actor.h"
+#include "select/select.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -115,6 +116,8 @@ static inline void msg_copy(void *d, const void *s, size_t n)
     else
         memcpy(d, s, n);
 }
+
+static void actor_select_install(void); /* select's cases, at the end */
 
 /* ---- references ---- */
 
@@ -189,7 +192,7 @@ static weft__waiter *sender_in(weft_actor *a)
             r->where = ASK_SLOT;
             return NULL;
         }
-        if (weft__waiter_claim_one(w)) {
+        if (weft__waiter_claim(w)) { /* records a select's case */
             ring_push(a, w->elem, 0);
             return w;
         }
@@ -207,7 +210,7 @@ static void senders_fail(weft_actor *a, weft__chain *tells, weft__chain *asks)
         if (w->n) {
             if (ask_end(ask_of(w), -ESRCH))
                 weft__chain_add(asks, w);
-        } else if (weft__waiter_claim_one(w)) {
+        } else if (weft__waiter_claim(w)) {
             weft__chain_add(tells, w);
         }
     }
@@ -549,6 +552,7 @@ static weft_actor *actor_make(const weft_actor_opts *o, long refs, int *err)
         *err = -EPERM;
         return NULL;
     }
+    actor_select_install();
     return actor_new(o, wk->rt, refs, err);
 }
 
@@ -1111,4 +1115,118 @@ int weft_actor_demonitor(weft_actor *target, long monitor)
         weft_actor_unref(m->watcher);
     free(m);
     return 0;
+}
+
+/* ---- select's cases ----
+ * ACTOR_EXIT and TELL (wait.h, "select's cases"; select sits below this
+ * layer, so the actor installs their rows when it makes its first actor).
+ * ACTOR_EXIT waits on exitq as weft_actor_wait does. TELL is tell()
+ * under the lock: straight into a parked actor (the select's own arm
+ * carries the actor's wake, finished once select unlocks), or to the
+ * ring's back, or a waiter on sendq (n = 0: a tell) that sender_in
+ * claims before it moves the message in, so a select that another case
+ * won told nothing. */
+
+static int exit_case_check(const weft_case *c)
+{
+    if (!c->actor)
+        return 1;
+    if (!actor_ok(c->actor))
+        return -EINVAL;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    return t->actor == c->actor ? -EDEADLK : 0;
+}
+
+static weft__lock *actor_case_lock(weft_case *c)
+{
+    return &c->actor->lock;
+}
+
+static int exit_case_try(weft_case *c, weft__arm *arm, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft_actor *a = c->actor;
+    if (a->life == WEFT__A_EXITED) {
+        if (c->elem)
+            *(int *)c->elem = a->status;
+        c->rc = 0;
+        return 0;
+    }
+    arm->q = &a->exitq;
+    arm->w.elem = NULL;
+    arm->w.n = 0;
+    return -EAGAIN;
+}
+
+static void exit_case_won(weft_case *c, int code)
+{
+    WEFT_UNUSED(code);
+    weft_actor *a = c->actor;
+    weft__lock_acquire(&a->lock); /* claimed once the status was final */
+    if (c->elem)
+        *(int *)c->elem = a->status;
+    weft__lock_release(&a->lock);
+    c->rc = 0;
+}
+
+static int tell_case_check(const weft_case *c)
+{
+    if (!c->actor)
+        return 1;
+    return actor_ok(c->actor) && c->elem ? 0 : -EINVAL;
+}
+
+static int tell_case_try(weft_case *c, weft__arm *arm, weft__chain *woken)
+{
+    weft_actor *a = c->actor;
+    if (a->life != WEFT__A_RUNNING) {
+        c->rc = -ESRCH; /* refused at once, as tell() */
+        return 0;
+    }
+    weft__waiter *idle = weft__slot_claim(&a->idle);
+    if (idle) { /* parked, empty: straight in */
+        msg_copy(a->buf, c->elem, a->msg_size);
+        a->cur_kind = WEFT_MSG_TELL;
+        a->cur_ask = NULL;
+        weft__chain_add(woken, idle); /* woken with 0 once select unlocks */
+        c->rc = 0;
+        return 0;
+    }
+    if (a->len < a->cap) {
+        ring_push(a, c->elem, 0);
+        c->rc = 0;
+        return 0;
+    }
+    arm->q = &a->sendq;
+    arm->w.elem = c->elem;
+    arm->w.n = 0; /* a tell */
+    return -EAGAIN;
+}
+
+static void tell_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: moved in; -ESRCH: refused */
+}
+
+static const weft__case_ops exit_case = {exit_case_check,
+                                         actor_case_lock,
+                                         exit_case_try,
+                                         exit_case_won,
+                                         NULL,
+                                         NULL,
+                                         NULL};
+static const weft__case_ops tell_case = {tell_case_check,
+                                         actor_case_lock,
+                                         tell_case_try,
+                                         tell_case_won,
+                                         NULL,
+                                         NULL,
+                                         NULL};
+
+static void actor_select_install(void)
+{
+    weft__select_install(WEFT_OP_ACTOR_EXIT, &exit_case);
+    weft__select_install(WEFT_OP_TELL, &tell_case);
 }

@@ -74,6 +74,8 @@ static _Thread_local wcurl *tl_wc;
 
 /* ---- errors ---- */
 
+/* One table, read top to bottom: a split by families of codes would only
+ * spread it out (it is the one function here over 60 lines). */
 int weft_curl_error(CURLcode code, long os_errno)
 {
     switch (code) {
@@ -579,6 +581,61 @@ static void hand_over(wcurl *wc, xfer *x)
         weft_sem_release(&wc->head->wake, 1);
 }
 
+/* Puts easy, whose transfer x is, into the worker's multi handle and x
+ * on its list. Returns 0, or the error with *code set. */
+static int xfer_start(wcurl *wc, xfer *x, CURL *easy, CURLcode *code)
+{
+    wait_not_busy(wc);
+    curl_enter(wc);
+    CURLMcode mc = curl_multi_add_handle(wc->multi, easy);
+    curl_leave(wc);
+    if (mc != CURLM_OK) {
+        *code = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
+                                          : CURLE_BAD_FUNCTION_ARGUMENT;
+        return multi_error(mc);
+    }
+    /* Set only now that easy is ours: a handle in another transfer
+     * (-EBUSY) keeps its own. Nothing connects before the first action. */
+    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &x->os_errno_start);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, x);
+    x->next = wc->head;
+    if (wc->head)
+        wc->head->prev = x;
+    wc->head = x;
+    return 0;
+}
+
+/* Waits for x's end, driving the multi handle when it is x's turn.
+ * Returns 0 once x is done, or -ETIMEDOUT / -ECANCELED with x taken out
+ * of the multi handle and its code set to say so. */
+static int xfer_wait(wcurl *wc, xfer *x, weft_time deadline)
+{
+    int rc = 0;
+    while (!x->done) {
+        if (!wc->driver)
+            wc->driver = x;
+        if (wc->driver == x)
+            rc = drive(wc, x, deadline);
+        else
+            rc = weft_sem_acquire_until(&x->wake, 1, deadline);
+        if (rc < 0 && !x->done)
+            break;
+        rc = 0;
+    }
+    if (!x->done) {
+        /* Cancelled or out of time: out of the multi handle at once. */
+        wait_not_busy(wc);
+        curl_enter(wc);
+        curl_multi_remove_handle(wc->multi, x->easy);
+        curl_leave(wc);
+        unlink_xfer(wc, x);
+        x->code = rc == -ETIMEDOUT ? CURLE_OPERATION_TIMEDOUT
+                                   : CURLE_ABORTED_BY_CALLBACK;
+    }
+    return rc;
+}
+
 int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
 {
     int err;
@@ -598,47 +655,10 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
         return -ETIMEDOUT;
     }
     xfer x = {.easy = easy};
-    wait_not_busy(wc);
-    curl_enter(wc);
-    CURLMcode mc = curl_multi_add_handle(wc->multi, easy);
-    curl_leave(wc);
-    if (mc != CURLM_OK) {
-        *code = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
-                                          : CURLE_BAD_FUNCTION_ARGUMENT;
-        return multi_error(mc);
-    }
-    /* Set only now that easy is ours: a handle in another transfer
-     * (-EBUSY) keeps its own. Nothing connects before the first action. */
-    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &x.os_errno_start);
-    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
-    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, &x);
-    x.next = wc->head;
-    if (wc->head)
-        wc->head->prev = &x;
-    wc->head = &x;
-
-    int rc = 0;
-    while (!x.done) {
-        if (!wc->driver)
-            wc->driver = &x;
-        if (wc->driver == &x)
-            rc = drive(wc, &x, deadline);
-        else
-            rc = weft_sem_acquire_until(&x.wake, 1, deadline);
-        if (rc < 0 && !x.done)
-            break;
-        rc = 0;
-    }
-    if (!x.done) {
-        /* Cancelled or out of time: out of the multi handle at once. */
-        wait_not_busy(wc);
-        curl_enter(wc);
-        curl_multi_remove_handle(wc->multi, easy);
-        curl_leave(wc);
-        unlink_xfer(wc, &x);
-        x.code = rc == -ETIMEDOUT ? CURLE_OPERATION_TIMEDOUT
-                                  : CURLE_ABORTED_BY_CALLBACK;
-    }
+    err = xfer_start(wc, &x, easy, code);
+    if (err < 0)
+        return err;
+    int rc = xfer_wait(wc, &x, deadline);
     hand_over(wc, &x);
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, NULL);
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, NULL);

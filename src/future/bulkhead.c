@@ -175,3 +175,53 @@ int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
     weft_bulkhead_leave(b);
     return status;
 }
+
+/* ---- select's cases ----
+ * BULKHEAD (wait.h, "select's cases"): a select waits for a turn as
+ * weft_bulkhead_enter does, counted in `waiting` (so max_queue bounds it
+ * and free says -EBUSY) and queued in line; hand_on claims it before it
+ * hands it the turn, so a select that another case won holds no turn,
+ * and lost takes it out of `waiting` again. */
+
+int weft__bulkhead_case_check(const weft_case *c)
+{
+    return c->bulkhead ? 0 : 1;
+}
+
+weft__lock *weft__bulkhead_case_lock(weft_case *c)
+{
+    return &c->bulkhead->lock;
+}
+
+int weft__bulkhead_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft_bulkhead *b = c->bulkhead;
+    if (b->held < b->max_calls && weft__waitq_empty(&b->q)) {
+        b->held++;
+        c->rc = 0;
+        return 0;
+    }
+    if (b->waiting >= b->max_queue) {
+        c->rc = -EBUSY; /* as enter: at once, nothing held */
+        return 0;
+    }
+    b->waiting++;
+    a->q = &b->q;
+    a->w.elem = NULL;
+    a->w.n = 1;
+    return -EAGAIN;
+}
+
+void weft__bulkhead_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: hand_on gave us a turn (and uncounted us) */
+}
+
+void weft__bulkhead_case_lost(weft_case *c)
+{
+    weft_bulkhead *b = c->bulkhead;
+    weft__lock_acquire(&b->lock);
+    b->waiting--;
+    weft__lock_release(&b->lock);
+}

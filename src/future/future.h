@@ -30,4 +30,25 @@ weft__lock *weft__future_case_lock(weft_case *c);
 int weft__future_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
 void weft__future_case_won(weft_case *c, int code);
 
+/* select's LIMITER case (limiter.c, at its end): check: 1 for NULL,
+ * -EINVAL for n out of range; try: takes the tokens if they are due now,
+ * as weft_limiter_try (c->rc = 0), else -EAGAIN with no queue; recheck:
+ * the instant they would be due. */
+int weft__limiter_case_check(const weft_case *c);
+weft__lock *weft__limiter_case_lock(weft_case *c);
+int weft__limiter_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__limiter_case_won(weft_case *c, int code);
+int64_t weft__limiter_case_recheck(const weft_case *c);
+
+/* select's BULKHEAD case (bulkhead.c, at its end): check: 1 for NULL;
+ * try: a free turn and nobody waiting: held (c->rc = 0); the queue full:
+ * c->rc = -EBUSY; else counted as waiting, -EAGAIN with a->q the queue;
+ * won: c->rc = code (0: a turn was handed over); lost: no longer
+ * counted as waiting. */
+int weft__bulkhead_case_check(const weft_case *c);
+weft__lock *weft__bulkhead_case_lock(weft_case *c);
+int weft__bulkhead_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__bulkhead_case_won(weft_case *c, int code);
+void weft__bulkhead_case_lost(weft_case *c);
+
 #endif

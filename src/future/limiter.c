@@ -184,3 +184,57 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
     weft__lock_release(&l->lock);
     return rc;
 }
+
+/* ---- select's cases ----
+ * LIMITER (wait.h, "select's cases"): no queue and no reservation. try
+ * takes the tokens as weft_limiter_try does (due now, so never ahead of a
+ * sleeping reservation); if they are not due, recheck gives the instant
+ * they would be, at which select looks again (a reservation made
+ * meanwhile pushes it later). A select that another case won took
+ * nothing, and left nothing reserved. */
+
+static int64_t case_n(const weft_case *c)
+{
+    return c->n == 0 ? 1 : c->n;
+}
+
+int weft__limiter_case_check(const weft_case *c)
+{
+    if (!c->limiter)
+        return 1;
+    int64_t n = case_n(c);
+    return n < 1 || n > c->limiter->burst ? -EINVAL : 0;
+}
+
+weft__lock *weft__limiter_case_lock(weft_case *c)
+{
+    return &c->limiter->lock;
+}
+
+int weft__limiter_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft_limiter *l = c->limiter;
+    weft_time now = weft_now();
+    i128 z = reserve_z(l, now, case_n(c));
+    if (div_ceil(z, l->tokens) <= now) {
+        l->z = z;
+        l->started = true;
+        c->rc = 0;
+        return 0;
+    }
+    a->q = NULL; /* nothing wakes it: recheck's instant does */
+    return -EAGAIN;
+}
+
+void weft__limiter_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* never claimed: it has no queue */
+}
+
+int64_t weft__limiter_case_recheck(const weft_case *c)
+{
+    weft_limiter *l = c->limiter;
+    i128 due = div_ceil(reserve_z(l, weft_now(), case_n(c)), l->tokens);
+    return due > WEFT_NEVER ? WEFT_NEVER : (int64_t)due;
+}

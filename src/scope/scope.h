@@ -166,4 +166,17 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
 /* The scope layer's hooks, for weft_runtime.hooks. */
 extern const weft__task_hooks weft__scope_hooks;
 
+/* Select's JOIN case (task.c, at its end; wait.h's "select's cases"):
+ * check: 1 for a zero handle, -EPERM outside a task, what
+ * weft_task_join would refuse (-EINVAL, -ESRCH, -EDEADLK); try (under the
+ * record's lock): the task done: joins it (status to elem, the record's
+ * life ended) with c->rc = 0; the handle gone meanwhile: c->rc = -ESRCH;
+ * else -EAGAIN with a->q the joiners' queue. ready: puts the ended
+ * record back on the free list. won: joins as try would. */
+int weft__join_case_check(const weft_case *c);
+weft__lock *weft__join_case_lock(weft_case *c);
+int weft__join_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
+void weft__join_case_won(weft_case *c, int code);
+void weft__join_case_ready(weft_case *c);
+
 #endif

@@ -266,3 +266,96 @@ int weft_task_join(weft_task_handle h, int *status)
 {
     return weft_task_join_until(h, status, WEFT_NEVER);
 }
+
+/* ---- select's cases ----
+ * JOIN (wait.h, "select's cases"): a select waits on the record's
+ * joiners' queue, which the task's exit and a release claim all at once.
+ * The join itself (status out, the record's life ended) happens under
+ * the record's lock: in try when the task is done already, else in won
+ * after the wake, which looks the record up again as weft_task_join's
+ * loop does. A select that another case won only left the queue: the
+ * handle is as it was, and can still be joined. */
+
+/* The record an id would name, whatever its life (the id was looked up
+ * once: its chunk exists). */
+static weft__handle *record_of(uint64_t id)
+{
+    uint64_t index = id & ((UINT64_C(1) << INDEX_BITS) - 1);
+    weft__handle *c = ld_acq(&chunks[index >> CHUNK_BITS]);
+    return &c[index & (CHUNK - 1)];
+}
+
+/* Under h's lock, h the live record of c's handle: is it the one, and if
+ * its task is done, the join (the caller puts it back once unlocked). */
+static bool join_locked(weft__handle *h, weft_case *c)
+{
+    if (h->gen != c->task.id >> INDEX_BITS || !h->live || h->released) {
+        c->rc = -ESRCH; /* released or joined since check */
+        return true;
+    }
+    if (!h->done)
+        return false;
+    if (c->elem)
+        *(int *)c->elem = h->status;
+    h->released = true;
+    retire_locked(h);
+    c->rc = 0;
+    return true;
+}
+
+int weft__join_case_check(const weft_case *c)
+{
+    if (c->task.id == 0)
+        return 1;
+    weft_task *self = weft__current();
+    if (!self)
+        return -EPERM;
+    weft__handle *h;
+    int rc = lookup(c->task.id, &h);
+    if (rc)
+        return rc;
+    if (h->rt != self->worker->rt)
+        rc = -EINVAL;
+    else if (h == self->handle)
+        rc = -EDEADLK;
+    weft__lock_release(&h->lock);
+    return rc;
+}
+
+weft__lock *weft__join_case_lock(weft_case *c)
+{
+    return &record_of(c->task.id)->lock;
+}
+
+int weft__join_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    weft__handle *h = record_of(c->task.id);
+    if (join_locked(h, c))
+        return 0;
+    a->q = &h->joiners;
+    a->w.elem = NULL;
+    a->w.n = 0;
+    return -EAGAIN;
+}
+
+void weft__join_case_ready(weft_case *c)
+{
+    if (c->rc == 0)
+        put_free(record_of(c->task.id));
+}
+
+void weft__join_case_won(weft_case *c, int code)
+{
+    WEFT_UNUSED(code);
+    /* Woken by the exit (done) or a release (gone): either way the look
+     * below decides; the task cannot be running still. */
+    weft__handle *h = record_of(c->task.id);
+    weft__lock_acquire(&h->lock);
+    bool decided = join_locked(h, c);
+    WEFT_ASSERT_MSG(decided, "a joiner woken before its task was done");
+    if (!decided)
+        c->rc = -EAGAIN;
+    weft__lock_release(&h->lock);
+    weft__join_case_ready(c);
+}

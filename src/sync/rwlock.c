@@ -203,3 +203,63 @@ int weft_rwlock_destroy(weft_rwlock *ll)
     memset(ll, 0, sizeof(*ll));
     return 0;
 }
+
+/* ---- select's cases ----
+ * RDLOCK and WRLOCK (wait.h, "select's cases"): a select waits as
+ * rw_lock does, in line with the other waiters and wanting what the case
+ * names; admit() claims it before it counts it as a holder, so a select
+ * that another case won holds nothing. Its waiter leaving may have been
+ * what kept the head out (a writer ahead of readers), so lost admits
+ * again, as rw_lock does after a deadline or a cancel. */
+
+static long case_kind(const weft_case *c)
+{
+    return c->op == WEFT_OP_WRLOCK ? RW_WRITE : RW_READ;
+}
+
+int weft__rwlock_case_check(const weft_case *c)
+{
+    if (!c->rwlock)
+        return 1;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    rwlock_impl *l = (rwlock_impl *)c->rwlock;
+    /* Only t makes itself the writer or stops being it: what this reads
+     * holds until the select returns. */
+    weft__lock_acquire(&l->lock);
+    bool mine = l->writer == t;
+    weft__lock_release(&l->lock);
+    return mine ? -EDEADLK : 0;
+}
+
+weft__lock *weft__rwlock_case_lock(weft_case *c)
+{
+    return &((rwlock_impl *)c->rwlock)->lock;
+}
+
+int weft__rwlock_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    rwlock_impl *l = (rwlock_impl *)c->rwlock;
+    long kind = case_kind(c);
+    if (!l->q.head && can_enter(l, kind)) {
+        enter(l, kind, weft__current());
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &l->q;
+    a->w.elem = NULL;
+    a->w.n = kind;
+    return -EAGAIN;
+}
+
+void weft__rwlock_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: admit() counted us in before it claimed us */
+}
+
+void weft__rwlock_case_lost(weft_case *c)
+{
+    admit_and_wake((rwlock_impl *)c->rwlock);
+}

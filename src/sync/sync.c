@@ -440,7 +440,8 @@ static void mutex_unlock_slow(mutex_impl *m)
     if (!w) {
         while (!cas_acq_rel(&m->state, &s, s & ~(M_LOCKED | clear)))
             ;
-    } else if (weft__now(rt) - w->since >= STARVE_NS) {
+    } else if (w->fired || weft__now(rt) - w->since >= STARVE_NS) {
+        /* Starving, or a select's (which must be chosen holding it). */
         code = WAKE_OWNER; /* stays locked: nobody can barge in */
         st_rel(&m->owner, w->task);
         if (clear)
@@ -800,4 +801,122 @@ int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
     return wg ? cond_wait((cond_impl *)wg, 0, &weft__wk_waitgroup, deadline)
               : -EINVAL;
+}
+
+/* ---- select's cases ----
+ * EVENT and WAITGROUP (wait.h, "select's cases"): a select waits as
+ * cond_wait does, a plain waiter on the object's queue, which set and
+ * the count's last step claim all at once; nothing is consumed, so a
+ * select that another case won only leaves the queue. */
+
+static int cond_case_try(cond_impl *o, long want, weft_case *c, weft__arm *a)
+{
+    if (o->value == want) {
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &o->q;
+    a->w.elem = NULL;
+    a->w.n = 0;
+    return -EAGAIN;
+}
+
+int weft__event_case_check(const weft_case *c)
+{
+    return c->event ? 0 : 1;
+}
+
+weft__lock *weft__event_case_lock(weft_case *c)
+{
+    return &((cond_impl *)c->event)->lock;
+}
+
+int weft__event_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    return cond_case_try((cond_impl *)c->event, 1, c, a);
+}
+
+void weft__event_case_won(weft_case *c, int code)
+{
+    c->rc = code; /* 0: set (or the count reached zero) when claimed */
+}
+
+int weft__wg_case_check(const weft_case *c)
+{
+    return c->wg ? 0 : 1;
+}
+
+weft__lock *weft__wg_case_lock(weft_case *c)
+{
+    return &((cond_impl *)c->wg)->lock;
+}
+
+int weft__wg_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    return cond_case_try((cond_impl *)c->wg, 0, c, a);
+}
+
+/* MUTEX (wait.h, "select's cases"): a select queues as mutex_wait does
+ * (M_WAITERS set, its first-queued instant in since), and unlock hands
+ * the mutex straight to a select's waiter (WAKE_OWNER, as to a starving
+ * one) rather than wake it to compete: a select is chosen holding it.
+ * The claim comes first, so a select that another case won holds
+ * nothing; lost clears M_WAITERS if its waiter was the last one, as
+ * mutex_left does for a lock that leaves. A select's wait is no edge of
+ * the mutex cycle check (the every-task-asleep check still sees it). */
+
+int weft__mutex_case_check(const weft_case *c)
+{
+    if (!c->mutex)
+        return 1;
+    mutex_impl *m = (mutex_impl *)c->mutex;
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    if (ld_rlx(&m->state) & M_DEAD)
+        return -EINVAL;
+    return ld_rlx(&m->owner) == t ? -EDEADLK : 0;
+}
+
+weft__lock *weft__mutex_case_lock(weft_case *c)
+{
+    return &((mutex_impl *)c->mutex)->lock;
+}
+
+int weft__mutex_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
+{
+    WEFT_UNUSED(woken);
+    mutex_impl *m = (mutex_impl *)c->mutex;
+    int s = ld_rlx(&m->state);
+    bool took = mutex_take(m, &s, 0);
+    while (!took && !cas_acq_rel(&m->state, &s, s | M_WAITERS))
+        took = mutex_take(m, &s, 0);
+    if (took) {
+        st_rel(&m->owner, weft__current());
+        c->rc = 0;
+        return 0;
+    }
+    a->q = &m->q;
+    a->w.elem = NULL;
+    a->w.n = 0;
+    a->w.since = weft__now(weft__tl_worker->rt);
+    return -EAGAIN;
+}
+
+void weft__mutex_case_won(weft_case *c, int code)
+{
+    /* Only unlock claims a mutex's waiters, and it hands a select's the
+     * mutex (the owner it set is us). */
+    WEFT_ASSERT(code == WAKE_OWNER);
+    c->rc = code == WAKE_OWNER ? 0 : -EAGAIN;
+}
+
+void weft__mutex_case_lost(weft_case *c)
+{
+    mutex_impl *m = (mutex_impl *)c->mutex;
+    weft__lock_acquire(&m->lock);
+    mutex_left(m);
+    weft__lock_release(&m->lock);
 }

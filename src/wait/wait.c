@@ -105,7 +105,9 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
         weft__locks_release(order, k);
         return -ETIMEDOUT;
     }
-    WEFT_ASSERT(n > 0 && k >= 0 && k <= n);
+    /* n == 0: nothing to wait for but the deadline or a cancel (an empty
+     * select, which blocks as Go's select {} does). */
+    WEFT_ASSERT(n >= 0 && k >= 0 && k <= n);
     weft_worker *wk = weft__tl_worker;
     weft_task *t = ld_rlx(&wk->cur);
     int fired = -1;

@@ -570,9 +570,10 @@ static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
 }
 
 /* ---- select's cases ----
- * weft_select (select.c, above every layer it waits on) drives each kind
- * of case through four functions its object's layer gives, named
- * weft__K_case_* for K in chan, fd, future, scope, sem:
+ * weft_select (select.c) drives each kind of case through four functions
+ * its object's layer gives, named weft__K_case_* (one row per weft_op of
+ * select.c's table; select/select.h adds three optional ones: ready,
+ * recheck, lost):
  *
  *   int check(const weft_case *c)
  *       Any lock-free validation: 0 if the case is valid and on, 1 if it
@@ -585,7 +586,8 @@ static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
  *       claimed (a sender it took from, say) appended to woken, finished
  *       with 0 after unlocking. Otherwise returns -EAGAIN and sets a->q
  *       (and a->w.elem, a->w.n) for the wait. Called at most once per
- *       select with the locks held; a second call after a wake is not made.
+ *       round of tries with the locks held; a second round comes only
+ *       after a wait that no waiter's claim ended (a recheck instant).
  *   void won(weft_case *c, int code)
  *       The case's waiter was claimed (code: the waker's) and its object
  *       handed it whatever it waited for; sets c->rc. No lock held.
