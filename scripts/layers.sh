@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Checks the layering of src/, a folder per layer: every #include "..."
 # in src/ against the table below, and fails on a file that is in no layer
-# or on an include of a higher layer; then, asked, the calls: every symbol
+# or on an include of a higher layer; that only wait/ and sched/ arm a
+# waiter, park or claim a park token; then, asked, the calls: every symbol
 # an object file of the library uses against the layer of the object that
 # defines it.
 #
@@ -211,6 +212,19 @@ fi
 if [ "$problems" -eq 0 ]; then
     echo "layers: includes ok (${#files[@]} files, $nincs includes in $src)"
 fi
+
+# ---- parking: only the wait layer and the scheduler ----
+# A blocking primitive waits through the wait layer's entry (wait.h:
+# weft__wait and its variants); arming a waiter, parking and claiming a
+# park token by hand belong to the wait layer and the scheduler alone.
+nparks=0
+while IFS=: read -r f lineno text; do
+    problem "$f:$lineno arms, parks or claims by hand (${text#"${text%%[![:space:]]*}"}): wait through weft__wait (wait.h)"
+    nparks=$((nparks + 1))
+done < <(grep -rnE '\<(weft__wait_arm|weft__wait_block|weft__park_prepare|weft__park_commit|weft__wake_claim)[[:space:]]*\(' \
+    --include='*.c' --include='*.h' "$src" |
+    grep -vE "^$src/(wait|sched)/" || true)
+[ "$nparks" -eq 0 ] && echo "layers: parking ok (only wait/ and sched/ arm, park and claim)"
 
 # ---- the symbols: nm over weft_static's objects ----
 if [ "$build" = 1 ]; then

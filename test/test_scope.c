@@ -1933,7 +1933,7 @@ struct sleeper {
     int status;
     weft_task *owner;
     weft_scope *s;
-    int kind;
+    const weft__wait_kind *kind;
     const void *obj;
 };
 
@@ -1988,7 +1988,7 @@ static int join_records_root(void *arg)
     ASSERT(weft_spawn(s, sleeper_fn, &p) >= 0);
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
-    ASSERT_EQ(p.kind, WEFT__W_SCOPE);
+    ASSERT(p.kind == &weft__wk_scope);
     ASSERT(p.obj == (const void *)s);
     ASSERT(weft__waitq_empty(&s->done));
     ASSERT_EQ(weft_scope_free(s), 0);

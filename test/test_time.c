@@ -595,10 +595,10 @@ static int record_root(void *arg)
     spawn(rec_sleeper, &r);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* one worker: it waits on go */
     ASSERT(r.task != NULL);
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_EVENT);
+    ASSERT(r.task->wait_kind == &weft__wk_event);
     weft_event_set(&r.go);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_SLEEP);
+    ASSERT(r.task->wait_kind == &weft__wk_sleep);
     ASSERT(r.task->wait_obj == NULL);
     ASSERT_EQ(r.woke, -1);
     scope_end(s);

@@ -8,8 +8,8 @@
  * actor's spinlock, as a channel's ring is. A slot's header is a tagged
  * word: 0 for a tell, the asker's record | 1 for an ask (1 alone: an ask
  * whose asker gave up). Three ways a message goes in, under the lock:
- * - the actor is parked waiting for a message (its park token is in
- *   `token`): the sender claims that token, copies the message straight
+ * - the actor is parked waiting for a message (its waiter is in `idle`,
+ *   the wait layer's slot): the sender claims it, copies the message straight
  *   into the actor's `buf` and wakes it (wake_finish puts it next on this
  *   worker, so a ping-pong runs back to back): no trip through the ring;
  * - the ring has room: the message goes to its back;
@@ -25,7 +25,7 @@
  * reads it, and the asker parks once, from sending to the reply: the
  * actor moves an ask from sendq into the ring without waking it. Whoever
  * ends the ask (the reply, the behaviour returning without one, the
- * actor's exit) claims the asker's park token under the lock, writes the
+ * actor's exit) claims the asker's waiter under the lock, writes the
  * reply and status, marks the record DONE and wakes the asker after
  * unlocking (the asker stays parked until then). An asker whose deadline
  * or cancel woke it was claimed by nobody: it takes the lock and detaches
@@ -62,6 +62,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+const weft__wait_kind weft__wk_mailbox = {WEFT_WAIT_MAILBOX, "mailbox receive"};
+const weft__wait_kind weft__wk_tell = {WEFT_WAIT_TELL, "actor tell"};
+const weft__wait_kind weft__wk_ask = {WEFT_WAIT_ASK, "actor ask"};
+const weft__wait_kind weft__wk_actor = {WEFT_WAIT_ACTOR, "actor exit"};
+
 #define ACTOR_DEAD 0x64656164u /* "dead" */
 #define MAX_MSG 65536
 #define HDR 8 /* a slot's header */
@@ -70,8 +75,8 @@
 enum { ASK_SENDQ, ASK_SLOT, ASK_CURRENT, ASK_DONE };
 
 typedef struct weft__ask {
-    weft__waiter w; /* the asker's park; on sendq: elem = the message,
-                     * n = 1 (a tell's waiter has n = 0) */
+    weft__waiter w; /* the asker's park; elem = the message, n = 1 (a
+                     * tell's waiter has n = 0) */
     void *reply;    /* where the reply goes (NULL: dropped) */
     int status;     /* the ask's result, set by whoever claims w */
     int where;      /* ASK_* */
@@ -154,14 +159,13 @@ static inline uint32_t ring_push(weft_actor *a, const void *msg, uintptr_t hdr)
     return i;
 }
 
-/* Claims the actor's park (it waits for a message); false if its park
- * was ended otherwise (a cancel). Either way it is no longer parked for a
- * message here. */
-static inline bool claim_actor(weft_actor *a)
+/* Claims the actor's waiter if it waits for a message: its task, to wake
+ * after unlocking; NULL if it does not wait, or its park was ended
+ * otherwise (a cancel). Either way it no longer waits here. */
+static inline weft_task *claim_actor(weft_actor *a)
 {
-    uint64_t token = a->token;
-    a->token = 0;
-    return weft__wake_claim(a->task, token);
+    weft__waiter *w = weft__slot_claim(&a->idle);
+    return w ? w->task : NULL;
 }
 
 /* Ends the ask r (referenced by the actor until now) with status, if its
@@ -169,7 +173,7 @@ static inline bool claim_actor(weft_actor *a)
 static inline bool ask_end(weft__ask *r, int status)
 {
     r->where = ASK_DONE;
-    if (!weft__wake_claim(r->w.task, r->w.token))
+    if (!weft__waiter_claim_one(&r->w))
         return false; /* it gave up: it detaches once it has the lock */
     r->status = status;
     return true;
@@ -365,11 +369,86 @@ static inline int verdict(int rc)
     return rc == WEFT_ACTOR_STOP ? 1 : rc < 0 ? rc : 0;
 }
 
+/* Under the lock, a DOWN pending: hands it to the behaviour, the lock
+ * released meanwhile (and *woken finished first). Returns its verdict,
+ * the lock held again. */
+static int serve_down(weft_actor *a, weft_actor_msg *m, weft__waiter **woken)
+{
+    weft__monitor *d = a->downs;
+    a->downs = d->next;
+    if (!a->downs)
+        a->downs_end = &a->downs;
+    weft__lock_release(&a->lock);
+    weft__wake_chain(*woken, 0);
+    *woken = NULL;
+    int rc = verdict(handle_down(a, m, d));
+    weft__lock_acquire(&a->lock);
+    return rc;
+}
+
+/* Under the lock, the ring not empty: moves its oldest message into buf,
+ * and the first waiting sender's into the ring (a tell's waiter joins
+ * *woken, to wake); then releases the lock. Returns the message's kind. */
+static int ring_take(weft_actor *a, weft__waiter **woken)
+{
+    unsigned char *p = slot_at(a, a->head);
+    uintptr_t hdr;
+    memcpy(&hdr, p, sizeof hdr);
+    msg_copy(a->buf, p + HDR, a->msg_size);
+    a->head = a->head + 1 == a->cap ? 0 : a->head + 1;
+    a->len--;
+    weft__ask *r = (weft__ask *)(hdr & ~(uintptr_t)1);
+    a->cur_ask = r;
+    if (r)
+        r->where = ASK_CURRENT;
+    if (WEFT_UNLIKELY(a->sendq.head != NULL)) {
+        weft__waiter *s = sender_in(a);
+        if (s) {
+            s->next = *woken;
+            *woken = s;
+        }
+    }
+    weft__lock_release(&a->lock);
+    return (int)(hdr & 1);
+}
+
+/* Under the lock, the mailbox empty: waits in the actor's `idle` slot
+ * (finishing *woken once unlocked) until a sender hands a message over
+ * (0: buf, cur_kind and cur_ask are set, the lock released), or a stop or
+ * a DOWN says to look again (1), or a cancel: then the lock is held again
+ * on return. */
+static int mailbox_wait(weft_actor *a, weft__waiter **woken)
+{
+    weft__waiter mw; /* claimed by weft__slot_claim alone: no init */
+    int code = weft__wait(&mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
+                                                  .obj = a,
+                                                  .lock = &a->lock,
+                                                  .slot = &a->idle,
+                                                  .deadline = WEFT_NEVER,
+                                                  .woken = *woken});
+    *woken = NULL;
+    if (WEFT_UNLIKELY(code != 0))
+        weft__lock_acquire(&a->lock);
+    return code;
+}
+
+/* Under the lock: the behaviour returned without replying to the current
+ * ask, which ends with -ENOMSG. Returns its waiter to wake, or NULL. */
+static weft__waiter *ask_unanswered(weft_actor *a)
+{
+    weft__ask *r = a->cur_ask;
+    a->cur_ask = NULL;
+    if (!ask_end(r, -ENOMSG))
+        return NULL;
+    r->w.next = NULL;
+    return &r->w;
+}
+
 /* The message loop; returns the exit status. */
 static int serve(weft_actor *a)
 {
     weft_actor_msg m = {.priv_ = a};
-    weft__waiter *woken = NULL; /* a waiter to wake once unlocked */
+    weft__waiter *woken = NULL; /* waiters to wake once unlocked */
     int rc = 0;
     weft__lock_acquire(&a->lock);
     for (;;) {
@@ -381,74 +460,28 @@ static int serve(weft_actor *a)
         }
         int kind;
         if (WEFT_UNLIKELY(a->downs != NULL)) {
-            weft__monitor *d = a->downs;
-            a->downs = d->next;
-            if (!a->downs)
-                a->downs_end = &a->downs;
-            weft__lock_release(&a->lock);
-            weft__wake_chain(woken, 0);
-            woken = NULL;
-            rc = verdict(handle_down(a, &m, d));
-            weft__lock_acquire(&a->lock);
-            if (rc)
+            if ((rc = serve_down(a, &m, &woken)) != 0)
                 break;
             continue;
         }
         if (a->len) {
-            unsigned char *p = slot_at(a, a->head);
-            uintptr_t hdr;
-            memcpy(&hdr, p, sizeof hdr);
-            msg_copy(a->buf, p + HDR, a->msg_size);
-            a->head = a->head + 1 == a->cap ? 0 : a->head + 1;
-            a->len--;
-            weft__ask *r = (weft__ask *)(hdr & ~(uintptr_t)1);
-            kind = (int)(hdr & 1);
-            a->cur_ask = r;
-            if (r)
-                r->where = ASK_CURRENT;
-            if (WEFT_UNLIKELY(a->sendq.head != NULL)) {
-                weft__waiter *s = sender_in(a);
-                if (s) {
-                    s->next = woken;
-                    woken = s;
-                }
-            }
-            weft__lock_release(&a->lock);
+            kind = ring_take(a, &woken);
         } else if (a->life == WEFT__A_DRAINING) {
             rc = 0;
             break;
         } else {
-            /* Empty: park until a sender hands a message over (0), a stop
-             * or a DOWN says to look again (1), or a cancel. */
-            weft__waiter mw;
-            weft__wait_arm(&mw, WEFT__W_MAILBOX, a, 0);
-            a->token = mw.token;
-            weft__lock_release(&a->lock);
-            weft__wake_chain(woken, 0);
-            woken = NULL;
-            int code = weft__wait_commit(&mw, WEFT_NEVER);
-            if (WEFT_UNLIKELY(code != 0)) {
-                weft__lock_acquire(&a->lock);
-                a->token = 0;
+            if (mailbox_wait(a, &woken) != 0)
                 continue;
-            }
             kind = a->cur_kind; /* handed over: buf, cur_ask */
         }
-        if (woken) {
-            weft__wake_chain(woken, 0);
-            woken = NULL;
-        }
+        weft__wake_chain(woken, 0);
+        woken = NULL;
         rc = verdict(handle(a, &m, kind));
         weft__lock_acquire(&a->lock);
-        weft__ask *r = a->cur_ask;
-        if (WEFT_UNLIKELY(r != NULL)) {
+        if (WEFT_UNLIKELY(a->cur_ask != NULL)) {
             if (rc) /* stopped or failed: the exit fails it (-ESRCH) */
                 break;
-            a->cur_ask = NULL; /* returned without replying */
-            if (ask_end(r, -ENOMSG)) {
-                r->w.next = NULL;
-                woken = &r->w; /* woken is empty: it was finished above */
-            }
+            woken = ask_unanswered(a); /* woken is empty: finished above */
         }
         if (rc)
             break;
@@ -608,11 +641,11 @@ static inline int tell(weft_actor *a, const void *msg, int64_t deadline,
         weft__lock_release(&a->lock);
         return -ESRCH;
     }
-    if (a->token && claim_actor(a)) { /* parked, empty: straight in */
+    weft_task *t = claim_actor(a);
+    if (t) { /* parked, empty: straight in */
         msg_copy(a->buf, msg, a->msg_size);
         a->cur_kind = WEFT_MSG_TELL;
         a->cur_ask = NULL;
-        weft_task *t = a->task;
         weft__lock_release(&a->lock);
         weft__wake_finish(t, 0);
         return 0;
@@ -630,8 +663,11 @@ static inline int tell(weft_actor *a, const void *msg, int64_t deadline,
     weft__waiter_init(&self, (void *)msg, 0);
     /* 0 once moved in, -ESRCH if the actor refused it, or -ETIMEDOUT /
      * -ECANCELED off the queue with nothing queued. */
-    return weft__wait_one(&a->lock, &a->sendq, &self, WEFT__W_TELL, a,
-                          deadline);
+    return weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_tell,
+                                                .obj = a,
+                                                .lock = &a->lock,
+                                                .q = &a->sendq,
+                                                .deadline = deadline});
 }
 
 int weft_actor_tell(weft_actor *a, const void *msg, weft_time deadline)
@@ -644,14 +680,41 @@ int weft_actor_try_tell(weft_actor *a, const void *msg)
     return tell(a, msg, WEFT_NEVER, false);
 }
 
-/* An asker that gave up (its park ended by a deadline or a cancel, so
- * nobody claimed it): the actor lets go of its record. */
-WEFT_COLD static void ask_detach(weft_actor *a, weft__ask *r)
+/* The ask's publish step (the actor a's lock held, the asker's waiter w
+ * armed: a reply from another worker finds it): puts the message
+ * (w->elem) where the actor finds it, straight into an idle actor (whose
+ * waiter is returned, claimed, to wake), into the ring, or on sendq with
+ * w. */
+static weft__waiter *ask_publish(weft__waiter *w, void *a_)
 {
-    weft__lock_acquire(&a->lock);
+    weft_actor *a = a_;
+    weft__ask *r = ask_of(w);
+    weft__waiter *idle = weft__slot_claim(&a->idle);
+    if (idle) { /* parked, empty: straight in */
+        msg_copy(a->buf, w->elem, a->msg_size);
+        a->cur_kind = WEFT_MSG_ASK;
+        a->cur_ask = r;
+        r->where = ASK_CURRENT;
+    } else if (a->len < a->cap) {
+        r->slot = ring_push(a, w->elem, (uintptr_t)r | 1);
+        r->where = ASK_SLOT;
+    } else {
+        r->where = ASK_SENDQ;
+        weft__waitq_push(&a->sendq, w);
+    }
+    return idle;
+}
+
+/* The ask's withdraw step, under the actor's lock: an asker that gave up
+ * (its park ended by a deadline or a cancel, so nobody claimed it); the
+ * actor lets go of its record. */
+WEFT_COLD static void ask_withdraw(weft__waiter *w, void *a_)
+{
+    weft_actor *a = a_;
+    weft__ask *r = ask_of(w);
     switch (r->where) {
     case ASK_SENDQ:
-        weft__waitq_remove(&a->sendq, &r->w);
+        weft__waitq_remove(&a->sendq, w);
         break;
     case ASK_SLOT: {
         uintptr_t bare = 1; /* still an ask, with nobody to reply to */
@@ -664,7 +727,6 @@ WEFT_COLD static void ask_detach(weft_actor *a, weft__ask *r)
     default: /* DONE: the actor let go already */
         break;
     }
-    weft__lock_release(&a->lock);
 }
 
 int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
@@ -683,43 +745,23 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     weft__ask r;
     r.reply = reply;
     r.status = 0;
-    r.w.n = 1;
-    r.w.fired = NULL;
+    r.w.n = 1; /* an ask (a tell's waiter has 0); claimed by ask_end */
+    r.w.elem = (void *)msg;
     weft__lock_acquire(&a->lock);
     if (WEFT_UNLIKELY(a->life != WEFT__A_RUNNING)) {
         weft__lock_release(&a->lock);
         return -ESRCH;
     }
-    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline)) {
-        weft__lock_release(&a->lock);
-        return -ETIMEDOUT;
-    }
-    /* One park from here to the reply: armed before the message is
-     * visible, so a reply from another worker finds the token. */
-    weft__wait_arm(&r.w, WEFT__W_ASK, a, 0);
-    weft_task *wake = NULL;
-    if (a->token && claim_actor(a)) { /* parked, empty: straight in */
-        msg_copy(a->buf, msg, a->msg_size);
-        a->cur_kind = WEFT_MSG_ASK;
-        a->cur_ask = &r;
-        r.where = ASK_CURRENT;
-        wake = a->task;
-    } else if (a->len < a->cap) {
-        r.slot = ring_push(a, msg, (uintptr_t)&r | 1);
-        r.where = ASK_SLOT;
-    } else {
-        r.w.elem = (void *)msg;
-        r.where = ASK_SENDQ;
-        weft__waitq_push(&a->sendq, &r.w);
-    }
-    weft__lock_release(&a->lock);
-    if (wake)
-        weft__wake_finish(wake, 0);
-    int rc = weft__wait_commit(&r.w, deadline);
-    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc))) {
-        ask_detach(a, &r);
+    /* One park from here to the reply (ask_publish). */
+    int rc = weft__wait(&r.w, &(weft__wait_spec){.kind = &weft__wk_ask,
+                                                 .obj = a,
+                                                 .lock = &a->lock,
+                                                 .deadline = deadline,
+                                                 .publish = ask_publish,
+                                                 .withdraw = ask_withdraw,
+                                                 .ctx = a});
+    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc)))
         return rc;
-    }
     return r.status;
 }
 
@@ -789,8 +831,7 @@ int weft_actor_stop(weft_actor *a, int how)
                 weft__scope_cancel(a->scope, CANCEL_USER);
         } else if (a->life == WEFT__A_RUNNING) {
             a->life = WEFT__A_DRAINING;
-            if (a->token && claim_actor(a)) /* idle: to see it must go */
-                look = a->task;
+            look = claim_actor(a); /* idle: to see it must go */
         }
     }
     weft__lock_release(&a->lock);
@@ -823,8 +864,11 @@ int weft_actor_wait(weft_actor *a, int *status, weft_time deadline)
         }
         weft__waiter w;
         weft__waiter_init(&w, NULL, 0);
-        rc =
-            weft__wait_one(&a->lock, &a->exitq, &w, WEFT__W_ACTOR, a, deadline);
+        rc = weft__wait(&w, &(weft__wait_spec){.kind = &weft__wk_actor,
+                                               .obj = a,
+                                               .lock = &a->lock,
+                                               .q = &a->exitq,
+                                               .deadline = deadline});
         if (rc)
             return rc;
     }
@@ -864,8 +908,7 @@ static void monitor_fire(weft__monitor *m, weft_actor *target, int status)
     if (taken) {
         *w->downs_end = m;
         w->downs_end = &m->next;
-        if (w->token && claim_actor(w))
-            look = w->task;
+        look = claim_actor(w);
     }
     weft__lock_release(&w->lock);
     if (look)
@@ -1142,12 +1185,12 @@ static int tell_case_try(weft_case *c, weft__arm *arm, weft__chain *woken)
         c->rc = -ESRCH; /* refused at once, as tell() */
         return 0;
     }
-    if (a->token && claim_actor(a)) { /* parked, empty: straight in */
+    weft__waiter *idle = weft__slot_claim(&a->idle);
+    if (idle) { /* parked, empty: straight in */
         msg_copy(a->buf, c->elem, a->msg_size);
         a->cur_kind = WEFT_MSG_TELL;
         a->cur_ask = NULL;
-        arm->w.task = a->task; /* woken with 0 once select unlocks */
-        weft__chain_add(woken, &arm->w);
+        weft__chain_add(woken, idle); /* woken with 0 once select unlocks */
         c->rc = 0;
         return 0;
     }

@@ -66,8 +66,8 @@ struct weft_actor {
     int status;                       /* the exit status, once EXITED */
     uint32_t head, len;               /* the ring: oldest slot, messages */
     weft_task *task;                  /* the actor's task, once it runs */
-    uint64_t token;                   /* its park token while it waits for a
-                                       * message (0: not parked) */
+    weft__waiter *idle;               /* its waiter while it waits for a
+                                       * message (NULL: not waiting) */
     int cur_kind;                     /* WEFT_MSG_* of the message in buf */
     struct weft__ask *cur_ask;        /* the asker of the message being handled
                                        * (NULL: a tell, or the asker gave up) */
@@ -101,6 +101,12 @@ int weft__actor_opts_check(const weft_actor_opts *o);
  * this with started NULL. */
 int weft__actor_run_with(const weft_actor_opts *o,
                          void (*started)(void *ctx, weft_actor *a), void *ctx);
+
+/* The wait kinds of actor.c (wait.h), each with the actor as its object:
+ * an actor waiting for a message, a tell waiting for room, an ask (room,
+ * then its reply), weft_actor_wait. */
+extern const weft__wait_kind weft__wk_mailbox, weft__wk_tell, weft__wk_ask,
+    weft__wk_actor;
 
 /* ---- registry.c ---- */
 

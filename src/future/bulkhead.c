@@ -6,7 +6,7 @@
  * A counting semaphore of turns with a bounded FIFO wait queue, under one
  * spinlock, built as weft_sem is (sync.c), waiting through the wait layer
  * (wait.h): a waiter queues a weft__waiter on its own stack
- * (weft__wait_one) and parks; whoever hands it a turn first claims it
+ * (weft__wait) and parks; whoever hands it a turn first claims it
  * (weft__waitq_claim), so a waiter that wakes with -ETIMEDOUT or
  * -ECANCELED was handed nothing, and the wait layer takes it off the
  * queue.
@@ -46,6 +46,8 @@
 #include "future/future.h"
 
 #include <stdlib.h>
+
+const weft__wait_kind weft__wk_bulkhead = {WEFT_WAIT_BULKHEAD, "bulkhead"};
 
 struct weft_bulkhead {
     weft__lock lock; /* guards every field below */
@@ -125,7 +127,11 @@ int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline)
     }
     b->waiting++;
     weft__waiter self = {0};
-    rc = weft__wait_one(&b->lock, &b->q, &self, WEFT__W_BULKHEAD, b, deadline);
+    rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_bulkhead,
+                                              .obj = b,
+                                              .lock = &b->lock,
+                                              .q = &b->q,
+                                              .deadline = deadline});
     if (rc == 0) {
         /* Handed a turn (held counts it; we are off the queue). */
         if (!weft__checkpoint())

@@ -64,6 +64,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+const weft__wait_kind weft__wk_future = {WEFT_WAIT_FUTURE, "future"};
+
 #define FUT_MAGIC 0x66757475u /* "futu" */
 #define FUT_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_VALUE 65536
@@ -378,7 +380,7 @@ static void give_up(wait_op *op)
 static int wait_futures(wait_op *op, int *fired, int64_t deadline)
 {
     weft__waitset set;
-    weft__waitset_init(&set, fired, WEFT__W_FUTURE, op->obj);
+    weft__waitset_init(&set, fired, &weft__wk_future, op->obj);
     weft__policy_start(&op->ps);
     bool decided = false;
     op->left = op->n;

@@ -11,6 +11,12 @@
 
 /* ---- futures ---- */
 
+/* The wait kinds of this layer (wait.h): a future or a combinator of
+ * futures (future.c), the bulkhead (bulkhead.c), the rate limiter
+ * (limiter.c, a sleep: its deadline is recorded). */
+extern const weft__wait_kind weft__wk_future, weft__wk_bulkhead,
+    weft__wk_limiter;
+
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
 

@@ -26,7 +26,7 @@
  * weft_limiter_acquire(n, deadline) reserves under the lock: if d <= now
  * the tokens are taken at once; if d > deadline it returns -ETIMEDOUT at
  * once and Z is not changed (nothing taken); else it keeps the reservation
- * and sleeps until exactly d (weft__wait_sleep_on, which records the
+ * and sleeps until exactly d (weft__wait_sleep, which records the
  * limiter as what the task waits on). Reservations are made in
  * arrival order and each one's d is at or after the one before, so takers
  * are served in arrival order (FIFO) with no queue, no polling and no
@@ -54,6 +54,8 @@
 #include "future/future.h"
 
 #include <stdlib.h>
+
+const weft__wait_kind weft__wk_limiter = {WEFT_WAIT_LIMITER, "rate limiter"};
 
 #ifndef __SIZEOF_INT128__
 #error "weft's limiter needs a 128-bit integer type"
@@ -164,7 +166,8 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
     weft__lock_release(&l->lock);
 
     /* Nothing wakes it but the instant its tokens are due or a cancel. */
-    rc = weft__wait_sleep_on((int64_t)due, WEFT__W_LIMITER, l, 0);
+    rc = weft__wait_sleep(&(weft__wait_spec){
+        .kind = &weft__wk_limiter, .obj = l, .deadline = (int64_t)due});
     if (rc == -ETIMEDOUT)
         rc = 0; /* due: the tokens are ours */
 

@@ -11,10 +11,11 @@
  *   1. The caller allocates a job (never on its stack: it may leave before
  *      fn ends) and, under the lock, puts it in the queue, or, when the
  *      queue is full (or others already wait), in `room`, the line of
- *      callers waiting for room. Both are FIFO. It arms the job's waiter
- *      (the wait layer: kind WEFT__W_BLOCKING, the job as the object)
- *      and parks (weft__wait_park_mutex, as the lock is a mutex its
- *      threads also wait on a condition variable with).
+ *      callers waiting for room. Both are FIFO. It waits on the job's
+ *      waiter (the wait layer's entry for a pthread mutex,
+ *      weft__wait_pmutex, as the lock is one its threads also wait on a
+ *      condition variable with; kind weft__wk_blocking, the job as the
+ *      object).
  *   2. A pool thread pops the oldest queued job (RUNNING), moves the first
  *      caller waiting for room into the freed slot (claiming it first, as
  *      sync.c's wakers do, and waking it with W_GRANTED), and runs fn
@@ -55,6 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+const weft__wait_kind weft__wk_blocking = {WEFT_WAIT_BLOCKING, "blocking call"};
 
 #define DEFAULT_THREADS 64
 #define DEFAULT_QUEUE 1024
@@ -342,12 +345,17 @@ static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
 {
     pthread_mutex_t *mu = &p->rt->blocking_mu;
     for (;;) {
-        /* Armed under the lock, after everything that can fail: a wait
-         * that is armed must park. The queue j is on, or none (RUNNING:
-         * a thread popped it; a claim that failed popped it from room). */
-        weft__wait_arm(&j->w, WEFT__W_BLOCKING, j, 0);
-        int rc = weft__wait_park_mutex(
-            mu, j->state == J_ROOM ? &p->room : &p->queue, &j->w, deadline);
+        /* Under the lock, after everything that can fail. The queue j is
+         * on, or none (RUNNING: a thread popped it; a claim that failed
+         * popped it from room). */
+        int rc = weft__wait_pmutex(
+            &j->w,
+            &(weft__wait_spec){.kind = &weft__wk_blocking,
+                               .obj = j,
+                               .q = j->state == J_ROOM ? &p->room : &p->queue,
+                               .deadline = deadline,
+                               .flags = WEFT__WAIT_QUEUED},
+            mu);
         if (rc == W_DONE) {
             int result = j->result; /* the thread is done with j */
             free(j);

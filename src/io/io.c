@@ -68,7 +68,7 @@
  *
  * Waiting goes through the wait layer (wait.h): one arm per direction
  * waited for, on the record's read or write queue, under the record's
- * lock, kind WEFT__W_FD with the record as the object; a waker claims a
+ * lock, kind weft__wk_fd with the record as the object; a waker claims a
  * waiter before handing it anything, and a waiter that leaves on a
  * deadline or a cancel takes itself off the queue (wait.c does). Events
  * are read by the worker when it has nothing else to do, every FAIR_EVERY
@@ -95,6 +95,8 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+
+const weft__wait_kind weft__wk_fd = {WEFT_WAIT_FD, "descriptor"};
 
 #define FD_CHUNK_BITS 10
 #define FD_CHUNK (1 << FD_CHUNK_BITS)
@@ -241,6 +243,89 @@ void weft__fd_ready(int fd, uint32_t gen, unsigned ev)
 
 /* ---- waits ---- */
 
+/* Under r's lock: whether an edge for events has come (after == NULL: one
+ * not yet given to a wait; else a read edge past *after); if so it is
+ * given to this wait. */
+static bool rec_ready(fd_rec *r, int events, const unsigned *after)
+{
+    bool ready = false;
+    for (int k = 0; k < 2; k++) {
+        unsigned e = ld_rlx(&r->edges[k]);
+        if ((events & (1 << k)) && (after ? e != *after : e != r->seen[k])) {
+            r->seen[k] = e;
+            ready = true;
+        }
+    }
+    return ready;
+}
+
+enum { FD_PARK = 1 }; /* fd_look: nothing yet, park */
+
+/* Looks at fd's record r until the wait must park: returns FD_PARK with
+ * r's lock held, or the wait's result with it released (0: an edge came,
+ * or fd is always ready; < 0: an error). The registration happens once
+ * per worker and descriptor; a wait on a foreign descriptor adds a check
+ * each time it parks (rec_check). */
+static int fd_look(weft__poller *p, fd_rec *r, int fd, int events,
+                   const unsigned *after)
+{
+    bool checked = false;
+    for (;;) {
+        weft__lock_acquire(&r->lock);
+        bool fresh;
+        int rc = rec_watch(p, r, fd, &fresh);
+        if (rc != 0 || rec_ready(r, events, after)) {
+            weft__lock_release(&r->lock);
+            return rc > 0 ? 0 : rc;
+        }
+        if (fresh || checked || r->owned)
+            return FD_PARK;
+        /* About to park: a descriptor weft did not make may have been
+         * closed and its number reused behind weft's back. */
+        weft__chain stale;
+        weft__chain_init(&stale);
+        rc = rec_check(p, r, fd, &stale);
+        if (rc == 0 && !stale.head)
+            return FD_PARK;
+        /* Failed, or the number names a new file, registered now: wake
+         * the waits of the old one, and look again. */
+        weft__lock_release(&r->lock);
+        weft__wake_chain(stale.head, 0);
+        if (rc)
+            return rc > 0 ? 0 : rc;
+        checked = true;
+    }
+}
+
+/* Under r's lock, nothing ready: waits on r's queue of each direction of
+ * events (noting which way, for the task dump) until an edge, the deadline
+ * or a cancel. Returns the wait's result, the lock released. */
+static int fd_park(fd_rec *r, int events, int64_t deadline)
+{
+    const char *dir = events == WEFT_IO_READ    ? "read"
+                      : events == WEFT_IO_WRITE ? "write"
+                                                : "read or write";
+    if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
+        weft__waiter ws;
+        weft__waiter_init(&ws, NULL, 0);
+        return weft__wait(
+            &ws, &(weft__wait_spec){.kind = &weft__wk_fd,
+                                    .obj = r,
+                                    .name = dir,
+                                    .lock = &r->lock,
+                                    .q = &r->q[events == WEFT_IO_READ ? 0 : 1],
+                                    .deadline = deadline});
+    }
+    weft__arm arms[2] = {{.lock = &r->lock, .q = &r->q[0]},
+                         {.lock = &r->lock, .q = &r->q[1]}};
+    weft__lock *order[1] = {&r->lock};
+    int code = 0;
+    weft__wait_note_name(dir);
+    int rc =
+        weft__wait_many(order, 1, arms, 2, &weft__wk_fd, r, deadline, &code);
+    return rc >= 0 ? code : rc;
+}
+
 /* Waits for events on fd. after == NULL: an edge not yet given to a wait
  * counts (weft_fd_wait); else only a read edge past *after does. */
 static int fd_wait(int fd, int events, weft_time deadline,
@@ -259,69 +344,13 @@ static int fd_wait(int fd, int events, weft_time deadline,
     weft__poller *p = io_poller(w, &rc);
     if (!p)
         return rc;
-    /* The registration happens once per worker and descriptor; a wait on
-     * a foreign descriptor adds a check each time it parks (rec_check). */
-    bool checked = false;
-    for (;;) {
-        weft__lock_acquire(&r->lock);
-        bool fresh;
-        if ((rc = rec_watch(p, r, fd, &fresh)) != 0) {
-            weft__lock_release(&r->lock);
-            return rc > 0 ? 0 : rc;
-        }
-        bool ready = false;
-        for (int k = 0; k < 2; k++) {
-            unsigned e = ld_rlx(&r->edges[k]);
-            if ((events & (1 << k)) &&
-                (after ? e != *after : e != r->seen[k])) {
-                r->seen[k] = e;
-                ready = true;
-            }
-        }
-        if (ready) {
-            weft__lock_release(&r->lock);
-            return 0;
-        }
-        if (fresh || checked || r->owned)
-            break;
-        /* About to park: a descriptor weft did not make may have been
-         * closed and its number reused behind weft's back. */
-        weft__chain stale;
-        weft__chain_init(&stale);
-        rc = rec_check(p, r, fd, &stale);
-        if (rc == 0 && !stale.head)
-            break;
-        /* Failed, or the number names a new file, registered now: wake
-         * the waits of the old one, and look again. */
-        weft__lock_release(&r->lock);
-        weft__wake_chain(stale.head, 0);
-        if (rc)
-            return rc > 0 ? 0 : rc;
-        checked = true;
-    }
+    if ((rc = fd_look(p, r, fd, events, after)) != FD_PARK)
+        return rc;
     /* Counted while parked, so that the worker polls (and sleeps in) its
      * poller meanwhile. */
     uint32_t gen = ld_rlx(&r->gen);
     weft__pending_add(w, WEFT__PENDING_IO, 1);
-    /* for the task dump: which way it waits (wait_name is read for
-     * WEFT__W_FD only, so other waits need not clear it) */
-    st_rlx(&w->cur->wait_name, events == WEFT_IO_READ    ? "read"
-                               : events == WEFT_IO_WRITE ? "write"
-                                                         : "read or write");
-    if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
-        weft__waiter ws;
-        weft__waiter_init(&ws, NULL, 0);
-        rc = weft__wait_one(&r->lock, &r->q[events == WEFT_IO_READ ? 0 : 1],
-                            &ws, WEFT__W_FD, r, deadline);
-    } else {
-        weft__arm arms[2] = {{.lock = &r->lock, .q = &r->q[0]},
-                             {.lock = &r->lock, .q = &r->q[1]}};
-        weft__lock *order[1] = {&r->lock};
-        int code = 0;
-        rc = weft__wait_many(order, 1, arms, 2, WEFT__W_FD, r, deadline, &code);
-        if (rc >= 0)
-            rc = code;
-    }
+    rc = fd_park(r, events, deadline);
     weft__pending_add(w, WEFT__PENDING_IO, -1);
     if (weft__wait_unclaimed(rc))
         p->ops->cancel(p, fd, gen);

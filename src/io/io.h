@@ -43,7 +43,7 @@ void weft__fd_case_won(weft_case *c, int code);
  * whether it came back short; and, before a read, wait first if the last
  * one was short and no edge came since (0 if waited or no need, else
  * weft_fd_wait's error; *stream: whether fd is a TCP socket). */
-/* The descriptor whose record rec is (a WEFT__W_FD wait's object), or
+/* The descriptor whose record rec is (a weft__wk_fd wait's object), or
  * -1. For the task dump; any thread; never blocks. */
 int weft__fd_of(const void *rec);
 void weft__fd_set_stream(int fd);
@@ -57,6 +57,11 @@ void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
 int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
 /* ---- blocking.c ---- */
+
+/* The wait kinds of this layer (wait.h): a descriptor (io.c; obj: its
+ * record, name: the direction), a blocking call (blocking.c; obj: its
+ * job). */
+extern const weft__wait_kind weft__wk_fd, weft__wk_blocking;
 
 /* Waits for the pool's threads (each finishes the call it runs) and frees
  * the pool; at the end of weft_run, after the workers have stopped. */

@@ -118,23 +118,22 @@ static void out_task(struct out *o, const weft_task *t)
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 {
-    int kind = ld_rlx(&t->wait_kind);
-    const void *obj = ld_rlx(&t->wait_obj);
-    out_printf(o, "    waits for %s %p", weft__wait_kind_name(kind), obj);
-    const char *name = ld_rlx(&t->wait_name);
-    if (name)
-        out_printf(o, " (%s)", name);
-    if (kind == WEFT__W_MUTEX) {
-        weft_task *h = weft__mutex_owner(obj);
+    weft__wait_rec w;
+    weft__wait_record(t, &w);
+    out_printf(o, "    waits for %s %p", weft__wait_kind_name(w.kind), w.obj);
+    if (w.name)
+        out_printf(o, " (%s)", w.name);
+    if (w.kind == &weft__wk_mutex) {
+        weft_task *h = weft__mutex_owner(w.obj);
         if (h) {
             out_printf(o, ", held by ");
             out_task(o, h);
         }
-    } else if (kind == WEFT__W_SCOPE && obj) {
-        const weft_scope *s = obj;
+    } else if (w.kind == &weft__wk_scope && w.obj) {
+        const weft_scope *s = w.obj;
         out_printf(o, ", %d children running", s->live);
     }
-    int64_t since = weft__now(rt) - ld_rlx(&t->wait_since);
+    int64_t since = weft__now(rt) - w.since;
     if (since >= 0)
         out_printf(o, ", for %lld.%03lld ms\n", (long long)(since / WEFT_MSEC),
                    (long long)(since % WEFT_MSEC / WEFT_USEC));
@@ -168,16 +167,17 @@ enum verdict { STUCK, WAKEABLE };
 /* Whether t, parked, may be woken from outside the runtime. */
 static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
 {
-    int kind = ld_rlx(&t->wait_kind);
-    const void *obj = ld_rlx(&t->wait_obj);
-    if (kind == WEFT__W_FUTURE)
+    weft__wait_rec w;
+    weft__wait_record(t, &w);
+    const void *obj = w.obj;
+    if (w.kind == &weft__wk_future)
         return true;
     for (int i = 0; i < ob->noutside; i++)
         if (obj == ob->outside[i])
             return true;
-    if (kind == WEFT__W_SELECT && obj) {
+    if (w.kind == &weft__wk_select && obj) {
         const weft_case *c = obj;
-        int n = ld_rlx(&t->wait_n);
+        int n = w.n;
         for (int i = 0; i < n; i++) {
             if (c[i].op == WEFT_OP_FUTURE)
                 return true;

@@ -286,11 +286,10 @@ static int running_on(dump *d, weft_task *t)
 }
 
 /* What a parked task waits on, per kind, after the kind and object. */
-static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
+static void wait_details(dump *d, const weft__wait_rec *w)
 {
-    switch (kind) {
-    case WEFT__W_MUTEX: {
-        weft_task *h = weft__mutex_owner(obj);
+    if (w->kind == &weft__wk_mutex) {
+        weft_task *h = weft__mutex_owner(w->obj);
         if (d->json) {
             put(d, ",\"holder\":");
             if (h) {
@@ -312,11 +311,9 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
         } else {
             put(d, " (free: its next holder is on its way)");
         }
-        break;
-    }
-    case WEFT__W_FD: {
-        int fd = weft__fd_of(obj);
-        const char *dir = ld_rlx(&t->wait_name);
+    } else if (w->kind == &weft__wk_fd) {
+        int fd = weft__fd_of(w->obj);
+        const char *dir = w->name;
         if (d->json) {
             put(d, ",\"fd\":%d,\"direction\":", fd);
             put_json_str(d, dir, NAME_SHOWN);
@@ -326,11 +323,8 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
                 put(d, ", %s", dir);
             put(d, ")");
         }
-        break;
-    }
-    case WEFT__W_SLEEP:
-    case WEFT__W_LIMITER: {
-        int64_t until = ld_rlx(&t->wait_until);
+    } else if (w->kind == &weft__wk_sleep || w->kind == &weft__wk_limiter) {
+        int64_t until = w->until;
         if (d->json) {
             if (until != WEFT_NEVER)
                 put(d, ",\"until\":%lld", (long long)until);
@@ -345,8 +339,6 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
         } else {
             put(d, " forever");
         }
-        break;
-    }
     }
 }
 
@@ -354,11 +346,11 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
 
 /* An actor between messages has no caller of a weft function on its
  * stack (its loop is weft's): its behaviour stands for it. */
-static bool behaviour_of(int kind, const void *obj, weft__frame *f)
+static bool behaviour_of(const weft__wait_rec *w, weft__frame *f)
 {
-    if (kind != WEFT__W_MAILBOX || !obj)
+    if (w->kind != &weft__wk_mailbox || !w->obj)
         return false;
-    const weft_actor *a = obj;
+    const weft_actor *a = w->obj;
     return weft__where_pc((uintptr_t)a->fn, f) == 0;
 }
 
@@ -379,7 +371,7 @@ static void put_frame_text(dump *d, const weft__frame *f)
 
 /* Under a parked task's line: "at FUNC (FILE:LINE)", its blocking line,
  * then with WEFT_DUMP_STACKS its frames from the weft call that parked. */
-static void text_where(dump *d, int kind, const void *obj)
+static void text_where(dump *d, const weft__wait_rec *w)
 {
     const weft__stack *st = &d->st;
     weft__frame b;
@@ -388,7 +380,7 @@ static void text_where(dump *d, int kind, const void *obj)
         put(d, "at ");
         put_frame_text(d, &st->f[st->at]);
         put(d, "\n");
-    } else if (behaviour_of(kind, obj, &b)) {
+    } else if (behaviour_of(w, &b)) {
         indent(d, d->depth + 1);
         put(d, "at the mailbox of behaviour ");
         put_frame_text(d, &b);
@@ -427,14 +419,14 @@ static void put_frame_json(dump *d, const weft__frame *f)
 }
 
 /* ,"where":{frame} or null, and with WEFT_DUMP_STACKS ,"stack":[...]. */
-static void json_where(dump *d, int kind, const void *obj)
+static void json_where(dump *d, const weft__wait_rec *w)
 {
     const weft__stack *st = &d->st;
     weft__frame b;
     put(d, ",\"where\":");
     if (st->at >= 0)
         put_frame_json(d, &st->f[st->at]);
-    else if (behaviour_of(kind, obj, &b))
+    else if (behaviour_of(w, &b))
         put_frame_json(d, &b);
     else
         put(d, "null");
@@ -450,56 +442,52 @@ static void json_where(dump *d, int kind, const void *obj)
     put(d, "]");
 }
 
-/* A member's line (its home's lock held). */
-static void task_line(dump *d, weft_task *t)
+/* The kind shown for a task parked without a wait noted (one made parked
+ * before it ever ran). */
+static const weft__wait_kind nothing = {WEFT_WAIT_NONE, "nothing"};
+
+/* A member's line in JSON: t parked (w: its wait record) or not (w->kind
+ * NULL), in state, running on worker (or -1). */
+static void task_line_json(dump *d, weft_task *t, const weft__wait_rec *w,
+                           const char *state, int worker, int64_t for_ns)
 {
-    uint64_t park = ld_rlx(&t->park);
-    bool parked = PARK_STATE(park) != PARK_RUNNING;
-    int worker = parked ? -1 : running_on(d, t);
-    const char *state = parked ? "parked" : worker >= 0 ? "running" : "ready";
-    int kind = parked ? ld_rlx(&t->wait_kind) : WEFT__W_NONE;
-    const void *obj = ld_rlx(&t->wait_obj);
-    int64_t since = ld_rlx(&t->wait_since);
-    int64_t for_ns = d->now > since ? d->now - since : 0;
-    d->ntasks++;
-    d->st.n = 0;
-    d->st.at = d->st.from = -1;
-    if (parked)
-        weft__task_stack(t, &d->st);
-    if (d->json) {
-        put(d, "{\"type\":\"task\",\"id\":");
-        put_id(d, t->id);
-        put(d, ",\"name\":");
-        put_json_str(d, t->name, NAME_SHOWN);
-        put(d, ",\"file\":");
-        put_json_str(d, t->file, FILE_SHOWN);
-        put(d, ",\"line\":%d,\"state\":\"%s\",\"worker\":", t->line, state);
-        if (worker >= 0)
-            put(d, "%d", worker);
+    put(d, "{\"type\":\"task\",\"id\":");
+    put_id(d, t->id);
+    put(d, ",\"name\":");
+    put_json_str(d, t->name, NAME_SHOWN);
+    put(d, ",\"file\":");
+    put_json_str(d, t->file, FILE_SHOWN);
+    put(d, ",\"line\":%d,\"state\":\"%s\",\"worker\":", t->line, state);
+    if (worker >= 0)
+        put(d, "%d", worker);
+    else
+        put(d, "null");
+    put(d, ",\"scope\":\"%p\",\"current_scope\":\"%p\",\"scopes\":[",
+        (void *)d->path[d->depth - 1].s, (void *)ld_rlx(&t->cur));
+    for (int i = d->depth - 1; i >= 0; i--)
+        put(d, "\"%p\"%s", (void *)d->path[i].s, i ? "," : "");
+    put(d, "],\"wait\":");
+    if (w->kind) {
+        put(d, "{\"kind\":\"%s\",\"object\":", weft__wait_kind_name(w->kind));
+        if (w->obj)
+            put(d, "\"%p\"", w->obj);
         else
             put(d, "null");
-        put(d, ",\"scope\":\"%p\",\"current_scope\":\"%p\",\"scopes\":[",
-            (void *)d->path[d->depth - 1].s, (void *)ld_rlx(&t->cur));
-        for (int i = d->depth - 1; i >= 0; i--)
-            put(d, "\"%p\"%s", (void *)d->path[i].s, i ? "," : "");
-        put(d, "],\"wait\":");
-        if (parked) {
-            put(d, "{\"kind\":\"%s\",\"object\":", weft__wait_kind_name(kind));
-            if (obj)
-                put(d, "\"%p\"", obj);
-            else
-                put(d, "null");
-            put(d, ",\"since\":%lld,\"for_ns\":%lld", (long long)since,
-                (long long)for_ns);
-            wait_details(d, kind, obj, t);
-            put(d, "}");
-        } else {
-            put(d, "null");
-        }
-        json_where(d, kind, obj);
-        put(d, "}\n");
-        return;
+        put(d, ",\"since\":%lld,\"for_ns\":%lld", (long long)w->since,
+            (long long)for_ns);
+        wait_details(d, w);
+        put(d, "}");
+    } else {
+        put(d, "null");
     }
+    json_where(d, w);
+    put(d, "}\n");
+}
+
+/* The same line in text. */
+static void task_line_text(dump *d, weft_task *t, const weft__wait_rec *w,
+                           const char *state, int worker, int64_t for_ns)
+{
     indent(d, d->depth);
     put(d, "task ");
     put_id(d, t->id);
@@ -511,17 +499,42 @@ static void task_line(dump *d, weft_task *t)
         state);
     if (worker >= 0)
         put(d, " on worker %d", worker);
-    if (parked) {
+    if (w->kind) {
         put(d, " for ");
         put_secs(d, for_ns);
-        put(d, " on %s", weft__wait_kind_name(kind));
-        if (obj)
-            put(d, " %p", obj);
-        wait_details(d, kind, obj, t);
+        put(d, " on %s", weft__wait_kind_name(w->kind));
+        if (w->obj)
+            put(d, " %p", w->obj);
+        wait_details(d, w);
     }
     put(d, "\n");
+    if (w->kind)
+        text_where(d, w);
+}
+
+/* A member's line (its home's lock held). */
+static void task_line(dump *d, weft_task *t)
+{
+    uint64_t park = ld_rlx(&t->park);
+    bool parked = PARK_STATE(park) != PARK_RUNNING;
+    int worker = parked ? -1 : running_on(d, t);
+    const char *state = parked ? "parked" : worker >= 0 ? "running" : "ready";
+    weft__wait_rec w;
+    weft__wait_record(t, &w);
+    if (!parked)
+        w.kind = NULL;
+    else if (!w.kind)
+        w.kind = &nothing; /* parked, never noted (a task made parked) */
+    int64_t for_ns = d->now > w.since ? d->now - w.since : 0;
+    d->ntasks++;
+    d->st.n = 0;
+    d->st.at = d->st.from = -1;
     if (parked)
-        text_where(d, kind, obj);
+        weft__task_stack(t, &d->st);
+    if (d->json)
+        task_line_json(d, t, &w, state, worker, for_ns);
+    else
+        task_line_text(d, t, &w, state, worker, for_ns);
 }
 
 /* ---- the walk ---- */

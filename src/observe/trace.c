@@ -30,17 +30,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert((int)WEFT_WAIT_SUPERVISOR == (int)WEFT__W_SUPERVISOR &&
-                   (int)WEFT_WAIT_YIELD == (int)WEFT__W_KINDS,
-               "weft_wait_kind follows the wait layer's kinds");
 _Static_assert((int)WEFT_CANCEL_USER == CANCEL_USER &&
                    (int)WEFT_CANCEL_DEADLINE == CANCEL_DEADLINE &&
                    (int)WEFT_CANCEL_POLICY == CANCEL_POLICY,
                "weft_cancel_reason follows the scope layer's reasons");
 
+/* Each layer's wait kinds (wait.h), by their public number. */
+extern const weft__wait_kind weft__wk_supervisor; /* supervisor.c's */
+static const weft__wait_kind none = {WEFT_WAIT_NONE, "nothing"};
+static const weft__wait_kind yield = {WEFT_WAIT_YIELD, "yield"};
+static const weft__wait_kind *const kinds[] = {
+    &none,
+    &weft__wk_sleep,
+    &weft__wk_send,
+    &weft__wk_recv,
+    &weft__wk_select,
+    &weft__wk_mutex,
+    &weft__wk_rwlock,
+    &weft__wk_cond,
+    &weft__wk_sem,
+    &weft__wk_event,
+    &weft__wk_waitgroup,
+    &weft__wk_once,
+    &weft__wk_barrier,
+    &weft__wk_future,
+    &weft__wk_fd,
+    &weft__wk_blocking,
+    &weft__wk_bulkhead,
+    &weft__wk_limiter,
+    &weft__wk_scope,
+    &weft__wk_task,
+    &weft__wk_mailbox,
+    &weft__wk_tell,
+    &weft__wk_ask,
+    &weft__wk_actor,
+    &weft__wk_supervisor,
+    &yield,
+};
+_Static_assert(sizeof kinds / sizeof *kinds == WEFT_WAIT_YIELD + 1,
+               "a wait kind for every weft_wait_kind");
+
 const char *weft_wait_kind_name(int kind)
 {
-    return kind == WEFT_WAIT_YIELD ? "yield" : weft__wait_kind_name(kind);
+    if (kind < 0 || kind > WEFT_WAIT_YIELD)
+        return "?";
+    /* Each kind sits at its own number. */
+    WEFT_ASSERT(kinds[kind]->id == kind);
+    return kinds[kind]->name;
 }
 
 /* ---- the buffers ---- */

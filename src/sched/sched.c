@@ -897,7 +897,8 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
 WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
 {
     weft__instr_park(w->instr, self,
-                     kind >= 0 ? kind : ld_rlx(&self->wait_kind));
+                     kind >= 0 ? kind
+                               : weft__wait_kind_id(ld_rlx(&self->wait_kind)));
     bool switched = run_next_plain(w, self, kind);
     instr_run(w->instr, self);
     return switched;

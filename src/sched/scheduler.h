@@ -49,6 +49,8 @@ enum {
                                  * timer_lag) */
 };
 
+struct weft__wait_kind; /* a kind of wait (wait.h) */
+
 /* A task and its stack share one slot of memory: the struct sits at the top
  * of the slot and the stack grows down from just below it, so a parked task
  * that used little stack costs one page. */
@@ -96,15 +98,15 @@ struct weft_task {
      * the task dump and the deadlock detector; stale once running. The
      * task writes them for itself and other threads read them while it
      * runs: relaxed atomics (plain moves on x86), read as a hint. */
-    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
+    _Atomic(const struct weft__wait_kind *) wait_kind; /* wait.h's */
     _Atomic(const void *) wait_obj;  /* the object waited on */
     _Atomic int wait_n;              /* select: its number of cases */
     _Atomic(const char *) wait_name; /* a static word about the wait (a
                                       * descriptor's direction), or NULL;
                                       * set only by kinds that read it */
     _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
-    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
-                                      * and WEFT__W_LIMITER only) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (weft__wait_sleep
+                                      * only) */
     /* The mutex the task waits for inside a contended lock, from the
      * lock's first queueing to its return (NULL otherwise, and always
      * when deadlock detection is off): an edge of the graph the mutex
@@ -406,6 +408,14 @@ static inline weft_task *weft__current(void)
 {
     weft_worker *w = weft__tl_worker;
     return w ? ld_rlx(&w->cur) : NULL;
+}
+
+/* The weft_wait_kind of a wait kind (the wait layer's descriptor, whose
+ * first member it is: wait.h), for an instrument's park; NULL (never
+ * waited) is WEFT_WAIT_NONE. */
+static inline int weft__wait_kind_id(const struct weft__wait_kind *k)
+{
+    return k ? *(const uint8_t *)k : WEFT_WAIT_NONE;
 }
 
 /* ---- predicates for asserts (WEFT_ASSERT) ---- */

@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+const weft__wait_kind weft__wk_scope = {WEFT_WAIT_SCOPE, "scope join"};
+
 /* WEFT_SERVE without a handler: at most LOG_BURST lines on stderr in any
  * LOG_WINDOW, per scope. A server whose clients all vanish at once must not
  * spend its workers writing to stderr. */
@@ -531,9 +533,12 @@ int weft_scope_join(weft_scope *s)
      * which claims the done queue. Again if a spawn came in between. */
     while (s->live > 0) {
         weft__waiter self = {0};
-        weft__wait_arm(&self, WEFT__W_SCOPE, s, WEFT__WAIT_FIRM);
-        weft__waitq_push(&s->done, &self);
-        weft__wait_park(&s->lock, &s->done, &self, WEFT_NEVER);
+        weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_scope,
+                                             .obj = s,
+                                             .lock = &s->lock,
+                                             .q = &s->done,
+                                             .deadline = WEFT_NEVER,
+                                             .flags = WEFT__WAIT_FIRM});
         scope_lock(s);
     }
     /* Joined only once its children are gone: its member tasks, and

@@ -155,6 +155,10 @@ void weft__handle_exit(weft_task *t);
  * finished): their handles then read -ESRCH. */
 void weft__handles_fini(weft_runtime *rt);
 
+/* The wait kinds of this layer (wait.h): a scope's join (scope.c), a task
+ * handle's (task.c). */
+extern const weft__wait_kind weft__wk_scope, weft__wk_task;
+
 /* ---- spawn.c: a task spawned into a scope, and its exit ---- */
 
 int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,

@@ -30,7 +30,7 @@
  * then its scope, then the scopes below; nothing takes the record's lock
  * while holding a scope's.
  *
- * Joiners wait on the record's queue through weft__wait_one; the exit
+ * Joiners wait on the record's queue through weft__wait; the exit
  * and a release wake them all, and each looks at the record again.
  *
  * A task cancelled through its handle that returns -ECANCELED is marked
@@ -42,6 +42,8 @@
 #include "scope/scope.h"
 
 #include <stdlib.h>
+
+const weft__wait_kind weft__wk_task = {WEFT_WAIT_TASK, "task join"};
 
 #define INDEX_BITS 24
 #define CHUNK_BITS 8
@@ -240,8 +242,11 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
             rc = -EDEADLK;
         } else if (!h->done) {
             weft__waiter w = {0};
-            rc = weft__wait_one(&h->lock, &h->joiners, &w, WEFT__W_TASK, h,
-                                deadline);
+            rc = weft__wait(&w, &(weft__wait_spec){.kind = &weft__wk_task,
+                                                   .obj = h,
+                                                   .lock = &h->lock,
+                                                   .q = &h->joiners,
+                                                   .deadline = deadline});
             if (rc)
                 return rc; /* -ECANCELED, -ETIMEDOUT: nothing changed */
             continue;      /* woken by the exit or a release: look again */

@@ -56,6 +56,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Its wait kind (wait.h): its loop, or a call waiting for it; the object
+ * is the supervisor. Declared here, as this layer has no header, and
+ * where the public names are kept (trace.c). */
+extern const weft__wait_kind weft__wk_supervisor;
+const weft__wait_kind weft__wk_supervisor = {WEFT_WAIT_SUPERVISOR,
+                                             "supervisor"};
+
 /* OTP's defaults (intensity 1, period 5 s), when both are 0. */
 #define DEFAULT_INTENSITY 1
 #define DEFAULT_PERIOD (5 * WEFT_SEC)
@@ -339,7 +346,11 @@ static bool sup_wait(weft_sup *s, weft_time deadline, bool exits_only)
         weft__waiter_init(&w, NULL, 0);
         /* The supervisor's current scope is `kids`, which nobody cancels:
          * only a post or the deadline ends this. */
-        weft__wait_one(&s->lock, &s->wq, &w, WEFT__W_SUPERVISOR, s, deadline);
+        weft__wait(&w, &(weft__wait_spec){.kind = &weft__wk_supervisor,
+                                          .obj = s,
+                                          .lock = &s->lock,
+                                          .q = &s->wq,
+                                          .deadline = deadline});
         weft__lock_acquire(&s->lock);
     }
     child *ex = s->exits;
@@ -767,7 +778,9 @@ static int ask_stop(weft_sup *s)
 static int watcher(void *arg)
 {
     weft_sup *s = arg;
-    while (weft__wait_sleep_on(WEFT_NEVER, WEFT__W_SUPERVISOR, s, 0) !=
+    while (weft__wait_sleep(&(weft__wait_spec){.kind = &weft__wk_supervisor,
+                                               .obj = s,
+                                               .deadline = WEFT_NEVER}) !=
            -ECANCELED)
         ;
     ask_stop(s);
@@ -918,10 +931,13 @@ static int request(weft_sup *s, sup_req *r)
     while (!r->done) {
         weft__waiter self_w;
         weft__waiter_init(&self_w, NULL, 0);
-        weft__wait_arm(&self_w, WEFT__W_SUPERVISOR, s,
-                       firm ? WEFT__WAIT_FIRM : 0);
-        weft__waitq_push(&r->q, &self_w);
-        rc = weft__wait_park(&s->lock, &r->q, &self_w, WEFT_NEVER);
+        rc = weft__wait(
+            &self_w, &(weft__wait_spec){.kind = &weft__wk_supervisor,
+                                        .obj = s,
+                                        .lock = &s->lock,
+                                        .q = &r->q,
+                                        .deadline = WEFT_NEVER,
+                                        .flags = firm ? WEFT__WAIT_FIRM : 0});
         weft__lock_acquire(&s->lock);
         if (rc != -ECANCELED || r->done)
             continue;
@@ -997,8 +1013,11 @@ int weft_sup_wait(weft_sup *s, int *status, weft_time deadline)
     while (!s->done) {
         weft__waiter w;
         weft__waiter_init(&w, NULL, 0);
-        rc = weft__wait_one(&s->lock, &s->waiters, &w, WEFT__W_SUPERVISOR, s,
-                            deadline);
+        rc = weft__wait(&w, &(weft__wait_spec){.kind = &weft__wk_supervisor,
+                                               .obj = s,
+                                               .lock = &s->lock,
+                                               .q = &s->waiters,
+                                               .deadline = deadline});
         if (rc)
             return rc; /* -ETIMEDOUT, -ECANCELED: lock released */
         weft__lock_acquire(&s->lock);

@@ -6,7 +6,7 @@
  * and receivers, all under one spinlock (as Go's hchan). The rule that
  * keeps every value exactly once: a value moves only under the channel's
  * lock, and it moves into or out of a waiting task only after the mover
- * has claimed that task's park (weft__wake_claim). A waiter whose claim
+ * has claimed that task's park (weft__waiter_claim). A waiter whose claim
  * fails was already woken by something else (its deadline, a cancel, or,
  * in a select, another case) and is skipped; it takes itself off the queue
  * when it runs. So a send that returns an error delivered nothing, and a
@@ -32,6 +32,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+const weft__wait_kind weft__wk_send = {WEFT_WAIT_SEND, "channel send"};
+const weft__wait_kind weft__wk_recv = {WEFT_WAIT_RECV, "channel receive"};
 
 #define CHAN_MAGIC 0x6368616eu /* "chan" */
 #define CHAN_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
@@ -218,9 +221,13 @@ static int chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline,
     }
     weft__waiter self;
     weft__waiter_init(&self, elem, 0);
-    return weft__wait_one(&c->lock, queue_of(c, op), &self,
-                          op == WEFT_OP_SEND ? WEFT__W_SEND : WEFT__W_RECV, c,
-                          deadline);
+    return weft__wait(&self, &(weft__wait_spec){.kind = op == WEFT_OP_SEND
+                                                            ? &weft__wk_send
+                                                            : &weft__wk_recv,
+                                                .obj = c,
+                                                .lock = &c->lock,
+                                                .q = queue_of(c, op),
+                                                .deadline = deadline});
 }
 
 int weft_chan_send(weft_chan *c, const void *elem)

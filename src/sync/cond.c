@@ -37,6 +37,10 @@
 
 #include <string.h>
 
+const weft__wait_kind weft__wk_cond = {WEFT_WAIT_COND, "condition variable"};
+const weft__wait_kind weft__wk_once = {WEFT_WAIT_ONCE, "once"};
+const weft__wait_kind weft__wk_barrier = {WEFT_WAIT_BARRIER, "barrier"};
+
 /* ---- condition variable ---- */
 
 typedef struct condvar_impl {
@@ -46,20 +50,31 @@ typedef struct condvar_impl {
 _Static_assert(sizeof(condvar_impl) <= sizeof(weft_cond), "weft_cond size");
 _Static_assert(_Alignof(condvar_impl) <= _Alignof(weft_cond), "weft_cond");
 
+/* The wait's publish step: the waiter is queued on the condition, whose
+ * lock is held; now m goes. Queued first, unlocked second: a signaller
+ * that gets m after this finds us in the queue. Under c's lock: m's
+ * spinlock is taken inside c's, never the other way. (Cannot fail:
+ * cond_wait checked we hold m.) */
+static weft__waiter *cond_unlock(weft__waiter *w, void *m)
+{
+    WEFT_UNUSED(w);
+    weft_mutex_unlock(m);
+    return NULL;
+}
+
 /* Queues the running task on c, unlocks m, parks until signalled or until
- * the deadline or a cancel (leaving the queue then: weft__wait_park). */
+ * the deadline or a cancel (leaving the queue then). */
 static int cond_park(condvar_impl *c, weft_mutex *m, int64_t deadline)
 {
     weft__waiter self = {0};
     weft__lock_acquire(&c->lock);
-    weft__wait_arm(&self, WEFT__W_COND, c, 0);
-    weft__waitq_push(&c->q, &self);
-    /* Queued first, unlocked second: a signaller that gets m after this
-     * finds us in the queue. Under c's lock: m's spinlock is taken inside
-     * c's, never the other way. (Cannot fail: cond_wait checked we hold
-     * m.) */
-    weft_mutex_unlock(m);
-    return weft__wait_park(&c->lock, &c->q, &self, deadline);
+    return weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_cond,
+                                                .obj = c,
+                                                .lock = &c->lock,
+                                                .q = &c->q,
+                                                .deadline = deadline,
+                                                .publish = cond_unlock,
+                                                .ctx = m});
 }
 
 static int cond_wait(weft_cond *cc, weft_mutex *m, int64_t deadline)
@@ -207,7 +222,11 @@ static int once_do(weft_once *oo, weft_fn fn, void *arg, int64_t deadline)
         return -EDEADLK;
     }
     weft__waiter self = {0};
-    rc = weft__wait_one(&o->lock, &o->q, &self, WEFT__W_ONCE, o, deadline);
+    rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_once,
+                                              .obj = o,
+                                              .lock = &o->lock,
+                                              .q = &o->q,
+                                              .deadline = deadline});
     if (rc == 0)
         return o->status; /* DONE: written before we were claimed */
     if (rc != ONCE_YOUR_TURN)
@@ -308,7 +327,11 @@ static int barrier_wait(weft_barrier *bb, int64_t deadline)
     }
     unsigned gen = b->gen;
     weft__waiter self = {0};
-    rc = weft__wait_one(&b->lock, &b->q, &self, WEFT__W_BARRIER, b, deadline);
+    rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_barrier,
+                                              .obj = b,
+                                              .lock = &b->lock,
+                                              .q = &b->q,
+                                              .deadline = deadline});
     if (rc == 0)
         return 0;
     weft__lock_acquire(&b->lock);

@@ -18,7 +18,7 @@
  * not enter now. That is why an arriving task only has to look at "is the
  * queue empty" and the holders.
  *
- * Waiting goes through weft__wait_one, so it takes a deadline and is a
+ * Waiting goes through weft__wait, so it takes a deadline and is a
  * cancellation point; admit() claims a waiter before counting it as a
  * holder, so a waiter that leaves with -ETIMEDOUT or -ECANCELED holds
  * nothing. A leaving waiter runs admit() again: a writer at the head that
@@ -30,6 +30,8 @@
 #include "sync/sync.h"
 
 #include <string.h>
+
+const weft__wait_kind weft__wk_rwlock = {WEFT_WAIT_RWLOCK, "rwlock"};
 
 enum { RW_READ = 1, RW_WRITE = 2 }; /* weft__waiter.n: what it waits for */
 
@@ -114,7 +116,11 @@ static int rw_lock(weft_rwlock *ll, long kind, int64_t deadline, bool wait)
     }
     weft__waiter self;
     weft__waiter_init(&self, NULL, kind);
-    rc = weft__wait_one(&l->lock, &l->q, &self, WEFT__W_RWLOCK, l, deadline);
+    rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_rwlock,
+                                              .obj = l,
+                                              .lock = &l->lock,
+                                              .q = &l->q,
+                                              .deadline = deadline});
     if (rc != 0)
         admit_and_wake(l); /* we may have been what kept the head out */
     return rc;

@@ -4,13 +4,12 @@
  *
  * Each is a small value (zero means ready: unlocked, no permits, unset,
  * zero count) holding a spinlock and a FIFO wait queue of weft__waiters.
- * Waiting goes through the wait layer (wait.h: weft__wait_one; the mutex,
- * which queues a loser first in line, weft__wait_arm + weft__wait_park),
- * so every wait takes a deadline and is a cancellation point (but the
- * relock of a condition variable); a waker claims a waiter before handing
- * it what it waited for (the lock, permits), so a waiter that leaves with
- * -ETIMEDOUT or -ECANCELED was handed nothing. The semaphore also gives
- * select its SEM case.
+ * Waiting goes through the wait layer's one entry (wait.h: weft__wait; the
+ * mutex queues a loser first in line with WEFT__WAIT_FRONT), so every wait
+ * takes a deadline and is a cancellation point (but the relock of a condition
+ * variable); a waker claims a waiter before handing it what it waited for (the
+ * lock, permits), so a waiter that leaves with -ETIMEDOUT or -ECANCELED was
+ * handed nothing. The semaphore also gives select its SEM case.
  *
  * The mutex is described at its section below.
  */
@@ -18,6 +17,11 @@
 
 #include <limits.h>
 #include <string.h>
+
+const weft__wait_kind weft__wk_mutex = {WEFT_WAIT_MUTEX, "mutex"};
+const weft__wait_kind weft__wk_sem = {WEFT_WAIT_SEM, "semaphore"};
+const weft__wait_kind weft__wk_event = {WEFT_WAIT_EVENT, "event"};
+const weft__wait_kind weft__wk_waitgroup = {WEFT_WAIT_WAITGROUP, "wait group"};
 
 /* ---- mutex ----
  *
@@ -182,31 +186,134 @@ static void cycle_leave(weft_task *t)
     weft__lock_release(&cycle_lock);
 }
 
+/* Under m->lock: takes m if it is free (clearing `woken`: M_WOKEN if
+ * ours), or else marks it waited on (M_WAITERS, clearing `woken` too).
+ * True if taken. */
+static bool mutex_take_or_mark(mutex_impl *m, int woken)
+{
+    int s = ld_rlx(&m->state);
+    if (mutex_take(m, &s, woken))
+        return true;
+    while (!cas_acq_rel(&m->state, &s, (s | M_WAITERS) & ~woken)) {
+        if (mutex_take(m, &s, woken))
+            return true;
+    }
+    return false;
+}
+
+/* Under m->lock, the first time t would queue on m: notes when (for
+ * starvation) and does the cycle check ("mutex cycles" above). Returns
+ * false to queue; true if t's wait would close a ring, with m->lock
+ * released and *rc the handler's verdict: the lock's result, or 0 to look
+ * again (t waits anyway, its edge back, the ring left). */
+static bool mutex_first_wait(mutex_impl *m, weft_task *t, bool told,
+                             weft__waiter *self, int *rc)
+{
+    weft_runtime *rt = weft__tl_worker->rt;
+    self->since = weft__now(rt);
+    weft_task *chain[CYCLE_MAX];
+    const void *mutexes[CYCLE_MAX];
+    int ring;
+    if (!rt->on_mutex_cycle ||
+        !(ring = cycle_enter(m, t, told, chain, mutexes)))
+        return false;
+    /* Our wait would close a ring: we wait for nothing. */
+    mutex_left(m);
+    weft__lock_release(&m->lock);
+    *rc = rt->on_mutex_cycle(rt, chain, mutexes, ring);
+    if (*rc == 0)
+        cycle_enter(m, t, false, NULL, NULL);
+    return true;
+}
+
+/* Under m->lock: queues self (first in line if it was woken to compete
+ * and lost) and parks, through the wait layer's entry. Returns the park's
+ * result: WAKE_* from an unlock, or the deadline or a cancel, after which
+ * self is off the queue and M_WAITERS tidied. */
+static int mutex_park(mutex_impl *m, weft__waiter *self, int woken,
+                      int64_t deadline, bool cancellable)
+{
+    int flags =
+        (cancellable ? 0 : WEFT__WAIT_FIRM) | (woken ? WEFT__WAIT_FRONT : 0);
+    int rc = weft__wait(self, &(weft__wait_spec){.kind = &weft__wk_mutex,
+                                                 .obj = m,
+                                                 .lock = &m->lock,
+                                                 .q = &m->q,
+                                                 .deadline = deadline,
+                                                 .flags = flags});
+    if (weft__wait_unclaimed(rc)) { /* off the queue, handed nothing */
+        weft__lock_acquire(&m->lock);
+        mutex_left(m);
+        weft__lock_release(&m->lock);
+    }
+    return rc;
+}
+
+enum { M_TAKEN = 1, M_QUEUE = 2 }; /* mutex_compete's results */
+
+/* Woken to compete for m (far: by an unlock on another worker), with
+ * M_WOKEN ours until we lock or queue: tries until it takes m (M_TAKEN,
+ * M_WOKEN cleared), must queue again, first in line (M_QUEUE, M_WOKEN
+ * still ours), or its deadline or a cancel ends the lock (< 0, M_WOKEN
+ * given back). */
+static int mutex_compete(mutex_impl *m, weft_task *t, const weft__waiter *self,
+                         bool far, int64_t deadline, bool cancellable)
+{
+    weft_runtime *rt = weft__tl_worker->rt;
+    for (;;) {
+        int s = ld_rlx(&m->state);
+        if (mutex_take(m, &s, M_WOKEN))
+            return M_TAKEN;
+        int64_t now = weft__now(rt);
+        int rc = 0;
+        if (cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+            rc = -ECANCELED;
+        else if (now >= deadline)
+            rc = -ETIMEDOUT;
+        if (rc) {
+            /* Give M_WOKEN back while the lock is held, so its holder's
+             * unlock wakes the next waiter; or take the lock if it was
+             * freed meanwhile (not too late after all). */
+            while (!cas_acq_rel(&m->state, &s, s & ~M_WOKEN)) {
+                if (mutex_take(m, &s, M_WOKEN))
+                    return M_TAKEN;
+            }
+            return rc;
+        }
+        if (!far || now - self->since >= STARVE_NS)
+            return M_QUEUE; /* first in line (starving: handed over) */
+        /* Lost to a task running on another worker. Queued again, we
+         * would be woken by its next unlock, across workers, only to lose
+         * again (a wake there costs microseconds of cache misses on both
+         * sides): keep M_WOKEN instead, so its unlocks stay one
+         * compare-and-swap, and look again in SNOOZE_NS (a sleep that a
+         * cancel ends unless this is a relock). */
+        weft__wait_sleep(&(weft__wait_spec){
+            .kind = &weft__wk_mutex,
+            .obj = m,
+            .deadline = now + SNOOZE_NS < deadline ? now + SNOOZE_NS : deadline,
+            .flags = cancellable ? 0 : WEFT__WAIT_FIRM});
+    }
+}
+
+/* The contended lock's wait: queue, park, compete when woken, until t
+ * holds m (0) or the lock fails. */
 static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
                       bool cancellable)
 {
-    weft_worker *wk = weft__tl_worker;
     if (ld_rlx(&m->state) & M_DEAD)
         return -EINVAL;
     if (ld_rlx(&m->owner) == t)
         return -EDEADLK;
-    int flags = cancellable ? 0 : WEFT__WAIT_FIRM;
     weft__waiter self;
     weft__waiter_init(&self, NULL, 0);
     self.since = INT64_MIN; /* when it first queued: not yet */
     int woken = 0;          /* M_WOKEN while we hold it, so we clear it */
     for (;;) {
         weft__lock_acquire(&m->lock);
-        int s = ld_rlx(&m->state);
-        if (mutex_take(m, &s, woken)) {
+        if (mutex_take_or_mark(m, woken)) {
             weft__lock_release(&m->lock);
-            goto locked;
-        }
-        while (!cas_acq_rel(&m->state, &s, (s | M_WAITERS) & ~woken)) {
-            if (mutex_take(m, &s, woken)) {
-                weft__lock_release(&m->lock);
-                goto locked;
-            }
+            break;
         }
         if (WEFT_UNLIKELY(deadline != WEFT_NEVER) &&
             weft__wait_past(deadline)) {
@@ -214,83 +321,30 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
             weft__lock_release(&m->lock);
             return -ETIMEDOUT;
         }
-        if (self.since == INT64_MIN) {
-            /* The first time we queue: the cycle check ("mutex
-             * cycles" above). */
-            self.since = weft__now(wk->rt);
-            weft_task *chain[CYCLE_MAX];
-            const void *mutexes[CYCLE_MAX];
-            int ring;
-            if (wk->rt->on_mutex_cycle &&
-                (ring = cycle_enter(m, t, cancellable, chain, mutexes))) {
-                /* Our wait would close a ring: we wait for nothing. */
-                mutex_left(m);
-                weft__lock_release(&m->lock);
-                int rc = wk->rt->on_mutex_cycle(wk->rt, chain, mutexes, ring);
-                if (rc)
-                    return rc;
-                /* Told to wait anyway: our edge back, the ring stays. */
-                cycle_enter(m, t, false, NULL, NULL);
-                continue;
-            }
+        int rc;
+        if (self.since == INT64_MIN &&
+            mutex_first_wait(m, t, cancellable, &self, &rc)) {
+            if (rc)
+                return rc;
+            continue; /* told to wait anyway */
         }
-        weft__wait_arm(&self, WEFT__W_MUTEX, m, flags);
-        if (woken)
-            weft__waitq_push_front(&m->q, &self);
-        else
-            weft__waitq_push(&m->q, &self);
-        woken = 0;
-        int rc = weft__wait_park(&m->lock, &m->q, &self, deadline);
+        rc = mutex_park(m, &self, woken, deadline, cancellable);
         if (rc == WAKE_OWNER) { /* handed over: the unlocker set the owner */
             WEFT_ASSERT_MSG(ld_rlx(&m->owner) == t &&
                                 (ld_rlx(&m->state) & M_LOCKED),
                             "a mutex handed over, but not to its waiter");
             return 0;
         }
-        if (rc != WAKE_RETRY && rc != WAKE_RETRY_FAR) {
-            /* Deadline or cancel: off the queue, handed nothing. */
-            weft__lock_acquire(&m->lock);
-            mutex_left(m);
-            weft__lock_release(&m->lock);
-            return rc;
-        }
-        /* Woken to compete; M_WOKEN is ours until we lock or queue. */
+        if (rc != WAKE_RETRY && rc != WAKE_RETRY_FAR)
+            return rc; /* deadline or cancel: handed nothing */
         woken = M_WOKEN;
-        bool far = rc == WAKE_RETRY_FAR;
-        for (;;) {
-            s = ld_rlx(&m->state);
-            if (mutex_take(m, &s, M_WOKEN))
-                goto locked;
-            int64_t now = weft__now(wk->rt);
-            rc = 0;
-            if (cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
-                rc = -ECANCELED;
-            else if (now >= deadline)
-                rc = -ETIMEDOUT;
-            if (rc) {
-                /* Give M_WOKEN back while the lock is held, so its
-                 * holder's unlock wakes the next waiter; or take the lock
-                 * if it was freed meanwhile (not too late after all). */
-                while (!cas_acq_rel(&m->state, &s, s & ~M_WOKEN)) {
-                    if (mutex_take(m, &s, M_WOKEN))
-                        goto locked;
-                }
-                return rc;
-            }
-            if (!far || now - self.since >= STARVE_NS)
-                break; /* queue first in line (starving: handed over) */
-            /* Lost to a task running on another worker. Queued again, we
-             * would be woken by its next unlock, across workers, only to
-             * lose again (a wake there costs microseconds of cache misses
-             * on both sides): keep M_WOKEN instead, so its unlocks stay
-             * one compare-and-swap, and look again in SNOOZE_NS (a sleep
-             * that a cancel ends unless this is a relock). */
-            weft__wait_sleep_on(now + SNOOZE_NS < deadline ? now + SNOOZE_NS
-                                                           : deadline,
-                                WEFT__W_MUTEX, m, flags);
-        }
+        rc = mutex_compete(m, t, &self, rc == WAKE_RETRY_FAR, deadline,
+                           cancellable);
+        if (rc == M_TAKEN)
+            break;
+        if (rc < 0)
+            return rc;
     }
-locked:
     WEFT_ASSERT(ld_rlx(&m->state) & M_LOCKED);
     st_rel(&m->owner, t);
     return 0;
@@ -496,7 +550,11 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
     }
     weft__waiter self;
     weft__waiter_init(&self, NULL, n);
-    rc = weft__wait_one(&s->lock, &s->q, &self, WEFT__W_SEM, s, deadline);
+    rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_sem,
+                                              .obj = s,
+                                              .lock = &s->lock,
+                                              .q = &s->q,
+                                              .deadline = deadline});
     if (rc != 0) {
         /* A large request leaving may let smaller ones behind it through. */
         weft__lock_acquire(&s->lock);
@@ -623,7 +681,8 @@ _Static_assert(sizeof(cond_impl) <= sizeof(weft_event), "weft_event size");
 _Static_assert(sizeof(cond_impl) <= sizeof(weft_wg), "weft_wg size");
 
 /* Waits until value == want (event: 1, wait group: 0). */
-static int cond_wait(cond_impl *c, long want, int kind, int64_t deadline)
+static int cond_wait(cond_impl *c, long want, const weft__wait_kind *kind,
+                     int64_t deadline)
 {
     int rc = weft__checkpoint();
     if (rc)
@@ -635,18 +694,23 @@ static int cond_wait(cond_impl *c, long want, int kind, int64_t deadline)
     }
     weft__waiter self;
     weft__waiter_init(&self, NULL, 0);
-    return weft__wait_one(&c->lock, &c->q, &self, kind, c, deadline);
+    return weft__wait(&self, &(weft__wait_spec){.kind = kind,
+                                                .obj = c,
+                                                .lock = &c->lock,
+                                                .q = &c->q,
+                                                .deadline = deadline});
 }
 
 int weft_event_wait(weft_event *e)
 {
-    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, WEFT_NEVER)
+    return e ? cond_wait((cond_impl *)e, 1, &weft__wk_event, WEFT_NEVER)
              : -EINVAL;
 }
 
 int weft_event_wait_until(weft_event *e, weft_time deadline)
 {
-    return e ? cond_wait((cond_impl *)e, 1, WEFT__W_EVENT, deadline) : -EINVAL;
+    return e ? cond_wait((cond_impl *)e, 1, &weft__wk_event, deadline)
+             : -EINVAL;
 }
 
 int weft_event_set(weft_event *ee)
@@ -729,13 +793,13 @@ int weft_wg_done(weft_wg *wg)
 
 int weft_wg_wait(weft_wg *wg)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, WEFT_NEVER)
+    return wg ? cond_wait((cond_impl *)wg, 0, &weft__wk_waitgroup, WEFT_NEVER)
               : -EINVAL;
 }
 
 int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 {
-    return wg ? cond_wait((cond_impl *)wg, 0, WEFT__W_WAITGROUP, deadline)
+    return wg ? cond_wait((cond_impl *)wg, 0, &weft__wk_waitgroup, deadline)
               : -EINVAL;
 }
 

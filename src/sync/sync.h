@@ -11,6 +11,13 @@
 
 /* ---- channels and the sync objects ---- */
 
+/* The wait kinds of this layer (wait.h): a channel's send and receive
+ * (chan.c), the mutex, semaphore, event and wait group (sync.c), the
+ * rwlock (rwlock.c), the condition variable, once and barrier (cond.c). */
+extern const weft__wait_kind weft__wk_send, weft__wk_recv, weft__wk_mutex,
+    weft__wk_sem, weft__wk_event, weft__wk_waitgroup, weft__wk_rwlock,
+    weft__wk_cond, weft__wk_once, weft__wk_barrier;
+
 /* The element size of a live channel, or 0 if c is NULL or not one. Any
  * thread; never blocks. */
 size_t weft__chan_elem(const weft_chan *c);

@@ -7,38 +7,8 @@
 
 #include <string.h>
 
-static const char *const kind_names[WEFT__W_KINDS] = {
-    [WEFT__W_NONE] = "nothing",
-    [WEFT__W_SLEEP] = "sleep",
-    [WEFT__W_SEND] = "channel send",
-    [WEFT__W_RECV] = "channel receive",
-    [WEFT__W_SELECT] = "select",
-    [WEFT__W_MUTEX] = "mutex",
-    [WEFT__W_RWLOCK] = "rwlock",
-    [WEFT__W_COND] = "condition variable",
-    [WEFT__W_SEM] = "semaphore",
-    [WEFT__W_EVENT] = "event",
-    [WEFT__W_WAITGROUP] = "wait group",
-    [WEFT__W_ONCE] = "once",
-    [WEFT__W_BARRIER] = "barrier",
-    [WEFT__W_FUTURE] = "future",
-    [WEFT__W_FD] = "descriptor",
-    [WEFT__W_BLOCKING] = "blocking call",
-    [WEFT__W_BULKHEAD] = "bulkhead",
-    [WEFT__W_LIMITER] = "rate limiter",
-    [WEFT__W_SCOPE] = "scope join",
-    [WEFT__W_TASK] = "task join",
-    [WEFT__W_MAILBOX] = "mailbox receive",
-    [WEFT__W_TELL] = "actor tell",
-    [WEFT__W_ASK] = "actor ask",
-    [WEFT__W_ACTOR] = "actor exit",
-    [WEFT__W_SUPERVISOR] = "supervisor",
-};
-
-const char *weft__wait_kind_name(int kind)
-{
-    return kind >= 0 && kind < WEFT__W_KINDS ? kind_names[kind] : "?";
-}
+const weft__wait_kind weft__wk_sleep = {WEFT_WAIT_SLEEP, "sleep"};
+const weft__wait_kind weft__wk_select = {WEFT_WAIT_SELECT, "select"};
 
 void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
 {
@@ -47,16 +17,51 @@ void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
     weft__lock_release(l);
 }
 
-int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
-                          int64_t deadline)
+void weft__wait_leave_slot(weft__lock *l, weft__waiter **slot, weft__waiter *w)
 {
+    weft__lock_acquire(l);
+    if (*slot == w) /* else a claim emptied it, and failed */
+        *slot = NULL;
+    weft__lock_release(l);
+}
+
+void weft__wait_leave_by(weft__lock *l,
+                         void (*withdraw)(weft__waiter *, void *), void *ctx,
+                         weft__waiter *w)
+{
+    weft__lock_acquire(l);
+    withdraw(w, ctx);
+    weft__lock_release(l);
+}
+
+int weft__wait_pmutex(weft__waiter *w, const weft__wait_spec *s,
+                      pthread_mutex_t *m)
+{
+    WEFT_ASSERT(s->lock == NULL && s->slot == NULL && s->publish == NULL);
+    weft__wait_arm(w, s);
+    if (s->q && !(s->flags & WEFT__WAIT_QUEUED))
+        weft__waitq_push(s->q, w);
     pthread_mutex_unlock(m);
-    int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
-    if (weft__wait_unclaimed(rc)) { /* leave, and keep m for the caller */
+    weft__wait_spec unlocked = *s;
+    unlocked.q = NULL; /* taken back here, keeping m */
+    int rc = weft__wait_block(w, &unlocked);
+    if (weft__wait_unclaimed(rc)) {
         pthread_mutex_lock(m);
-        weft__waitq_remove(q, w);
+        if (s->q)
+            weft__waitq_remove(s->q, w);
     }
     return rc;
+}
+
+int weft__wait_sleep(const weft__wait_spec *s)
+{
+    WEFT_ASSERT(s->lock == NULL && s->q == NULL && s->slot == NULL);
+    weft_worker *wk = weft__tl_worker;
+    weft_task *t = ld_rlx(&wk->cur);
+    weft__wait_note(t, s->kind, s->obj);
+    st_rlx(&t->wait_until, s->deadline);
+    weft__park_prepare(t, !(s->flags & WEFT__WAIT_FIRM));
+    return weft__park_commit(wk, t, s->deadline);
 }
 
 /* ---- several at once ---- */
@@ -92,8 +97,9 @@ void weft__locks_release(weft__lock **order, int k)
         weft__lock_release(order[i]);
 }
 
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
-                    const void *obj, int64_t deadline, int *code)
+int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
+                    const weft__wait_kind *kind, const void *obj,
+                    int64_t deadline, int *code)
 {
     if (deadline != WEFT_NEVER && weft__wait_past(deadline)) {
         weft__locks_release(order, k);
@@ -116,6 +122,9 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
         w->index = i;
         w->fired = &fired;
         w->queued = false;
+#if defined(WEFT__ASSERTS)
+        w->claimed = false;
+#endif
         if (arms[i].q)
             weft__waitq_push(arms[i].q, w);
     }
@@ -138,7 +147,8 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
 
 /* ---- wait sets ---- */
 
-void weft__waitset_init(weft__waitset *s, int *fired, int kind, const void *obj)
+void weft__waitset_init(weft__waitset *s, int *fired,
+                        const weft__wait_kind *kind, const void *obj)
 {
     weft_task *t = ld_rlx(&weft__tl_worker->cur);
     *s = (weft__waitset){.task = t, .fired = fired};
@@ -191,21 +201,6 @@ int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
     return 0;
 }
 
-int weft__wait_sleep(int64_t deadline)
-{
-    return weft__wait_sleep_on(deadline, WEFT__W_SLEEP, NULL, 0);
-}
-
-int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
-{
-    weft_worker *wk = weft__tl_worker;
-    weft_task *t = ld_rlx(&wk->cur);
-    weft__wait_note(t, kind, obj);
-    st_rlx(&t->wait_until, deadline);
-    weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
-    return weft__park_commit(wk, t, deadline);
-}
-
 void weft__wake_new(weft_task *t)
 {
     weft__wake(t, weft__park_prepare(t, false), 0);
@@ -220,7 +215,8 @@ int weft_sleep_until(weft_time t)
         return -EPERM;
     if (weft__wait_past(t))
         return weft_cancelled() ? -ECANCELED : 0;
-    int rc = weft__wait_sleep(t);
+    int rc = weft__wait_sleep(
+        &(weft__wait_spec){.kind = &weft__wk_sleep, .deadline = t});
     return rc == -ETIMEDOUT ? 0 : rc;
 }
 

@@ -4,9 +4,18 @@
  *
  * Every blocking primitive (channels, select, the sync objects, futures,
  * descriptors, the blocking pool, the bulkhead, the limiter, scope joins,
- * sleep) keeps its own state under its own lock and waits through the
- * calls below; only this layer and the scheduler call
- * weft__park_prepare / weft__park_commit.
+ * task joins, actors, supervisors, sleep) keeps its own state under its
+ * own lock and waits through one entry: it fills a weft__wait_spec (what
+ * it waits on, the lock it holds, where its waiter is found, the
+ * deadline, flags) and calls weft__wait. The entry notes the wait in the
+ * task, arms the waiter, queues or publishes it, releases the lock,
+ * parks, and takes an unclaimed waiter back. A few waits need one thing
+ * more, and get it as a variant of the same entry, on the same spec:
+ * weft__wait_pmutex (a queue under a pthread mutex), weft__wait_sleep (no
+ * waiter: a deadline, or a snooze), and the several-at-once waits below
+ * (weft__wait_many for select, wait sets for the future combinators).
+ * Only this layer and the scheduler call weft__park_prepare,
+ * weft__park_commit and weft__wake_claim, or arm a waiter.
  *
  * The protocol, written once here:
  * - A waiter is a node on a wait queue (weft__waitq), on the waiting
@@ -18,10 +27,11 @@
  *   it; it takes itself off the queue when it runs. A claim that succeeds
  *   gives the waker the task: it hands over what the task waited for,
  *   still under the lock, and finishes the wake (weft__wake_finish, or
- *   weft__wake_chain) after unlocking.
+ *   weft__wake_chain) after unlocking. A waiter is claimed at most once
+ *   per wait, and only once it is off its queue.
  * - A waiter that wakes with -ETIMEDOUT or -ECANCELED was claimed by
- *   nobody, so nothing was handed over: it leaves the queue under the lock
- *   and returns (weft__wait_park does this).
+ *   nobody, so nothing was handed over: the entry takes it off its queue
+ *   (or out of its slot, or calls the spec's withdraw) under the lock.
  * - A deadline already past when the wait would park returns -ETIMEDOUT
  *   at once, without queueing (weft__wait_past).
  * - wait_many queues one waiter per case, all with one token, so the
@@ -37,44 +47,43 @@
  * What each parked task waits on is recorded in the task (kind, object,
  * name, park instant) for the task dump and the deadlock detector: plain
  * stores of values at hand, the instant being the time the worker's wheel
- * reached last.
+ * reached last. A kind is a descriptor (weft__wait_kind) that the layer
+ * owning the primitive defines (sync.h's weft__wk_mutex, ...); this layer
+ * defines only its own (sleep, select). Readers take the record through
+ * weft__wait_record.
  */
 #ifndef WEFT_WAIT_H
 #define WEFT_WAIT_H
 
 #include "sched/scheduler.h"
 
-/* What a parked task waits on. Names for the dump: weft__wait_kind_name. */
-typedef enum weft__wait_kind {
-    WEFT__W_NONE = 0,
-    WEFT__W_SLEEP,      /* weft_sleep: a deadline only */
-    WEFT__W_SEND,       /* a channel send */
-    WEFT__W_RECV,       /* a channel receive */
-    WEFT__W_SELECT,     /* several cases (obj: the case array) */
-    WEFT__W_MUTEX,      /* weft_mutex */
-    WEFT__W_RWLOCK,     /* weft_rwlock */
-    WEFT__W_COND,       /* weft_cond */
-    WEFT__W_SEM,        /* weft_sem */
-    WEFT__W_EVENT,      /* weft_event */
-    WEFT__W_WAITGROUP,  /* weft_waitgroup */
-    WEFT__W_ONCE,       /* weft_once, run by another task */
-    WEFT__W_BARRIER,    /* weft_barrier */
-    WEFT__W_FUTURE,     /* one future or a combinator over several */
-    WEFT__W_FD,         /* a descriptor (obj: the fd's record) */
-    WEFT__W_BLOCKING,   /* a weft_blocking call */
-    WEFT__W_BULKHEAD,   /* weft_bulkhead */
-    WEFT__W_LIMITER,    /* weft_limiter */
-    WEFT__W_SCOPE,      /* a scope's children to finish */
-    WEFT__W_TASK,       /* a task handle's join */
-    WEFT__W_MAILBOX,    /* an actor waiting for a message (obj: the actor) */
-    WEFT__W_TELL,       /* a tell waiting for room in a mailbox */
-    WEFT__W_ASK,        /* an ask waiting for room, then for its reply */
-    WEFT__W_ACTOR,      /* weft_actor_wait: an actor's exit */
-    WEFT__W_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
-    WEFT__W_KINDS
-} weft__wait_kind;
+#include <stddef.h>
 
-const char *weft__wait_kind_name(int kind);
+/* What a parked task waits on: one constant descriptor per kind, defined
+ * by the layer that waits so (`const weft__wait_kind weft__wk_mutex` in
+ * sync.c), compared by address. id is the kind's weft_wait_kind, told to
+ * an instrument's park; it comes first, as the scheduler reads it through
+ * the task's record (weft__wait_kind_id, scheduler.h), without this
+ * header. */
+struct weft__wait_kind {
+    uint8_t id;       /* its weft_wait_kind */
+    const char *name; /* the dump's word for it ("mutex") */
+};
+typedef struct weft__wait_kind weft__wait_kind;
+_Static_assert(offsetof(weft__wait_kind, id) == 0,
+               "the scheduler reads a wait kind's id first");
+
+/* The wait layer's own kinds. */
+extern const weft__wait_kind weft__wk_sleep;  /* weft_sleep: a deadline */
+extern const weft__wait_kind weft__wk_select; /* weft_select (obj: cases) */
+/* select.c's name for its kind. */
+#define WEFT__W_SELECT (&weft__wk_select)
+
+/* A kind's name for the dump; "nothing" for none (NULL). */
+static inline const char *weft__wait_kind_name(const weft__wait_kind *k)
+{
+    return k ? k->name : "nothing";
+}
 
 typedef struct weft__waitset weft__waitset;
 
@@ -91,6 +100,7 @@ typedef struct weft__waiter {
     int *fired;         /* select: where the claim writes the case */
     int64_t since;      /* mutex: when it first queued (starvation) */
     bool queued;
+    bool claimed; /* asserts only: a claim won it since it was armed */
 } weft__waiter;
 
 typedef struct weft__waitq {
@@ -159,12 +169,35 @@ bool weft__waitset_fire(weft__waiter *w);
 static inline bool weft__waiter_claim(weft__waiter *w)
 {
     WEFT_ASSERT(w->task != NULL);
+    WEFT_ASSERT_MSG(!w->queued, "a waiter claimed while still queued");
     if (WEFT_UNLIKELY(w->set != NULL))
         return weft__waitset_fire(w);
     if (!weft__wake_claim(w->task, w->token))
         return false;
+#if defined(WEFT__ASSERTS)
+    /* One claim per wait: its token is spent, so a second cannot win. */
+    WEFT_ASSERT_MSG(!w->claimed, "a waiter claimed twice");
+    w->claimed = true;
+#endif
     if (w->fired)
         *w->fired = w->index;
+    return true;
+}
+
+/* The claim of a waiter that is its task's only one (armed by weft__wait
+ * or a variant: never a select's nor a set's), as weft__waiter_claim
+ * without looking for either: an object's one waiter (weft__slot_claim),
+ * an actor's tells and asks. */
+static inline bool weft__waiter_claim_one(weft__waiter *w)
+{
+    WEFT_ASSERT(w->task != NULL && w->set == NULL);
+    WEFT_ASSERT_MSG(!w->queued, "a waiter claimed while still queued");
+    if (!weft__wake_claim(w->task, w->token))
+        return false;
+#if defined(WEFT__ASSERTS)
+    WEFT_ASSERT_MSG(!w->claimed, "a waiter claimed twice");
+    w->claimed = true;
+#endif
     return true;
 }
 
@@ -230,10 +263,9 @@ static inline void weft__wake_chain(weft__waiter *w, int code)
     }
 }
 
-/* Prepares a plain waiter for weft__wait_one (or arm and park): only the
- * fields a claim or a move reads before the wait layer sets the rest
- * (elem, n, fired). Cheaper than zeroing the struct, which costs a rep
- * stos on every wait. */
+/* Prepares a plain waiter for weft__wait: only the fields a claim or a
+ * move reads before the entry sets the rest (elem, n, fired). Cheaper
+ * than zeroing the struct, which costs a rep stos on every wait. */
 static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
 {
     w->elem = elem;
@@ -241,16 +273,55 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
     w->fired = NULL;
 }
 
-/* Records in the running task t what it is about to wait on. */
-static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
+/* ---- the record: what a parked task waits on ---- */
+
+/* Records in the running task t what it is about to wait on (the entries
+ * do; a primitive does not). */
+static inline void weft__wait_note(weft_task *t, const weft__wait_kind *kind,
+                                   const void *obj)
 {
     /* Read by other threads (the mutex cycle check, the dump): relaxed
      * atomic stores, plain ones on the machines weft runs on. Noted before
      * the park word is set, whose store releases them. */
     WEFT_ASSERT_MSG(weft__task_is_current(t), "a wait noted for another task");
-    st_rlx(&t->wait_kind, (uint8_t)kind);
+    st_rlx(&t->wait_kind, kind);
     st_rlx(&t->wait_obj, obj);
     st_rlx(&t->wait_since, t->worker->wheel.elapsed);
+}
+
+/* A task's wait record, as another thread reads it (weft__wait_record):
+ * a hint, as the task may be running again, each field read once, alone.
+ * - kind: what it waits on (NULL: it never waited);
+ * - obj: the object waited on;
+ * - name: a static word (a descriptor's direction), or NULL; set only by
+ *   the kinds that read it;
+ * - since: when it parked (the wheel's time);
+ * - until: a sleep's deadline (weft__wait_sleep only);
+ * - n: select's number of cases. */
+typedef struct weft__wait_rec {
+    const weft__wait_kind *kind;
+    const void *obj;
+    const char *name;
+    int64_t since, until;
+    int n;
+} weft__wait_rec;
+
+static inline void weft__wait_record(const weft_task *t, weft__wait_rec *r)
+{
+    r->kind = ld_rlx(&t->wait_kind);
+    r->obj = ld_rlx(&t->wait_obj);
+    r->name = ld_rlx(&t->wait_name);
+    r->since = ld_rlx(&t->wait_since);
+    r->until = ld_rlx(&t->wait_until);
+    r->n = ld_rlx(&t->wait_n);
+}
+
+/* Notes a static word about the running task's next wait (a descriptor's
+ * direction), for the one wait whose spec cannot carry it: a
+ * weft__wait_many (weft__wait takes it as its spec's name). */
+static inline void weft__wait_note_name(const char *name)
+{
+    st_rlx(&ld_rlx(&weft__tl_worker->cur)->wait_name, name);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
@@ -258,98 +329,198 @@ static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
  * -ETIMEDOUT instead, without queueing. No clock read (a wait with a
  * deadline pays none): a deadline that has passed since the wheel last
  * moved parks, and its timer, due already, ends the park at the worker's
- * next look at its wheel, with the same result. */
+ * next look at its wheel, with the same result. The wheel moves only
+ * between the worker's tasks, so two looks by one running task agree. */
 static inline bool weft__wait_past(int64_t deadline)
 {
     return deadline <= weft__tl_worker->wheel.elapsed;
-}
-
-/* Flags of a wait. */
-enum {
-    WEFT__WAIT_FIRM = 1, /* cancellation does not end it (joins, relocks) */
-};
-
-/* Makes w the running task's waiter for a park that follows: sets its task
- * and a fresh token, and notes (kind, obj) in the task. Call under the
- * primitive's lock, then queue w and call weft__wait_park. Inline: every
- * blocking call's hot path. */
-static inline __attribute__((always_inline)) void
-weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
-{
-    weft_task *t = ld_rlx(&weft__tl_worker->cur);
-    WEFT_ASSERT(t != NULL);
-    w->task = t;
-    w->set = NULL;
-    weft__wait_note(t, kind, obj);
-    w->token = weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
 }
 
 /* True if a park's result says nobody claimed the waiter (a claim sets
  * the waker's code): it was handed nothing and must leave its queue. */
 static inline bool weft__wait_unclaimed(int rc)
 {
-    return rc == -ETIMEDOUT || rc == -ECANCELED;
+    /* One test on the common path: a claim's code is mostly >= 0. */
+    return WEFT_UNLIKELY(rc < 0) && (rc == -ETIMEDOUT || rc == -ECANCELED);
 }
 
-/* Takes an unclaimed waiter off its queue, under the queue's lock. */
+/* ---- the one entry ---- */
+
+/* Flags of a wait. */
+enum {
+    WEFT__WAIT_FIRM = 1,  /* cancellation does not end it (joins, relocks) */
+    WEFT__WAIT_FRONT = 2, /* queue first in line (a woken mutex waiter that
+                           * lost keeps its turn) */
+    WEFT__WAIT_QUEUED = 4 /* weft__wait_pmutex only: w is on q already, or
+                           * was and a claim that failed popped it (a
+                           * blocking call's job, whose waiter is its node
+                           * in the pool's queues): queue nothing */
+};
+
+/* A prepared wait: what the running task waits on and where its waiter
+ * is found. Written as a compound literal at the call, naming only the
+ * fields the wait uses (the others are zero); weft__wait is inlined, so
+ * what is zero costs nothing. */
+typedef struct weft__wait_spec {
+    const weft__wait_kind *kind; /* the record: what it waits on */
+    const void *obj;             /* the record: the object */
+    const char *name;            /* the record: a static word (a descriptor's
+                                  * direction); NULL: not noted */
+    weft__lock *lock;            /* held by the caller, guarding where the
+                                  * waiter is found; released to park */
+    weft__waitq *q;              /* where the waiter queues (its tail; the head
+                                  * with WEFT__WAIT_FRONT); or */
+    weft__waiter **slot;         /* where the object keeps its one waiter (an
+                                  * idle actor; see weft__slot_claim); or, with
+                                  * neither, publish puts it where it is found */
+    int64_t deadline;            /* absolute; WEFT_NEVER: none */
+    int flags;                   /* WEFT__WAIT_* */
+    weft__waiter *woken;         /* waiters the caller claimed (a chain through
+                                  * next): finished with 0 once the lock is
+                                  * released, before the park */
+    /* Under the lock, once the waiter is armed and queued (or, with
+     * neither q nor slot, to put it where its wakers find it): whatever
+     * must happen there before the lock goes (a condition variable
+     * unlocks its mutex; an ask places its message). Returns one waiter it
+     * claimed, to finish with 0 once the lock is released, or NULL. */
+    weft__waiter *(*publish)(weft__waiter *w, void *ctx);
+    /* Under the lock, after a wake nobody claimed, with neither q nor
+     * slot: takes the waiter back from where publish put it. */
+    void (*withdraw)(weft__waiter *w, void *ctx);
+    void *ctx; /* publish's and withdraw's */
+} weft__wait_spec;
+
+/* The entries' steps: this layer's own, no primitive calls them. */
+
+/* Makes w the running task's waiter: its task, a fresh token, the record.
+ * Under the lock that guards where w will be found. */
+static inline __attribute__((always_inline)) void
+weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
+{
+    weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    WEFT_ASSERT(t != NULL);
+    w->task = t;
+    w->set = NULL;
+    if (!s->q && s->publish)
+        w->queued = false; /* publish may queue it; withdraw looks */
+#if defined(WEFT__ASSERTS)
+    if (!s->q)
+        w->queued = false; /* a claim's assert looks */
+    w->claimed = false;
+#endif
+    weft__wait_note(t, s->kind, s->obj);
+    if (s->name)
+        st_rlx(&t->wait_name, s->name);
+    w->token = weft__park_prepare(t, !(s->flags & WEFT__WAIT_FIRM));
+}
+
+/* Takes an unclaimed waiter back, under lock l: off q; out of *slot if it
+ * is still there; or withdraw(w, ctx). */
 void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
     __attribute__((cold));
+void weft__wait_leave_slot(weft__lock *l, weft__waiter **slot, weft__waiter *w)
+    __attribute__((cold));
+void weft__wait_leave_by(weft__lock *l,
+                         void (*withdraw)(weft__waiter *, void *), void *ctx,
+                         weft__waiter *w) __attribute__((cold));
 
-/* Parks the running task, whose waiter w (armed, queued on q) is under
- * lock l, which the caller holds; returns with l released, with the
- * park's result: 0 (or the code the waker finished with) once handed
- * what it waited for, or -ETIMEDOUT / -ECANCELED with w off the queue and
- * nothing handed over. */
+/* Parks the running task on its armed waiter w, published already and
+ * the lock released; takes w back if nobody claimed it. */
 static inline __attribute__((always_inline)) int
-weft__wait_park(weft__lock *l, weft__waitq *q, weft__waiter *w,
-                int64_t deadline)
+weft__wait_block(weft__waiter *w, const weft__wait_spec *s)
 {
-    WEFT_ASSERT_MSG(weft__lock_is_held(l), "parking without the queue's lock");
-    WEFT_ASSERT_MSG(weft__task_is_current(w->task) && w->set == NULL,
-                    "parking on a waiter that is not the running task's");
-    weft__lock_release(l);
-    int rc = weft__park_commit(weft__tl_worker, w->task, deadline);
-    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc)))
-        weft__wait_leave(l, q, w);
+    weft_worker *wk = weft__tl_worker;
+    WEFT_ASSERT_MSG(w->task == ld_rlx(&wk->cur) && w->task->worker == wk &&
+                        w->set == NULL,
+                    "a waiter parked by a task not its own, or off its "
+                    "worker");
+    int rc = weft__park_commit(wk, w->task, s->deadline);
+    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc))) {
+        if (s->q)
+            weft__wait_leave(s->lock, s->q, w);
+        else if (s->slot)
+            weft__wait_leave_slot(s->lock, s->slot, w);
+        else if (s->withdraw)
+            weft__wait_leave_by(s->lock, s->withdraw, s->ctx, w);
+    } else {
+        /* Woken with a code: a waker claimed w (off its queue: it may
+         * have queued it elsewhere since, as the blocking pool does). */
+        WEFT_ASSERT_MSG(w->claimed, "a waiter woken without a claim");
+    }
     return rc;
 }
 
-/* Parks the running task, whose waiter w is armed (weft__wait_arm) and
- * found by its wakers through its object rather than on a queue (an
- * actor's wait for a message, an asker's for its reply); the caller has
- * released the object's lock. Returns the park's result; after
- * -ETIMEDOUT / -ECANCELED the caller withdraws w from its object under
- * that lock. */
+/* THE ENTRY: waits as s says. The caller holds s->lock and found nothing
+ * ready. A past deadline returns -ETIMEDOUT at once, the lock released,
+ * nothing queued. Otherwise arms w, queues it on s->q (or puts it in
+ * s->slot), calls s->publish, releases the lock, finishes s->woken and
+ * what publish claimed, and parks. Returns with the lock released, with
+ * the park's result: 0 (or the code the waker finished with) once handed
+ * what it waited for, or -ETIMEDOUT / -ECANCELED with w taken back
+ * (weft__wait_leave) and nothing handed over. Inline: every blocking
+ * call's hot path. */
 static inline __attribute__((always_inline)) int
-weft__wait_commit(weft__waiter *w, int64_t deadline)
+weft__wait(weft__waiter *w, const weft__wait_spec *s)
 {
-    return weft__park_commit(weft__tl_worker, w->task, deadline);
-}
-
-/* weft__wait_park for a primitive guarded by a pthread mutex m (the
- * blocking pool's, which its threads also wait on with a condition
- * variable): the caller holds m, w is armed and queued on q (or was, and
- * a claim that failed popped it). Releases m and parks. Returns the
- * park's result with m released; or -ETIMEDOUT / -ECANCELED with m held
- * again and w off q, nothing handed over, for the caller to undo the rest
- * of its books under the same lock. */
-int weft__wait_park_mutex(pthread_mutex_t *m, weft__waitq *q, weft__waiter *w,
-                          int64_t deadline);
-
-/* The whole wait, for the common case: the caller holds l and found
- * nothing ready. A past deadline returns -ETIMEDOUT at once (l released);
- * otherwise arms w, queues it at q's tail and parks (weft__wait_park). */
-static inline __attribute__((always_inline)) int
-weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
-               const void *obj, int64_t deadline)
-{
-    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) && weft__wait_past(deadline)) {
-        weft__lock_release(l);
+    WEFT_ASSERT_MSG(weft__lock_is_held(s->lock),
+                    "a wait without its object's lock");
+    WEFT_ASSERT(!(s->flags & WEFT__WAIT_QUEUED));
+    if (WEFT_UNLIKELY(s->deadline != WEFT_NEVER) &&
+        weft__wait_past(s->deadline)) {
+        weft__lock_release(s->lock);
         return -ETIMEDOUT;
     }
-    weft__wait_arm(w, kind, obj, 0);
-    weft__waitq_push(q, w);
-    return weft__wait_park(l, q, w, deadline);
+    weft__wait_arm(w, s);
+    if (s->q) {
+        if (s->flags & WEFT__WAIT_FRONT)
+            weft__waitq_push_front(s->q, w);
+        else
+            weft__waitq_push(s->q, w);
+    } else if (s->slot) {
+        WEFT_ASSERT_MSG(*s->slot == NULL, "an object's one waiter, twice");
+        *s->slot = w;
+    }
+    weft__waiter *claimed = s->publish ? s->publish(w, s->ctx) : NULL;
+    weft__lock_release(s->lock);
+    weft__wake_chain(s->woken, 0);
+    if (claimed)
+        weft__wake_finish(claimed->task, 0);
+    return weft__wait_block(w, s);
+}
+
+/* The entry for an object guarded by a pthread mutex m instead of a
+ * spinlock (the blocking pool's, which its threads also wait on with a
+ * condition variable); s->lock is NULL. The caller holds m and has
+ * looked at the deadline itself (no check here). Arms w, queues it on
+ * s->q unless WEFT__WAIT_QUEUED, releases m and parks. Returns the park's
+ * result with m released; or -ETIMEDOUT / -ECANCELED with m held again
+ * and w off s->q, nothing handed over, for the caller to undo the rest of
+ * its books under the same lock. */
+int weft__wait_pmutex(weft__waiter *w, const weft__wait_spec *s,
+                      pthread_mutex_t *m);
+
+/* The entry with no waiter: parks until s->deadline or, unless
+ * WEFT__WAIT_FIRM, a cancel, noting (s->kind, s->obj) and the deadline;
+ * s->lock, q and slot are NULL, and nothing else wakes it. For sleeps
+ * and for a task that waits for an object without being queued on it,
+ * looking at it again afterwards (the mutex's snooze, the limiter).
+ * Returns -ETIMEDOUT or -ECANCELED. */
+int weft__wait_sleep(const weft__wait_spec *s);
+
+/* ---- an object's one waiter ---- */
+
+/* Under the object's lock: claims the waiter in *slot (put there by
+ * weft__wait with s->slot) and empties the slot. Returns the waiter,
+ * claimed (hand it what it waits for, then weft__wake_finish its task
+ * after unlocking), or NULL if there was none or its park ended
+ * otherwise (a cancel: it takes itself out when it runs). */
+static inline weft__waiter *weft__slot_claim(weft__waiter **slot)
+{
+    weft__waiter *w = *slot;
+    if (!w)
+        return NULL;
+    *slot = NULL;
+    return weft__waiter_claim_one(w) ? w : NULL;
 }
 
 /* ---- several waits at once, exactly one wins ---- */
@@ -376,8 +547,9 @@ void weft__locks_release(weft__lock **order, int k);
  * Returns the index of the arm whose waiter was claimed, with the waker's
  * code in *code (0, or e.g. -EPIPE from a close), or -ETIMEDOUT /
  * -ECANCELED if none was. */
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
-                    const void *obj, int64_t deadline, int *code);
+int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
+                    const weft__wait_kind *kind, const void *obj,
+                    int64_t deadline, int *code);
 
 /* A chain of claimed waiters through `next`, to finish after unlocking. */
 typedef struct weft__chain {
@@ -448,8 +620,8 @@ struct weft__waitset {
 };
 
 /* A set for the running task, with room for fired[]'s sources. */
-void weft__waitset_init(weft__waitset *s, int *fired, int kind,
-                        const void *obj);
+void weft__waitset_init(weft__waitset *s, int *fired,
+                        const weft__wait_kind *kind, const void *obj);
 
 /* Notify waiter number index of set s. */
 static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
@@ -478,15 +650,6 @@ static inline void weft__waitset_leave(weft__lock *l, weft__waitq *q,
     weft__waitq_remove(q, w);
     weft__lock_release(l);
 }
-
-/* Parks with nothing to wake it but the deadline or a cancel (sleep). */
-int weft__wait_sleep(int64_t deadline);
-
-/* weft__wait_sleep noting (kind, obj) as what the task waits on, with
- * flags (WEFT__WAIT_FIRM: a cancel does not end it): for a waiter that
- * is queued nowhere but still waits for an object, looking at it again
- * after the sleep (the mutex's snooze). Returns as weft__wait_sleep. */
-int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags);
 
 /* Starts t, made parked without ever having run (the shutdown keeper):
  * the one wake, with code 0, that queues it on t->worker. Any thread. */
