@@ -550,6 +550,44 @@ static int child_restart(weft_sup *s, child *c, int64_t delay, weft_time now)
 /* A child's exit that nobody asked for: restarts it (and its group), gives
  * it up, or gives up altogether (-ECHILD). Returns 0 or the supervisor's
  * result. */
+/* The delay before c's restart: its backoff's next, begun again when it
+ * ran long enough since its last start (0 without a backoff). */
+static int64_t restart_delay(weft_sup *s, child *c, weft_time now)
+{
+    if (!s->o.backoff)
+        return 0;
+    if (now - c->started >= s->reset) { /* it ran long enough */
+        uint64_t rng = c->bo.rng;
+        weft_backoff_init(&c->bo, s->o.backoff);
+        c->bo.rng = rng; /* the jitter goes on where it was */
+    }
+    return weft_backoff_next(&c->bo);
+}
+
+/* Restarts the group from first to the last child, c's exit (status st)
+ * having decided it: stops the others, last started first, then starts
+ * them all again in order, the temporary ones excepted. */
+static int group_restart(weft_sup *s, child *first, child *c, int st,
+                         int64_t delay)
+{
+    for (child *x = s->tail; x != first->prev; x = x->prev)
+        child_stop(s, x);
+    weft_time now = weft_now();
+    for (child *x = first, *next; x; x = next) {
+        next = x->next;
+        if (x->spec.restart == WEFT_TEMPORARY) {
+            child_remove(s, x);
+            continue;
+        }
+        if (s->o.on_event)
+            event(s, WEFT_SUP_RESTART, x, x == c ? st : x->status, delay, now);
+        int rc = child_restart(s, x, delay, now);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int child_exited(weft_sup *s, child *c)
 {
     int st = c->status;
@@ -575,44 +613,16 @@ static int child_exited(weft_sup *s, child *c)
         return -ECHILD;
     }
     st_rlx(&s->restarts_pub, ++s->restarts);
-    int64_t delay = 0;
-    if (s->o.backoff) {
-        if (now - c->started >= s->reset) { /* it ran long enough */
-            uint64_t rng = c->bo.rng;
-            weft_backoff_init(&c->bo, s->o.backoff);
-            c->bo.rng = rng; /* the jitter goes on where it was */
-        }
-        delay = weft_backoff_next(&c->bo);
-    }
-    child *first = c; /* the group: first .. the last child */
-    if (s->o.strategy == WEFT_ONE_FOR_ALL)
-        first = s->head;
+    int64_t delay = restart_delay(s, c, now);
     bool group = s->o.strategy == WEFT_ONE_FOR_ALL
                      ? s->nchildren > 1
                      : s->o.strategy == WEFT_REST_FOR_ONE && c->next;
-    if (!group) {
-        if (events)
-            event(s, WEFT_SUP_RESTART, c, st, delay, now);
-        return child_restart(s, c, delay, now);
-    }
-    /* A group: stop the others, last started first, then start them all
-     * again in order, the temporary ones excepted. */
-    for (child *x = s->tail; x != first->prev; x = x->prev)
-        child_stop(s, x);
-    now = weft_now();
-    for (child *x = first, *next; x; x = next) {
-        next = x->next;
-        if (x->spec.restart == WEFT_TEMPORARY) {
-            child_remove(s, x);
-            continue;
-        }
-        if (events)
-            event(s, WEFT_SUP_RESTART, x, x == c ? st : x->status, delay, now);
-        int rc = child_restart(s, x, delay, now);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    if (group) /* the group: first .. the last child */
+        return group_restart(s, s->o.strategy == WEFT_ONE_FOR_ALL ? s->head : c,
+                             c, st, delay);
+    if (events)
+        event(s, WEFT_SUP_RESTART, c, st, delay, now);
+    return child_restart(s, c, delay, now);
 }
 
 /* ---- requests ---- */
