@@ -653,8 +653,8 @@ static int record_root(void *arg)
     spawn(rec_waiter, &r);
     until(TICK); /* one worker: the waiter has queued and parked */
     ASSERT(r.task != NULL);
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_BULKHEAD);
-    ASSERT(r.task->wait_obj == r.b);
+    ASSERT_EQ(weft__task_wait_kind(r.task), WEFT__W_BULKHEAD);
+    ASSERT(weft__task_wait_obj(r.task) == r.b);
     ASSERT_EQ(weft_bulkhead_leave(r.b), 0);
     scope_end(s);
     expect_free_turns(r.b, 1);

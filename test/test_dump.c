@@ -1236,7 +1236,7 @@ static int where_root(void *arg)
      * running task (this one) has no saved registers to walk. */
     char buf[256];
     weft_task *recv = NULL;
-    for (weft_task *t = s->members; t; t = t->mnext)
+    for (weft_task *t = s->members; t; t = weft__scope_of_task(t)->mnext)
         if (t->name && strcmp(t->name, site_name[S_RECV]) == 0)
             recv = t;
     ASSERT(recv);

@@ -2265,8 +2265,8 @@ static int wait_kind_root(void *arg)
     weft_scope *s = scope_open();
     spawn(any_fn, &k);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    ASSERT_EQ(k.t->wait_kind, WEFT__W_FUTURE);
-    ASSERT(k.t->wait_obj == (const void *)fs);
+    ASSERT_EQ(weft__task_wait_kind(k.t), WEFT__W_FUTURE);
+    ASSERT(weft__task_wait_obj(k.t) == (const void *)fs);
     ASSERT_EQ(weft__future_nwaiters(fs[0]), 1);
     ASSERT_EQ(weft__future_nwaiters(fs[1]), 1);
     ASSERT_EQ(weft_future_resolve(fs[1], NULL), 0);

@@ -741,8 +741,8 @@ static int record_root(void *arg)
     spawn(rec_taker, &r);
     ASSERT_EQ(weft_sleep(WEFT_SEC / 2), 0); /* one worker: it sleeps now */
     ASSERT(r.task != NULL);
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_LIMITER);
-    ASSERT(r.task->wait_obj == r.l);
+    ASSERT_EQ(weft__task_wait_kind(r.task), WEFT__W_LIMITER);
+    ASSERT(weft__task_wait_obj(r.task) == r.l);
     ASSERT_EQ(r.at, -1);
     ASSERT_EQ(weft_limiter_free(r.l), -EBUSY); /* it sleeps in it */
     scope_end(s);

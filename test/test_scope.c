@@ -1941,8 +1941,8 @@ static int sleeper_fn(void *arg)
 {
     struct sleeper *p = arg;
     if (p->owner) { /* the owner is parked in join by now (one worker) */
-        p->kind = p->owner->wait_kind;
-        p->obj = p->owner->wait_obj;
+        p->kind = weft__task_wait_kind(p->owner);
+        p->obj = weft__task_wait_obj(p->owner);
     }
     weft_sleep(p->ns);
     return p->status;

@@ -595,11 +595,11 @@ static int record_root(void *arg)
     spawn(rec_sleeper, &r);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* one worker: it waits on go */
     ASSERT(r.task != NULL);
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_EVENT);
+    ASSERT_EQ(weft__task_wait_kind(r.task), WEFT__W_EVENT);
     weft_event_set(&r.go);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
-    ASSERT_EQ(r.task->wait_kind, WEFT__W_SLEEP);
-    ASSERT(r.task->wait_obj == NULL);
+    ASSERT_EQ(weft__task_wait_kind(r.task), WEFT__W_SLEEP);
+    ASSERT(weft__task_wait_obj(r.task) == NULL);
     ASSERT_EQ(r.woke, -1);
     scope_end(s);
     ASSERT_EQ(r.woke, 3 * WEFT_SEC);

@@ -463,8 +463,9 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
 {
     weft_worker *wk = weft__tl_worker;
     weft_task *t = wk->cur;
-    weft_actor *outer = t->actor; /* an actor's behaviour may run one */
-    t->actor = a;
+    weft_actor *outer =
+        weft__actor_of_task(t)->actor; /* an actor's behaviour may run one */
+    weft__actor_of_task(t)->actor = a;
     weft_scope *sc = NULL;
     int status = a->start_rc;
     if (status == 0 && (status = weft_scope_open(&sc, NULL)) == 0) {
@@ -499,7 +500,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
         a->o.on_stop(a->state, status);
     weft__registry_drop(a);
     actor_exited(a, status);
-    t->actor = outer;
+    weft__actor_of_task(t)->actor = outer;
     weft_actor_unref(a);
     return status;
 }
@@ -583,7 +584,7 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
 weft_actor *weft_actor_self(void)
 {
     weft_task *t = weft__current();
-    return t ? t->actor : NULL;
+    return t ? weft__actor_of_task(t)->actor : NULL;
 }
 
 /* ---- tell and ask ---- */
@@ -672,9 +673,9 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     weft_task *t = wk ? wk->cur : NULL;
     if (WEFT_UNLIKELY(!t))
         return -EPERM;
-    if (WEFT_UNLIKELY(t->actor == a))
+    if (WEFT_UNLIKELY(weft__actor_of_task(t)->actor == a))
         return -EDEADLK;
-    if (WEFT_UNLIKELY(weft__scope_is_cancelled(ld_rlx(&t->cur))))
+    if (WEFT_UNLIKELY(weft__task_cancelled(t)))
         return -ECANCELED;
     weft__ask r;
     r.reply = reply;
@@ -804,7 +805,7 @@ int weft_actor_wait(weft_actor *a, int *status, weft_time deadline)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (t->actor == a)
+    if (weft__actor_of_task(t)->actor == a)
         return -EDEADLK;
     for (;;) {
         int rc = weft__checkpoint();

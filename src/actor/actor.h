@@ -9,6 +9,26 @@
 
 #include "future/future.h"
 
+/* ---- the actor layer's part of a task (weft_task.ext) ---- */
+
+typedef struct weft__task_actor {
+    /* owner: the actor whose behaviour the task runs now (actor.c), or
+     * NULL. Set around each run of a behaviour and put back after it, so
+     * it is NULL between lives: a new task needs no reset. */
+    struct weft_actor *actor;
+} weft__task_actor;
+
+#define WEFT__ACTOR_EXT_OFF WEFT__SYNC_EXT_END
+#define WEFT__ACTOR_EXT_END (WEFT__ACTOR_EXT_OFF + sizeof(weft__task_actor))
+_Static_assert(WEFT__ACTOR_EXT_END <= WEFT__TASK_EXT,
+               "the actor layer's part fits in weft_task.ext");
+
+static inline weft__task_actor *weft__actor_of_task(const weft_task *t)
+{
+    WEFT_ASSERT(t != NULL);
+    return (weft__task_actor *)(uintptr_t)(t->ext + WEFT__ACTOR_EXT_OFF);
+}
+
 /* ---- actor.c ---- */
 
 /* Where an actor is in its life (its lock guards it). */

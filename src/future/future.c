@@ -490,7 +490,7 @@ static int combine(wait_op *op, int64_t deadline)
         for (int i = 0; i < op->n; i++)
             op->statuses[i] = -EINPROGRESS;
     int rc;
-    if (weft__scope_is_cancelled(ld_rlx(&t->cur))) {
+    if (weft__task_cancelled(t)) {
         /* A cancellation point even when the answer is known: give up on
          * every future at once. */
         for (int i = 0; i < op->n; i++)

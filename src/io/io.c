@@ -305,9 +305,10 @@ static int fd_wait(int fd, int events, weft_time deadline,
     weft__pending_add(w, WEFT__PENDING_IO, 1);
     /* for the task dump: which way it waits (wait_name is read for
      * WEFT__W_FD only, so other waits need not clear it) */
-    st_rlx(&w->cur->wait_name, events == WEFT_IO_READ    ? "read"
-                               : events == WEFT_IO_WRITE ? "write"
-                                                         : "read or write");
+    st_rlx(&weft__wait_rec(w->cur)->wait_name, events == WEFT_IO_READ ? "read"
+                                               : events == WEFT_IO_WRITE
+                                                   ? "write"
+                                                   : "read or write");
     if (events != (WEFT_IO_READ | WEFT_IO_WRITE)) {
         weft__waiter ws;
         weft__waiter_init(&ws, NULL, 0);

@@ -118,10 +118,10 @@ static void out_task(struct out *o, const weft_task *t)
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 {
-    int kind = ld_rlx(&t->wait_kind);
-    const void *obj = ld_rlx(&t->wait_obj);
+    int kind = weft__task_wait_kind(t);
+    const void *obj = weft__task_wait_obj(t);
     out_printf(o, "    waits for %s %p", weft__wait_kind_name(kind), obj);
-    const char *name = ld_rlx(&t->wait_name);
+    const char *name = ld_rlx(&weft__wait_rec_c(t)->wait_name);
     if (name)
         out_printf(o, " (%s)", name);
     if (kind == WEFT__W_MUTEX) {
@@ -134,7 +134,7 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
         const weft_scope *s = obj;
         out_printf(o, ", %d children running", s->live);
     }
-    int64_t since = weft__now(rt) - ld_rlx(&t->wait_since);
+    int64_t since = weft__now(rt) - ld_rlx(&weft__wait_rec_c(t)->wait_since);
     if (since >= 0)
         out_printf(o, ", for %lld.%03lld ms\n", (long long)(since / WEFT_MSEC),
                    (long long)(since % WEFT_MSEC / WEFT_USEC));
@@ -168,8 +168,8 @@ enum verdict { STUCK, WAKEABLE };
 /* Whether t, parked, may be woken from outside the runtime. */
 static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
 {
-    int kind = ld_rlx(&t->wait_kind);
-    const void *obj = ld_rlx(&t->wait_obj);
+    int kind = weft__task_wait_kind(t);
+    const void *obj = weft__task_wait_obj(t);
     if (kind == WEFT__W_FUTURE)
         return true;
     for (int i = 0; i < ob->noutside; i++)
@@ -177,7 +177,7 @@ static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
             return true;
     if (kind == WEFT__W_SELECT && obj) {
         const weft_case *c = obj;
-        int n = ld_rlx(&t->wait_n);
+        int n = ld_rlx(&weft__wait_rec_c(t)->wait_n);
         for (int i = 0; i < n; i++) {
             if (c[i].op == WEFT_OP_FUTURE)
                 return true;
@@ -198,7 +198,8 @@ static enum verdict walk(weft_runtime *rt, weft_scope *s, struct out *o,
     const struct weft__observe *ob = rt->observe;
     enum verdict v = STUCK;
     weft__lock_acquire(&s->lock);
-    for (weft_task *t = s->members; t && v == STUCK; t = t->mnext) {
+    for (weft_task *t = s->members; t && v == STUCK;
+         t = weft__scope_of_task(t)->mnext) {
         uint64_t pw = ld_acq(&t->park);
         if (PARK_STATE(pw) == PARK_RUNNING || outside_may_wake(ob, t)) {
             v = WAKEABLE;

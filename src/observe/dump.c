@@ -316,7 +316,7 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
     }
     case WEFT__W_FD: {
         int fd = weft__fd_of(obj);
-        const char *dir = ld_rlx(&t->wait_name);
+        const char *dir = ld_rlx(&weft__wait_rec_c(t)->wait_name);
         if (d->json) {
             put(d, ",\"fd\":%d,\"direction\":", fd);
             put_json_str(d, dir, NAME_SHOWN);
@@ -330,7 +330,7 @@ static void wait_details(dump *d, int kind, const void *obj, weft_task *t)
     }
     case WEFT__W_SLEEP:
     case WEFT__W_LIMITER: {
-        int64_t until = ld_rlx(&t->wait_until);
+        int64_t until = ld_rlx(&weft__wait_rec_c(t)->wait_until);
         if (d->json) {
             if (until != WEFT_NEVER)
                 put(d, ",\"until\":%lld", (long long)until);
@@ -457,9 +457,9 @@ static void task_line(dump *d, weft_task *t)
     bool parked = PARK_STATE(park) != PARK_RUNNING;
     int worker = parked ? -1 : running_on(d, t);
     const char *state = parked ? "parked" : worker >= 0 ? "running" : "ready";
-    int kind = parked ? ld_rlx(&t->wait_kind) : WEFT__W_NONE;
-    const void *obj = ld_rlx(&t->wait_obj);
-    int64_t since = ld_rlx(&t->wait_since);
+    int kind = parked ? weft__task_wait_kind(t) : WEFT__W_NONE;
+    const void *obj = weft__task_wait_obj(t);
+    int64_t since = ld_rlx(&weft__wait_rec_c(t)->wait_since);
     int64_t for_ns = d->now > since ? d->now - since : 0;
     d->ntasks++;
     d->st.n = 0;
@@ -479,7 +479,7 @@ static void task_line(dump *d, weft_task *t)
         else
             put(d, "null");
         put(d, ",\"scope\":\"%p\",\"current_scope\":\"%p\",\"scopes\":[",
-            (void *)d->path[d->depth - 1].s, (void *)ld_rlx(&t->cur));
+            (void *)d->path[d->depth - 1].s, (void *)weft__task_scope_cur(t));
         for (int i = d->depth - 1; i >= 0; i--)
             put(d, "\"%p\"%s", (void *)d->path[i].s, i ? "," : "");
         put(d, "],\"wait\":");
@@ -544,7 +544,7 @@ static void step(dump *d)
         weft_task *t = s->dump_task;
         if (t) {
             task_line(d, t);
-            s->dump_task = t->mnext;
+            s->dump_task = weft__scope_of_task(t)->mnext;
         } else {
             l->kids = true;
         }

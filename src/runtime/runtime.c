@@ -320,6 +320,7 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
     st_rlx(&t->id, 1); /* weft_task_info.id: made by no worker */
     *root = t;
+    weft__scope_task_init(t, NULL);
     weft__scope_add_child(rt->root, t);
     weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
     weft__make_ready(w0, t);         /* worker 0 starts it first */
@@ -373,7 +374,7 @@ static bool tasks_left(const weft_scope *s)
  * memory they keep. */
 static void slots_are_roots(const weft_scope *s)
 {
-    for (const weft_task *t = s->members; t; t = t->mnext)
+    for (const weft_task *t = s->members; t; t = weft__scope_of_task(t)->mnext)
         __lsan_register_root_region(t->slot_lo, t->slot_size);
     for (const weft_scope *k = s->kids; k; k = k->sib_next)
         slots_are_roots(k);
@@ -599,6 +600,7 @@ static int start_keeper(weft_runtime *rt)
     home->is_root = false; /* its end is not the runtime's */
     static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
     weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
+    weft__scope_task_init(t, NULL);
     weft__scope_add_child(home, t);
     t->worker = w0;    /* where the wake sends it, and where it stays */
     st_rlx(&t->id, 2); /* weft_task_info.id: made by no worker */

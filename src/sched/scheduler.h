@@ -52,6 +52,12 @@ enum {
 /* A task and its stack share one slot of memory: the struct sits at the top
  * of the slot and the stack grows down from just below it, so a parked task
  * that used little stack costs one page. */
+/* Bytes of a task for the layers above the scheduler (weft_task.ext). */
+#define WEFT__TASK_EXT 104
+/* The offset after a layer's part of ext (end, in bytes), rounded up so
+ * that the next layer's part is aligned. */
+#define WEFT__EXT_NEXT(end) (((end) + 7u) & ~(size_t)7u)
+
 struct weft_task {
     weft__ctx ctx;         /* owner: saved registers while not running */
     weft_worker *worker;   /* set when first run; never changes afterwards */
@@ -67,15 +73,12 @@ struct weft_task {
 
     weft__timer timer; /* owner: deadline of the current park */
 
-    weft_scope *home;            /* scope it was spawned into */
-    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
-    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
-    int index;                   /* child index in home (WEFT_SERVE: 0) */
-    int status;                  /* fn's return value */
-    struct weft__handle *handle; /* its handle's record (task.c), or NULL:
-                                  * set at spawn, read at exit */
-    struct weft_actor *actor;    /* owner: the actor it runs (actor.c), or
-                                  * NULL; reset at spawn */
+    /* The cancel word of the scope the task runs in now: the scope layer
+     * points it at its innermost open scope's cancel reason (scope.h)
+     * whenever that changes, with release; nonzero there: cancelled. The
+     * scheduler and the wait layer read it (park, checkpoint) without
+     * knowing scopes. NULL before the task is registered in a scope. */
+    _Atomic(atomic_int *) cancel;
 
     weft_fn fn;
     void *arg;
@@ -87,30 +90,12 @@ struct weft_task {
     const char *_Atomic name; /* may be NULL */
     const char *_Atomic file; /* spawn site */
     atomic_int line;
+    int status; /* fn's return value */
 
     char *stack_lo;   /* lowest usable stack byte (above the guard page) */
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
-    /* What the current park waits on (wait layer: weft__wait_note), for
-     * the task dump and the deadlock detector; stale once running. The
-     * task writes them for itself and other threads read them while it
-     * runs: relaxed atomics (plain moves on x86), read as a hint. */
-    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
-    _Atomic(const void *) wait_obj;  /* the object waited on */
-    _Atomic int wait_n;              /* select: its number of cases */
-    _Atomic(const char *) wait_name; /* a static word about the wait (a
-                                      * descriptor's direction), or NULL;
-                                      * set only by kinds that read it */
-    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
-    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
-                                      * and WEFT__W_LIMITER only) */
-    /* The mutex the task waits for inside a contended lock, from the
-     * lock's first queueing to its return (NULL otherwise, and always
-     * when deadlock detection is off): an edge of the graph the mutex
-     * cycle check walks. Written by the task and read by other threads
-     * only under sync.c's cycle lock. */
-    const void *mutex_wait;
     _Atomic uint64_t id; /* unique in the process: the spawning worker's
                           * id + 1 in the high 24 bits, its count of
                           * spawns below (0 in the high bits: made outside
@@ -123,6 +108,16 @@ struct weft_task {
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
 #endif
+
+    /* The per-task state of the layers above, which the scheduler neither
+     * reads nor resets (Linux's skb->cb): each layer lays its own struct
+     * at an offset that follows the layer below's, checks with a static
+     * assert that it fits, and reaches it through an accessor in its
+     * header (weft__wait_rec, weft__scope_of_task, weft__sync_of_task,
+     * weft__actor_of_task). Each layer sets up and resets its part itself,
+     * on its own spawn path or its own calls. A slot's first life finds it
+     * zeroed (fresh memory). */
+    _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
 };
 
 /* ---- scheduler ---- */
@@ -336,6 +331,10 @@ typedef struct weft__task_hooks {
      * scope's books). On t, which the scheduler then switches away from
      * for good and recycles. */
     void (*exit)(weft_task *t);
+    /* What t, parked (or parking), waits on: the wait layer's kind
+     * (weft__wait_kind), and the object in *obj. For the instrument's park
+     * callback: cold. */
+    int (*wait_of)(const weft_task *t, const void **obj);
 } weft__task_hooks;
 
 struct weft_runtime {
@@ -440,11 +439,12 @@ static inline void weft__task_info(const weft_task *t, weft_task_info *i)
  * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
 #define WEFT__ID_BITS 40
 /* The calls, cold (sched.c): spawn (on the spawner's thread; parent may
- * be NULL), park (t stops running: t->wait_kind, or yield), and
+ * be NULL), park (t stops running: what it waits on, or yield), and
  * scope_cancel (s cancelled for reason by the running task, if any). */
 void weft__instr_spawn(const weft_instrument *in, weft_task *t,
                        weft_task *parent);
-void weft__instr_park(const weft_instrument *in, weft_task *t, int kind);
+void weft__instr_park(const weft_instrument *in, weft_task *t, int kind,
+                      const void *obj);
 void weft__instr_scope_cancel(const weft_instrument *in, weft_scope *s,
                               int reason, weft_task *by);
 
@@ -594,14 +594,15 @@ int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
 
-/* ---- a scope's cancel flag, as the scheduler reads it ----
- * The first member of struct weft_scope (scope.h checks) is its atomic
- * cancel reason, CANCEL_NONE (0) while not cancelled; the scheduler and
- * the wait layer read it through the task's current scope without the
- * scope layer. */
-static inline bool weft__scope_is_cancelled(const weft_scope *s)
+/* ---- the cancel word of the task's current scope ---- */
+
+/* True if t's current scope is cancelled (weft_task.cancel), read by t
+ * itself (its own cancel pointer, relaxed). Hot: every park and
+ * checkpoint reads it. */
+static inline bool weft__task_cancelled(const weft_task *t)
 {
-    return ld_sc((atomic_int *)(uintptr_t)s) != 0;
+    atomic_int *c = ld_rlx(&t->cancel);
+    return c != NULL && ld_sc(c) != 0;
 }
 
 /* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
@@ -612,8 +613,7 @@ static inline int weft__checkpoint(void)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    weft_scope *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
-    return weft__scope_is_cancelled(cur) ? -ECANCELED : 0;
+    return weft__task_cancelled(t) ? -ECANCELED : 0;
 }
 
 #endif

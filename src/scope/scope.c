@@ -128,7 +128,7 @@ static void wake_locked(weft_scope *s)
 {
     if (s->owner)
         weft__wake_if_cancelled(s->owner);
-    for (weft_task *m = s->members; m; m = m->mnext)
+    for (weft_task *m = s->members; m; m = weft__scope_of_task(m)->mnext)
         weft__wake_if_cancelled(m);
     for (weft_scope *k = s->kids; k; k = k->sib_next) {
         if (k->shield)
@@ -219,7 +219,7 @@ size_t weft__scope_footprint(const weft_scope *s)
 /* The scope of t's handle, opened around it inside s (s's lock held). */
 WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 {
-    weft_scope *p = &t->handle->scope;
+    weft_scope *p = &weft__scope_of_task(t)->handle->scope;
     memset(p, 0, sizeof(*p));
     set_policy(p, &weft__policy_fail_fast);
     p->task_scope = true;
@@ -261,16 +261,16 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
                         "a task registered in a scope after it started");
         s->live++;
-        t->home = s;
+        weft__scope_of_task(t)->home = s;
         weft_scope *cur = s;
-        if (WEFT_UNLIKELY(t->handle != NULL))
+        if (WEFT_UNLIKELY(weft__scope_of_task(t)->handle != NULL))
             cur = task_scope_open_locked(s, t);
-        atomic_store_explicit(&t->cur, cur, memory_order_relaxed);
-        t->index = rc;
-        t->mprev = NULL;
-        t->mnext = s->members;
+        weft__task_set_scope(t, cur);
+        weft__scope_of_task(t)->index = rc;
+        weft__scope_of_task(t)->mprev = NULL;
+        weft__scope_of_task(t)->mnext = s->members;
         if (s->members)
-            s->members->mprev = t;
+            weft__scope_of_task(s->members)->mprev = t;
         s->members = t;
     }
     scope_unlock(s);
@@ -283,7 +283,7 @@ static bool record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
     if (has(s, WEFT__POL_STATUSES))
-        s->statuses[t->index] = st;
+        s->statuses[weft__scope_of_task(t)->index] = st;
     if (st < 0) {
         if (s->failed < INT_MAX)
             s->failed++;
@@ -293,7 +293,8 @@ static bool record_status(weft_scope *s, weft_task *t)
     if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
         return false; /* the policy does not look at successes */
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (s->pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
+    if (s->pol->done(&s->ps, weft__scope_of_task(t)->index, st, cancelled) &
+        WEFT__POL_CANCEL)
         return cancel_locked(s, CANCEL_POLICY);
     return false;
 }
@@ -390,20 +391,26 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
-    WEFT_ASSERT_MSG(t->home == s && s->live > 0,
+    WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && s->live > 0,
                     "a task left a scope it is not a member of");
-    WEFT_ASSERT_MSG(t->mprev ? t->mprev->mnext == t : s->members == t,
-                    "a task left a scope it is not a member of");
+    WEFT_ASSERT_MSG(
+        weft__scope_of_task(t)->mprev
+            ? weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext == t
+            : s->members == t,
+        "a task left a scope it is not a member of");
     WEFT_ASSERT_MSG(!s->joined, "a joined scope had a live child");
     if (WEFT_UNLIKELY(s->dump_task == t))
-        s->dump_task = t->mnext; /* a dump's next member leaves */
-    if (t->mprev)
-        t->mprev->mnext = t->mnext;
+        s->dump_task =
+            weft__scope_of_task(t)->mnext; /* a dump's next member leaves */
+    if (weft__scope_of_task(t)->mprev)
+        weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext =
+            weft__scope_of_task(t)->mnext;
     else
-        s->members = t->mnext;
-    if (t->mnext)
-        t->mnext->mprev = t->mprev;
-    if (s->is_root && t->index == 0)
+        s->members = weft__scope_of_task(t)->mnext;
+    if (weft__scope_of_task(t)->mnext)
+        weft__scope_of_task(weft__scope_of_task(t)->mnext)->mprev =
+            weft__scope_of_task(t)->mprev;
+    if (s->is_root && weft__scope_of_task(t)->index == 0)
         rt->root_status = t->status;
     bool cancelled = record_status(s, t);
     if (WEFT_UNLIKELY(--s->live == 0))
@@ -467,7 +474,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     weft_scope *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    weft_scope *parent = ld_rlx(&t->cur);
+    weft_scope *parent = weft__task_scope_cur(t);
     WEFT_ASSERT(parent != NULL);
     set_policy(s, pol);
     s->shield = opts && opts->shield;
@@ -484,7 +491,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     if (!s->shield && ld_rlx(&parent->cancelled) != CANCEL_NONE)
         atomic_store(&s->cancelled, CANCEL_PARENT);
     scope_unlock(parent);
-    atomic_store_explicit(&t->cur, s, memory_order_release);
+    weft__task_set_scope(t, s);
     if (opts && opts->deadline)
         arm_deadline(s, opts->deadline);
     *out = s;
@@ -523,7 +530,7 @@ int weft_scope_join(weft_scope *s)
         return -EPERM;
     if (s->owner != t)
         return -EPERM;
-    if (s->joined || ld_rlx(&t->cur) != s)
+    if (s->joined || weft__task_scope_cur(t) != s)
         return -EINVAL;
     weft_worker *w = t->worker;
     scope_lock(s);
@@ -547,7 +554,7 @@ int weft_scope_join(weft_scope *s)
     scope_lock(parent);
     kid_unlink_locked(parent, s);
     scope_unlock(parent);
-    atomic_store_explicit(&t->cur, parent, memory_order_release);
+    weft__task_set_scope(t, parent);
     if (has(s, WEFT__POL_REPORT) && !s->on_failure)
         log_dropped_at_join(s);
     return scope_result(s);
@@ -564,7 +571,7 @@ int weft__scope_case_check(const weft_case *c)
     if (!t || s->owner != t)
         return -EPERM;
     /* What join would refuse: it must not fail after the case won. */
-    if (s->joined || ld_rlx(&t->cur) != s)
+    if (s->joined || weft__task_scope_cur(t) != s)
         return -EINVAL;
     return 0;
 }
@@ -602,12 +609,12 @@ void weft__scope_join_above(weft_task *t, weft_scope *keep)
     weft_runtime *rt = t->worker->rt;
     /* keep off the chain: fn joined it itself (misuse); the scopes now
      * above are the caller's, not fn's leftovers. */
-    weft_scope *s = ld_rlx(&t->cur);
+    weft_scope *s = weft__task_scope_cur(t);
     while (s && s != keep)
         s = s->parent;
     if (!s)
         return;
-    while ((s = ld_rlx(&t->cur)) != keep) {
+    while ((s = weft__task_scope_cur(t)) != keep) {
         weft_scope_join(s);
         /* The owner is gone: any task may free it; if none does, the
          * runtime does at its end. It is off its parent's kid list, so
@@ -755,7 +762,7 @@ weft_time weft_deadline(void)
     weft_time d = WEFT_NEVER;
     /* The scopes on the way up stay open while the task runs inside them
      * (a scope cannot be joined before its children finish). */
-    for (weft_scope *s = ld_rlx(&t->cur); s; s = s->parent) {
+    for (weft_scope *s = weft__task_scope_cur(t); s; s = s->parent) {
         scope_lock(s);
         if (s->deadline < d)
             d = s->deadline;
@@ -772,7 +779,7 @@ weft_scope *weft_scope_current(void)
     weft_task *t = weft__current();
     if (!t)
         return NULL;
-    weft_scope *s = ld_rlx(&t->cur);
+    weft_scope *s = weft__task_scope_cur(t);
     while (s->task_scope) /* a handle's or an actor's is not the code's */
         s = s->parent;
     return s;

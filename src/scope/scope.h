@@ -24,7 +24,7 @@ enum {
 
 struct weft_scope {
     atomic_int cancelled; /* CANCEL_*, the first reason; read lock-free
-                           * (first: scheduler.h's weft__scope_is_cancelled) */
+                           * (the scheduler through weft_task.cancel) */
     weft__lock lock;
     /* pol->flags (below), at hand on the spawn and exit paths. */
     uint8_t pflags;
@@ -69,8 +69,65 @@ struct weft_scope {
     weft_task *dump_task;
     weft_scope *dump_kid;
 };
-_Static_assert(offsetof(struct weft_scope, cancelled) == 0,
-               "weft__scope_is_cancelled reads the first member");
+
+/* True if s is cancelled (its first reason is set). Any thread. */
+static inline bool weft__scope_is_cancelled(const weft_scope *s)
+{
+    return ld_sc(&s->cancelled) != CANCEL_NONE;
+}
+
+/* ---- the scope layer's part of a task (weft_task.ext) ---- */
+
+typedef struct weft__task_scope {
+    weft_scope *home;            /* scope it was spawned into */
+    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none);
+                                  * weft_task.cancel points at its cancel
+                                  * word (weft__task_set_scope) */
+    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
+    struct weft__handle *handle; /* its handle's record (task.c), or NULL:
+                                  * set at spawn, read at exit */
+    int index;                   /* child index in home (WEFT_SERVE: 0) */
+} weft__task_scope;
+
+#define WEFT__SCOPE_EXT_OFF WEFT__WAIT_EXT_END
+/* Where the next layer's part of weft_task.ext starts (sync's). */
+#define WEFT__SCOPE_EXT_END                                                    \
+    WEFT__EXT_NEXT(WEFT__SCOPE_EXT_OFF + sizeof(weft__task_scope))
+_Static_assert(WEFT__SCOPE_EXT_END <= WEFT__TASK_EXT,
+               "the scope layer's part fits in weft_task.ext");
+
+/* t's scope links. The task itself, or under its home's lock, or any
+ * thread that keeps t alive for cur. */
+static inline weft__task_scope *weft__scope_of_task(const weft_task *t)
+{
+    WEFT_ASSERT(t != NULL);
+    return (weft__task_scope *)(uintptr_t)(t->ext + WEFT__SCOPE_EXT_OFF);
+}
+
+/* t's innermost open scope (its home if none). */
+static inline weft_scope *weft__task_scope_cur(const weft_task *t)
+{
+    return ld_rlx(&weft__scope_of_task(t)->cur);
+}
+
+/* Makes s t's current scope, and s's cancel word the one the scheduler
+ * reads for t (weft_task.cancel), with release: a canceller on another
+ * thread that reads either sees s whole. */
+static inline void weft__task_set_scope(weft_task *t, weft_scope *s)
+{
+    atomic_store_explicit(&weft__scope_of_task(t)->cur, s,
+                          memory_order_release);
+    atomic_store_explicit(&t->cancel, &s->cancelled, memory_order_release);
+}
+
+/* A new life of t (prepared, not registered): its scope links cleared
+ * and its handle's record h (NULL: none). Before weft__scope_add_child. */
+static inline void weft__scope_task_init(weft_task *t, struct weft__handle *h)
+{
+    WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
+                    "a task's scope links set up after it started");
+    *weft__scope_of_task(t) = (weft__task_scope){.handle = h};
+}
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
 /* Registers a new child in s; returns its index or an error. A task with

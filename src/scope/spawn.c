@@ -42,7 +42,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
     weft_task *self = w->cur;
     if (!s) {
-        s = ld_rlx(&self->cur);
+        s = weft__task_scope_cur(self);
         /* A handle's scope, or an actor's, is not the task's to fill
          * (an actor run by a task with a handle: two of them). */
         while (WEFT_UNLIKELY(s->task_scope))
@@ -56,7 +56,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     if (!t)
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
-    t->handle = h;
+    weft__scope_task_init(t, h);
     int idx = weft__scope_add_child(s, t);
     if (idx < 0) {
         weft__task_free(w, t);
@@ -75,22 +75,24 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
  * joiners), then its home scope's books (its status, the joiner). */
 static void task_exit(weft_task *t)
 {
-    weft_scope *keep = WEFT_LIKELY(!t->handle) ? t->home : &t->handle->scope;
-    if (WEFT_UNLIKELY(ld_rlx(&t->cur) != keep)) {
+    weft__task_scope *ts = weft__scope_of_task(t);
+    weft_scope *keep = WEFT_LIKELY(!ts->handle) ? ts->home : &ts->handle->scope;
+    if (WEFT_UNLIKELY(weft__task_scope_cur(t) != keep)) {
         weft__scope_join_above(t, keep);
         /* It may have parked, and run again: the watchdog may be reading
          * it anew, before its end is known. */
         weft__watch_leave(t->worker, t);
     }
-    if (WEFT_UNLIKELY(t->handle != NULL))
+    if (WEFT_UNLIKELY(ts->handle != NULL))
         weft__handle_exit(t);
     /* Every scope it opened is closed: it leaves its home as it came. */
-    WEFT_ASSERT_MSG(ld_rlx(&t->cur) == t->home,
+    WEFT_ASSERT_MSG(weft__task_scope_cur(t) == ts->home,
                     "a task left with a scope of its own open");
-    weft__scope_child_done(t->home, t);
+    weft__scope_child_done(ts->home, t);
 }
 
-const weft__task_hooks weft__scope_hooks = {.exit = task_exit};
+const weft__task_hooks weft__scope_hooks = {.exit = task_exit,
+                                            .wait_of = weft__wait_of};
 
 /* ---- public: spawning ---- */
 

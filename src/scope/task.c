@@ -162,7 +162,7 @@ static int lookup(uint64_t id, weft__handle **out)
 
 WEFT_COLD void weft__handle_exit(weft_task *t)
 {
-    weft__handle *h = t->handle;
+    weft__handle *h = weft__scope_of_task(t)->handle;
     weft__scope_close_task(&h->scope);
     /* Cancelled by the handle itself (not from above, which the scope's
      * flag would name CANCEL_PARENT): a -ECANCELED is that cancel's echo,
@@ -236,7 +236,7 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
             return rc;
         if (h->rt != self->worker->rt) {
             rc = -EINVAL;
-        } else if (h == self->handle) {
+        } else if (h == weft__scope_of_task(self)->handle) {
             rc = -EDEADLK;
         } else if (!h->done) {
             weft__waiter w = {0};

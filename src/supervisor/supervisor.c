@@ -887,7 +887,7 @@ weft_sup *weft_sup_current(void)
     weft_task *t = weft__current();
     if (!t)
         return NULL;
-    weft_scope *sc = ld_rlx(&t->cur);
+    weft_scope *sc = weft__task_scope_cur(t);
     if (sc->pol != &weft__policy_supervise || sc->owner != t)
         return NULL;
     return sc->ctx;

@@ -146,14 +146,14 @@ static int mutex_ring(const mutex_impl *m, weft_task *t, weft_task **chain,
         weft_task *h = ld_acq(&cur->owner);
         if (h == t)
             return n;
-        if (!h || !h->mutex_wait)
+        if (!h || !weft__sync_of_task(h)->mutex_wait)
             return 0; /* free, or its holder runs and may let go of it */
         for (int i = 1; i < n; i++)
             if (chain[i] == h)
                 return 0; /* a ring without us: not ours to break */
         chain[n] = h;
-        mutexes[n] = h->mutex_wait;
-        cur = h->mutex_wait;
+        mutexes[n] = weft__sync_of_task(h)->mutex_wait;
+        cur = weft__sync_of_task(h)->mutex_wait;
     }
     return 0;
 }
@@ -166,10 +166,10 @@ static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
                        weft_task **chain, const void **mutexes)
 {
     weft__lock_acquire(&cycle_lock);
-    t->mutex_wait = m;
+    weft__sync_of_task(t)->mutex_wait = m;
     int ring = told ? mutex_ring(m, t, chain, mutexes) : 0;
     if (ring)
-        t->mutex_wait = NULL;
+        weft__sync_of_task(t)->mutex_wait = NULL;
     weft__lock_release(&cycle_lock);
     return ring;
 }
@@ -178,7 +178,7 @@ static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
 static void cycle_leave(weft_task *t)
 {
     weft__lock_acquire(&cycle_lock);
-    t->mutex_wait = NULL;
+    weft__sync_of_task(t)->mutex_wait = NULL;
     weft__lock_release(&cycle_lock);
 }
 
@@ -263,7 +263,7 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
                 goto locked;
             int64_t now = weft__now(wk->rt);
             rc = 0;
-            if (cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+            if (cancellable && weft__task_cancelled(t))
                 rc = -ECANCELED;
             else if (now >= deadline)
                 rc = -ETIMEDOUT;
@@ -302,7 +302,7 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
                            bool cancellable)
 {
     int rc = mutex_wait(m, t, deadline, cancellable);
-    if (t->mutex_wait)
+    if (weft__sync_of_task(t)->mutex_wait)
         cycle_leave(t);
     return rc;
 }
@@ -316,7 +316,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (wait && cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+    if (wait && cancellable && weft__task_cancelled(t))
         return -ECANCELED;
     int s = 0;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {

@@ -9,6 +9,31 @@
 
 #include "scope/scope.h"
 
+/* ---- the sync layer's part of a task (weft_task.ext) ---- */
+
+typedef struct weft__task_sync {
+    /* The mutex the task waits for inside a contended lock, from the
+     * lock's first queueing to its return (NULL otherwise, and always
+     * when deadlock detection is off): an edge of the graph the mutex
+     * cycle check walks. Written by the task and read by other threads
+     * only under sync.c's cycle lock. Set and cleared by the same lock
+     * call, so it is NULL between lives: a new task needs no reset. */
+    const void *mutex_wait;
+} weft__task_sync;
+
+#define WEFT__SYNC_EXT_OFF WEFT__SCOPE_EXT_END
+/* Where the next layer's part of weft_task.ext starts (the actor's). */
+#define WEFT__SYNC_EXT_END                                                     \
+    WEFT__EXT_NEXT(WEFT__SYNC_EXT_OFF + sizeof(weft__task_sync))
+_Static_assert(WEFT__SYNC_EXT_END <= WEFT__TASK_EXT,
+               "the sync layer's part fits in weft_task.ext");
+
+static inline weft__task_sync *weft__sync_of_task(const weft_task *t)
+{
+    WEFT_ASSERT(t != NULL);
+    return (weft__task_sync *)(uintptr_t)(t->ext + WEFT__SYNC_EXT_OFF);
+}
+
 /* ---- channels and the sync objects ---- */
 
 /* The element size of a live channel, or 0 if c is NULL or not one. Any

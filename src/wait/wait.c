@@ -35,6 +35,12 @@ static const char *const kind_names[WEFT__W_KINDS] = {
     [WEFT__W_SUPERVISOR] = "supervisor",
 };
 
+int weft__wait_of(const weft_task *t, const void **obj)
+{
+    *obj = weft__task_wait_obj(t);
+    return weft__task_wait_kind(t);
+}
+
 const char *weft__wait_kind_name(int kind)
 {
     return kind >= 0 && kind < WEFT__W_KINDS ? kind_names[kind] : "?";
@@ -104,7 +110,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
     weft_task *t = ld_rlx(&wk->cur);
     int fired = -1;
     weft__wait_note(t, kind, obj);
-    st_rlx(&t->wait_n, n);
+    st_rlx(&weft__wait_rec(t)->wait_n, n);
     uint64_t token = weft__park_prepare(t, true);
     for (int i = 0; i < n; i++) {
         weft__waiter *w = &arms[i].w;
@@ -199,7 +205,7 @@ int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
     weft_worker *wk = weft__tl_worker;
     weft_task *t = ld_rlx(&wk->cur);
     weft__wait_note(t, kind, obj);
-    st_rlx(&t->wait_until, deadline);
+    st_rlx(&weft__wait_rec(t)->wait_until, deadline);
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
     return weft__park_commit(wk, t, deadline);
 }

@@ -76,6 +76,54 @@ typedef enum weft__wait_kind {
 
 const char *weft__wait_kind_name(int kind);
 
+/* ---- the wait layer's part of a task (weft_task.ext) ---- */
+
+/* What the current park waits on (weft__wait_note), for the task dump
+ * and the deadlock detector; stale once running. The task writes them
+ * for itself and other threads read them while it runs: relaxed atomics
+ * (plain moves on x86), read as a hint. The first part of ext: written
+ * before each park, so never reset. */
+struct weft__wait_rec {
+    _Atomic(const void *) wait_obj;  /* the object waited on */
+    _Atomic(const char *) wait_name; /* a static word about the wait (a
+                                      * descriptor's direction), or NULL;
+                                      * set only by kinds that read it */
+    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (WEFT__W_SLEEP
+                                      * and WEFT__W_LIMITER only) */
+    _Atomic int wait_n;              /* select: its number of cases */
+    _Atomic uint8_t wait_kind;       /* weft__wait_kind */
+};
+
+#define WEFT__WAIT_EXT_OFF 0u
+/* Where the next layer's part of weft_task.ext starts (the scope's). */
+#define WEFT__WAIT_EXT_END                                                     \
+    WEFT__EXT_NEXT(WEFT__WAIT_EXT_OFF + sizeof(struct weft__wait_rec))
+_Static_assert(WEFT__WAIT_EXT_END <= WEFT__TASK_EXT,
+               "the wait record fits in weft_task.ext");
+
+/* t's wait record. Any thread that keeps t alive. */
+static inline struct weft__wait_rec *weft__wait_rec(weft_task *t)
+{
+    return (struct weft__wait_rec *)(void *)(t->ext + WEFT__WAIT_EXT_OFF);
+}
+static inline const struct weft__wait_rec *weft__wait_rec_c(const weft_task *t)
+{
+    return (const struct weft__wait_rec *)(const void *)(t->ext +
+                                                         WEFT__WAIT_EXT_OFF);
+}
+/* The kind t parked with last (weft__wait_kind), and its object. */
+static inline int weft__task_wait_kind(const weft_task *t)
+{
+    return ld_rlx(&weft__wait_rec_c(t)->wait_kind);
+}
+static inline const void *weft__task_wait_obj(const weft_task *t)
+{
+    return ld_rlx(&weft__wait_rec_c(t)->wait_obj);
+}
+/* weft__task_hooks.wait_of (wait.c): t's kind, and its object in *obj. */
+int weft__wait_of(const weft_task *t, const void **obj);
+
 typedef struct weft__waitset weft__waitset;
 
 /* A task waiting on a primitive, on the waiting task's own stack, guarded
@@ -248,9 +296,10 @@ static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
      * atomic stores, plain ones on the machines weft runs on. Noted before
      * the park word is set, whose store releases them. */
     WEFT_ASSERT_MSG(weft__task_is_current(t), "a wait noted for another task");
-    st_rlx(&t->wait_kind, (uint8_t)kind);
-    st_rlx(&t->wait_obj, obj);
-    st_rlx(&t->wait_since, t->worker->wheel.elapsed);
+    struct weft__wait_rec *r = weft__wait_rec(t);
+    st_rlx(&r->wait_kind, (uint8_t)kind);
+    st_rlx(&r->wait_obj, obj);
+    st_rlx(&r->wait_since, t->worker->wheel.elapsed);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
