@@ -9,6 +9,26 @@
 
 #include "future/future.h"
 
+/* ---- the actor layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__actor_rt {
+    /* the actor registry (registry.c; allocated with the runtime by
+     * runtime.c and freed with it) */
+    struct weft__registry *registry;
+};
+
+#define WEFT__ACTOR_RT_OFF WEFT__IO_RT_END
+/* Where the next layer's part of weft_runtime.ext starts (observe's). */
+#define WEFT__ACTOR_RT_END                                                     \
+    WEFT__EXT_NEXT(WEFT__ACTOR_RT_OFF + sizeof(struct weft__actor_rt))
+_Static_assert(WEFT__ACTOR_RT_END <= WEFT__RT_EXT,
+               "the actor layer's part fits in weft_runtime.ext");
+
+static inline struct weft__actor_rt *weft__actor_rt(weft_runtime *rt)
+{
+    return (struct weft__actor_rt *)(void *)(rt->ext + WEFT__ACTOR_RT_OFF);
+}
+
 /* ---- the actor layer's part of a task (weft_task.ext) ---- */
 
 typedef struct weft__task_actor {

@@ -9,6 +9,27 @@
 
 #include "sync/sync.h"
 
+/* ---- the io layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__io_rt {
+    /* blocking.c: the pool for weft_blocking, made on first use */
+    pthread_mutex_t blocking_mu;
+    struct weft__blocking *blocking;
+    int blocking_threads, blocking_queue; /* from the config, 0: default */
+};
+
+#define WEFT__IO_RT_OFF WEFT__SYNC_RT_END
+/* Where the next layer's part of weft_runtime.ext starts (the actor's). */
+#define WEFT__IO_RT_END                                                        \
+    WEFT__EXT_NEXT(WEFT__IO_RT_OFF + sizeof(struct weft__io_rt))
+_Static_assert(WEFT__IO_RT_END <= WEFT__RT_EXT,
+               "the io layer's part fits in weft_runtime.ext");
+
+static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
+{
+    return (struct weft__io_rt *)(void *)(rt->ext + WEFT__IO_RT_OFF);
+}
+
 /* ---- io.c ---- */
 
 /* select's descriptor case (wait.h, "select's cases"): WEFT_OP_READ or

@@ -617,10 +617,10 @@ static void dump_all(void *arg)
     pthread_mutex_lock(&dump_mu);
     d->now = weft__now(d->rt);
     header(d);
-    d->path[0] = (level){.s = d->rt->root};
+    d->path[0] = (level){.s = weft__scope_rt(d->rt)->root};
     d->depth = 1;
-    weft__lock_acquire(&d->rt->root->lock);
-    enter(d, d->rt->root);
+    weft__lock_acquire(&weft__scope_rt(d->rt)->root->lock);
+    enter(d, weft__scope_rt(d->rt)->root);
     while (d->depth > 0) {
         if (d->cap - d->len < ITEM_MAX)
             flush(d);

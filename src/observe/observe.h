@@ -14,6 +14,30 @@
 #include "sched/clock.h"
 #include "sync/sync.h"
 
+/* ---- the observe layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__observe_rt {
+    /* deadlock.c: the mode and what was found */
+    struct weft__observe *observe;
+    /* stats.c: the watchdog and slice monitor (the thread and what it
+     * measured), or NULL: set before the workers start and freed with
+     * the runtime */
+    struct weft__watchdog *watchdog;
+    struct weft__trace *trace; /* trace.c: the tracer, or NULL */
+};
+
+#define WEFT__OBSERVE_RT_OFF WEFT__ACTOR_RT_END
+/* Where the next layer's part of weft_runtime.ext starts (the runtime's). */
+#define WEFT__OBSERVE_RT_END                                                   \
+    WEFT__EXT_NEXT(WEFT__OBSERVE_RT_OFF + sizeof(struct weft__observe_rt))
+_Static_assert(WEFT__OBSERVE_RT_END <= WEFT__RT_EXT,
+               "the observe layer's part fits in weft_runtime.ext");
+
+static inline struct weft__observe_rt *weft__observe_rt(weft_runtime *rt)
+{
+    return (struct weft__observe_rt *)(void *)(rt->ext + WEFT__OBSERVE_RT_OFF);
+}
+
 /* ---- dump.c: the task dump ---- */
 
 /* Writes a dump of rt to fd: every live task of its root scope's tree
@@ -153,8 +177,8 @@ void weft__stats_read(weft_runtime *rt, weft_stats *out,
 
 struct weft__watchdog;
 /* rt's slice monitor and watchdog as c asks (c->watchdog_ns,
- * c->slow_slice_ns; both off: none, rt->watchdog NULL, and so on out of
- * memory, said on stderr), before rt's workers start. */
+ * c->slow_slice_ns; both off: none, weft__observe_rt(rt)->watchdog NULL, and so
+ * on out of memory, said on stderr), before rt's workers start. */
 void weft__watchdog_init(weft_runtime *rt, const weft_config *c);
 /* Starts its thread, after rt's workers have started (if it cannot be
  * made, the runtime runs without it, and says so on stderr); stops it

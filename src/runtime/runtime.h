@@ -39,4 +39,23 @@ typedef struct weft__shutdown {
     weft_runtime *next_running; /* list of running runtimes (runtime.c) */
 } weft__shutdown;
 
+/* ---- the runtime layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__runtime_rt {
+    /* the shutdown request and its drain (allocated with the runtime) */
+    weft__shutdown *shut;
+};
+
+#define WEFT__RUNTIME_RT_OFF WEFT__OBSERVE_RT_END
+/* The end of the layers' parts of weft_runtime.ext. */
+#define WEFT__RUNTIME_RT_END                                                   \
+    WEFT__EXT_NEXT(WEFT__RUNTIME_RT_OFF + sizeof(struct weft__runtime_rt))
+_Static_assert(WEFT__RUNTIME_RT_END <= WEFT__RT_EXT,
+               "the runtime layer's part fits in weft_runtime.ext");
+
+static inline struct weft__runtime_rt *weft__runtime_rt(weft_runtime *rt)
+{
+    return (struct weft__runtime_rt *)(void *)(rt->ext + WEFT__RUNTIME_RT_OFF);
+}
+
 #endif

@@ -322,7 +322,8 @@ typedef struct weft__pool_global {
     size_t slot_size;        /* default slot size (stack + task) */
 } weft__pool_global;
 
-struct weft__shutdown; /* runtime.h */
+/* Bytes of a runtime for the layers above the scheduler (weft_runtime.ext). */
+#define WEFT__RT_EXT 176
 
 /* The layer above the scheduler, as the scheduler sees it. */
 typedef struct weft__task_hooks {
@@ -357,24 +358,9 @@ struct weft_runtime {
     /* weft_config.instrument, or the tracer's (observe.h) wrapping it;
      * NULL: none. Set before the workers, never changed. */
     const weft_instrument *instr;
-    struct weft__trace *trace; /* observe.h: the tracer, or NULL */
-    weft_scope *root;
-    int root_status;
-    pthread_mutex_t orphan_mu;
-    weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
     weft__pool_global pool;
-    /* blocking.c: the pool for weft_blocking, made on first use */
-    pthread_mutex_t blocking_mu;
-    struct weft__blocking *blocking;
-    int blocking_threads, blocking_queue; /* from the config, 0: default */
     bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
     cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
-    /* runtime.h: the shutdown request and its drain (the runtime layer's
-     * state, allocated with the runtime) */
-    struct weft__shutdown *shut;
-    /* actor.h: the actor registry (the runtime layer's, allocated with the
-     * runtime and freed with it) */
-    struct weft__registry *registry;
     /* Deadlock detection (the observe layer's deadlock.c): the workers idle
      * with no timer and nothing pending outside (each one's didle), under
      * dmu. When the last one joins them it calls on_all_idle (NULL: no
@@ -383,18 +369,15 @@ struct weft_runtime {
     pthread_mutex_t dmu;
     int ndidle;
     int64_t (*on_all_idle)(weft_worker *w);
-    /* Called by a task that found its mutex wait would close a cycle:
-     * chain[0] is the caller, mutexes[i] what chain[i] waits for, held by
-     * chain[(i + 1) % n]. Returns the code the lock returns (-EDEADLK), or
-     * 0 to wait anyway. NULL: cycles are not looked for. */
-    int (*on_mutex_cycle)(weft_runtime *rt, weft_task *const *chain,
-                          const void *const *mutexes, int n);
-    /* The observe layer's state (deadlock.c): the mode and what was found */
-    struct weft__observe *observe;
-    /* stats.c: the watchdog and slice monitor (the thread and what it
-     * measured), or NULL: set before the workers start and freed with
-     * the runtime */
-    struct weft__watchdog *watchdog;
+
+    /* The per-runtime state of the layers above (as weft_task.ext): each
+     * layer lays its struct at an offset that follows the layer below's
+     * (scope, sync, io, actor, observe, runtime), checks that it fits,
+     * and reaches it through an accessor in its header (weft__scope_rt,
+     * weft__sync_rt, weft__io_rt, weft__actor_rt, weft__observe_rt,
+     * weft__runtime_rt). Zero when the runtime is made; the runtime layer
+     * sets up and frees each part through its layer's header. */
+    _Alignas(16) unsigned char ext[WEFT__RT_EXT];
 };
 
 /* ---- the current worker ---- */

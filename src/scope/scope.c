@@ -411,7 +411,7 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
         weft__scope_of_task(weft__scope_of_task(t)->mnext)->mprev =
             weft__scope_of_task(t)->mprev;
     if (s->is_root && weft__scope_of_task(t)->index == 0)
-        rt->root_status = t->status;
+        weft__scope_rt(rt)->root_status = t->status;
     bool cancelled = record_status(s, t);
     if (WEFT_UNLIKELY(--s->live == 0))
         last_child_done(s, rt); /* unlocks s */
@@ -619,14 +619,14 @@ void weft__scope_join_above(weft_task *t, weft_scope *keep)
         /* The owner is gone: any task may free it; if none does, the
          * runtime does at its end. It is off its parent's kid list, so
          * the sibling links can hold the orphan list. */
-        pthread_mutex_lock(&rt->orphan_mu);
+        pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         s->orphaned = true;
         s->sib_prev = NULL;
-        s->sib_next = rt->orphans;
-        if (rt->orphans)
-            rt->orphans->sib_prev = s;
-        rt->orphans = s;
-        pthread_mutex_unlock(&rt->orphan_mu);
+        s->sib_next = weft__scope_rt(rt)->orphans;
+        if (weft__scope_rt(rt)->orphans)
+            weft__scope_rt(rt)->orphans->sib_prev = s;
+        weft__scope_rt(rt)->orphans = s;
+        pthread_mutex_unlock(&weft__scope_rt(rt)->orphan_mu);
     }
 }
 
@@ -648,14 +648,14 @@ int weft_scope_free(weft_scope *s)
         return -EBUSY;
     if (s->orphaned) {
         weft_runtime *rt = t->worker->rt;
-        pthread_mutex_lock(&rt->orphan_mu);
+        pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         if (s->sib_prev)
             s->sib_prev->sib_next = s->sib_next;
         else
-            rt->orphans = s->sib_next;
+            weft__scope_rt(rt)->orphans = s->sib_next;
         if (s->sib_next)
             s->sib_next->sib_prev = s->sib_prev;
-        pthread_mutex_unlock(&rt->orphan_mu);
+        pthread_mutex_unlock(&weft__scope_rt(rt)->orphan_mu);
     }
     WEFT_ASSERT_MSG(s->live == 0 && s->members == NULL && s->kids == NULL,
                     "a scope freed with children left");
@@ -667,9 +667,9 @@ int weft_scope_free(weft_scope *s)
 void weft__scope_free_orphans(weft_runtime *rt)
 {
     weft__handles_fini(rt);
-    while (rt->orphans) {
-        weft_scope *s = rt->orphans;
-        rt->orphans = s->sib_next;
+    while (weft__scope_rt(rt)->orphans) {
+        weft_scope *s = weft__scope_rt(rt)->orphans;
+        weft__scope_rt(rt)->orphans = s->sib_next;
         WEFT_ASSERT(s->orphaned && s->joined && s->live == 0);
         free(s->statuses);
         free(s);

@@ -76,6 +76,27 @@ static inline bool weft__scope_is_cancelled(const weft_scope *s)
     return ld_sc(&s->cancelled) != CANCEL_NONE;
 }
 
+/* ---- the scope layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__scope_rt {
+    weft_scope *root; /* the root scope (runtime.c makes and frees it) */
+    int root_status;  /* the root task's status (scope.c, at its exit) */
+    pthread_mutex_t orphan_mu;
+    weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
+};
+
+#define WEFT__SCOPE_RT_OFF 0u
+/* Where the next layer's part of weft_runtime.ext starts (sync's). */
+#define WEFT__SCOPE_RT_END                                                     \
+    WEFT__EXT_NEXT(WEFT__SCOPE_RT_OFF + sizeof(struct weft__scope_rt))
+_Static_assert(WEFT__SCOPE_RT_END <= WEFT__RT_EXT,
+               "the scope layer's part fits in weft_runtime.ext");
+
+static inline struct weft__scope_rt *weft__scope_rt(weft_runtime *rt)
+{
+    return (struct weft__scope_rt *)(void *)(rt->ext + WEFT__SCOPE_RT_OFF);
+}
+
 /* ---- the scope layer's part of a task (weft_task.ext) ---- */
 
 typedef struct weft__task_scope {

@@ -9,6 +9,30 @@
 
 #include "scope/scope.h"
 
+/* ---- the sync layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__sync_rt {
+    /* Called by a task that found its mutex wait would close a cycle:
+     * chain[0] is the caller, mutexes[i] what chain[i] waits for, held by
+     * chain[(i + 1) % n]. Returns the code the lock returns (-EDEADLK), or
+     * 0 to wait anyway. NULL: cycles are not looked for. Set by the
+     * observe layer (deadlock.c) before any task runs. */
+    int (*on_mutex_cycle)(weft_runtime *rt, weft_task *const *chain,
+                          const void *const *mutexes, int n);
+};
+
+#define WEFT__SYNC_RT_OFF WEFT__SCOPE_RT_END
+/* Where the next layer's part of weft_runtime.ext starts (io's). */
+#define WEFT__SYNC_RT_END                                                      \
+    WEFT__EXT_NEXT(WEFT__SYNC_RT_OFF + sizeof(struct weft__sync_rt))
+_Static_assert(WEFT__SYNC_RT_END <= WEFT__RT_EXT,
+               "the sync layer's part fits in weft_runtime.ext");
+
+static inline struct weft__sync_rt *weft__sync_rt(weft_runtime *rt)
+{
+    return (struct weft__sync_rt *)(void *)(rt->ext + WEFT__SYNC_RT_OFF);
+}
+
 /* ---- the sync layer's part of a task (weft_task.ext) ---- */
 
 typedef struct weft__task_sync {
