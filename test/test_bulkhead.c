@@ -8,8 +8,8 @@
  * waiter that is being cancelled passed on. Across workers, with rounds
  * cancelled at random moments, no turn is ever lost or doubled.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>

@@ -6,8 +6,9 @@
  * argument errors and a cross-worker stress. Every test that measures time
  * runs on the virtual clock, where instants are exact.
  */
-#include "runtime/runtime.h" /* weft__future_nwaiters */
+#include "future/future.h" /* weft__future_nwaiters */
 #include "t.h"
+#include "wait/many.h"
 #include "weft.h"
 
 #include <errno.h>

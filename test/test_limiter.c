@@ -8,8 +8,8 @@
  * stress on the real clock (also run under TSan) checks the same with
  * cancels, timeouts and a plain thread calling weft_limiter_try.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>

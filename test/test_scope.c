@@ -7,7 +7,8 @@
 #include "t.h"
 #include "weft.h"
 
-#include "runtime/runtime.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "scope/scope.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "wait/many.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -3,8 +3,8 @@
  * Time: the virtual clock, sleeps and timers. Every time asserted here is
  * exact: with WEFT_CLOCK_VIRTUAL a sleep of d wakes at start + d, no later.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>

@@ -56,6 +56,8 @@
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
 #include "actor/actor.h"
+#include "scope/scope.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -462,7 +464,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
                       void *ctx, bool *now)
 {
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
+    weft_task *t = weft__wpub(wk)->cur;
     weft_actor *outer =
         weft__actor_of_task(t)->actor; /* an actor's behaviour may run one */
     weft__actor_of_task(t)->actor = a;
@@ -513,11 +515,11 @@ static weft_actor *actor_make(const weft_actor_opts *o, long refs, int *err)
     if (*err)
         return NULL;
     weft_worker *wk = weft__tl_worker;
-    if (!wk || !wk->cur) {
+    if (!wk || !weft__wpub(wk)->cur) {
         *err = -EPERM;
         return NULL;
     }
-    return actor_new(o, wk->rt, refs, err);
+    return actor_new(o, weft__wpub(wk)->rt, refs, err);
 }
 
 static int actor_task(void *arg)
@@ -670,7 +672,7 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     if (WEFT_UNLIKELY(!actor_ok(a) || !msg))
         return -EINVAL;
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk ? wk->cur : NULL;
+    weft_task *t = wk ? weft__wpub(wk)->cur : NULL;
     if (WEFT_UNLIKELY(!t))
         return -EPERM;
     if (WEFT_UNLIKELY(weft__actor_of_task(t)->actor == a))

@@ -7,7 +7,7 @@
 #ifndef WEFT_ACTOR_H
 #define WEFT_ACTOR_H
 
-#include "future/future.h"
+#include "wait/wait.h"
 
 /* ---- the actor layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -17,16 +17,13 @@ struct weft__actor_rt {
     struct weft__registry *registry;
 };
 
-#define WEFT__ACTOR_RT_OFF WEFT__IO_RT_END
-/* Where the next layer's part of weft_runtime.ext starts (observe's). */
-#define WEFT__ACTOR_RT_END                                                     \
-    WEFT__EXT_NEXT(WEFT__ACTOR_RT_OFF + sizeof(struct weft__actor_rt))
-_Static_assert(WEFT__ACTOR_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__actor_rt) <=
+                   WEFT__RT_OBSERVE - WEFT__RT_ACTOR,
                "the actor layer's part fits in weft_runtime.ext");
 
 static inline struct weft__actor_rt *weft__actor_rt(weft_runtime *rt)
 {
-    return (struct weft__actor_rt *)(void *)(rt->ext + WEFT__ACTOR_RT_OFF);
+    return (struct weft__actor_rt *)(void *)(rt->ext + WEFT__RT_ACTOR);
 }
 
 /* ---- the actor layer's part of a task (weft_task.ext) ---- */
@@ -38,15 +35,13 @@ typedef struct weft__task_actor {
     struct weft_actor *actor;
 } weft__task_actor;
 
-#define WEFT__ACTOR_EXT_OFF WEFT__SYNC_EXT_END
-#define WEFT__ACTOR_EXT_END (WEFT__ACTOR_EXT_OFF + sizeof(weft__task_actor))
-_Static_assert(WEFT__ACTOR_EXT_END <= WEFT__TASK_EXT,
+_Static_assert(sizeof(weft__task_actor) <= WEFT__TASK_EXT - WEFT__EXT_ACTOR,
                "the actor layer's part fits in weft_task.ext");
 
 static inline weft__task_actor *weft__actor_of_task(const weft_task *t)
 {
     WEFT_ASSERT(t != NULL);
-    return (weft__task_actor *)(uintptr_t)(t->ext + WEFT__ACTOR_EXT_OFF);
+    return (weft__task_actor *)(uintptr_t)(t->ext + WEFT__EXT_ACTOR);
 }
 
 /* ---- actor.c ---- */

@@ -44,6 +44,7 @@
  * nothing.
  */
 #include "future/future.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 

@@ -7,7 +7,11 @@
 #ifndef WEFT_FUTURE_H
 #define WEFT_FUTURE_H
 
-#include "io/io.h"
+#include "util/util.h"
+
+/* Select's cases (wait/many.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
 
 /* ---- futures ---- */
 

@@ -51,6 +51,7 @@
  * last thread is gone, joins it and frees the pool.
  */
 #include "io/io.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -402,13 +403,13 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
         return -ENOMEM;
     j->fn = fn;
     j->arg = arg;
-    pool *p = pool_lock(wk->rt);
+    pool *p = pool_lock(weft__wpub(wk)->rt);
     if (!p) {
         free(j);
         return -ENOMEM;
     }
     if (!submit(p, j)) {
-        pthread_mutex_unlock(&weft__io_rt(wk->rt)->blocking_mu);
+        pthread_mutex_unlock(&weft__io_rt(weft__wpub(wk)->rt)->blocking_mu);
         free(j);
         return -EAGAIN;
     }
@@ -455,6 +456,6 @@ int weft_blocking_stats(weft_blocking_info *out)
     weft_worker *wk = weft__tl_worker;
     if (!wk)
         return -EPERM;
-    weft__blocking_info(wk->rt, out);
+    weft__blocking_info(weft__wpub(wk)->rt, out);
     return 0;
 }

@@ -7,7 +7,11 @@
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
 
-#include "sync/sync.h"
+#include "sched/task.h"
+
+/* Select's cases (wait/many.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
 
 /* ---- the io layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -18,16 +22,12 @@ struct weft__io_rt {
     int blocking_threads, blocking_queue; /* from the config, 0: default */
 };
 
-#define WEFT__IO_RT_OFF WEFT__SYNC_RT_END
-/* Where the next layer's part of weft_runtime.ext starts (the actor's). */
-#define WEFT__IO_RT_END                                                        \
-    WEFT__EXT_NEXT(WEFT__IO_RT_OFF + sizeof(struct weft__io_rt))
-_Static_assert(WEFT__IO_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__io_rt) <= WEFT__RT_ACTOR - WEFT__RT_IO,
                "the io layer's part fits in weft_runtime.ext");
 
 static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
 {
-    return (struct weft__io_rt *)(void *)(rt->ext + WEFT__IO_RT_OFF);
+    return (struct weft__io_rt *)(void *)(rt->ext + WEFT__RT_IO);
 }
 
 /* ---- io.c ---- */

@@ -35,6 +35,10 @@
  * workers: the last one to note its wait.
  */
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <stdarg.h>
 #include <stdio.h>

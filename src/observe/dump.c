@@ -36,7 +36,13 @@
  * A mutex's holder is loaded with acquire (its owner is stored with
  * release), so its id and name may be read too.
  */
+#include "actor/actor.h"
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -9,10 +9,7 @@
 #ifndef WEFT_OBSERVE_H
 #define WEFT_OBSERVE_H
 
-#include "actor/actor.h"
-#include "io/io.h"
-#include "sched/clock.h"
-#include "sync/sync.h"
+#include "sched/task.h"
 
 /* ---- the observe layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -26,16 +23,13 @@ struct weft__observe_rt {
     struct weft__trace *trace; /* trace.c: the tracer, or NULL */
 };
 
-#define WEFT__OBSERVE_RT_OFF WEFT__ACTOR_RT_END
-/* Where the next layer's part of weft_runtime.ext starts (the runtime's). */
-#define WEFT__OBSERVE_RT_END                                                   \
-    WEFT__EXT_NEXT(WEFT__OBSERVE_RT_OFF + sizeof(struct weft__observe_rt))
-_Static_assert(WEFT__OBSERVE_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__observe_rt) <=
+                   WEFT__RT_RUNTIME - WEFT__RT_OBSERVE,
                "the observe layer's part fits in weft_runtime.ext");
 
 static inline struct weft__observe_rt *weft__observe_rt(weft_runtime *rt)
 {
-    return (struct weft__observe_rt *)(void *)(rt->ext + WEFT__OBSERVE_RT_OFF);
+    return (struct weft__observe_rt *)(void *)(rt->ext + WEFT__RT_OBSERVE);
 }
 
 /* ---- dump.c: the task dump ---- */

@@ -82,7 +82,9 @@
  * copied, so a report made when the slice ends never reads a name its
  * task no longer owns.
  */
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -24,6 +24,10 @@
  * runtime's clock at the start, with nanosecond decimals.
  */
 #include "observe/observe.h"
+#include "sched/clock.h"
+#include "sched/scheduler.h"
+#include "scope/scope.h"
+#include "wait/wait.h"
 
 #include <inttypes.h>
 #include <stdio.h>

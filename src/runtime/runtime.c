@@ -61,8 +61,12 @@
  * program goes on.
  */
 #include "runtime/runtime.h"
-
+#include "actor/actor.h"
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -6,7 +6,7 @@
 #ifndef WEFT_RUNTIME_H
 #define WEFT_RUNTIME_H
 
-#include "observe/observe.h"
+#include "sched/task.h"
 
 /* The shutdown request (runtime.c's essay tells the protocol). Any thread
  * reads and requests; the root scope's lock orders deadline changes. */
@@ -46,16 +46,13 @@ struct weft__runtime_rt {
     weft__shutdown *shut;
 };
 
-#define WEFT__RUNTIME_RT_OFF WEFT__OBSERVE_RT_END
-/* The end of the layers' parts of weft_runtime.ext. */
-#define WEFT__RUNTIME_RT_END                                                   \
-    WEFT__EXT_NEXT(WEFT__RUNTIME_RT_OFF + sizeof(struct weft__runtime_rt))
-_Static_assert(WEFT__RUNTIME_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__runtime_rt) <=
+                   WEFT__RT_EXT - WEFT__RT_RUNTIME,
                "the runtime layer's part fits in weft_runtime.ext");
 
 static inline struct weft__runtime_rt *weft__runtime_rt(weft_runtime *rt)
 {
-    return (struct weft__runtime_rt *)(void *)(rt->ext + WEFT__RUNTIME_RT_OFF);
+    return (struct weft__runtime_rt *)(void *)(rt->ext + WEFT__RT_RUNTIME);
 }
 
 #endif

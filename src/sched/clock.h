@@ -17,7 +17,7 @@
 #ifndef WEFT_CLOCK_H
 #define WEFT_CLOCK_H
 
-/* Included by scheduler.h after the runtime's structures. */
+#include "sched/task.h"
 
 typedef struct weft__clock_ops {
     const char *name;

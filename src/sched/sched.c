@@ -1526,6 +1526,12 @@ void weft__worker_fini(weft_worker *w)
     st_rlx(&w->stat_fd, -1);
 }
 
+weft_worker *weft__rt_worker(weft_runtime *rt, int i)
+{
+    WEFT_ASSERT(i >= 0 && i < rt->nworkers);
+    return &rt->workers[i];
+}
+
 /* ---- public: the running task ---- */
 
 int weft_cancelled(void)

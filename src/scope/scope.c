@@ -38,6 +38,9 @@
  * skip it, and the task closes it at its exit.
  */
 #include "scope/scope.h"
+#include "sched/clock.h"
+#include "sched/spawn.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -158,8 +161,8 @@ static bool cancel_locked(weft_scope *s, int reason)
 static void cancelled_hook(weft_scope *s, int reason, weft_task *by)
 {
     weft_worker *w = weft__tl_worker;
-    if (WEFT_UNLIKELY(w && w->instr))
-        weft__instr_scope_cancel(w->instr, s, reason, by);
+    if (WEFT_UNLIKELY(w && weft__wpub(w)->instr))
+        weft__instr_scope_cancel(weft__wpub(w)->instr, s, reason, by);
 }
 
 int weft__scope_cancel(weft_scope *s, int reason)
@@ -305,7 +308,7 @@ static void log_failure(weft_scope *s, weft_task *t)
 {
     if (t->status == -ECANCELED)
         return;
-    weft_time now = weft__now(t->worker->rt);
+    weft_time now = weft__now(weft__wpub(t->worker)->rt);
     scope_lock(s);
     if (now - s->log_window >= LOG_WINDOW) {
         s->log_window = now;
@@ -381,13 +384,13 @@ static __attribute__((noinline)) void last_child_done(weft_scope *s,
         /* The root scope is empty: every task has finished. */
         st_rel(&rt->done, 1);
         for (int i = 0; i < rt->nworkers; i++)
-            weft__worker_notify(&rt->workers[i]);
+            weft__worker_notify(weft__rt_worker(rt, i));
     }
 }
 
 void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
-    weft_runtime *rt = t->worker->rt;
+    weft_runtime *rt = weft__wpub(t->worker)->rt;
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
@@ -439,7 +442,7 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     /* The deadline's timer is on the owner's worker's wheel, which only
      * that worker's thread touches. */
     WEFT_ASSERT(weft__task_is_current(s->owner));
-    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    weft__wheel_disarm(&weft__wpub(w)->wheel, &s->deadline_timer);
     /* Only WEFT_NEVER means none: 0 is an instant, long past (the opts'
      * "0: none" is weft_scope_open's to apply, before calling here). */
     scope_lock(s); /* weft_deadline() reads it from the children */
@@ -447,9 +450,9 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     scope_unlock(s);
     if (deadline == WEFT_NEVER)
         return 0;
-    if (deadline <= weft__now(w->rt))
+    if (deadline <= weft__now(weft__wpub(w)->rt))
         return weft__scope_cancel(s, CANCEL_DEADLINE);
-    weft__wheel_arm(&w->wheel, &s->deadline_timer, deadline);
+    weft__wheel_arm(&weft__wpub(w)->wheel, &s->deadline_timer, deadline);
     return 0;
 }
 
@@ -549,7 +552,7 @@ int weft_scope_join(weft_scope *s)
                     "a scope joined with children left");
     s->joined = true;
     scope_unlock(s);
-    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    weft__wheel_disarm(&weft__wpub(w)->wheel, &s->deadline_timer);
     weft_scope *parent = s->parent;
     scope_lock(parent);
     kid_unlink_locked(parent, s);
@@ -606,7 +609,7 @@ void weft__scope_close_task(weft_scope *p)
 
 void weft__scope_join_above(weft_task *t, weft_scope *keep)
 {
-    weft_runtime *rt = t->worker->rt;
+    weft_runtime *rt = weft__wpub(t->worker)->rt;
     /* keep off the chain: fn joined it itself (misuse); the scopes now
      * above are the caller's, not fn's leftovers. */
     weft_scope *s = weft__task_scope_cur(t);
@@ -647,7 +650,7 @@ int weft_scope_free(weft_scope *s)
     if (!s->joined)
         return -EBUSY;
     if (s->orphaned) {
-        weft_runtime *rt = t->worker->rt;
+        weft_runtime *rt = weft__wpub(t->worker)->rt;
         pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         if (s->sib_prev)
             s->sib_prev->sib_next = s->sib_next;
@@ -790,19 +793,20 @@ weft_scope *weft_scope_current(void)
 int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (!fn)
         return -EINVAL;
     weft_scope *s;
-    weft_time now = weft__now(w->rt);
+    weft_time now = weft__now(weft__wpub(w)->rt);
     int rc = weft__scope_open_until(
         &s, WEFT_FAIL_FAST,
         timeout_ns <= 0 ? now : weft__add_sat(now, timeout_ns));
     if (rc)
         return rc;
     rc = fn(arg);
-    weft__scope_join_above(w->cur, s); /* scopes fn left open, if any */
+    weft__scope_join_above(weft__wpub(w)->cur,
+                           s); /* scopes fn left open, if any */
     weft_scope_join(s);
     bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
     weft_scope_free(s);

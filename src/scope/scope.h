@@ -85,16 +85,12 @@ struct weft__scope_rt {
     weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
 };
 
-#define WEFT__SCOPE_RT_OFF 0u
-/* Where the next layer's part of weft_runtime.ext starts (sync's). */
-#define WEFT__SCOPE_RT_END                                                     \
-    WEFT__EXT_NEXT(WEFT__SCOPE_RT_OFF + sizeof(struct weft__scope_rt))
-_Static_assert(WEFT__SCOPE_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__scope_rt) <= WEFT__RT_SYNC - WEFT__RT_SCOPE,
                "the scope layer's part fits in weft_runtime.ext");
 
 static inline struct weft__scope_rt *weft__scope_rt(weft_runtime *rt)
 {
-    return (struct weft__scope_rt *)(void *)(rt->ext + WEFT__SCOPE_RT_OFF);
+    return (struct weft__scope_rt *)(void *)(rt->ext + WEFT__RT_SCOPE);
 }
 
 /* ---- the scope layer's part of a task (weft_task.ext) ---- */
@@ -110,11 +106,7 @@ typedef struct weft__task_scope {
     int index;                   /* child index in home (WEFT_SERVE: 0) */
 } weft__task_scope;
 
-#define WEFT__SCOPE_EXT_OFF WEFT__WAIT_EXT_END
-/* Where the next layer's part of weft_task.ext starts (sync's). */
-#define WEFT__SCOPE_EXT_END                                                    \
-    WEFT__EXT_NEXT(WEFT__SCOPE_EXT_OFF + sizeof(weft__task_scope))
-_Static_assert(WEFT__SCOPE_EXT_END <= WEFT__TASK_EXT,
+_Static_assert(sizeof(weft__task_scope) <= WEFT__EXT_SYNC - WEFT__EXT_SCOPE,
                "the scope layer's part fits in weft_task.ext");
 
 /* t's scope links. The task itself, or under its home's lock, or any
@@ -122,7 +114,7 @@ _Static_assert(WEFT__SCOPE_EXT_END <= WEFT__TASK_EXT,
 static inline weft__task_scope *weft__scope_of_task(const weft_task *t)
 {
     WEFT_ASSERT(t != NULL);
-    return (weft__task_scope *)(uintptr_t)(t->ext + WEFT__SCOPE_EXT_OFF);
+    return (weft__task_scope *)(uintptr_t)(t->ext + WEFT__EXT_SCOPE);
 }
 
 /* t's innermost open scope (its home if none). */

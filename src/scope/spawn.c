@@ -10,6 +10,7 @@
  * task's function returns it calls the runtime's exit hook, which is
  * task_exit below (weft__scope_hooks, set by runtime_new).
  */
+#include "sched/spawn.h"
 #include "scope/scope.h"
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
@@ -29,18 +30,20 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
                 const char *file, int line)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return spawn_failed(o, NULL, -EPERM);
     if (!fn)
         return spawn_failed(o, NULL, -EINVAL);
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 || o->worker > w->rt->nworkers ||
+    if (o && (o->worker < 0 || o->worker > weft__wpub(w)->rt->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
     /* the worker the task must start on */
-    weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
-    weft_task *self = w->cur;
+    weft_worker *pin = o && o->worker
+                           ? weft__rt_worker(weft__wpub(w)->rt, o->worker - 1)
+                           : NULL;
+    weft_task *self = weft__wpub(w)->cur;
     if (!s) {
         s = weft__task_scope_cur(self);
         /* A handle's scope, or an actor's, is not the task's to fill
@@ -50,7 +53,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     /* Only a spawn that asks for a handle pays for one. */
     weft__handle *h = NULL;
-    if (WEFT_UNLIKELY(o && o->handle) && !(h = weft__handle_new(w->rt)))
+    if (WEFT_UNLIKELY(o && o->handle) &&
+        !(h = weft__handle_new(weft__wpub(w)->rt)))
         return spawn_failed(o, NULL, -ENOMEM);
     weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
     if (!t)
@@ -64,8 +68,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     if (WEFT_UNLIKELY(h != NULL)) /* before the task can run anywhere */
         o->handle->id = weft__handle_id(h);
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        weft__instr_spawn(w->instr, t, self);
+    if (WEFT_UNLIKELY(weft__wpub(w)->instr != NULL))
+        weft__instr_spawn(weft__wpub(w)->instr, t, self);
     weft__task_submit(w, t, pin);
     return idx;
 }

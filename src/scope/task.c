@@ -234,7 +234,7 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
         weft__handle *h;
         if ((rc = lookup(th.id, &h)) != 0)
             return rc;
-        if (h->rt != self->worker->rt) {
+        if (h->rt != weft__wpub(self->worker)->rt) {
             rc = -EINVAL;
         } else if (h == weft__scope_of_task(self)->handle) {
             rc = -EDEADLK;

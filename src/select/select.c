@@ -18,6 +18,11 @@
  * This file sits above every layer it waits on; none of them knows it.
  */
 #include "future/future.h"
+#include "io/io.h"
+#include "sched/clock.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
+#include "wait/many.h"
 
 #include <stdlib.h>
 
@@ -165,7 +170,8 @@ static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
             continue;
         if (c->op == WEFT_OP_DEADLINE) {
             if (now < 0)
-                now = weft__now(weft__tl_worker ? weft__tl_worker->rt : NULL);
+                now = weft__now(
+                    weft__tl_worker ? weft__wpub(weft__tl_worker)->rt : NULL);
             if (c->deadline <= now) {
                 c->rc = 0;
                 chosen = i;

@@ -51,6 +51,7 @@
  */
 #include "actor/actor.h"
 #include "scope/scope.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdlib.h>

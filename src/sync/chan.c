@@ -29,6 +29,7 @@
  * select for it.
  */
 #include "sync/sync.h"
+#include "wait/many.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,6 +15,8 @@
  * The mutex is described at its section below.
  */
 #include "sync/sync.h"
+#include "sched/clock.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <string.h>
@@ -217,17 +219,18 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
         if (self.since == INT64_MIN) {
             /* The first time we queue: the cycle check ("mutex
              * cycles" above). */
-            self.since = weft__now(wk->rt);
+            self.since = weft__now(weft__wpub(wk)->rt);
             weft_task *chain[CYCLE_MAX];
             const void *mutexes[CYCLE_MAX];
             int ring;
-            if (weft__sync_rt(wk->rt)->on_mutex_cycle &&
+            if (weft__sync_rt(weft__wpub(wk)->rt)->on_mutex_cycle &&
                 (ring = cycle_enter(m, t, cancellable, chain, mutexes))) {
                 /* Our wait would close a ring: we wait for nothing. */
                 mutex_left(m);
                 weft__lock_release(&m->lock);
-                int rc = weft__sync_rt(wk->rt)->on_mutex_cycle(wk->rt, chain,
-                                                               mutexes, ring);
+                int rc = weft__sync_rt(weft__wpub(wk)->rt)
+                             ->on_mutex_cycle(weft__wpub(wk)->rt, chain,
+                                              mutexes, ring);
                 if (rc)
                     return rc;
                 /* Told to wait anyway: our edge back, the ring stays. */
@@ -262,7 +265,7 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
             s = ld_rlx(&m->state);
             if (mutex_take(m, &s, M_WOKEN))
                 goto locked;
-            int64_t now = weft__now(wk->rt);
+            int64_t now = weft__now(weft__wpub(wk)->rt);
             rc = 0;
             if (cancellable && weft__task_cancelled(t))
                 rc = -ECANCELED;
@@ -374,7 +377,7 @@ weft_task *weft__mutex_owner(const weft_mutex *mm)
  * compete, or hand it the lock if it has waited long enough. */
 static void mutex_unlock_slow(mutex_impl *m)
 {
-    weft_runtime *rt = weft__tl_worker->rt;
+    weft_runtime *rt = weft__wpub(weft__tl_worker)->rt;
     weft__lock_acquire(&m->lock);
     /* Only the holder unlocks (weft_mutex_unlock checked the owner). */
     WEFT_ASSERT(ld_rlx(&m->state) & M_LOCKED);

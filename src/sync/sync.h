@@ -7,7 +7,11 @@
 #ifndef WEFT_SYNC_H
 #define WEFT_SYNC_H
 
-#include "scope/scope.h"
+#include "sched/task.h"
+
+/* Select's cases (wait/many.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
 
 /* ---- the sync layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -21,16 +25,12 @@ struct weft__sync_rt {
                           const void *const *mutexes, int n);
 };
 
-#define WEFT__SYNC_RT_OFF WEFT__SCOPE_RT_END
-/* Where the next layer's part of weft_runtime.ext starts (io's). */
-#define WEFT__SYNC_RT_END                                                      \
-    WEFT__EXT_NEXT(WEFT__SYNC_RT_OFF + sizeof(struct weft__sync_rt))
-_Static_assert(WEFT__SYNC_RT_END <= WEFT__RT_EXT,
+_Static_assert(sizeof(struct weft__sync_rt) <= WEFT__RT_IO - WEFT__RT_SYNC,
                "the sync layer's part fits in weft_runtime.ext");
 
 static inline struct weft__sync_rt *weft__sync_rt(weft_runtime *rt)
 {
-    return (struct weft__sync_rt *)(void *)(rt->ext + WEFT__SYNC_RT_OFF);
+    return (struct weft__sync_rt *)(void *)(rt->ext + WEFT__RT_SYNC);
 }
 
 /* ---- the sync layer's part of a task (weft_task.ext) ---- */
@@ -45,17 +45,13 @@ typedef struct weft__task_sync {
     const void *mutex_wait;
 } weft__task_sync;
 
-#define WEFT__SYNC_EXT_OFF WEFT__SCOPE_EXT_END
-/* Where the next layer's part of weft_task.ext starts (the actor's). */
-#define WEFT__SYNC_EXT_END                                                     \
-    WEFT__EXT_NEXT(WEFT__SYNC_EXT_OFF + sizeof(weft__task_sync))
-_Static_assert(WEFT__SYNC_EXT_END <= WEFT__TASK_EXT,
+_Static_assert(sizeof(weft__task_sync) <= WEFT__EXT_ACTOR - WEFT__EXT_SYNC,
                "the sync layer's part fits in weft_task.ext");
 
 static inline weft__task_sync *weft__sync_of_task(const weft_task *t)
 {
     WEFT_ASSERT(t != NULL);
-    return (weft__task_sync *)(uintptr_t)(t->ext + WEFT__SYNC_EXT_OFF);
+    return (weft__task_sync *)(uintptr_t)(t->ext + WEFT__EXT_SYNC);
 }
 
 /* ---- channels and the sync objects ---- */

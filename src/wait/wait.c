@@ -3,7 +3,9 @@
  * The wait layer (see wait.h for the protocol): one wait, several waits
  * of which exactly one wins, and wait sets.
  */
-#include "wait/wait.h"
+#include "sched/clock.h"
+#include "wait/many.h"
+#include "wait/waitset.h"
 
 #include <string.h>
 
@@ -107,7 +109,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
     }
     WEFT_ASSERT(n > 0 && k >= 0 && k <= n);
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = ld_rlx(&wk->cur);
+    weft_task *t = ld_rlx(&weft__wpub(wk)->cur);
     int fired = -1;
     weft__wait_note(t, kind, obj);
     st_rlx(&weft__wait_rec(t)->wait_n, n);
@@ -144,7 +146,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
 
 void weft__waitset_init(weft__waitset *s, int *fired, int kind, const void *obj)
 {
-    weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     *s = (weft__waitset){.task = t, .fired = fired};
     weft__wait_note(t, kind, obj);
 }
@@ -203,7 +205,7 @@ int weft__wait_sleep(int64_t deadline)
 int weft__wait_sleep_on(int64_t deadline, int kind, const void *obj, int flags)
 {
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = ld_rlx(&wk->cur);
+    weft_task *t = ld_rlx(&weft__wpub(wk)->cur);
     weft__wait_note(t, kind, obj);
     st_rlx(&weft__wait_rec(t)->wait_until, deadline);
     weft__park_prepare(t, !(flags & WEFT__WAIT_FIRM));
@@ -220,7 +222,7 @@ void weft__wake_new(weft_task *t)
 int weft_sleep_until(weft_time t)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (weft__wait_past(t))
         return weft_cancelled() ? -ECANCELED : 0;
@@ -231,9 +233,9 @@ int weft_sleep_until(weft_time t)
 int weft_sleep(int64_t ns)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (ns <= 0)
         return weft_cancelled() ? -ECANCELED : 0;
-    return weft_sleep_until(weft__add_sat(weft__now(w->rt), ns));
+    return weft_sleep_until(weft__add_sat(weft__now(weft__wpub(w)->rt), ns));
 }

@@ -42,7 +42,7 @@
 #ifndef WEFT_WAIT_H
 #define WEFT_WAIT_H
 
-#include "sched/scheduler.h"
+#include "sched/park.h"
 
 /* What a parked task waits on. Names for the dump: weft__wait_kind_name. */
 typedef enum weft__wait_kind {
@@ -76,6 +76,10 @@ typedef enum weft__wait_kind {
 
 const char *weft__wait_kind_name(int kind);
 
+/* Several waits at once (wait/many.h), and select's cases over them. */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
+
 /* ---- the wait layer's part of a task (weft_task.ext) ---- */
 
 /* What the current park waits on (weft__wait_note), for the task dump
@@ -95,22 +99,19 @@ struct weft__wait_rec {
     _Atomic uint8_t wait_kind;       /* weft__wait_kind */
 };
 
-#define WEFT__WAIT_EXT_OFF 0u
-/* Where the next layer's part of weft_task.ext starts (the scope's). */
-#define WEFT__WAIT_EXT_END                                                     \
-    WEFT__EXT_NEXT(WEFT__WAIT_EXT_OFF + sizeof(struct weft__wait_rec))
-_Static_assert(WEFT__WAIT_EXT_END <= WEFT__TASK_EXT,
+_Static_assert(sizeof(struct weft__wait_rec) <=
+                   WEFT__EXT_SCOPE - WEFT__EXT_WAIT,
                "the wait record fits in weft_task.ext");
 
 /* t's wait record. Any thread that keeps t alive. */
 static inline struct weft__wait_rec *weft__wait_rec(weft_task *t)
 {
-    return (struct weft__wait_rec *)(void *)(t->ext + WEFT__WAIT_EXT_OFF);
+    return (struct weft__wait_rec *)(void *)(t->ext + WEFT__EXT_WAIT);
 }
 static inline const struct weft__wait_rec *weft__wait_rec_c(const weft_task *t)
 {
     return (const struct weft__wait_rec *)(const void *)(t->ext +
-                                                         WEFT__WAIT_EXT_OFF);
+                                                         WEFT__EXT_WAIT);
 }
 /* The kind t parked with last (weft__wait_kind), and its object. */
 static inline int weft__task_wait_kind(const weft_task *t)
@@ -299,7 +300,7 @@ static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
     struct weft__wait_rec *r = weft__wait_rec(t);
     st_rlx(&r->wait_kind, (uint8_t)kind);
     st_rlx(&r->wait_obj, obj);
-    st_rlx(&r->wait_since, t->worker->wheel.elapsed);
+    st_rlx(&r->wait_since, weft__wpub(t->worker)->wheel.elapsed);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
@@ -310,7 +311,7 @@ static inline void weft__wait_note(weft_task *t, int kind, const void *obj)
  * next look at its wheel, with the same result. */
 static inline bool weft__wait_past(int64_t deadline)
 {
-    return deadline <= weft__tl_worker->wheel.elapsed;
+    return deadline <= weft__wpub(weft__tl_worker)->wheel.elapsed;
 }
 
 /* Flags of a wait. */
@@ -325,7 +326,7 @@ enum {
 static inline __attribute__((always_inline)) void
 weft__wait_arm(weft__waiter *w, int kind, const void *obj, int flags)
 {
-    weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     WEFT_ASSERT(t != NULL);
     w->task = t;
     w->set = NULL;
@@ -399,131 +400,6 @@ weft__wait_one(weft__lock *l, weft__waitq *q, weft__waiter *w, int kind,
     weft__wait_arm(w, kind, obj, 0);
     weft__waitq_push(q, w);
     return weft__wait_park(l, q, w, deadline);
-}
-
-/* ---- several waits at once, exactly one wins ---- */
-
-/* One case of a wait_many: a waiter to queue on q, under lock (NULL lock
- * and queue: a case that only bounds the wait, such as a deadline). */
-typedef struct weft__arm {
-    weft__lock *lock;
-    weft__waitq *q;
-    weft__waiter w; /* elem, n set by the caller; the rest by wait_many */
-} weft__arm;
-
-/* Sorts the distinct non-NULL locks of the n arms into order[] by
- * address (the order every multi-lock wait takes them in, so two waits
- * over the same objects cannot deadlock); returns how many. */
-int weft__locks_order(const weft__arm *arms, int n, weft__lock **order);
-void weft__locks_acquire(weft__lock **order, int k);
-void weft__locks_release(weft__lock **order, int k);
-
-/* The caller holds the k locks of order[] (weft__locks_acquire) and found
- * no arm ready. A past deadline returns -ETIMEDOUT at once. Otherwise
- * queues every arm's waiter with one park token, releases the locks,
- * parks, then relocks, unlinks what is still queued, and releases them.
- * Returns the index of the arm whose waiter was claimed, with the waker's
- * code in *code (0, or e.g. -EPIPE from a close), or -ETIMEDOUT /
- * -ECANCELED if none was. */
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n, int kind,
-                    const void *obj, int64_t deadline, int *code);
-
-/* A chain of claimed waiters through `next`, to finish after unlocking. */
-typedef struct weft__chain {
-    weft__waiter *head, **tail;
-} weft__chain;
-
-static inline void weft__chain_init(weft__chain *c)
-{
-    c->head = NULL;
-    c->tail = &c->head;
-}
-
-static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
-{
-    w->next = NULL;
-    *c->tail = w;
-    c->tail = &w->next;
-}
-
-/* ---- select's cases ----
- * weft_select (select.c, above every layer it waits on) drives each kind
- * of case through four functions its object's layer gives, named
- * weft__K_case_* for K in chan, fd, future, scope, sem:
- *
- *   int check(const weft_case *c)
- *       Any lock-free validation: 0 if the case is valid and on, 1 if it
- *       is switched off (NULL object, negative fd), -EINVAL, -EPERM.
- *   weft__lock *lock(weft_case *c)
- *       The lock that guards the case's object.
- *   int try(weft_case *c, weft__arm *a, weft__chain *woken)
- *       Under that lock (every case's lock is held): if the case can take
- *       effect now, does it, sets c->rc and returns 0, with any waiter it
- *       claimed (a sender it took from, say) appended to woken, finished
- *       with 0 after unlocking. Otherwise returns -EAGAIN and sets a->q
- *       (and a->w.elem, a->w.n) for the wait. Called at most once per
- *       select with the locks held; a second call after a wake is not made.
- *   void won(weft_case *c, int code)
- *       The case's waiter was claimed (code: the waker's) and its object
- *       handed it whatever it waited for; sets c->rc. No lock held.
- *
- * The scope case is the one whose effect cannot happen under its lock
- * (the join takes the scope's lock itself): its try returns 0 without
- * setting rc when no child runs, and select, once it has chosen that
- * case, calls won(c, 0) after unlocking in both paths (try returned 0,
- * or its waiter was claimed by the last child's exit); won joins the
- * scope and sets rc.
- *
- * The claim protocol makes exactly one case take effect: a waker hands
- * over (a value, a permit) only after claiming the select's token, which
- * succeeds once.
- */
-
-/* ---- wait sets: several sources, taken in as they fire ---- */
-
-/* The future combinators' wait: the task registers a notify waiter (set =
- * this set, index = its source) on each source's queue; a source that
- * fires records the index in fired[] (room for every source) and wakes
- * the task if it is parked in weft__waitset_wait. */
-struct weft__waitset {
-    weft__lock lock;
-    weft_task *task;
-    uint64_t token; /* nonzero while the task is parked in the set */
-    int *fired;     /* the sources' indexes, in firing order */
-    int nfired;     /* written by fire */
-    int seen;       /* taken in by the task */
-};
-
-/* A set for the running task, with room for fired[]'s sources. */
-void weft__waitset_init(weft__waitset *s, int *fired, int kind,
-                        const void *obj);
-
-/* Notify waiter number index of set s. */
-static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
-                                        int index)
-{
-    *w = (weft__waiter){.task = s->task, .set = s, .index = index};
-}
-
-/* Waits until a source fires that the task has not taken in; returns the
- * range [*from, *to) of fired[] to take in now (0), or -ETIMEDOUT /
- * -ECANCELED when the deadline or a cancel came with nothing new. A
- * result that fired at the same time as a deadline or cancel wins: the
- * call returns it, and the next call the code. */
-int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
-                       int *to);
-
-/* The end of a set's wait, however it ended (decided, deadline, cancel),
- * for each notify waiter w it queued: takes w off its source's queue q
- * under the source's lock l, so a source still firing w has finished
- * with the set (on the waiting task's stack) when this returns. A waiter
- * that fired is off its queue already: then only the lock is taken. */
-static inline void weft__waitset_leave(weft__lock *l, weft__waitq *q,
-                                       weft__waiter *w)
-{
-    weft__lock_acquire(l);
-    weft__waitq_remove(q, w);
-    weft__lock_release(l);
 }
 
 /* Parks with nothing to wake it but the deadline or a cancel (sleep). */
