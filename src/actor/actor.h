@@ -23,7 +23,8 @@ _Static_assert(sizeof(struct weft__actor_rt) <=
 
 static inline struct weft__actor_rt *weft__actor_rt(weft_runtime *rt)
 {
-    return (struct weft__actor_rt *)(void *)(rt->ext + WEFT__RT_ACTOR);
+    return (struct weft__actor_rt *)(void *)(weft__rtpub(rt)->ext +
+                                             WEFT__RT_ACTOR);
 }
 
 /* ---- the actor layer's part of a task (weft_task.ext) ---- */

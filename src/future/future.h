@@ -18,7 +18,7 @@ typedef struct weft__chain weft__chain;
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
 
-/* select's future case (wait.h, "select's cases"): check: future NULL 1,
+/* select's future case (wait/many.h, "select's cases"): check: future NULL 1,
  * not a live future -EINVAL; try: settled: rc its result (the value
  * copied to elem, if elem is not NULL and the future has one), else
  * -EAGAIN with a->q its waiter queue; won: the same result, read without

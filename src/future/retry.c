@@ -134,7 +134,7 @@ static uint64_t process_entropy(void)
 static uint64_t draw_seed(void)
 {
     weft_worker *w = weft__tl_worker;
-    if (w && weft__wpub(w)->rt->seed)
+    if (w && weft__rtpub(weft__wpub(w)->rt)->seed)
         return weft__rand(); /* reproducible under a seed */
     static _Atomic uint64_t counter;
     uint64_t x = process_entropy() ^ mix64(add_rlx(&counter, 1) + 1);

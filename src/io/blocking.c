@@ -161,10 +161,10 @@ static void dispatch(pool *p)
            p->threads < p->max_threads) {
         pthread_t th;
         pthread_attr_t attr, *ap = NULL;
-        if (p->rt->pinned && pthread_attr_init(&attr) == 0) {
+        if (weft__rtpub(p->rt)->pinned && pthread_attr_init(&attr) == 0) {
             /* Not the pinned CPU of the worker that starts it. */
-            pthread_attr_setaffinity_np(&attr, sizeof p->rt->cpus,
-                                        &p->rt->cpus);
+            pthread_attr_setaffinity_np(&attr, sizeof weft__rtpub(p->rt)->cpus,
+                                        &weft__rtpub(p->rt)->cpus);
             ap = &attr;
         }
         p->threads++;

@@ -338,7 +338,7 @@ int weft_fd_wait(int fd, int events, weft_time deadline)
     return fd_wait(fd, events, deadline, NULL);
 }
 
-/* ---- select's descriptor case (wait.h, "select's cases") ---- */
+/* ---- select's descriptor case (wait/many.h, "select's cases") ---- */
 
 int weft__fd_case_check(const weft_case *c)
 {

@@ -27,12 +27,12 @@ _Static_assert(sizeof(struct weft__io_rt) <= WEFT__RT_ACTOR - WEFT__RT_IO,
 
 static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
 {
-    return (struct weft__io_rt *)(void *)(rt->ext + WEFT__RT_IO);
+    return (struct weft__io_rt *)(void *)(weft__rtpub(rt)->ext + WEFT__RT_IO);
 }
 
 /* ---- io.c ---- */
 
-/* select's descriptor case (wait.h, "select's cases"): WEFT_OP_READ or
+/* select's descriptor case (wait/many.h, "select's cases"): WEFT_OP_READ or
  * WEFT_OP_WRITE on c->fd.
  * check: 1 (off) for fd < 0, -EINVAL for fd >= 2^20, -ENOMEM if fd's
  *   record cannot be made; else 0 (the record is made).

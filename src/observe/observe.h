@@ -29,7 +29,8 @@ _Static_assert(sizeof(struct weft__observe_rt) <=
 
 static inline struct weft__observe_rt *weft__observe_rt(weft_runtime *rt)
 {
-    return (struct weft__observe_rt *)(void *)(rt->ext + WEFT__RT_OBSERVE);
+    return (struct weft__observe_rt *)(void *)(weft__rtpub(rt)->ext +
+                                               WEFT__RT_OBSERVE);
 }
 
 /* ---- dump.c: the task dump ---- */

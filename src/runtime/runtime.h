@@ -52,7 +52,8 @@ _Static_assert(sizeof(struct weft__runtime_rt) <=
 
 static inline struct weft__runtime_rt *weft__runtime_rt(weft_runtime *rt)
 {
-    return (struct weft__runtime_rt *)(void *)(rt->ext + WEFT__RT_RUNTIME);
+    return (struct weft__runtime_rt *)(void *)(weft__rtpub(rt)->ext +
+                                               WEFT__RT_RUNTIME);
 }
 
 #endif

@@ -8,15 +8,7 @@
  * header is for src/sched/ and the layers that look inside a worker
  * (observe, runtime).
  *
- * Thread rules, stated once:
- * - A task is run by one worker for its whole life, from its first run on.
- *   Everything in a weft_task marked "owner" is touched only by that worker
- *   (or, before the task first runs, by the worker that holds it).
- * - A worker's run queues, timer wheel and pools are touched only by the
- *   worker's thread. Other threads reach a worker through its inbox (a
- *   lock-free stack of tasks to make runnable) and its sleeping flag.
- * - A scope's fields are guarded by its lock, except `cancelled`, which is
- *   atomic so blocking calls can read it without the lock.
+ * The thread rules are task.h's.
  */
 #ifndef WEFT_SCHEDULER_H
 #define WEFT_SCHEDULER_H
@@ -199,6 +191,55 @@ _Static_assert(offsetof(struct weft_worker, pub) == 0 &&
                    offsetof(struct weft_worker, wheel) ==
                        offsetof(struct weft__worker_pub, wheel),
                "weft__wpub: a worker's public part is its first member");
+
+typedef struct weft__pool_global {
+    pthread_mutex_t mu;
+    weft_task *free; /* warm slots handed back by workers */
+    size_t nfree;
+    void **cold; /* slots whose memory was given back (madvise) */
+    size_t ncold, capcold;
+    void **chunks; /* every mapping, unmapped at the end */
+    size_t nchunks, capchunks;
+    atomic_long guards_left; /* guard pages we may still create */
+    size_t slot_size;        /* default slot size (stack + task) */
+} weft__pool_global;
+
+struct weft_runtime {
+    /* The part the layers above use (task.h): first, so that a runtime's
+     * address is its part's (weft__rtpub); its fields read here as the
+     * runtime's own. */
+    union {
+        struct weft__runtime_pub pub;
+        struct {
+            WEFT__RUNTIME_PUB_FIELDS
+        };
+    };
+    weft_worker *workers;
+    weft_clock_kind clock;
+    bool seeded;          /* seed != 0 and one worker: random picks */
+    atomic_int nsleeping; /* workers asleep or about to be */
+    atomic_int nspinning; /* workers looking for work to steal */
+    _Atomic int64_t vnow; /* virtual clock */
+    pthread_mutex_t vmu;  /* virtual clock: idle accounting */
+    int nvidle;
+    /* what the scheduler calls at a task's exit: the scope layer's
+     * (weft__scope_hooks), set once by runtime_new */
+    weft__task_hooks hooks;
+    /* weft_config.instrument, or the tracer's (observe.h) wrapping it;
+     * NULL: none. Set before the workers, never changed. */
+    const weft_instrument *instr;
+    weft__pool_global pool;
+    /* Deadlock detection (the observe layer's deadlock.c): the workers idle
+     * with no timer and nothing pending outside (each one's didle), under
+     * dmu. When the last one joins them it calls on_all_idle (NULL: no
+     * detection), set once by the runtime before any task runs; it
+     * returns what weft__idle_forever_enter does. */
+    pthread_mutex_t dmu;
+    int ndidle;
+    int64_t (*on_all_idle)(weft_worker *w);
+};
+_Static_assert(offsetof(struct weft_runtime, pub) == 0,
+               "weft__rtpub: a runtime's public part is its first member");
 
 /* What a thief saw of a victim (its stealing rule, sched.c). */
 struct weft__seen {

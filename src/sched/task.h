@@ -164,22 +164,11 @@ struct weft__worker_pub {
 /* w's public part. */
 static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
 {
+    WEFT_ASSERT(w != NULL);
     return (struct weft__worker_pub *)(void *)w;
 }
 
 /* ---- the runtime's shared part ---- */
-
-typedef struct weft__pool_global {
-    pthread_mutex_t mu;
-    weft_task *free; /* warm slots handed back by workers */
-    size_t nfree;
-    void **cold; /* slots whose memory was given back (madvise) */
-    size_t ncold, capcold;
-    void **chunks; /* every mapping, unmapped at the end */
-    size_t nchunks, capchunks;
-    atomic_long guards_left; /* guard pages we may still create */
-    size_t slot_size;        /* default slot size (stack + task) */
-} weft__pool_global;
 
 /* weft_runtime.ext, the per-runtime state of the layers above the
  * scheduler, a slot per layer as in weft_task.ext (a mutex's size is the
@@ -205,47 +194,36 @@ typedef struct weft__task_hooks {
     int (*wait_of)(const weft_task *t, const void **obj);
 } weft__task_hooks;
 
-struct weft_runtime {
-    int nworkers;
-    weft_worker *workers;
-    weft_clock_kind clock;
-    uint64_t seed;
-    bool seeded; /* seed != 0 and one worker: random picks */
-    atomic_int done;
-    atomic_int nsleeping; /* workers asleep or about to be */
-    atomic_int nspinning; /* workers looking for work to steal */
-    /* the clock's implementation (clock.h), picked once from `clock` */
-    const struct weft__clock_ops *clock_ops;
-    _Atomic int64_t vnow; /* virtual clock */
-    pthread_mutex_t vmu;  /* virtual clock: idle accounting */
-    int nvidle;
-    /* what the scheduler calls at a task's exit: the scope layer's
-     * (weft__scope_hooks), set once by runtime_new */
-    weft__task_hooks hooks;
-    /* weft_config.instrument, or the tracer's (observe.h) wrapping it;
-     * NULL: none. Set before the workers, never changed. */
-    const weft_instrument *instr;
-    weft__pool_global pool;
-    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
-    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
-    /* Deadlock detection (the observe layer's deadlock.c): the workers idle
-     * with no timer and nothing pending outside (each one's didle), under
-     * dmu. When the last one joins them it calls on_all_idle (NULL: no
-     * detection), set once by the runtime before any task runs; it
-     * returns what weft__idle_forever_enter does. */
-    pthread_mutex_t dmu;
-    int ndidle;
-    int64_t (*on_all_idle)(weft_worker *w);
-
-    /* The per-runtime state of the layers above (as weft_task.ext): each
-     * layer lays its struct in its slot (WEFT__RT_*: scope, sync, io,
-     * actor, observe, runtime), checks that it fits,
-     * and reaches it through an accessor in its header (weft__scope_rt,
-     * weft__sync_rt, weft__io_rt, weft__actor_rt, weft__observe_rt,
-     * weft__runtime_rt). Zero when the runtime is made; the runtime layer
-     * sets up and frees each part through its layer's header. */
+/* The part of a runtime that the layers above use, through
+ * weft__rtpub(rt): the runtime's first member (scheduler.h), listed once
+ * here as for the worker. */
+#define WEFT__RUNTIME_PUB_FIELDS                                               \
+    int nworkers;                                                              \
+    uint64_t seed;                                                             \
+    atomic_int done; /* 1 once the root scope has finished */                  \
+    /* the clock's implementation (clock.h), picked once from `clock` */       \
+    const struct weft__clock_ops *clock_ops;                                   \
+    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */      \
+    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */                \
+    /* The per-runtime state of the layers above (as weft_task.ext): each      \
+     * layer lays its struct in its slot (WEFT__RT_*), checks that it          \
+     * fits, and reaches it through an accessor in its header                  \
+     * (weft__scope_rt, weft__sync_rt, weft__io_rt, weft__actor_rt,            \
+     * weft__observe_rt, weft__runtime_rt). Zero when the runtime is made;     \
+     * the runtime layer sets up and frees each part through its layer's       \
+     * header. */                                                              \
     _Alignas(16) unsigned char ext[WEFT__RT_EXT];
+
+struct weft__runtime_pub {
+    WEFT__RUNTIME_PUB_FIELDS
 };
+
+/* rt's public part. */
+static inline struct weft__runtime_pub *weft__rtpub(weft_runtime *rt)
+{
+    WEFT_ASSERT(rt != NULL);
+    return (struct weft__runtime_pub *)(void *)rt;
+}
 
 /* ---- the current worker ---- */
 

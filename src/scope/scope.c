@@ -382,8 +382,8 @@ static __attribute__((noinline)) void last_child_done(weft_scope *s,
     weft__wake_chain(woken, 0);
     if (all_done) {
         /* The root scope is empty: every task has finished. */
-        st_rel(&rt->done, 1);
-        for (int i = 0; i < rt->nworkers; i++)
+        st_rel(&weft__rtpub(rt)->done, 1);
+        for (int i = 0; i < weft__rtpub(rt)->nworkers; i++)
             weft__worker_notify(weft__rt_worker(rt, i));
     }
 }

@@ -90,7 +90,8 @@ _Static_assert(sizeof(struct weft__scope_rt) <= WEFT__RT_SYNC - WEFT__RT_SCOPE,
 
 static inline struct weft__scope_rt *weft__scope_rt(weft_runtime *rt)
 {
-    return (struct weft__scope_rt *)(void *)(rt->ext + WEFT__RT_SCOPE);
+    return (struct weft__scope_rt *)(void *)(weft__rtpub(rt)->ext +
+                                             WEFT__RT_SCOPE);
 }
 
 /* ---- the scope layer's part of a task (weft_task.ext) ---- */
@@ -128,6 +129,9 @@ static inline weft_scope *weft__task_scope_cur(const weft_task *t)
  * thread that reads either sees s whole. */
 static inline void weft__task_set_scope(weft_task *t, weft_scope *s)
 {
+    WEFT_ASSERT_MSG(
+        s != NULL && (weft__task_is_current(t) || !(t->flags & TASK_STARTED)),
+        "a task's current scope set by another task");
     atomic_store_explicit(&weft__scope_of_task(t)->cur, s,
                           memory_order_release);
     atomic_store_explicit(&t->cancel, &s->cancelled, memory_order_release);
@@ -178,7 +182,7 @@ int weft__scope_open_internal(weft_scope **s, const weft_scope_opts *opts,
 void weft__scope_free_orphans(weft_runtime *rt);
 int weft__scope_cancel(weft_scope *s, int reason);
 
-/* select's scope case (wait.h, "select's cases"): joins the scope once no
+/* select's scope case (wait/many.h, "select's cases"): joins the scope once no
  * child runs. check: scope NULL 1; the caller not its owner -EPERM;
  * joined already, or not the caller's innermost open scope -EINVAL. try
  * returns 0 without setting rc when no child runs (the join, which takes

@@ -36,7 +36,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         return spawn_failed(o, NULL, -EINVAL);
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 || o->worker > weft__wpub(w)->rt->nworkers ||
+    if (o && (o->worker < 0 ||
+              o->worker > weft__rtpub(weft__wpub(w)->rt)->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
     /* the worker the task must start on */

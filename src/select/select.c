@@ -4,7 +4,7 @@
  * futures, scopes, semaphores and deadlines.
  *
  * Each kind of case is driven through its layer's four functions (the
- * "select's cases" interface in wait.h): check, lock, try, won. select
+ * "select's cases" interface in wait/many.h): check, lock, try, won. select
  * locks every case's object in address order (so two selects over the
  * same objects cannot deadlock), tries the cases in a random order and
  * performs the first one ready; if none is, it waits through

@@ -281,7 +281,7 @@ int weft_chan_close(weft_chan *c)
     return 0;
 }
 
-/* ---- select's channel cases (see wait.h; select.c drives them) ---- */
+/* ---- select's channel cases (see wait/many.h; select.c drives them) ---- */
 
 int weft__chan_case_check(const weft_case *c)
 {

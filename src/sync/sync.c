@@ -167,6 +167,8 @@ static int mutex_ring(const mutex_impl *m, weft_task *t, weft_task **chain,
 static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
                        weft_task **chain, const void **mutexes)
 {
+    WEFT_ASSERT_MSG(weft__task_is_current(t),
+                    "a mutex edge noted for another task");
     weft__lock_acquire(&cycle_lock);
     weft__sync_of_task(t)->mutex_wait = m;
     int ring = told ? mutex_ring(m, t, chain, mutexes) : 0;
@@ -574,7 +576,7 @@ long weft_sem_available(weft_sem *ss)
     return n;
 }
 
-/* ---- select's semaphore case (wait.h, "select's cases") ----
+/* ---- select's semaphore case (wait/many.h, "select's cases") ----
  * A select waits for one permit as a plain waiter wanting n = 1, queued
  * in line with weft_sem_acquire's callers. sem_grant claims it before it
  * takes the permit, so a select that another case won (or that timed

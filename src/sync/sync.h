@@ -30,7 +30,8 @@ _Static_assert(sizeof(struct weft__sync_rt) <= WEFT__RT_IO - WEFT__RT_SYNC,
 
 static inline struct weft__sync_rt *weft__sync_rt(weft_runtime *rt)
 {
-    return (struct weft__sync_rt *)(void *)(rt->ext + WEFT__RT_SYNC);
+    return (struct weft__sync_rt *)(void *)(weft__rtpub(rt)->ext +
+                                            WEFT__RT_SYNC);
 }
 
 /* ---- the sync layer's part of a task (weft_task.ext) ---- */
@@ -60,7 +61,7 @@ static inline weft__task_sync *weft__sync_of_task(const weft_task *t)
  * thread; never blocks. */
 size_t weft__chan_elem(const weft_chan *c);
 
-/* Select's channel cases (chan.c; the interface is in wait.h). */
+/* Select's channel cases (chan.c; the interface is in wait/many.h). */
 int weft__chan_case_check(const weft_case *c);
 weft__lock *weft__chan_case_lock(weft_case *c);
 int weft__chan_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
@@ -76,7 +77,7 @@ int weft__mutex_held_by_me(weft_mutex *m);
  * the holder's id and name. Any thread; never blocks. */
 weft_task *weft__mutex_owner(const weft_mutex *m);
 
-/* Select's semaphore case (sync.c; the four calls of wait.h's "select's
+/* Select's semaphore case (sync.c; the four calls of wait/many.h's "select's
  * cases"): check: 1 for a NULL sem (off), else 0; try (under the sem's
  * lock): takes one permit if one is there and nobody waits ahead (0,
  * c->rc = 0), else -EAGAIN with a->q the sem's queue and a->w.n = 1; won:

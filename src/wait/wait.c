@@ -1,7 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wait layer (see wait.h for the protocol): one wait, several waits
- * of which exactly one wins, and wait sets.
+ * The wait layer: the one way a task waits for something (wait.h;
+ * several waits at once: many.h; wait sets: waitset.h).
+ *
+ * Every blocking primitive (channels, select, the sync objects, futures,
+ * descriptors, the blocking pool, the bulkhead, the limiter, scope joins,
+ * sleep) keeps its own state under its own lock and waits through the
+ * calls of wait.h; only this layer and the scheduler call
+ * weft__park_prepare / weft__park_commit.
+ *
+ * The protocol, written once here:
+ * - A waiter is a node on a wait queue (weft__waitq), on the waiting
+ *   task's stack, guarded by the queue owner's lock. It carries the task
+ *   and the token of its park.
+ * - A waker, holding that lock, pops waiters and claims each
+ *   (weft__waiter_claim). A claim that fails means the waiter was woken
+ *   otherwise (its deadline, a cancel, another case of its select): skip
+ *   it; it takes itself off the queue when it runs. A claim that succeeds
+ *   gives the waker the task: it hands over what the task waited for,
+ *   still under the lock, and finishes the wake (weft__wake_finish, or
+ *   weft__wake_chain) after unlocking.
+ * - A waiter that wakes with -ETIMEDOUT or -ECANCELED was claimed by
+ *   nobody, so nothing was handed over: it leaves the queue under the lock
+ *   and returns (weft__wait_park does this).
+ * - A deadline already past when the wait would park returns -ETIMEDOUT
+ *   at once, without queueing (weft__wait_past).
+ * - wait_many queues one waiter per case, all with one token, so the
+ *   first claim wins them all and records its case; the others are
+ *   unlinked when the task runs again.
+ *
+ * Two kinds of waiter:
+ * - plain: claimed by its park token (one task, one wake);
+ * - notify: belongs to a weft__waitset; a claim records the waiter's index
+ *   in the set and claims the set's task only if it is parked in it (the
+ *   future combinators: several sources fire, the task takes them in).
+ *
+ * What each parked task waits on is recorded in the task (kind, object,
+ * name, park instant) for the task dump and the deadlock detector: plain
+ * stores of values at hand, the instant being the time the worker's wheel
+ * reached last.
  */
 #include "sched/clock.h"
 #include "wait/many.h"
@@ -39,6 +76,8 @@ static const char *const kind_names[WEFT__W_KINDS] = {
 
 int weft__wait_of(const weft_task *t, const void **obj)
 {
+    WEFT_ASSERT_MSG(weft__task_parked(t),
+                    "the wait record of a task that is not parked");
     *obj = weft__task_wait_obj(t);
     return weft__task_wait_kind(t);
 }
