@@ -50,18 +50,20 @@ enum {
                                  * timer_lag) */
 };
 
-/* A task and its stack share one slot of memory: the struct sits at the top
- * of the slot and the stack grows down from just below it, so a parked task
- * that used little stack costs one page. */
 /* weft_task.ext, the per-task state of the layers above the scheduler: a
  * slot per layer, each following the one below; each layer checks with a
  * static assert that its struct fits in its slot. Offsets in bytes. */
-#define WEFT__EXT_WAIT 0u   /* struct weft__wait_rec (wait.h) */
-#define WEFT__EXT_SCOPE 40u /* weft__task_scope (scope.h) */
-#define WEFT__EXT_SYNC 88u  /* weft__task_sync (sync.h) */
-#define WEFT__EXT_ACTOR 96u /* weft__task_actor (actor.h) */
-#define WEFT__TASK_EXT 104u
+#define WEFT__EXT_WAIT                                                         \
+    0u                       /* struct weft__wait_rec (wait.h); room for a     \
+                              * pointer-sized kind */
+#define WEFT__EXT_SCOPE 48u  /* weft__task_scope (scope.h) */
+#define WEFT__EXT_SYNC 96u   /* weft__task_sync (sync.h) */
+#define WEFT__EXT_ACTOR 104u /* weft__task_actor (actor.h) */
+#define WEFT__TASK_EXT 112u
 
+/* A task and its stack share one slot of memory: the struct sits at the top
+ * of the slot and the stack grows down from just below it, so a parked task
+ * that used little stack costs one page. */
 struct weft_task {
     weft__ctx ctx;         /* owner: saved registers while not running */
     weft_worker *worker;   /* set when first run; never changes afterwards */
@@ -119,9 +121,8 @@ struct weft_task {
      * assert that it fits, and reaches it through an accessor in its
      * header (weft__wait_rec, weft__scope_of_task, weft__sync_of_task,
      * weft__actor_of_task); WEFT__EXT_* above give the slots. Each layer
-     * sets up and resets its part itself,
-     * on its own spawn path or its own calls. A slot's first life finds it
-     * zeroed (fresh memory). */
+     * sets up and resets its part itself, on its own spawn path or its own
+     * calls. A slot's first life finds it zeroed (fresh memory). */
     _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
 };
 
