@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "observe/observe.h" /* weft__dump_buf_size */
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "t.h"
 
 /* ---- a small JSON checker: one value, nothing after it ---- */

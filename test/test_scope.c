@@ -7,7 +7,7 @@
 #include "t.h"
 #include "weft.h"
 
-#include "scope/scope.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "scope/struct.h" /* weft__scope_footprint, weft__scope_status_cap */
 #include "wait/many.h"
 
 #include <errno.h>

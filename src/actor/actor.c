@@ -56,7 +56,7 @@
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
 #include "actor/actor.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "wait/many.h"
 
 #include <limits.h>

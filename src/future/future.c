@@ -60,6 +60,7 @@
  * never spawned, its scope cancelled first, has none: -ECANCELED).
  */
 #include "future/future.h"
+#include "scope/policy.h"
 #include "scope/scope.h"
 #include "wait/many.h"
 #include "wait/waitset.h"

@@ -36,7 +36,7 @@
  */
 #include "observe/observe.h"
 #include "sched/scheduler.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "sync/sync.h"
 #include "wait/wait.h"
 

@@ -40,7 +40,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "sched/scheduler.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "sync/sync.h"
 #include "wait/wait.h"
 

@@ -65,7 +65,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "sched/scheduler.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "sync/sync.h"
 
 #include <poll.h>

@@ -93,9 +93,32 @@ weft__stat_add(_Atomic uint64_t *c, uint64_t n)
 }
 
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
-    /* ---- owner only: the part the layers above use (task.h) ----
-     * First, so that a worker's address is its part's (weft__wpub); its
-     * fields read here as the worker's own (w->cur, w->wheel). */
+    /* ---- owner only: the scheduling loop's own, beside the running
+     * task; in WEFT__WORKER_PUB_OFF bytes, so that the public part
+     * follows at that offset ---- */
+    union {
+        struct {
+            weft_task *runnext; /* woken by the running task: runs next */
+            unsigned runnext_streak;
+            weft__queue runq;   /* woken tasks, FIFO */
+            weft__queue yieldq; /* tasks that yielded: after everything */
+            weft_task *dead;    /* finished task to recycle after the switch */
+            atomic_uint tick;   /* scheduling decisions taken; thieves read
+                                 * it, the watchdog too (stored with
+                                 * release: see stats.c) */
+            _Atomic uint64_t spawned; /* spawns, progress too (thieves read
+                                       * it) */
+            atomic_int notifying; /* in weft__worker_notify (thieves read) */
+            unsigned rounds;      /* this worker's stealing rounds, ever */
+            unsigned spawns; /* spawns by the running task since it resumed */
+            uint64_t rng;    /* xorshift state: victims, seeded picks */
+        };
+        char hot_room[WEFT__WORKER_PUB_OFF];
+    };
+
+    /* ---- owner only: the part the layers above use (task.h), at
+     * WEFT__WORKER_PUB_OFF (weft__wpub); its fields read here as the
+     * worker's own (w->cur, w->wheel) ---- */
     union {
         struct weft__worker_pub pub;
         struct {
@@ -119,19 +142,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     char pad1[WEFT_CACHELINE];
 
     /* ---- owner only ---- */
-    weft_task *runnext; /* woken by the running task: runs next */
-    unsigned runnext_streak;
-    weft__queue runq;   /* woken tasks, FIFO */
-    weft__queue yieldq; /* tasks that yielded: after everything else */
-    weft_task *dead;    /* finished task to recycle after the switch */
-    atomic_uint tick;   /* scheduling decisions taken; thieves read it, the
-                         * watchdog too (stored with release: see stats.c) */
-    _Atomic uint64_t spawned; /* spawns, progress too (thieves read it) */
-    atomic_int notifying;     /* in weft__worker_notify (thieves read it) */
-    unsigned rounds;          /* this worker's stealing rounds, ever */
-    unsigned spawns;          /* spawns by the running task since it resumed */
-    uint64_t rng;             /* xorshift state: victims, seeded picks */
-    weft__ctx sched_ctx;      /* the scheduler loop's context */
+    weft__ctx sched_ctx; /* the scheduler loop's context */
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
@@ -187,10 +198,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     _Atomic(weft_task *) leaving;
 };
 
-_Static_assert(offsetof(struct weft_worker, pub) == 0 &&
+_Static_assert(offsetof(struct weft_worker, pub) == WEFT__WORKER_PUB_OFF &&
                    offsetof(struct weft_worker, wheel) ==
-                       offsetof(struct weft__worker_pub, wheel),
-               "weft__wpub: a worker's public part is its first member");
+                       WEFT__WORKER_PUB_OFF +
+                           offsetof(struct weft__worker_pub, wheel),
+               "weft__wpub: a worker's public part is at its offset");
 
 typedef struct weft__pool_global {
     pthread_mutex_t mu;

@@ -44,10 +44,6 @@ static inline void weft__task_info(const weft_task *t, weft_task_info *i)
     i->line = t->line;
     i->worker = (t->flags & TASK_STARTED) ? weft__wpub(t->worker)->id : -1;
 }
-/* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
- * index + 1 above WEFT__ID_BITS, that worker's count below (shown as
- * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
-#define WEFT__ID_BITS 40
 /* The calls, cold (sched.c): spawn (on the spawner's thread; parent may
  * be NULL), park (t stops running: what it waits on, or yield), and
  * scope_cancel (s cancelled for reason by the running task, if any). */

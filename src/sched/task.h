@@ -126,6 +126,11 @@ struct weft_task {
     _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
 };
 
+/* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
+ * index + 1 above WEFT__ID_BITS, that worker's count below (shown as
+ * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
+#define WEFT__ID_BITS 40
+
 /* ---- the worker's public part ---- */
 
 /* Work outside the runtime that a parked task waits for: the kernel's
@@ -133,11 +138,12 @@ struct weft_task {
  * in), a call on the blocking pool. */
 enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
-/* The part of a worker that the layers above use, through weft__wpub(w):
- * the worker's first member (scheduler.h), so that a worker's address is
- * its part's. The fields are listed once, here, and the worker takes them
- * both as this struct and, unnamed, as its own members. Owner only, but
- * for cur. */
+/* The part of a worker that the layers above use, through weft__wpub(w),
+ * at this offset in the worker (scheduler.h checks it: the scheduling
+ * loop's own fields come first, beside the running task). The fields are
+ * listed once, here, and the worker takes them both as this struct and,
+ * unnamed, as its own members. Owner only, but for cur. */
+#define WEFT__WORKER_PUB_OFF (2 * WEFT_CACHELINE)
 #define WEFT__WORKER_PUB_FIELDS                                                \
     weft_runtime *rt;                                                          \
     int id;                                                                    \
@@ -166,7 +172,8 @@ struct weft__worker_pub {
 static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
 {
     WEFT_ASSERT(w != NULL);
-    return (struct weft__worker_pub *)(void *)w;
+    return (struct weft__worker_pub *)(void *)((char *)w +
+                                               WEFT__WORKER_PUB_OFF);
 }
 
 /* ---- the runtime's shared part ---- */

@@ -37,15 +37,22 @@
  * never sees it: a spawn into "the current scope" and weft_scope_current()
  * skip it, and the task closes it at its exit.
  */
-#include "scope/scope.h"
 #include "sched/clock.h"
 #include "sched/spawn.h"
+#include "scope/struct.h"
 #include "wait/many.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The public cancel reasons are the scope's own (weft_instrument's
+ * scope_cancel passes them on). */
+_Static_assert((int)WEFT_CANCEL_USER == CANCEL_USER &&
+                   (int)WEFT_CANCEL_DEADLINE == CANCEL_DEADLINE &&
+                   (int)WEFT_CANCEL_POLICY == CANCEL_POLICY,
+               "weft_cancel_reason follows the scope layer's reasons");
 
 /* WEFT_SERVE without a handler: at most LOG_BURST lines on stderr in any
  * LOG_WINDOW, per scope. A server whose clients all vanish at once must not

@@ -11,7 +11,7 @@
  * task_exit below (weft__scope_hooks, set by runtime_new).
  */
 #include "sched/spawn.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
  * caller's handle reads zero. */

@@ -39,7 +39,7 @@
  * because one was stopped on purpose; Trio's cancel scope likewise
  * swallows the Cancelled it caused).
  */
-#include "scope/scope.h"
+#include "scope/struct.h"
 
 #include <stdlib.h>
 

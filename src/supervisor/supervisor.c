@@ -50,7 +50,7 @@
  * and the published counts is the supervisor task's own.
  */
 #include "actor/actor.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
 #include "wait/many.h"
 
 #include <limits.h>
