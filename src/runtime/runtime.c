@@ -227,6 +227,12 @@ static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
 
 static void shutdown_fini(weft_runtime *rt);
 
+/* rt's shutdown request (the runtime layer's part of rt). */
+static inline weft__shutdown *shut_of(weft_runtime *rt)
+{
+    return weft__runtime_rt(rt)->shut;
+}
+
 static void runtime_free(weft_runtime *rt)
 {
     weft__blocking_fini(rt);
@@ -267,7 +273,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
         return NULL;
     }
     weft_runtime *rt = &box->rt;
-    weft__runtime_rt(rt)->shut = &box->shut;
+    weft__runtime_rt(rt)->shut = &box->shut; /* shut_of(rt) from here on */
     weft__actor_rt(rt)->registry = &box->registry;
     pthread_mutex_init(&rt->vmu, NULL);
     pthread_mutex_init(&rt->dmu, NULL);
@@ -400,7 +406,7 @@ static int runtime_end(weft_runtime *rt)
     slots_are_roots(weft__scope_rt(rt)->root);
 #endif
     pthread_mutex_lock(&retired_mu);
-    weft__runtime_rt(rt)->shut->next_running = retired;
+    shut_of(rt)->next_running = retired;
     retired = rt;
     pthread_mutex_unlock(&retired_mu);
     return status;
@@ -503,7 +509,7 @@ static weft_runtime *running;
 static void running_add(weft_runtime *rt)
 {
     pthread_mutex_lock(&running_mu);
-    weft__runtime_rt(rt)->shut->next_running = running;
+    shut_of(rt)->next_running = running;
     running = rt;
     pthread_mutex_unlock(&running_mu);
 }
@@ -513,15 +519,15 @@ static void running_remove(weft_runtime *rt)
     pthread_mutex_lock(&running_mu);
     weft_runtime **p = &running;
     while (*p != rt)
-        p = &weft__runtime_rt((*p))->shut->next_running;
-    *p = weft__runtime_rt(rt)->shut->next_running;
+        p = &shut_of(*p)->next_running;
+    *p = shut_of(rt)->next_running;
     pthread_mutex_unlock(&running_mu);
 }
 
 /* Wakes weft_main's signal thread, if any, to look at the state again. */
 static void notify_watcher(weft_runtime *rt)
 {
-    int fd = ld_acq(&weft__runtime_rt(rt)->shut->notify_fd);
+    int fd = ld_acq(&shut_of(rt)->notify_fd);
     uint64_t one = 1;
     if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
         /* the counter is full: the thread has a wake-up pending anyway */
@@ -541,7 +547,7 @@ static int request_now(weft_runtime *rt);
 static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     /* Made on any thread, so counted as spawned (stats) when it starts,
      * on worker 0, as its finish is. */
     weft__stat_add(&weft__tl_worker->spawned, 1);
@@ -564,7 +570,7 @@ static int keeper_main(void *arg)
 
 static int shutdown_init(weft_runtime *rt, const weft_config *c)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
@@ -580,7 +586,7 @@ static int shutdown_init(weft_runtime *rt, const weft_config *c)
 
 static void shutdown_fini(weft_runtime *rt)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     /* Parked, or never started: the keeper's slot is unmapped. */
     if (sd->keeper && !ld_acq(&sd->keeper_done))
         weft__task_free(&rt->workers[0], sd->keeper);
@@ -595,7 +601,7 @@ static void shutdown_fini(weft_runtime *rt)
  * may), since only worker 0 may take one from worker 0's pool. */
 static int start_keeper(weft_runtime *rt)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_worker *w0 = &rt->workers[0];
     weft_scope *home = malloc(sizeof(*home));
     weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
@@ -626,7 +632,7 @@ static int start_keeper(weft_runtime *rt)
  * -EALREADY once the root scope is cancelled: no deadline matters then. */
 static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_scope *root = weft__scope_rt(rt)->root;
     weft__lock_acquire(&root->lock);
     bool over = weft__scope_is_cancelled(root);
@@ -645,7 +651,7 @@ static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
  * one tries again). */
 static int keep_deadline(weft_runtime *rt)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_time d = ld_acq(&sd->deadline);
     int rc = 0;
     if (d <= weft__now(rt)) {
@@ -663,7 +669,7 @@ static int keep_deadline(weft_runtime *rt)
 /* Steps 1 to 4, once per runtime: 0, or keep_deadline's -ENOMEM. */
 static int request_now(weft_runtime *rt)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     if (xchg_sc(&sd->requesting, 1))
         return 0;
     store_deadline(rt, weft__add_sat(weft__now(rt), sd->drain_ns), false);
@@ -684,7 +690,7 @@ static int request_now(weft_runtime *rt)
  * past it before the keeper keeps it. */
 static int request(weft_runtime *rt)
 {
-    weft__shutdown *sd = weft__runtime_rt(rt)->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_worker *w = weft__tl_worker;
     if (rt->clock != WEFT_CLOCK_VIRTUAL || (w && w->rt == rt))
         return request_now(rt);
@@ -705,8 +711,7 @@ int weft_shutdown_request(void)
         return request(w->rt);
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -EPERM;
-    for (weft_runtime *rt = running; rt;
-         rt = weft__runtime_rt(rt)->shut->next_running) {
+    for (weft_runtime *rt = running; rt; rt = shut_of(rt)->next_running) {
         int e = request(rt);
         rc = rc ? rc : e;
     }
@@ -717,7 +722,7 @@ int weft_shutdown_request(void)
 int weft_shutdown_requested(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? ld_acq(&weft__runtime_rt(w->rt)->shut->requested) : 0;
+    return w && w->cur ? ld_acq(&shut_of(w->rt)->requested) : 0;
 }
 
 int weft_shutdown_wait(weft_time deadline)
@@ -728,15 +733,14 @@ int weft_shutdown_wait(weft_time deadline)
     if (deadline < 0)
         return -EINVAL;
     unsigned char none;
-    int rc = weft_chan_recv_until(weft__runtime_rt(w->rt)->shut->chan, &none,
-                                  deadline);
+    int rc = weft_chan_recv_until(shut_of(w->rt)->chan, &none, deadline);
     return rc == -EPIPE ? 0 : rc;
 }
 
 struct weft_chan *weft_shutdown_chan(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? weft__runtime_rt(w->rt)->shut->chan : NULL;
+    return w && w->cur ? shut_of(w->rt)->chan : NULL;
 }
 
 int weft_shutdown_deadline(weft_time deadline)
@@ -771,7 +775,7 @@ static void on_signal(struct sigctl *sc, int signals, int signo)
     }
     request(rt);
     const char *name = strsignal(signo);
-    weft_time d = ld_acq(&weft__runtime_rt(rt)->shut->deadline);
+    weft_time d = ld_acq(&shut_of(rt)->deadline);
     if (weft__scope_is_cancelled(weft__scope_rt(rt)->root))
         fprintf(stderr,
                 "weft: %s received, cancelling all tasks "
@@ -799,7 +803,7 @@ static void *signal_thread(void *arg)
     weft_time exit_at = WEFT_NEVER; /* real time: cancelled + grace */
     for (;;) {
         weft_time now = weft__now(NULL);
-        bool requested = ld_acq(&weft__runtime_rt(rt)->shut->requested);
+        bool requested = ld_acq(&shut_of(rt)->requested);
         if (exit_at == WEFT_NEVER && requested &&
             weft__scope_is_cancelled(weft__scope_rt(rt)->root)) {
             if (signals && !announced)
@@ -813,7 +817,7 @@ static void *signal_thread(void *arg)
          * kept here as well, in case no worker can run the keeper. */
         weft_time drain = rt->clock == WEFT_CLOCK_MONOTONIC && requested &&
                                   exit_at == WEFT_NEVER
-                              ? ld_acq(&weft__runtime_rt(rt)->shut->deadline)
+                              ? ld_acq(&shut_of(rt)->deadline)
                               : WEFT_NEVER;
         if (drain <= now) {
             cancel_root(rt);
@@ -858,9 +862,9 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
 {
     struct sigctl *sc = ctx;
     sc->rt = rt;
-    st_rel(&weft__runtime_rt(rt)->shut->notify_fd, sc->efd);
+    st_rel(&shut_of(rt)->notify_fd, sc->efd);
     if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
-        st_rel(&weft__runtime_rt(rt)->shut->notify_fd, -1);
+        st_rel(&shut_of(rt)->notify_fd, -1);
         sc->rt = NULL;
     }
 }
@@ -905,7 +909,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
         if (write(sc.efd, &one, sizeof(one)) < 0)
             pthread_cancel(sc.thread);
         pthread_join(sc.thread, NULL);
-        st_rel(&weft__runtime_rt(rt)->shut->notify_fd, -1);
+        st_rel(&shut_of(rt)->notify_fd, -1);
     }
     close(sc.sfd);
     close(sc.efd);
@@ -933,8 +937,7 @@ int weft_dump(int fd, unsigned flags)
      * lock meanwhile (its weft_run cannot end). */
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -ESRCH;
-    for (weft_runtime *rt = running; rt && !rc;
-         rt = weft__runtime_rt(rt)->shut->next_running)
+    for (weft_runtime *rt = running; rt && !rc; rt = shut_of(rt)->next_running)
         rc = weft__dump_write(rt, fd, flags);
     pthread_mutex_unlock(&running_mu);
     return rc;
@@ -955,7 +958,7 @@ int weft_stats_get(weft_stats *out, weft_worker_stats *workers, int n)
      * exactly one, kept allocated by the lock meanwhile. */
     pthread_mutex_lock(&running_mu);
     int rc = -EPERM;
-    if (running && !weft__runtime_rt(running)->shut->next_running) {
+    if (running && !shut_of(running)->next_running) {
         weft__stats_read(running, out, workers, n);
         rc = running->nworkers;
     }
