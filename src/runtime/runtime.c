@@ -227,6 +227,12 @@ static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
 
 static void shutdown_fini(weft_runtime *rt);
 
+/* rt's root scope (the scope layer's part of rt). */
+static inline weft_scope *root_of(weft_runtime *rt)
+{
+    return weft__scope_rt(rt)->root;
+}
+
 /* rt's shutdown request (the runtime layer's part of rt). */
 static inline weft__shutdown *shut_of(weft_runtime *rt)
 {
@@ -556,7 +562,7 @@ static int keeper_main(void *arg)
         if (ld_acq(&sd->handed))
             request_now(rt); /* a plain thread's, on a virtual clock */
         weft_time d = ld_acq(&sd->deadline);
-        if (weft__scope_is_cancelled(weft__scope_rt(rt)->root))
+        if (weft__scope_is_cancelled(root_of(rt)))
             break; /* by the deadline or otherwise: nothing left to keep */
         if (d <= weft__now(rt)) {
             cancel_root(rt);
@@ -776,7 +782,7 @@ static void on_signal(struct sigctl *sc, int signals, int signo)
     request(rt);
     const char *name = strsignal(signo);
     weft_time d = ld_acq(&shut_of(rt)->deadline);
-    if (weft__scope_is_cancelled(weft__scope_rt(rt)->root))
+    if (weft__scope_is_cancelled(root_of(rt)))
         fprintf(stderr,
                 "weft: %s received, cancelling all tasks "
                 "(send it again to exit at once)\n",
@@ -805,7 +811,7 @@ static void *signal_thread(void *arg)
         weft_time now = weft__now(NULL);
         bool requested = ld_acq(&shut_of(rt)->requested);
         if (exit_at == WEFT_NEVER && requested &&
-            weft__scope_is_cancelled(weft__scope_rt(rt)->root)) {
+            weft__scope_is_cancelled(root_of(rt))) {
             if (signals && !announced)
                 fprintf(stderr, "weft: the drain deadline passed, "
                                 "cancelling all tasks\n");
@@ -852,8 +858,7 @@ static void *signal_thread(void *arg)
                 continue;
             }
             on_signal(sc, ++signals, (int)si.ssi_signo);
-            announced =
-                announced || weft__scope_is_cancelled(weft__scope_rt(rt)->root);
+            announced = announced || weft__scope_is_cancelled(root_of(rt));
         }
     }
 }

@@ -225,14 +225,14 @@ static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
             weft_task *chain[CYCLE_MAX];
             const void *mutexes[CYCLE_MAX];
             int ring;
-            if (weft__sync_rt(weft__wpub(wk)->rt)->on_mutex_cycle &&
+            weft_runtime *rt = weft__wpub(wk)->rt;
+            if (weft__sync_rt(rt)->on_mutex_cycle &&
                 (ring = cycle_enter(m, t, cancellable, chain, mutexes))) {
                 /* Our wait would close a ring: we wait for nothing. */
                 mutex_left(m);
                 weft__lock_release(&m->lock);
-                int rc = weft__sync_rt(weft__wpub(wk)->rt)
-                             ->on_mutex_cycle(weft__wpub(wk)->rt, chain,
-                                              mutexes, ring);
+                int rc =
+                    weft__sync_rt(rt)->on_mutex_cycle(rt, chain, mutexes, ring);
                 if (rc)
                     return rc;
                 /* Told to wait anyway: our edge back, the ring stays. */
