@@ -93,10 +93,22 @@ weft__stat_add(_Atomic uint64_t *c, uint64_t n)
 }
 
 struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
+    /* ---- touched by other threads ---- */
+    _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
+    atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
+    /* Threads that are none of this runtime's workers (plain threads, the
+     * blocking pool's, another runtime's workers) between their push to
+     * the inbox and the end of their notify: weft_run frees nothing
+     * before it is 0 again (weft__worker_quiesce). Here, on the line the
+     * waker writes anyway. */
+    atomic_int wakers;
+    char pad0[WEFT_CACHELINE - sizeof(void *) - 2 * sizeof(int)];
+    weft__deque deque; /* not-started tasks; thieves steal */
+    char pad1[WEFT_CACHELINE];
+
     /* ---- owner only: the scheduling loop's own, beside the running
-     * task; in WEFT__WORKER_PUB_OFF bytes, so that the public part
-     * follows at that offset ---- */
-    union {
+     * task; up to WEFT__WORKER_PUB_OFF, where the public part follows ---- */
+    _Alignas(WEFT_CACHELINE) union {
         struct {
             weft_task *runnext; /* woken by the running task: runs next */
             unsigned runnext_streak;
@@ -112,8 +124,9 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
             unsigned rounds;      /* this worker's stealing rounds, ever */
             unsigned spawns; /* spawns by the running task since it resumed */
             uint64_t rng;    /* xorshift state: victims, seeded picks */
+            weft__ctx sched_ctx; /* the scheduler loop's context */
         };
-        char hot_room[WEFT__WORKER_PUB_OFF];
+        char hot_room[WEFT__WORKER_PUB_OFF - WEFT__WORKER_SHARED];
     };
 
     /* ---- owner only: the part the layers above use (task.h), at
@@ -126,23 +139,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
         };
     };
 
-    /* ---- touched by other threads ---- */
-    _Alignas(WEFT_CACHELINE) _Atomic(weft_task *) inbox; /* tasks woken by
-                                                          * other threads
-                                                          * (LIFO) */
-    atomic_int sleeping; /* how it sleeps (SLEEP_*), 0: awake */
-    /* Threads that are none of this runtime's workers (plain threads, the
-     * blocking pool's, another runtime's workers) between their push to
-     * the inbox and the end of their notify: weft_run frees nothing
-     * before it is 0 again (weft__worker_quiesce). Here, on the line the
-     * waker writes anyway. */
-    atomic_int wakers;
-    char pad0[WEFT_CACHELINE - sizeof(void *) - 2 * sizeof(int)];
-    weft__deque deque; /* not-started tasks; thieves steal */
-    char pad1[WEFT_CACHELINE];
-
     /* ---- owner only ---- */
-    weft__ctx sched_ctx; /* the scheduler loop's context */
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;

@@ -139,11 +139,15 @@ struct weft_task {
 enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
 /* The part of a worker that the layers above use, through weft__wpub(w),
- * at this offset in the worker (scheduler.h checks it: the scheduling
- * loop's own fields come first, beside the running task). The fields are
+ * at this offset in the worker (scheduler.h checks it: the lines other
+ * threads write come first, then the scheduling loop's own fields, beside
+ * the running task). The fields are
  * listed once, here, and the worker takes them both as this struct and,
  * unnamed, as its own members. Owner only, but for cur. */
-#define WEFT__WORKER_PUB_OFF (2 * WEFT_CACHELINE)
+#define WEFT__WORKER_SHARED (4 * WEFT_CACHELINE) /* the lines others write */
+#define WEFT__WORKER_PUB_OFF                                                   \
+    ((WEFT__WORKER_SHARED + 120 + sizeof(weft__ctx) + WEFT_CACHELINE - 1) /    \
+     WEFT_CACHELINE * WEFT_CACHELINE)
 #define WEFT__WORKER_PUB_FIELDS                                                \
     weft_runtime *rt;                                                          \
     int id;                                                                    \
