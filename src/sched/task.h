@@ -268,12 +268,13 @@ static inline bool weft__task_parked(const weft_task *t)
 /* ---- the cancel word of the task's current scope ---- */
 
 /* True if t's current scope is cancelled (weft_task.cancel), read by t
- * itself (its own cancel pointer, relaxed). Hot: every park and
- * checkpoint reads it. */
+ * itself (its own cancel pointer, relaxed; set since it was registered). Hot:
+ * every park and checkpoint reads it. */
 static inline bool weft__task_cancelled(const weft_task *t)
 {
     atomic_int *c = ld_rlx(&t->cancel);
-    return c != NULL && ld_sc(c) != 0;
+    WEFT_ASSERT_MSG(c != NULL, "a task runs outside any scope");
+    return ld_sc(c) != 0;
 }
 
 /* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
