@@ -73,13 +73,14 @@ static inline weft_scope *weft__task_scope_cur(const weft_task *t)
     return ld_rlx(&weft__scope_of_task(t)->cur);
 }
 
-/* A new life of t (prepared, not registered): its scope links cleared
- * and its handle's record h (NULL: none). Before weft__scope_add_child. */
+/* A new life of t (prepared, not registered): its handle's record h
+ * (NULL: none). Before weft__scope_add_child, which sets the rest of t's
+ * scope links. */
 static inline void weft__scope_task_init(weft_task *t, weft__handle *h)
 {
     WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
                     "a task's scope links set up after it started");
-    *weft__scope_of_task(t) = (weft__task_scope){.handle = h};
+    weft__scope_of_task(t)->handle = h; /* the rest: weft__scope_add_child */
 }
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
