@@ -10,7 +10,7 @@
  * sleeps to wait for something. Thread and fd counts are compared before
  * and after each run.
  */
-#include "runtime/runtime.h" /* weft__blocking_keepalive_ns */
+#include "io/io.h" /* weft__blocking_keepalive_ns */
 #include "t.h"
 #include "weft.h"
 

@@ -8,8 +8,9 @@
  * waiter that is being cancelled passed on. Across workers, with rounds
  * cancelled at random moments, no turn is ever lost or doubled.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
+#include "future/future.h" /* its wait kinds */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>
@@ -653,8 +654,8 @@ static int record_root(void *arg)
     spawn(rec_waiter, &r);
     until(TICK); /* one worker: the waiter has queued and parked */
     ASSERT(r.task != NULL);
-    ASSERT(r.task->wait_kind == &weft__wk_bulkhead);
-    ASSERT(r.task->wait_obj == r.b);
+    ASSERT(weft__task_wait_kind(r.task) == &weft__wk_bulkhead);
+    ASSERT(weft__task_wait_obj(r.task) == r.b);
     ASSERT_EQ(weft_bulkhead_leave(r.b), 0);
     scope_end(s);
     expect_free_turns(r.b, 1);

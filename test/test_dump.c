@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "observe/observe.h" /* weft__dump_buf_size */
+#include "scope/struct.h"
 #include "t.h"
 
 /* ---- a small JSON checker: one value, nothing after it ---- */
@@ -1236,7 +1237,7 @@ static int where_root(void *arg)
      * running task (this one) has no saved registers to walk. */
     char buf[256];
     weft_task *recv = NULL;
-    for (weft_task *t = s->members; t; t = t->mnext)
+    for (weft_task *t = s->members; t; t = weft__scope_of_task(t)->mnext)
         if (t->name && strcmp(t->name, site_name[S_RECV]) == 0)
             recv = t;
     ASSERT(recv);

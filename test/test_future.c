@@ -6,8 +6,9 @@
  * argument errors and a cross-worker stress. Every test that measures time
  * runs on the virtual clock, where instants are exact.
  */
-#include "runtime/runtime.h" /* weft__future_nwaiters */
+#include "future/future.h" /* weft__future_nwaiters */
 #include "t.h"
+#include "wait/many.h"
 #include "weft.h"
 
 #include <errno.h>
@@ -2265,8 +2266,8 @@ static int wait_kind_root(void *arg)
     weft_scope *s = scope_open();
     spawn(any_fn, &k);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    ASSERT(k.t->wait_kind == &weft__wk_future);
-    ASSERT(k.t->wait_obj == (const void *)fs);
+    ASSERT(weft__task_wait_kind(k.t) == &weft__wk_future);
+    ASSERT(weft__task_wait_obj(k.t) == (const void *)fs);
     ASSERT_EQ(weft__future_nwaiters(fs[0]), 1);
     ASSERT_EQ(weft__future_nwaiters(fs[1]), 1);
     ASSERT_EQ(weft_future_resolve(fs[1], NULL), 0);

@@ -12,7 +12,8 @@
 #include "t.h"
 #include "weft.h"
 
-#include "runtime/runtime.h" /* select's descriptor case */
+#include "io/io.h" /* select's descriptor case */
+#include "wait/many.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -8,8 +8,9 @@
  * stress on the real clock (also run under TSan) checks the same with
  * cancels, timeouts and a plain thread calling weft_limiter_try.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
+#include "future/future.h" /* its wait kinds */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>
@@ -741,8 +742,8 @@ static int record_root(void *arg)
     spawn(rec_taker, &r);
     ASSERT_EQ(weft_sleep(WEFT_SEC / 2), 0); /* one worker: it sleeps now */
     ASSERT(r.task != NULL);
-    ASSERT(r.task->wait_kind == &weft__wk_limiter);
-    ASSERT(r.task->wait_obj == r.l);
+    ASSERT(weft__task_wait_kind(r.task) == &weft__wk_limiter);
+    ASSERT(weft__task_wait_obj(r.task) == r.l);
     ASSERT_EQ(r.at, -1);
     ASSERT_EQ(weft_limiter_free(r.l), -EBUSY); /* it sleeps in it */
     scope_end(s);

@@ -7,7 +7,8 @@
 #include "t.h"
 #include "weft.h"
 
-#include "runtime/runtime.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "scope/struct.h" /* weft__scope_footprint, weft__scope_status_cap */
+#include "wait/many.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1941,8 +1942,8 @@ static int sleeper_fn(void *arg)
 {
     struct sleeper *p = arg;
     if (p->owner) { /* the owner is parked in join by now (one worker) */
-        p->kind = p->owner->wait_kind;
-        p->obj = p->owner->wait_obj;
+        p->kind = weft__task_wait_kind(p->owner);
+        p->obj = weft__task_wait_obj(p->owner);
     }
     weft_sleep(p->ns);
     return p->status;

@@ -4,7 +4,7 @@
  * of stack memory, valgrind registrations undone, and custom stacks freed
  * at the kernel's limit on mappings.
  */
-#include "runtime/runtime.h" /* weft__stacks_registered, weft__pool_trim */
+#include "sched/scheduler.h" /* weft__stacks_registered, weft__pool_trim */
 #include "t.h"
 #include "weft.h"
 

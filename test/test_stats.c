@@ -8,6 +8,7 @@
  * ticker seen in slow slices, lag and the watchdog.
  */
 #include "observe/observe.h" /* weft__slices_format, for the dump */
+#include "sched/scheduler.h"
 #include "t.h"
 #include "weft.h"
 

@@ -5,8 +5,9 @@
  * order (arrival order, FIFO permits) and times are checked exactly on the
  * virtual clock, under several scheduling seeds.
  */
-#include "runtime/runtime.h" /* select's semaphore case: weft__sem_case_* */
+#include "sync/sync.h" /* select's semaphore case: weft__sem_case_* */
 #include "t.h"
+#include "wait/many.h"
 #include "weft.h"
 
 #include <errno.h>

@@ -3,8 +3,9 @@
  * Time: the virtual clock, sleeps and timers. Every time asserted here is
  * exact: with WEFT_CLOCK_VIRTUAL a sleep of d wakes at start + d, no later.
  */
-#include "runtime/runtime.h" /* a parked task's wait record */
+#include "sync/sync.h" /* its wait kinds */
 #include "t.h"
+#include "wait/wait.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>
@@ -595,11 +596,11 @@ static int record_root(void *arg)
     spawn(rec_sleeper, &r);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* one worker: it waits on go */
     ASSERT(r.task != NULL);
-    ASSERT(r.task->wait_kind == &weft__wk_event);
+    ASSERT(weft__task_wait_kind(r.task) == &weft__wk_event);
     weft_event_set(&r.go);
     ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
-    ASSERT(r.task->wait_kind == &weft__wk_sleep);
-    ASSERT(r.task->wait_obj == NULL);
+    ASSERT(weft__task_wait_kind(r.task) == &weft__wk_sleep);
+    ASSERT(weft__task_wait_obj(r.task) == NULL);
     ASSERT_EQ(r.woke, -1);
     scope_end(s);
     ASSERT_EQ(r.woke, 3 * WEFT_SEC);

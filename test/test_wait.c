@@ -27,7 +27,7 @@ typedef struct box {
     bool no_lock; /* misuse: wait without holding the lock */
     int rc;
     weft_task *task;
-    weft__wait_rec seen; /* the waiter's record, read while it is parked */
+    weft__wait_seen seen; /* the waiter's record, read while it is parked */
 } box;
 
 static int waiter_fn(void *arg)
@@ -38,13 +38,13 @@ static int waiter_fn(void *arg)
     weft__waiter_init(&w, NULL, 0);
     if (!b->no_lock)
         weft__lock_acquire(&b->lock);
-    b->rc = weft__wait(&w, &(weft__wait_spec){.kind = &wk_test,
-                                              .obj = b,
-                                              .lock = &b->lock,
-                                              .q = b->use_slot ? NULL : &b->q,
-                                              .slot = b->use_slot ? &b->slot
-                                                                  : NULL,
-                                              .deadline = b->deadline});
+    b->rc =
+        weft__wait(&w, &(weft__wait_spec){.kind = &wk_test,
+                                          .obj = b,
+                                          .lock = &b->lock,
+                                          .q = b->use_slot ? NULL : &b->q,
+                                          .slot = b->use_slot ? &b->slot : NULL,
+                                          .deadline = b->deadline});
     return 0;
 }
 

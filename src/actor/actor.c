@@ -56,7 +56,9 @@
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
 #include "actor/actor.h"
+#include "scope/struct.h"
 #include "select/select.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -498,9 +500,10 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
                       void *ctx, bool *now)
 {
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk->cur;
-    weft_actor *outer = t->actor; /* an actor's behaviour may run one */
-    t->actor = a;
+    weft_task *t = weft__wpub(wk)->cur;
+    weft_actor *outer =
+        weft__actor_of_task(t)->actor; /* an actor's behaviour may run one */
+    weft__actor_of_task(t)->actor = a;
     weft_scope *sc = NULL;
     int status = a->start_rc;
     if (status == 0 && (status = weft_scope_open(&sc, NULL)) == 0) {
@@ -535,7 +538,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
         a->o.on_stop(a->state, status);
     weft__registry_drop(a);
     actor_exited(a, status);
-    t->actor = outer;
+    weft__actor_of_task(t)->actor = outer;
     weft_actor_unref(a);
     return status;
 }
@@ -548,12 +551,12 @@ static weft_actor *actor_make(const weft_actor_opts *o, long refs, int *err)
     if (*err)
         return NULL;
     weft_worker *wk = weft__tl_worker;
-    if (!wk || !wk->cur) {
+    if (!wk || !weft__wpub(wk)->cur) {
         *err = -EPERM;
         return NULL;
     }
     actor_select_install();
-    return actor_new(o, wk->rt, refs, err);
+    return actor_new(o, weft__wpub(wk)->rt, refs, err);
 }
 
 static int actor_task(void *arg)
@@ -620,7 +623,7 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
 weft_actor *weft_actor_self(void)
 {
     weft_task *t = weft__current();
-    return t ? t->actor : NULL;
+    return t ? weft__actor_of_task(t)->actor : NULL;
 }
 
 /* ---- tell and ask ---- */
@@ -735,12 +738,12 @@ int weft_actor_ask(weft_actor *a, const void *msg, void *reply,
     if (WEFT_UNLIKELY(!actor_ok(a) || !msg))
         return -EINVAL;
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = wk ? wk->cur : NULL;
+    weft_task *t = wk ? weft__wpub(wk)->cur : NULL;
     if (WEFT_UNLIKELY(!t))
         return -EPERM;
-    if (WEFT_UNLIKELY(t->actor == a))
+    if (WEFT_UNLIKELY(weft__actor_of_task(t)->actor == a))
         return -EDEADLK;
-    if (WEFT_UNLIKELY(weft__scope_is_cancelled(ld_rlx(&t->cur))))
+    if (WEFT_UNLIKELY(weft__task_cancelled(t)))
         return -ECANCELED;
     weft__ask r;
     r.reply = reply;
@@ -849,7 +852,7 @@ int weft_actor_wait(weft_actor *a, int *status, weft_time deadline)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (t->actor == a)
+    if (weft__actor_of_task(t)->actor == a)
         return -EDEADLK;
     for (;;) {
         int rc = weft__checkpoint();
@@ -1136,7 +1139,7 @@ static int exit_case_check(const weft_case *c)
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    return t->actor == c->actor ? -EDEADLK : 0;
+    return weft__actor_of_task(t)->actor == c->actor ? -EDEADLK : 0;
 }
 
 static weft__lock *actor_case_lock(weft_case *c)

@@ -7,7 +7,43 @@
 #ifndef WEFT_ACTOR_H
 #define WEFT_ACTOR_H
 
-#include "future/future.h"
+#include "wait/wait.h"
+
+/* ---- the actor layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__actor_rt {
+    /* the actor registry (registry.c; allocated with the runtime by
+     * runtime.c and freed with it) */
+    struct weft__registry *registry;
+};
+
+_Static_assert(sizeof(struct weft__actor_rt) <=
+                   WEFT__RT_OBSERVE - WEFT__RT_ACTOR,
+               "the actor layer's part fits in weft_runtime.ext");
+
+static inline struct weft__actor_rt *weft__actor_rt(weft_runtime *rt)
+{
+    return (struct weft__actor_rt *)(void *)(weft__rtpub(rt)->ext +
+                                             WEFT__RT_ACTOR);
+}
+
+/* ---- the actor layer's part of a task (weft_task.ext) ---- */
+
+typedef struct weft__task_actor {
+    /* owner: the actor whose behaviour the task runs now (actor.c), or
+     * NULL. Set around each run of a behaviour and put back after it, so
+     * it is NULL between lives: a new task needs no reset. */
+    struct weft_actor *actor;
+} weft__task_actor;
+
+_Static_assert(sizeof(weft__task_actor) <= WEFT__TASK_EXT - WEFT__EXT_ACTOR,
+               "the actor layer's part fits in weft_task.ext");
+
+static inline weft__task_actor *weft__actor_of_task(const weft_task *t)
+{
+    WEFT_ASSERT(t != NULL);
+    return (weft__task_actor *)(uintptr_t)(t->ext + WEFT__EXT_ACTOR);
+}
 
 /* ---- actor.c ---- */
 

@@ -50,7 +50,7 @@ static uint64_t name_hash(const char *s, size_t n)
 static weft__registry *registry_here(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w ? w->rt->registry : NULL;
+    return w ? weft__actor_rt(weft__wpub(w)->rt)->registry : NULL;
 }
 
 /* The entry's link in its bucket (lock held): *result is NULL if none. */
@@ -107,7 +107,7 @@ int weft_register(const char *name, weft_actor *a)
     weft__registry *r = registry_here();
     if (!r)
         return -EPERM;
-    if (a->rt != weft__tl_worker->rt)
+    if (a->rt != weft__wpub(weft__tl_worker)->rt)
         return -EINVAL;
     struct weft__name *e = malloc(sizeof(*e));
     if (!e)
@@ -185,7 +185,7 @@ int weft_unregister(const char *name)
 
 void weft__registry_drop(weft_actor *a)
 {
-    weft__registry *r = a->rt->registry;
+    weft__registry *r = weft__actor_rt(a->rt)->registry;
     weft__lock_acquire(&r->lock);
     struct weft__name *list = a->names;
     a->names = NULL;

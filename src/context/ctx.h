@@ -10,11 +10,7 @@
 #ifndef WEFT_CTX_H
 #define WEFT_CTX_H
 
-#include "util/util.h"
-
-#if defined(WEFT_UCONTEXT)
-#include <ucontext.h>
-#endif
+#include "context/ctx_type.h"
 
 #if defined(WEFT_ASAN)
 #include <sanitizer/common_interface_defs.h>
@@ -37,14 +33,6 @@
  * older clang WEFT_TSAN_HOOKS_KEPT is 1 and the task's entry pops its own
  * frame (see weft__task_main). */
 /* WEFT_NO_TSAN itself is in util.h (the signal-safe writer uses it). */
-
-typedef struct weft__ctx {
-#if defined(WEFT_UCONTEXT)
-    ucontext_t uc;
-#else
-    void *sp; /* saved stack pointer; the registers are on that stack */
-#endif
-} weft__ctx;
 
 #if !defined(WEFT_UCONTEXT)
 void weft__ctx_jump(void **save_sp, void *to_sp);

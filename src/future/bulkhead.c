@@ -44,6 +44,8 @@
  * nothing.
  */
 #include "future/future.h"
+#include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 

@@ -60,6 +60,10 @@
  * never spawned, its scope cancelled first, has none: -ECANCELED).
  */
 #include "future/future.h"
+#include "scope/policy.h"
+#include "scope/scope.h"
+#include "wait/many.h"
+#include "wait/waitset.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -492,7 +496,7 @@ static int combine(wait_op *op, int64_t deadline)
         for (int i = 0; i < op->n; i++)
             op->statuses[i] = -EINPROGRESS;
     int rc;
-    if (weft__scope_is_cancelled(ld_rlx(&t->cur))) {
+    if (weft__task_cancelled(t)) {
         /* A cancellation point even when the answer is known: give up on
          * every future at once. */
         for (int i = 0; i < op->n; i++)

@@ -7,20 +7,24 @@
 #ifndef WEFT_FUTURE_H
 #define WEFT_FUTURE_H
 
-#include "io/io.h"
+#include "util/util.h"
+
+/* Select's cases (wait/many.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
 
 /* ---- futures ---- */
 
 /* The wait kinds of this layer (wait.h): a future or a combinator of
  * futures (future.c), the bulkhead (bulkhead.c), the rate limiter
  * (limiter.c, a sleep: its deadline is recorded). */
-extern const weft__wait_kind weft__wk_future, weft__wk_bulkhead,
+extern const struct weft__wait_kind weft__wk_future, weft__wk_bulkhead,
     weft__wk_limiter;
 
 /* For the tests: how many waiter nodes are on f's list now. */
 int weft__future_nwaiters(const weft_future *f);
 
-/* select's future case (wait.h, "select's cases"): check: future NULL 1,
+/* select's future case (wait/many.h, "select's cases"): check: future NULL 1,
  * not a live future -EINVAL; try: settled: rc its result (the value
  * copied to elem, if elem is not NULL and the future has one), else
  * -EAGAIN with a->q its waiter queue; won: the same result, read without

@@ -52,6 +52,8 @@
  * reservation, for weft_limiter_free's -EBUSY.
  */
 #include "future/future.h"
+#include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 

@@ -73,6 +73,8 @@
  *   reference to `in` and `out` while it runs.
  */
 #include "future/future.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
 
 #include <limits.h>
 #include <stdalign.h>

@@ -66,6 +66,7 @@
  * case it returns -ECANCELED and the fallback does not run.
  */
 #include "future/future.h"
+#include "sched/park.h"
 
 #include <limits.h>
 #include <sys/random.h>
@@ -133,7 +134,7 @@ static uint64_t process_entropy(void)
 static uint64_t draw_seed(void)
 {
     weft_worker *w = weft__tl_worker;
-    if (w && w->rt->seed)
+    if (w && weft__rtpub(weft__wpub(w)->rt)->seed)
         return weft__rand(); /* reproducible under a seed */
     static _Atomic uint64_t counter;
     uint64_t x = process_entropy() ^ mix64(add_rlx(&counter, 1) + 1);
@@ -268,7 +269,7 @@ static int run_attempt(const weft_retry *p, weft_fn fn, void *arg)
 int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (!fn)
         return -EINVAL;
@@ -305,7 +306,7 @@ int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
                        weft_fn fallback, void *fallback_arg)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (!fn || !fallback)
         return -EINVAL;

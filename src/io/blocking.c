@@ -3,8 +3,8 @@
  * The blocking pool: OS threads that run calls which would block a worker.
  *
  * One pool per runtime, made by the first weft_blocking under
- * rt->blocking_mu, which then guards every field of the pool and of its
- * jobs (a task holds it only for a few list operations, never across a
+ * weft__io_rt(rt)->blocking_mu, which then guards every field of the pool and
+ * of its jobs (a task holds it only for a few list operations, never across a
  * park; a pool thread never holds it while fn runs).
  *
  * A call, step by step:
@@ -52,6 +52,7 @@
  * last thread is gone, joins it and frees the pool.
  */
 #include "io/io.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,8 @@ enum {
     J_DONE,     /* fn returned; result holds its status */
 };
 
-/* One weft_blocking call. Every field is guarded by rt->blocking_mu. */
+/* One weft_blocking call. Every field is guarded by
+ * weft__io_rt(rt)->blocking_mu. */
 typedef struct job {
     weft__waiter w; /* first: in room or queue; the caller and its token */
     weft_fn fn;
@@ -128,23 +130,27 @@ static pool *pool_new(weft_runtime *rt)
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&p->gone, NULL);
     p->rt = rt;
-    p->max_threads =
-        rt->blocking_threads ? rt->blocking_threads : DEFAULT_THREADS;
-    p->max_queue = rt->blocking_queue ? rt->blocking_queue : DEFAULT_QUEUE;
+    p->max_threads = weft__io_rt(rt)->blocking_threads
+                         ? weft__io_rt(rt)->blocking_threads
+                         : DEFAULT_THREADS;
+    p->max_queue = weft__io_rt(rt)->blocking_queue
+                       ? weft__io_rt(rt)->blocking_queue
+                       : DEFAULT_QUEUE;
     p->keepalive_ns = weft__blocking_keepalive_ns;
     return p;
 }
 
-/* Locks rt->blocking_mu and returns the pool, made if need be; or NULL
- * (out of memory), unlocked. */
+/* Locks weft__io_rt(rt)->blocking_mu and returns the pool, made if need be; or
+ * NULL (out of memory), unlocked. */
 static pool *pool_lock(weft_runtime *rt)
 {
-    pthread_mutex_lock(&rt->blocking_mu);
-    if (!rt->blocking && !(rt->blocking = pool_new(rt))) {
-        pthread_mutex_unlock(&rt->blocking_mu);
+    pthread_mutex_lock(&weft__io_rt(rt)->blocking_mu);
+    if (!weft__io_rt(rt)->blocking &&
+        !(weft__io_rt(rt)->blocking = pool_new(rt))) {
+        pthread_mutex_unlock(&weft__io_rt(rt)->blocking_mu);
         return NULL;
     }
-    return rt->blocking;
+    return weft__io_rt(rt)->blocking;
 }
 
 static void *pool_thread(void *arg);
@@ -158,10 +164,10 @@ static void dispatch(pool *p)
            p->threads < p->max_threads) {
         pthread_t th;
         pthread_attr_t attr, *ap = NULL;
-        if (p->rt->pinned && pthread_attr_init(&attr) == 0) {
+        if (weft__rtpub(p->rt)->pinned && pthread_attr_init(&attr) == 0) {
             /* Not the pinned CPU of the worker that starts it. */
-            pthread_attr_setaffinity_np(&attr, sizeof p->rt->cpus,
-                                        &p->rt->cpus);
+            pthread_attr_setaffinity_np(&attr, sizeof weft__rtpub(p->rt)->cpus,
+                                        &weft__rtpub(p->rt)->cpus);
             ap = &attr;
         }
         p->threads++;
@@ -217,7 +223,8 @@ static job *next_job(pool *p)
         if (p->stopping)
             return NULL;
         p->idle++;
-        int rc = pthread_cond_timedwait(&p->work, &p->rt->blocking_mu, &until);
+        int rc = pthread_cond_timedwait(
+            &p->work, &weft__io_rt(p->rt)->blocking_mu, &until);
         p->idle--;
         if (rc == ETIMEDOUT && !p->queue.head)
             return NULL;
@@ -233,7 +240,7 @@ static job *next_job(pool *p)
 /* Called with the lock held, j RUNNING; returns with the lock held. */
 static void run_job(pool *p, job *j)
 {
-    pthread_mutex_t *mu = &p->rt->blocking_mu;
+    pthread_mutex_t *mu = &weft__io_rt(p->rt)->blocking_mu;
     weft_task *granted = grant_room(p);
     pthread_mutex_unlock(mu);
     wake_granted(granted);
@@ -268,7 +275,7 @@ static void thread_exit(pool *p)
     p->has_last = true;
     if (--p->threads == 0)
         pthread_cond_broadcast(&p->gone);
-    pthread_mutex_unlock(&p->rt->blocking_mu);
+    pthread_mutex_unlock(&weft__io_rt(p->rt)->blocking_mu);
     if (join_prev)
         pthread_join(prev, NULL);
 }
@@ -277,7 +284,7 @@ static void *pool_thread(void *arg)
 {
     pool *p = arg;
     pthread_setname_np(pthread_self(), "weft-blocking");
-    pthread_mutex_lock(&p->rt->blocking_mu);
+    pthread_mutex_lock(&weft__io_rt(p->rt)->blocking_mu);
     job *j;
     while ((j = next_job(p)) != NULL)
         run_job(p, j);
@@ -287,23 +294,23 @@ static void *pool_thread(void *arg)
 
 void weft__blocking_fini(weft_runtime *rt)
 {
-    pool *p = rt->blocking;
+    pool *p = weft__io_rt(rt)->blocking;
     if (!p)
         return;
-    pthread_mutex_lock(&rt->blocking_mu);
+    pthread_mutex_lock(&weft__io_rt(rt)->blocking_mu);
     if (p->queue.head || p->room.head)
         weft__fatal("weft: blocking calls left queued at the end of weft_run");
     p->stopping = true;
     pthread_cond_broadcast(&p->work);
     while (p->threads > 0)
-        pthread_cond_wait(&p->gone, &rt->blocking_mu);
-    pthread_mutex_unlock(&rt->blocking_mu);
+        pthread_cond_wait(&p->gone, &weft__io_rt(rt)->blocking_mu);
+    pthread_mutex_unlock(&weft__io_rt(rt)->blocking_mu);
     if (p->has_last)
         pthread_join(p->last, NULL);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->gone);
     free(p);
-    rt->blocking = NULL;
+    weft__io_rt(rt)->blocking = NULL;
 }
 
 /* ---- callers ---- */
@@ -332,7 +339,7 @@ static int leave(pool *p, job *j, int rc, bool *abandoned)
         rc = j->result;
         break;
     }
-    pthread_mutex_unlock(&p->rt->blocking_mu);
+    pthread_mutex_unlock(&weft__io_rt(p->rt)->blocking_mu);
     wake_granted(granted);
     if (drop)
         free(j);
@@ -343,7 +350,7 @@ static int leave(pool *p, job *j, int rc, bool *abandoned)
  * is known or the caller leaves; returns the call's result, unlocked. */
 static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
 {
-    pthread_mutex_t *mu = &p->rt->blocking_mu;
+    pthread_mutex_t *mu = &weft__io_rt(p->rt)->blocking_mu;
     for (;;) {
         /* Under the lock, after everything that can fail. The queue j is
          * on, or none (RUNNING: a thread popped it; a claim that failed
@@ -404,13 +411,13 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
         return -ENOMEM;
     j->fn = fn;
     j->arg = arg;
-    pool *p = pool_lock(wk->rt);
+    pool *p = pool_lock(weft__wpub(wk)->rt);
     if (!p) {
         free(j);
         return -ENOMEM;
     }
     if (!submit(p, j)) {
-        pthread_mutex_unlock(&wk->rt->blocking_mu);
+        pthread_mutex_unlock(&weft__io_rt(weft__wpub(wk)->rt)->blocking_mu);
         free(j);
         return -EAGAIN;
     }
@@ -437,8 +444,8 @@ int weft_blocking_until(weft_fn fn, void *arg, weft_time deadline)
 void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&rt->blocking_mu);
-    pool *p = rt->blocking;
+    pthread_mutex_lock(&weft__io_rt(rt)->blocking_mu);
+    pool *p = weft__io_rt(rt)->blocking;
     if (p) {
         out->threads = p->threads;
         out->running = p->running;
@@ -447,7 +454,7 @@ void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out)
         for (weft__waiter *w = p->room.head; w; w = w->next)
             out->waiting++;
     }
-    pthread_mutex_unlock(&rt->blocking_mu);
+    pthread_mutex_unlock(&weft__io_rt(rt)->blocking_mu);
 }
 
 int weft_blocking_stats(weft_blocking_info *out)
@@ -457,6 +464,6 @@ int weft_blocking_stats(weft_blocking_info *out)
     weft_worker *wk = weft__tl_worker;
     if (!wk)
         return -EPERM;
-    weft__blocking_info(wk->rt, out);
+    weft__blocking_info(weft__wpub(wk)->rt, out);
     return 0;
 }

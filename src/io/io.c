@@ -89,6 +89,8 @@
  * chosen per worker at start-up when the kernel allows it.
  */
 #include "io/io.h"
+#include "sched/poller.h"
+#include "wait/many.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -155,10 +157,10 @@ static fd_rec *fd_lookup(int fd, bool create)
  * it cannot be. w's thread. */
 static weft__poller *io_poller(weft_worker *w, int *err)
 {
-    if (WEFT_LIKELY(w->poller != NULL))
-        return w->poller;
-    w->poller = weft__poller_epoll.init(w, err);
-    return w->poller;
+    if (WEFT_LIKELY(weft__wpub(w)->poller != NULL))
+        return weft__wpub(w)->poller;
+    weft__wpub(w)->poller = weft__poller_epoll.init(w, err);
+    return weft__wpub(w)->poller;
 }
 
 /* Under r's lock: forgets the file r's number named. A new generation
@@ -187,7 +189,8 @@ static weft__waiter **rec_reset(fd_rec *r, weft__waiter **tail)
  * or a negative errno. Free of system calls once registered. */
 static int rec_watch(weft__poller *p, fd_rec *r, int fd, bool *fresh)
 {
-    WEFT_ASSERT(weft__lock_is_held(&r->lock) && p == weft__tl_worker->poller);
+    WEFT_ASSERT(weft__lock_is_held(&r->lock) &&
+                p == weft__wpub(weft__tl_worker)->poller);
     int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), false);
     *fresh = rc == WEFT__POLL_NEW;
     return *fresh ? 0 : rc;
@@ -203,7 +206,8 @@ static int rec_watch(weft__poller *p, fd_rec *r, int fd, bool *fresh)
  * names a regular file), or a negative errno. */
 static int rec_check(weft__poller *p, fd_rec *r, int fd, weft__chain *stale)
 {
-    WEFT_ASSERT(weft__lock_is_held(&r->lock) && p == weft__tl_worker->poller);
+    WEFT_ASSERT(weft__lock_is_held(&r->lock) &&
+                p == weft__wpub(weft__tl_worker)->poller);
     int rc = p->ops->wait(p, fd, ld_rlx(&r->gen), true);
     if (rc != WEFT__POLL_GONE)
         return rc;
@@ -362,7 +366,7 @@ int weft_fd_wait(int fd, int events, weft_time deadline)
     return fd_wait(fd, events, deadline, NULL);
 }
 
-/* ---- select's descriptor case (wait.h, "select's cases") ---- */
+/* ---- select's descriptor case (wait/many.h, "select's cases") ---- */
 
 int weft__fd_case_check(const weft_case *c)
 {

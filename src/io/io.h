@@ -7,11 +7,32 @@
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
 
-#include "sync/sync.h"
+#include "sched/task.h"
+
+/* Select's cases (wait/many.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
+
+/* ---- the io layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__io_rt {
+    /* blocking.c: the pool for weft_blocking, made on first use */
+    pthread_mutex_t blocking_mu;
+    struct weft__blocking *blocking;
+    int blocking_threads, blocking_queue; /* from the config, 0: default */
+};
+
+_Static_assert(sizeof(struct weft__io_rt) <= WEFT__RT_ACTOR - WEFT__RT_IO,
+               "the io layer's part fits in weft_runtime.ext");
+
+static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
+{
+    return (struct weft__io_rt *)(void *)(weft__rtpub(rt)->ext + WEFT__RT_IO);
+}
 
 /* ---- io.c ---- */
 
-/* select's descriptor case (wait.h, "select's cases"): WEFT_OP_READ or
+/* select's descriptor case (wait/many.h, "select's cases"): WEFT_OP_READ or
  * WEFT_OP_WRITE on c->fd.
  * check: 1 (off) for fd < 0, -EINVAL for fd >= 2^20, -ENOMEM if fd's
  *   record cannot be made; else 0 (the record is made).
@@ -61,7 +82,7 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 /* The wait kinds of this layer (wait.h): a descriptor (io.c; obj: its
  * record, name: the direction), a blocking call (blocking.c; obj: its
  * job). */
-extern const weft__wait_kind weft__wk_fd, weft__wk_blocking;
+extern const struct weft__wait_kind weft__wk_fd, weft__wk_blocking;
 
 /* Waits for the pool's threads (each finishes the call it runs) and frees
  * the pool; at the end of weft_run, after the workers have stopped. */

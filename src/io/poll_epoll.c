@@ -22,6 +22,7 @@
  * its set, tagged WAKE_TAG.
  */
 #include "io/io.h"
+#include "sched/poller.h"
 
 #include <stdlib.h>
 #include <string.h>

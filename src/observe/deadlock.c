@@ -34,7 +34,12 @@
  * -EDEADLK. Exactly one locker per ring is told, on any number of
  * workers: the last one to note its wait.
  */
+#include "future/future.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/struct.h"
+#include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -118,7 +123,7 @@ static void out_task(struct out *o, const weft_task *t)
 
 static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
 {
-    weft__wait_rec w;
+    weft__wait_seen w;
     weft__wait_record(t, &w);
     out_printf(o, "    waits for %s %p", weft__wait_kind_name(w.kind), w.obj);
     if (w.name)
@@ -167,7 +172,7 @@ enum verdict { STUCK, WAKEABLE };
 /* Whether t, parked, may be woken from outside the runtime. */
 static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
 {
-    weft__wait_rec w;
+    weft__wait_seen w;
     weft__wait_record(t, &w);
     const void *obj = w.obj;
     if (w.kind == &weft__wk_future)
@@ -195,10 +200,11 @@ static bool outside_may_wake(const struct weft__observe *ob, const weft_task *t)
 static enum verdict walk(weft_runtime *rt, weft_scope *s, struct out *o,
                          int *asleep)
 {
-    const struct weft__observe *ob = rt->observe;
+    const struct weft__observe *ob = weft__observe_rt(rt)->observe;
     enum verdict v = STUCK;
     weft__lock_acquire(&s->lock);
-    for (weft_task *t = s->members; t && v == STUCK; t = t->mnext) {
+    for (weft_task *t = s->members; t && v == STUCK;
+         t = weft__scope_of_task(t)->mnext) {
         uint64_t pw = ld_acq(&t->park);
         if (PARK_STATE(pw) == PARK_RUNNING || outside_may_wake(ob, t)) {
             v = WAKEABLE;
@@ -229,7 +235,7 @@ static bool all_in_books(weft_runtime *rt)
  * had when the watch began. */
 static bool unchanged(weft_runtime *rt)
 {
-    const struct weft__observe *ob = rt->observe;
+    const struct weft__observe *ob = weft__observe_rt(rt)->observe;
     if (!ob->watching || !all_in_books(rt))
         return false;
     for (int i = 0; i < rt->nworkers; i++)
@@ -251,7 +257,7 @@ static bool nothing_visible(weft_runtime *rt)
 static int64_t act(weft_worker *w, int phase, int asleep)
 {
     weft_runtime *rt = w->rt;
-    struct weft__observe *ob = rt->observe;
+    struct weft__observe *ob = weft__observe_rt(rt)->observe;
     if (phase == 1) {
         st_rel(&ob->found, 1);
         if (ob->mode == WEFT_DEADLOCK_CALLBACK) {
@@ -265,7 +271,7 @@ static int64_t act(weft_worker *w, int phase, int asleep)
                        asleep, asleep == 1 ? "" : "s");
             int n = 0;
             weft__where_prepare(); /* before the walk takes scope locks */
-            walk(rt, rt->root, &o, &n);
+            walk(rt, weft__scope_rt(rt)->root, &o, &n);
             out_printf(&o, "the task dump:\n");
             out_flush(&o);
             weft__dump_write(rt, 2, 0);
@@ -274,7 +280,7 @@ static int64_t act(weft_worker *w, int phase, int asleep)
         }
         /* Cancels everything: the tasks unwind through their
          * cancellation points, and weft_run returns -EDEADLK. */
-        weft__scope_cancel(rt->root, CANCEL_USER);
+        weft__scope_cancel(weft__scope_rt(rt)->root, CANCEL_USER);
         return 0;
     }
     if (ob->mode != WEFT_DEADLOCK_CALLBACK) {
@@ -296,7 +302,7 @@ static int64_t act(weft_worker *w, int phase, int asleep)
 static int64_t all_idle(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
-    struct weft__observe *ob = rt->observe;
+    struct weft__observe *ob = weft__observe_rt(rt)->observe;
     int64_t now = weft__mono_now();
     pthread_mutex_lock(&rt->dmu);
     if (!all_in_books(rt)) {
@@ -314,7 +320,8 @@ static int64_t all_idle(weft_worker *w)
     if (!nothing_visible(rt))
         return 0;
     int asleep = 0;
-    if (walk(rt, rt->root, NULL, &asleep) != STUCK || asleep == 0)
+    if (walk(rt, weft__scope_rt(rt)->root, NULL, &asleep) != STUCK ||
+        asleep == 0)
         return WEFT_NEVER; /* what can wake a task will wake a worker */
     if (waited < ob->grace)
         return ob->grace - waited;
@@ -380,7 +387,7 @@ static void cycle_report(void *arg)
 static int mutex_cycle(weft_runtime *rt, weft_task *const *chain,
                        const void *const *mutexes, int n)
 {
-    struct weft__observe *ob = rt->observe;
+    struct weft__observe *ob = weft__observe_rt(rt)->observe;
     if (ob->mode == WEFT_DEADLOCK_CALLBACK) {
         ob->cb(ob->ctx, WEFT_DEADLOCK_MUTEX_CYCLE);
         return -EDEADLK;
@@ -416,32 +423,33 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
     ob->ctx = cfg->deadlock_ctx;
     ob->gens = gens;
     atomic_init(&ob->found, 0);
-    rt->observe = ob;
+    weft__observe_rt(rt)->observe = ob;
     rt->on_all_idle = all_idle;
-    rt->on_mutex_cycle = mutex_cycle;
+    weft__sync_rt(rt)->on_mutex_cycle = mutex_cycle;
     weft__where_warm(); /* the cycle report walks the locker's stack */
     return 0;
 }
 
 void weft__deadlock_outside(weft_runtime *rt, const void *obj)
 {
-    struct weft__observe *ob = rt->observe;
+    struct weft__observe *ob = weft__observe_rt(rt)->observe;
     if (ob && ob->noutside < OUTSIDE_MAX)
         ob->outside[ob->noutside++] = obj;
 }
 
 bool weft__deadlock_found(weft_runtime *rt)
 {
-    return rt->observe && ld_acq(&rt->observe->found);
+    return weft__observe_rt(rt)->observe &&
+           ld_acq(&weft__observe_rt(rt)->observe->found);
 }
 
 void weft__deadlock_fini(weft_runtime *rt)
 {
-    if (!rt->observe)
+    if (!weft__observe_rt(rt)->observe)
         return;
-    free(rt->observe->gens);
-    free(rt->observe);
-    rt->observe = NULL;
+    free(weft__observe_rt(rt)->observe->gens);
+    free(weft__observe_rt(rt)->observe);
+    weft__observe_rt(rt)->observe = NULL;
     rt->on_all_idle = NULL;
-    rt->on_mutex_cycle = NULL;
+    weft__sync_rt(rt)->on_mutex_cycle = NULL;
 }

@@ -36,7 +36,14 @@
  * A mutex's holder is loaded with acquire (its owner is stored with
  * release), so its id and name may be read too.
  */
+#include "actor/actor.h"
+#include "future/future.h"
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/struct.h"
+#include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -286,7 +293,7 @@ static int running_on(dump *d, weft_task *t)
 }
 
 /* What a parked task waits on, per kind, after the kind and object. */
-static void wait_details(dump *d, const weft__wait_rec *w)
+static void wait_details(dump *d, const weft__wait_seen *w)
 {
     if (w->kind == &weft__wk_mutex) {
         weft_task *h = weft__mutex_owner(w->obj);
@@ -346,7 +353,7 @@ static void wait_details(dump *d, const weft__wait_rec *w)
 
 /* An actor between messages has no caller of a weft function on its
  * stack (its loop is weft's): its behaviour stands for it. */
-static bool behaviour_of(const weft__wait_rec *w, weft__frame *f)
+static bool behaviour_of(const weft__wait_seen *w, weft__frame *f)
 {
     if (w->kind != &weft__wk_mailbox || !w->obj)
         return false;
@@ -371,7 +378,7 @@ static void put_frame_text(dump *d, const weft__frame *f)
 
 /* Under a parked task's line: "at FUNC (FILE:LINE)", its blocking line,
  * then with WEFT_DUMP_STACKS its frames from the weft call that parked. */
-static void text_where(dump *d, const weft__wait_rec *w)
+static void text_where(dump *d, const weft__wait_seen *w)
 {
     const weft__stack *st = &d->st;
     weft__frame b;
@@ -419,7 +426,7 @@ static void put_frame_json(dump *d, const weft__frame *f)
 }
 
 /* ,"where":{frame} or null, and with WEFT_DUMP_STACKS ,"stack":[...]. */
-static void json_where(dump *d, const weft__wait_rec *w)
+static void json_where(dump *d, const weft__wait_seen *w)
 {
     const weft__stack *st = &d->st;
     weft__frame b;
@@ -448,7 +455,7 @@ static const weft__wait_kind nothing = {WEFT_WAIT_NONE, "nothing"};
 
 /* A member's line in JSON: t parked (w: its wait record) or not (w->kind
  * NULL), in state, running on worker (or -1). */
-static void task_line_json(dump *d, weft_task *t, const weft__wait_rec *w,
+static void task_line_json(dump *d, weft_task *t, const weft__wait_seen *w,
                            const char *state, int worker, int64_t for_ns)
 {
     put(d, "{\"type\":\"task\",\"id\":");
@@ -463,7 +470,7 @@ static void task_line_json(dump *d, weft_task *t, const weft__wait_rec *w,
     else
         put(d, "null");
     put(d, ",\"scope\":\"%p\",\"current_scope\":\"%p\",\"scopes\":[",
-        (void *)d->path[d->depth - 1].s, (void *)ld_rlx(&t->cur));
+        (void *)d->path[d->depth - 1].s, (void *)weft__task_scope_cur(t));
     for (int i = d->depth - 1; i >= 0; i--)
         put(d, "\"%p\"%s", (void *)d->path[i].s, i ? "," : "");
     put(d, "],\"wait\":");
@@ -485,7 +492,7 @@ static void task_line_json(dump *d, weft_task *t, const weft__wait_rec *w,
 }
 
 /* The same line in text. */
-static void task_line_text(dump *d, weft_task *t, const weft__wait_rec *w,
+static void task_line_text(dump *d, weft_task *t, const weft__wait_seen *w,
                            const char *state, int worker, int64_t for_ns)
 {
     indent(d, d->depth);
@@ -519,7 +526,7 @@ static void task_line(dump *d, weft_task *t)
     bool parked = PARK_STATE(park) != PARK_RUNNING;
     int worker = parked ? -1 : running_on(d, t);
     const char *state = parked ? "parked" : worker >= 0 ? "running" : "ready";
-    weft__wait_rec w;
+    weft__wait_seen w;
     weft__wait_record(t, &w);
     if (!parked)
         w.kind = NULL;
@@ -557,7 +564,7 @@ static void step(dump *d)
         weft_task *t = s->dump_task;
         if (t) {
             task_line(d, t);
-            s->dump_task = t->mnext;
+            s->dump_task = weft__scope_of_task(t)->mnext;
         } else {
             l->kids = true;
         }
@@ -630,10 +637,10 @@ static void dump_all(void *arg)
     pthread_mutex_lock(&dump_mu);
     d->now = weft__now(d->rt);
     header(d);
-    d->path[0] = (level){.s = d->rt->root};
+    d->path[0] = (level){.s = weft__scope_rt(d->rt)->root};
     d->depth = 1;
-    weft__lock_acquire(&d->rt->root->lock);
-    enter(d, d->rt->root);
+    weft__lock_acquire(&weft__scope_rt(d->rt)->root->lock);
+    enter(d, weft__scope_rt(d->rt)->root);
     while (d->depth > 0) {
         if (d->cap - d->len < ITEM_MAX)
             flush(d);

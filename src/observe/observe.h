@@ -9,10 +9,29 @@
 #ifndef WEFT_OBSERVE_H
 #define WEFT_OBSERVE_H
 
-#include "actor/actor.h"
-#include "io/io.h"
-#include "sched/clock.h"
-#include "sync/sync.h"
+#include "sched/task.h"
+
+/* ---- the observe layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__observe_rt {
+    /* deadlock.c: the mode and what was found */
+    struct weft__observe *observe;
+    /* stats.c: the watchdog and slice monitor (the thread and what it
+     * measured), or NULL: set before the workers start and freed with
+     * the runtime */
+    struct weft__watchdog *watchdog;
+    struct weft__trace *trace; /* trace.c: the tracer, or NULL */
+};
+
+_Static_assert(sizeof(struct weft__observe_rt) <=
+                   WEFT__RT_RUNTIME - WEFT__RT_OBSERVE,
+               "the observe layer's part fits in weft_runtime.ext");
+
+static inline struct weft__observe_rt *weft__observe_rt(weft_runtime *rt)
+{
+    return (struct weft__observe_rt *)(void *)(weft__rtpub(rt)->ext +
+                                               WEFT__RT_OBSERVE);
+}
 
 /* ---- dump.c: the task dump ---- */
 
@@ -153,8 +172,8 @@ void weft__stats_read(weft_runtime *rt, weft_stats *out,
 
 struct weft__watchdog;
 /* rt's slice monitor and watchdog as c asks (c->watchdog_ns,
- * c->slow_slice_ns; both off: none, rt->watchdog NULL, and so on out of
- * memory, said on stderr), before rt's workers start. */
+ * c->slow_slice_ns; both off: none, weft__observe_rt(rt)->watchdog NULL, and so
+ * on out of memory, said on stderr), before rt's workers start. */
 void weft__watchdog_init(weft_runtime *rt, const weft_config *c);
 /* Starts its thread, after rt's workers have started (if it cannot be
  * made, the runtime runs without it, and says so on stderr); stops it

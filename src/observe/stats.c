@@ -82,7 +82,9 @@
  * copied, so a report made when the slice ends never reads a name its
  * task no longer owns.
  */
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -170,7 +172,7 @@ void weft__stats_read(weft_runtime *rt, weft_stats *out,
     for (int i = 0; i < rt->nworkers; i++) {
         weft_worker_stats one;
         worker_read(&rt->workers[i], &one);
-        slices_read(rt->watchdog, i, &one);
+        slices_read(weft__observe_rt(rt)->watchdog, i, &one);
         worker_add(&out->all, &one);
         if (i < n)
             workers[i] = one;
@@ -481,7 +483,7 @@ void weft__watchdog_init(weft_runtime *rt, const weft_config *c)
     int64_t slow = c->slow_slice_ns ? c->slow_slice_ns : SLICE_DEFAULT_NS;
     if (!WEFT__STATS)
         slow = WEFT_NEVER; /* weft_stats_get is -ENOTSUP: nobody reads them */
-    rt->watchdog = NULL;
+    weft__observe_rt(rt)->watchdog = NULL;
     if (threshold == WEFT_NEVER && slow == WEFT_NEVER)
         return;
     int n = rt->nworkers;
@@ -526,12 +528,12 @@ void weft__watchdog_init(weft_runtime *rt, const weft_config *c)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&wd->cv, &ca);
     pthread_condattr_destroy(&ca);
-    rt->watchdog = wd;
+    weft__observe_rt(rt)->watchdog = wd;
 }
 
 void weft__watchdog_start(weft_runtime *rt)
 {
-    struct weft__watchdog *wd = rt->watchdog;
+    struct weft__watchdog *wd = weft__observe_rt(rt)->watchdog;
     if (!wd)
         return;
     wd->nworkers = rt->nworkers; /* fewer if not all could start */
@@ -548,7 +550,7 @@ void weft__watchdog_start(weft_runtime *rt)
 
 void weft__watchdog_stop(weft_runtime *rt)
 {
-    struct weft__watchdog *wd = rt->watchdog;
+    struct weft__watchdog *wd = weft__observe_rt(rt)->watchdog;
     if (!wd || !wd->started)
         return;
     pthread_mutex_lock(&wd->mu);
@@ -561,10 +563,10 @@ void weft__watchdog_stop(weft_runtime *rt)
 
 void weft__watchdog_free(weft_runtime *rt)
 {
-    struct weft__watchdog *wd = rt->watchdog;
+    struct weft__watchdog *wd = weft__observe_rt(rt)->watchdog;
     if (!wd)
         return;
-    rt->watchdog = NULL;
+    weft__observe_rt(rt)->watchdog = NULL;
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
     pthread_mutex_destroy(&wd->data_mu);
@@ -627,7 +629,7 @@ static void fput_slice(struct fmt *f, const weft_slice_info *e, bool json)
 
 size_t weft__slices_format(weft_runtime *rt, bool json, char *buf, size_t cap)
 {
-    struct weft__watchdog *wd = rt->watchdog;
+    struct weft__watchdog *wd = weft__observe_rt(rt)->watchdog;
     struct fmt f = {.buf = buf, .cap = cap};
     if (cap)
         buf[0] = '\0';

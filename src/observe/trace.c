@@ -23,17 +23,19 @@
  * written with their task's name. Times are microseconds from the
  * runtime's clock at the start, with nanosecond decimals.
  */
+#include "actor/actor.h"
+#include "future/future.h"
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/clock.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-_Static_assert((int)WEFT_CANCEL_USER == CANCEL_USER &&
-                   (int)WEFT_CANCEL_DEADLINE == CANCEL_DEADLINE &&
-                   (int)WEFT_CANCEL_POLICY == CANCEL_POLICY,
-               "weft_cancel_reason follows the scope layer's reasons");
 
 /* Each layer's wait kinds (wait.h), by their public number. */
 extern const weft__wait_kind weft__wk_supervisor; /* supervisor.c's */
@@ -173,7 +175,8 @@ static void chunks_free(chunks *a)
 static struct wbuf *mine(weft__trace *tr)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->rt == tr->rt ? &tr->bufs[w->id] : NULL;
+    return w && weft__wpub(w)->rt == tr->rt ? &tr->bufs[weft__wpub(w)->id]
+                                            : NULL;
 }
 
 static int64_t now(weft__trace *tr)
@@ -297,8 +300,9 @@ weft__trace *weft__trace_new(weft_runtime *rt, const char *path,
 {
     weft__trace *tr = calloc(1, sizeof(*tr));
     if (tr) {
-        tr->bufs = aligned_alloc(WEFT_CACHELINE,
-                                 (size_t)rt->nworkers * sizeof(*tr->bufs));
+        tr->bufs =
+            aligned_alloc(WEFT_CACHELINE, (size_t)weft__rtpub(rt)->nworkers *
+                                              sizeof(*tr->bufs));
         tr->path = strdup(path);
     }
     if (!tr || !tr->bufs || !tr->path) {
@@ -306,7 +310,7 @@ weft__trace *weft__trace_new(weft_runtime *rt, const char *path,
         *err = -ENOMEM;
         return NULL;
     }
-    memset(tr->bufs, 0, (size_t)rt->nworkers * sizeof(*tr->bufs));
+    memset(tr->bufs, 0, (size_t)weft__rtpub(rt)->nworkers * sizeof(*tr->bufs));
     tr->f = fopen(path, "w");
     if (!tr->f) {
         *err = -errno;
@@ -319,7 +323,7 @@ weft__trace *weft__trace_new(weft_runtime *rt, const char *path,
     }
     tr->rt = rt;
     tr->user = user;
-    tr->nworkers = rt->nworkers;
+    tr->nworkers = weft__rtpub(rt)->nworkers;
     tr->t0 = weft__now(rt);
     tr->self = (weft_instrument){.ctx = tr,
                                  .spawn = on_spawn,
@@ -476,7 +480,7 @@ static void put_instant(FILE *f, const names *nm, int tid, const ev *e)
 
 static void put_meta(FILE *f, weft__trace *tr)
 {
-    bool virt = tr->rt->clock == WEFT_CLOCK_VIRTUAL;
+    bool virt = weft__rtpub(tr->rt)->clock_ops == &weft__clock_virtual;
     fprintf(f,
             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
             "\"args\":{\"name\":\"weft (%s clock)\"}}",
@@ -519,7 +523,8 @@ int weft__trace_write(weft__trace *tr)
         "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"clock\":"
         "\"%s\",\"workers\":%d,\"events_per_worker\":%d,\"dropped\":%" PRIu64
         "}}\n",
-        tr->rt->clock == WEFT_CLOCK_VIRTUAL ? "virtual" : "monotonic",
+        weft__rtpub(tr->rt)->clock_ops == &weft__clock_virtual ? "virtual"
+                                                               : "monotonic",
         tr->nworkers, WEFT_TRACE_EVENTS, dropped);
     free(nm.slot);
     tr->f = NULL;

@@ -37,6 +37,7 @@
  *
  * libdw is not thread-safe: every use is under one mutex (sym_mu).
  */
+#include "context/ctx.h"
 #include "observe/observe.h"
 
 #include <dlfcn.h>

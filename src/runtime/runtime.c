@@ -61,8 +61,12 @@
  * program goes on.
  */
 #include "runtime/runtime.h"
-
+#include "actor/actor.h"
+#include "io/io.h"
 #include "observe/observe.h"
+#include "sched/scheduler.h"
+#include "scope/struct.h"
+#include "sync/sync.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -223,6 +227,18 @@ static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
 
 static void shutdown_fini(weft_runtime *rt);
 
+/* rt's root scope (the scope layer's part of rt). */
+static inline weft_scope *root_of(weft_runtime *rt)
+{
+    return weft__scope_rt(rt)->root;
+}
+
+/* rt's shutdown request (the runtime layer's part of rt). */
+static inline weft__shutdown *shut_of(weft_runtime *rt)
+{
+    return weft__runtime_rt(rt)->shut;
+}
+
 static void runtime_free(weft_runtime *rt)
 {
     weft__blocking_fini(rt);
@@ -234,15 +250,15 @@ static void runtime_free(weft_runtime *rt)
     }
     weft__pool_fini(&rt->pool);
     weft__scope_free_orphans(rt);
-    weft__registry_fini(rt->registry);
+    weft__registry_fini(weft__actor_rt(rt)->registry);
     weft__deadlock_fini(rt);
-    weft__trace_free(rt->trace);
+    weft__trace_free(weft__observe_rt(rt)->trace);
     weft__watchdog_free(rt);
-    free(rt->root);
+    free(weft__scope_rt(rt)->root);
     pthread_mutex_destroy(&rt->vmu);
     pthread_mutex_destroy(&rt->dmu);
-    pthread_mutex_destroy(&rt->orphan_mu);
-    pthread_mutex_destroy(&rt->blocking_mu);
+    pthread_mutex_destroy(&weft__scope_rt(rt)->orphan_mu);
+    pthread_mutex_destroy(&weft__io_rt(rt)->blocking_mu);
     free(rt);
 }
 
@@ -263,14 +279,14 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
         return NULL;
     }
     weft_runtime *rt = &box->rt;
-    rt->shut = &box->shut;
-    rt->registry = &box->registry;
+    weft__runtime_rt(rt)->shut = &box->shut; /* shut_of(rt) from here on */
+    weft__actor_rt(rt)->registry = &box->registry;
     pthread_mutex_init(&rt->vmu, NULL);
     pthread_mutex_init(&rt->dmu, NULL);
-    pthread_mutex_init(&rt->orphan_mu, NULL);
-    pthread_mutex_init(&rt->blocking_mu, NULL);
-    rt->blocking_threads = c->blocking_threads;
-    rt->blocking_queue = c->blocking_queue;
+    pthread_mutex_init(&weft__scope_rt(rt)->orphan_mu, NULL);
+    pthread_mutex_init(&weft__io_rt(rt)->blocking_mu, NULL);
+    weft__io_rt(rt)->blocking_threads = c->blocking_threads;
+    weft__io_rt(rt)->blocking_queue = c->blocking_queue;
     rt->pinned = c->pin_workers &&
                  pthread_getaffinity_np(pthread_self(), sizeof rt->cpus,
                                         &rt->cpus) == 0 &&
@@ -286,21 +302,22 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     rt->instr = c->instrument;
     const char *trace = weft__trace_path(c);
     if (trace) {
-        if (!(rt->trace = weft__trace_new(rt, trace, c->instrument, err))) {
+        if (!(weft__observe_rt(rt)->trace =
+                  weft__trace_new(rt, trace, c->instrument, err))) {
             runtime_free(rt);
             return NULL;
         }
-        rt->instr = weft__trace_instrument(rt->trace);
+        rt->instr = weft__trace_instrument(weft__observe_rt(rt)->trace);
     }
-    rt->root = malloc(sizeof(*rt->root));
+    weft__scope_rt(rt)->root = malloc(sizeof(*weft__scope_rt(rt)->root));
     rt->workers = aligned_alloc(WEFT_CACHELINE,
                                 (size_t)rt->nworkers * sizeof(weft_worker));
-    if (!rt->root || !rt->workers) {
+    if (!weft__scope_rt(rt)->root || !rt->workers) {
         runtime_free(rt);
         *err = -ENOMEM;
         return NULL;
     }
-    weft__scope_init_root(rt, rt->root);
+    weft__scope_init_root(rt, weft__scope_rt(rt)->root);
     for (int i = 0; i < rt->nworkers; i++)
         weft__worker_init(rt, &rt->workers[i], i);
     if ((*err = weft__deadlock_init(rt, c)) != 0) {
@@ -320,7 +337,8 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
     weft__task_prepare(t, fn, arg, &root_opts, __FILE__, __LINE__);
     st_rlx(&t->id, 1); /* weft_task_info.id: made by no worker */
     *root = t;
-    weft__scope_add_child(rt->root, t);
+    weft__scope_task_init(t, NULL);
+    weft__scope_add_child(weft__scope_rt(rt)->root, t);
     weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
     weft__make_ready(w0, t);         /* worker 0 starts it first */
     return 0;
@@ -373,7 +391,7 @@ static bool tasks_left(const weft_scope *s)
  * memory they keep. */
 static void slots_are_roots(const weft_scope *s)
 {
-    for (const weft_task *t = s->members; t; t = t->mnext)
+    for (const weft_task *t = s->members; t; t = weft__scope_of_task(t)->mnext)
         __lsan_register_root_region(t->slot_lo, t->slot_size);
     for (const weft_scope *k = s->kids; k; k = k->sib_next)
         slots_are_roots(k);
@@ -383,17 +401,18 @@ static void slots_are_roots(const weft_scope *s)
 /* The end of weft_run and weft_main, once run_with has returned rt. */
 static int runtime_end(weft_runtime *rt)
 {
-    int status = weft__deadlock_found(rt) ? -EDEADLK : rt->root_status;
-    if (!tasks_left(rt->root)) {
+    int status =
+        weft__deadlock_found(rt) ? -EDEADLK : weft__scope_rt(rt)->root_status;
+    if (!tasks_left(weft__scope_rt(rt)->root)) {
         runtime_free(rt);
         return status;
     }
     weft__blocking_fini(rt);
 #if defined(WEFT_ASAN)
-    slots_are_roots(rt->root);
+    slots_are_roots(weft__scope_rt(rt)->root);
 #endif
     pthread_mutex_lock(&retired_mu);
-    rt->shut->next_running = retired;
+    shut_of(rt)->next_running = retired;
     retired = rt;
     pthread_mutex_unlock(&retired_mu);
     return status;
@@ -479,8 +498,9 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     for (int i = rt->nworkers; i < set_up; i++)
         weft__worker_fini(&rt->workers[i]);
     weft__overflow_handler_remove();
-    if (rt->trace) /* a failure is told on stderr; the run's status stands */
-        weft__trace_write(rt->trace);
+    if (weft__observe_rt(rt)
+            ->trace) /* a failure is told on stderr; the run's status stands */
+        weft__trace_write(weft__observe_rt(rt)->trace);
     return rt;
 }
 
@@ -495,7 +515,7 @@ static weft_runtime *running;
 static void running_add(weft_runtime *rt)
 {
     pthread_mutex_lock(&running_mu);
-    rt->shut->next_running = running;
+    shut_of(rt)->next_running = running;
     running = rt;
     pthread_mutex_unlock(&running_mu);
 }
@@ -505,15 +525,15 @@ static void running_remove(weft_runtime *rt)
     pthread_mutex_lock(&running_mu);
     weft_runtime **p = &running;
     while (*p != rt)
-        p = &(*p)->shut->next_running;
-    *p = rt->shut->next_running;
+        p = &shut_of(*p)->next_running;
+    *p = shut_of(rt)->next_running;
     pthread_mutex_unlock(&running_mu);
 }
 
 /* Wakes weft_main's signal thread, if any, to look at the state again. */
 static void notify_watcher(weft_runtime *rt)
 {
-    int fd = ld_acq(&rt->shut->notify_fd);
+    int fd = ld_acq(&shut_of(rt)->notify_fd);
     uint64_t one = 1;
     if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
         /* the counter is full: the thread has a wake-up pending anyway */
@@ -522,7 +542,7 @@ static void notify_watcher(weft_runtime *rt)
 
 static void cancel_root(weft_runtime *rt)
 {
-    weft__scope_cancel(rt->root, CANCEL_DEADLINE);
+    weft__scope_cancel(weft__scope_rt(rt)->root, CANCEL_DEADLINE);
     notify_watcher(rt);
 }
 
@@ -533,7 +553,7 @@ static int request_now(weft_runtime *rt);
 static int keeper_main(void *arg)
 {
     weft_runtime *rt = arg;
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     /* Made on any thread, so counted as spawned (stats) when it starts,
      * on worker 0, as its finish is. */
     weft__stat_add(&weft__tl_worker->spawned, 1);
@@ -542,7 +562,7 @@ static int keeper_main(void *arg)
         if (ld_acq(&sd->handed))
             request_now(rt); /* a plain thread's, on a virtual clock */
         weft_time d = ld_acq(&sd->deadline);
-        if (weft__scope_is_cancelled(rt->root))
+        if (weft__scope_is_cancelled(root_of(rt)))
             break; /* by the deadline or otherwise: nothing left to keep */
         if (d <= weft__now(rt)) {
             cancel_root(rt);
@@ -556,7 +576,7 @@ static int keeper_main(void *arg)
 
 static int shutdown_init(weft_runtime *rt, const weft_config *c)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     sd->drain_ns = c->shutdown_drain_ns;
     atomic_init(&sd->deadline, WEFT_NEVER);
     atomic_init(&sd->notify_fd, -1);
@@ -572,7 +592,7 @@ static int shutdown_init(weft_runtime *rt, const weft_config *c)
 
 static void shutdown_fini(weft_runtime *rt)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     /* Parked, or never started: the keeper's slot is unmapped. */
     if (sd->keeper && !ld_acq(&sd->keeper_done))
         weft__task_free(&rt->workers[0], sd->keeper);
@@ -587,7 +607,7 @@ static void shutdown_fini(weft_runtime *rt)
  * may), since only worker 0 may take one from worker 0's pool. */
 static int start_keeper(weft_runtime *rt)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_worker *w0 = &rt->workers[0];
     weft_scope *home = malloc(sizeof(*home));
     weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
@@ -599,6 +619,7 @@ static int start_keeper(weft_runtime *rt)
     home->is_root = false; /* its end is not the runtime's */
     static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
     weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
+    weft__scope_task_init(t, NULL);
     weft__scope_add_child(home, t);
     t->worker = w0;    /* where the wake sends it, and where it stays */
     st_rlx(&t->id, 2); /* weft_task_info.id: made by no worker */
@@ -617,8 +638,8 @@ static int start_keeper(weft_runtime *rt)
  * -EALREADY once the root scope is cancelled: no deadline matters then. */
 static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
 {
-    weft__shutdown *sd = rt->shut;
-    weft_scope *root = rt->root;
+    weft__shutdown *sd = shut_of(rt);
+    weft_scope *root = weft__scope_rt(rt)->root;
     weft__lock_acquire(&root->lock);
     bool over = weft__scope_is_cancelled(root);
     if (!over && (by_task || !sd->task_deadline)) {
@@ -636,7 +657,7 @@ static int store_deadline(weft_runtime *rt, weft_time d, bool by_task)
  * one tries again). */
 static int keep_deadline(weft_runtime *rt)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_time d = ld_acq(&sd->deadline);
     int rc = 0;
     if (d <= weft__now(rt)) {
@@ -654,7 +675,7 @@ static int keep_deadline(weft_runtime *rt)
 /* Steps 1 to 4, once per runtime: 0, or keep_deadline's -ENOMEM. */
 static int request_now(weft_runtime *rt)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     if (xchg_sc(&sd->requesting, 1))
         return 0;
     store_deadline(rt, weft__add_sat(weft__now(rt), sd->drain_ns), false);
@@ -675,7 +696,7 @@ static int request_now(weft_runtime *rt)
  * past it before the keeper keeps it. */
 static int request(weft_runtime *rt)
 {
-    weft__shutdown *sd = rt->shut;
+    weft__shutdown *sd = shut_of(rt);
     weft_worker *w = weft__tl_worker;
     if (rt->clock != WEFT_CLOCK_VIRTUAL || (w && w->rt == rt))
         return request_now(rt);
@@ -696,7 +717,7 @@ int weft_shutdown_request(void)
         return request(w->rt);
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -EPERM;
-    for (weft_runtime *rt = running; rt; rt = rt->shut->next_running) {
+    for (weft_runtime *rt = running; rt; rt = shut_of(rt)->next_running) {
         int e = request(rt);
         rc = rc ? rc : e;
     }
@@ -707,7 +728,7 @@ int weft_shutdown_request(void)
 int weft_shutdown_requested(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? ld_acq(&w->rt->shut->requested) : 0;
+    return w && w->cur ? ld_acq(&shut_of(w->rt)->requested) : 0;
 }
 
 int weft_shutdown_wait(weft_time deadline)
@@ -718,14 +739,14 @@ int weft_shutdown_wait(weft_time deadline)
     if (deadline < 0)
         return -EINVAL;
     unsigned char none;
-    int rc = weft_chan_recv_until(w->rt->shut->chan, &none, deadline);
+    int rc = weft_chan_recv_until(shut_of(w->rt)->chan, &none, deadline);
     return rc == -EPIPE ? 0 : rc;
 }
 
 struct weft_chan *weft_shutdown_chan(void)
 {
     weft_worker *w = weft__tl_worker;
-    return w && w->cur ? w->rt->shut->chan : NULL;
+    return w && w->cur ? shut_of(w->rt)->chan : NULL;
 }
 
 int weft_shutdown_deadline(weft_time deadline)
@@ -760,8 +781,8 @@ static void on_signal(struct sigctl *sc, int signals, int signo)
     }
     request(rt);
     const char *name = strsignal(signo);
-    weft_time d = ld_acq(&rt->shut->deadline);
-    if (weft__scope_is_cancelled(rt->root))
+    weft_time d = ld_acq(&shut_of(rt)->deadline);
+    if (weft__scope_is_cancelled(root_of(rt)))
         fprintf(stderr,
                 "weft: %s received, cancelling all tasks "
                 "(send it again to exit at once)\n",
@@ -788,9 +809,9 @@ static void *signal_thread(void *arg)
     weft_time exit_at = WEFT_NEVER; /* real time: cancelled + grace */
     for (;;) {
         weft_time now = weft__now(NULL);
-        bool requested = ld_acq(&rt->shut->requested);
+        bool requested = ld_acq(&shut_of(rt)->requested);
         if (exit_at == WEFT_NEVER && requested &&
-            weft__scope_is_cancelled(rt->root)) {
+            weft__scope_is_cancelled(root_of(rt))) {
             if (signals && !announced)
                 fprintf(stderr, "weft: the drain deadline passed, "
                                 "cancelling all tasks\n");
@@ -802,7 +823,7 @@ static void *signal_thread(void *arg)
          * kept here as well, in case no worker can run the keeper. */
         weft_time drain = rt->clock == WEFT_CLOCK_MONOTONIC && requested &&
                                   exit_at == WEFT_NEVER
-                              ? ld_acq(&rt->shut->deadline)
+                              ? ld_acq(&shut_of(rt)->deadline)
                               : WEFT_NEVER;
         if (drain <= now) {
             cancel_root(rt);
@@ -837,7 +858,7 @@ static void *signal_thread(void *arg)
                 continue;
             }
             on_signal(sc, ++signals, (int)si.ssi_signo);
-            announced = announced || weft__scope_is_cancelled(rt->root);
+            announced = announced || weft__scope_is_cancelled(root_of(rt));
         }
     }
 }
@@ -846,9 +867,9 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
 {
     struct sigctl *sc = ctx;
     sc->rt = rt;
-    st_rel(&rt->shut->notify_fd, sc->efd);
+    st_rel(&shut_of(rt)->notify_fd, sc->efd);
     if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
-        st_rel(&rt->shut->notify_fd, -1);
+        st_rel(&shut_of(rt)->notify_fd, -1);
         sc->rt = NULL;
     }
 }
@@ -893,7 +914,7 @@ int weft_main_cfg(const weft_config *cfg, weft_fn fn, void *arg)
         if (write(sc.efd, &one, sizeof(one)) < 0)
             pthread_cancel(sc.thread);
         pthread_join(sc.thread, NULL);
-        st_rel(&rt->shut->notify_fd, -1);
+        st_rel(&shut_of(rt)->notify_fd, -1);
     }
     close(sc.sfd);
     close(sc.efd);
@@ -921,7 +942,7 @@ int weft_dump(int fd, unsigned flags)
      * lock meanwhile (its weft_run cannot end). */
     pthread_mutex_lock(&running_mu);
     int rc = running ? 0 : -ESRCH;
-    for (weft_runtime *rt = running; rt && !rc; rt = rt->shut->next_running)
+    for (weft_runtime *rt = running; rt && !rc; rt = shut_of(rt)->next_running)
         rc = weft__dump_write(rt, fd, flags);
     pthread_mutex_unlock(&running_mu);
     return rc;
@@ -942,7 +963,7 @@ int weft_stats_get(weft_stats *out, weft_worker_stats *workers, int n)
      * exactly one, kept allocated by the lock meanwhile. */
     pthread_mutex_lock(&running_mu);
     int rc = -EPERM;
-    if (running && !running->shut->next_running) {
+    if (running && !shut_of(running)->next_running) {
         weft__stats_read(running, out, workers, n);
         rc = running->nworkers;
     }

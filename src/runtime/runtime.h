@@ -6,7 +6,7 @@
 #ifndef WEFT_RUNTIME_H
 #define WEFT_RUNTIME_H
 
-#include "observe/observe.h"
+#include "sched/task.h"
 
 /* The shutdown request (runtime.c's essay tells the protocol). Any thread
  * reads and requests; the root scope's lock orders deadline changes. */
@@ -38,5 +38,22 @@ typedef struct weft__shutdown {
                                 * scope is cancelled by the drain */
     weft_runtime *next_running; /* list of running runtimes (runtime.c) */
 } weft__shutdown;
+
+/* ---- the runtime layer's part of a runtime (weft_runtime.ext) ---- */
+
+struct weft__runtime_rt {
+    /* the shutdown request and its drain (allocated with the runtime) */
+    weft__shutdown *shut;
+};
+
+_Static_assert(sizeof(struct weft__runtime_rt) <=
+                   WEFT__RT_EXT - WEFT__RT_RUNTIME,
+               "the runtime layer's part fits in weft_runtime.ext");
+
+static inline struct weft__runtime_rt *weft__runtime_rt(weft_runtime *rt)
+{
+    return (struct weft__runtime_rt *)(void *)(weft__rtpub(rt)->ext +
+                                               WEFT__RT_RUNTIME);
+}
 
 #endif

@@ -17,7 +17,7 @@
 #ifndef WEFT_CLOCK_H
 #define WEFT_CLOCK_H
 
-/* Included by scheduler.h after the runtime's structures. */
+#include "sched/task.h"
 
 typedef struct weft__clock_ops {
     const char *name;
@@ -48,7 +48,7 @@ int64_t weft__mono_now(void);
 /* The time of rt's clock, or the monotonic time for rt == NULL. */
 static inline int64_t weft__now(weft_runtime *rt)
 {
-    return rt ? rt->clock_ops->now(rt) : weft__mono_now();
+    return rt ? weft__rtpub(rt)->clock_ops->now(rt) : weft__mono_now();
 }
 
 #endif

@@ -18,6 +18,8 @@
 #ifndef WEFT_POLLER_H
 #define WEFT_POLLER_H
 
+#include "sched/task.h"
+
 /* Included by scheduler.h after the scheduler's declarations. */
 
 typedef struct weft__poller weft__poller;
@@ -87,7 +89,7 @@ void weft__fd_ready(int fd, uint32_t gen, unsigned ev);
 static inline int weft__io_poll(weft_worker *w, int64_t timeout)
 {
     WEFT_ASSERT_MSG(w == weft__tl_worker, "a poller polled by another thread");
-    weft__poller *p = w->poller;
+    weft__poller *p = weft__wpub(w)->poller;
     return p ? p->ops->poll(p, timeout) : 0;
 }
 
@@ -95,7 +97,7 @@ static inline int weft__io_poll(weft_worker *w, int64_t timeout)
  * slept in it). Any thread. */
 static inline void weft__io_wake(weft_worker *w)
 {
-    weft__poller *p = w->poller;
+    weft__poller *p = weft__wpub(w)->poller;
     if (p)
         p->ops->wake(p);
 }
@@ -104,8 +106,8 @@ static inline void weft__io_wake(weft_worker *w)
  * table: the scheduler calls no function of the I/O layer by name. */
 static inline void weft__io_fini(weft_worker *w)
 {
-    weft__poller *p = w->poller;
-    w->poller = NULL;
+    weft__poller *p = weft__wpub(w)->poller;
+    weft__wpub(w)->poller = NULL;
     if (p)
         p->ops->fini(p);
 }

@@ -544,14 +544,14 @@ WEFT_COLD static void instr_exit(const weft_instrument *in, weft_task *t)
 }
 
 WEFT_COLD void weft__instr_park(const weft_instrument *in, weft_task *t,
-                                int kind)
+                                int kind, const void *obj)
 {
     if (!in->park)
         return;
     weft_task_info ti;
     weft__task_info(t, &ti);
     in->park(in->ctx, &ti, (weft_wait_kind)kind,
-             kind == WEFT_WAIT_YIELD ? NULL : t->wait_obj);
+             kind == WEFT_WAIT_YIELD ? NULL : obj);
 }
 
 WEFT_COLD void weft__instr_spawn(const weft_instrument *in, weft_task *t,
@@ -654,8 +654,8 @@ void weft__wake_if_cancelled(weft_task *t)
     uint64_t token = ld_sc(&t->park);
     if (PARK_STATE(token) != PARK_CANCELLABLE)
         return;
-    weft_scope *cur = ld_acq(&t->cur);
-    if (cur && weft__scope_is_cancelled(cur))
+    atomic_int *c = ld_acq(&t->cancel); /* another thread's task */
+    if (c && ld_sc(c) != 0)
         wake_ex(t, token, -ECANCELED, false, false);
 }
 
@@ -896,9 +896,10 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
  * single branch per park for both hooks. */
 WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
 {
-    weft__instr_park(w->instr, self,
-                     kind >= 0 ? kind
-                               : weft__wait_kind_id(ld_rlx(&self->wait_kind)));
+    const void *obj = NULL;
+    if (kind < 0) /* a wait: the wait layer knows on what */
+        kind = w->rt->hooks.wait_of(self, &obj);
+    weft__instr_park(w->instr, self, kind, obj);
     bool switched = run_next_plain(w, self, kind);
     instr_run(w->instr, self);
     return switched;
@@ -1073,8 +1074,7 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
                     "a task parks only itself, on its own worker");
     WEFT_ASSERT(!weft__timer_armed(&t->timer));
     uint64_t token = ld_rlx(&t->park);
-    if (PARK_STATE(token) == PARK_CANCELLABLE &&
-        weft__scope_is_cancelled(ld_rlx(&t->cur))) {
+    if (PARK_STATE(token) == PARK_CANCELLABLE && weft__task_cancelled(t)) {
         uint64_t expected = token;
         if (cas_sc(&t->park, &expected, token & ~(uint64_t)3))
             return -ECANCELED;
@@ -1141,10 +1141,8 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->lag_since = 0;
     t->timer.next = t->timer.prev = NULL;
     t->timer.fn = park_timeout;
-    t->mprev = t->mnext = NULL;
     t->status = 0;
-    t->handle = NULL;
-    t->actor = NULL;
+    st_rlx(&t->cancel, NULL); /* the scope layer sets it at registration */
     t->fn = fn;
     t->arg = arg;
     st_rlx(&t->name, o ? o->name : NULL);
@@ -1164,7 +1162,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
 void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
 {
     WEFT_ASSERT(w == weft__tl_worker);
-    WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED) && t->home != NULL,
+    WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED) && ld_rlx(&t->cancel) != NULL,
                     "submitting a task not prepared and registered");
     if (pin && pin != w) {
         inbox_push(pin, t);
@@ -1528,12 +1526,18 @@ void weft__worker_fini(weft_worker *w)
     st_rlx(&w->stat_fd, -1);
 }
 
+weft_worker *weft__rt_worker(weft_runtime *rt, int i)
+{
+    WEFT_ASSERT(i >= 0 && i < rt->nworkers);
+    return &rt->workers[i];
+}
+
 /* ---- public: the running task ---- */
 
 int weft_cancelled(void)
 {
     weft_task *t = weft__current();
-    return t ? weft__scope_is_cancelled(ld_rlx(&t->cur)) : 0;
+    return t ? weft__task_cancelled(t) : 0;
 }
 
 int weft_yield(void)

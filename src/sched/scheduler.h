@@ -1,131 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The scheduler layer: tasks and their stacks (stack.c), workers, run
- * queues, stealing, park and wake, idling (sched.c), and the interfaces of
- * the parts that touch the outside world: the clock (clock.h, clock.c)
- * and the poller (poller.h, implemented above, in poll_epoll.c).
+ * The scheduler layer's insides: tasks and their stacks (stack.c),
+ * workers, run queues, stealing, park and wake, idling (sched.c), and the
+ * interfaces of the parts that touch the outside world: the clock
+ * (clock.h, clock.c) and the poller (poller.h, implemented above, in
+ * poll_epoll.c). What the layers above use is in sched/task.h; this
+ * header is for src/sched/ and the layers that look inside a worker
+ * (observe, runtime).
  *
- * Thread rules, stated once:
- * - A task is run by one worker for its whole life, from its first run on.
- *   Everything in a weft_task marked "owner" is touched only by that worker
- *   (or, before the task first runs, by the worker that holds it).
- * - A worker's run queues, timer wheel and pools are touched only by the
- *   worker's thread. Other threads reach a worker through its inbox (a
- *   lock-free stack of tasks to make runnable) and its sleeping flag.
- * - A scope's fields are guarded by its lock, except `cancelled`, which is
- *   atomic so blocking calls can read it without the lock.
+ * The thread rules are task.h's.
  */
 #ifndef WEFT_SCHEDULER_H
 #define WEFT_SCHEDULER_H
-
-#include <pthread.h>
-
 #include "context/ctx.h"
-#include "timer/timer.h"
-
-/* ---- tasks ---- */
-
-/* The park word of a task: (generation << 2) | state. A park takes a new
- * generation, so a waker holding the token of an older park can never wake
- * a newer one: waking is a CAS from the exact token to "running". */
-enum {
-    PARK_RUNNING = 0,
-    PARK_CANCELLABLE = 1, /* parked; cancellation may wake it */
-    PARK_FIRM = 2,        /* parked; only its event may wake it (join) */
-};
-#define PARK_STATE(w) ((unsigned)((w)&3u))
-
-enum {
-    TASK_STARTED = 1u << 0,     /* has run: pinned to `worker` */
-    TASK_GUARDED = 1u << 1,     /* its stack has a guard page below it */
-    TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
-    TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
-    TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
-    TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
-                                 * returned -ECANCELED: its scope's policy
-                                 * does not take that for its result */
-    TASK_LAG_TIMER = 1u << 6,   /* lag_since is the deadline of the timer
-                                 * that woke it: counted if late (sched.c,
-                                 * timer_lag) */
-};
-
-struct weft__wait_kind; /* a kind of wait (wait.h) */
-
-/* A task and its stack share one slot of memory: the struct sits at the top
- * of the slot and the stack grows down from just below it, so a parked task
- * that used little stack costs one page. */
-struct weft_task {
-    weft__ctx ctx;         /* owner: saved registers while not running */
-    weft_worker *worker;   /* set when first run; never changes afterwards */
-    weft_task *next;       /* owner: link in a run queue, inbox or free list */
-    _Atomic uint64_t park; /* park word (see above); any thread CASes it */
-    int wake_code;     /* result of the last park, set by the winning waker */
-    unsigned flags;    /* TASK_* */
-    int64_t lag_since; /* set by the waker of a sampled wake (real time,
-                        * ns), cleared when it runs: the lag histogram;
-                        * 0: not sampled. Not a flag: the waker may write
-                        * it while t still switches away (flags are read
-                        * there) */
-
-    weft__timer timer; /* owner: deadline of the current park */
-
-    weft_scope *home;            /* scope it was spawned into */
-    _Atomic(weft_scope *) cur;   /* innermost open scope (home if none) */
-    weft_task *mprev, *mnext;    /* home's member list, under home's lock */
-    int index;                   /* child index in home (WEFT_SERVE: 0) */
-    int status;                  /* fn's return value */
-    struct weft__handle *handle; /* its handle's record (task.c), or NULL:
-                                  * set at spawn, read at exit */
-    struct weft_actor *actor;    /* owner: the actor it runs (actor.c), or
-                                  * NULL; reset at spawn */
-
-    weft_fn fn;
-    void *arg;
-    /* For diagnostics: written at spawn (relaxed), read by its worker and
-     * by the watchdog (stats.c) while it runs, under the worker's hazard
-     * pointer: a finishing task waits for that read to end
-     * (weft__watch_leave), so the slot is not laid out again or unmapped,
-     * nor the name freed, under it. */
-    const char *_Atomic name; /* may be NULL */
-    const char *_Atomic file; /* spawn site */
-    atomic_int line;
-
-    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
-    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
-    size_t slot_size; /* bytes from slot_lo to the slot's end */
-
-    /* What the current park waits on (wait layer: weft__wait_note), for
-     * the task dump and the deadlock detector; stale once running. The
-     * task writes them for itself and other threads read them while it
-     * runs: relaxed atomics (plain moves on x86), read as a hint. */
-    _Atomic(const struct weft__wait_kind *) wait_kind; /* wait.h's */
-    _Atomic(const void *) wait_obj;  /* the object waited on */
-    _Atomic int wait_n;              /* select: its number of cases */
-    _Atomic(const char *) wait_name; /* a static word about the wait (a
-                                      * descriptor's direction), or NULL;
-                                      * set only by kinds that read it */
-    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
-    _Atomic int64_t wait_until;      /* a sleep's deadline (weft__wait_sleep
-                                      * only) */
-    /* The mutex the task waits for inside a contended lock, from the
-     * lock's first queueing to its return (NULL otherwise, and always
-     * when deadlock detection is off): an edge of the graph the mutex
-     * cycle check walks. Written by the task and read by other threads
-     * only under sync.c's cycle lock. */
-    const void *mutex_wait;
-    _Atomic uint64_t id; /* unique in the process: the spawning worker's
-                          * id + 1 in the high 24 bits, its count of
-                          * spawns below (0 in the high bits: made outside
-                          * a worker); set at spawn (relaxed: the slice
-                          * monitor reads it while the task runs) */
-
-    /* valgrind's id of the stack while the slot is laid out (stack.c) */
-    unsigned vg_stack;
-
-#if defined(WEFT_TSAN)
-    void *tsan_fiber;
-#endif
-};
+#include "sched/park.h"
+#include "sched/spawn.h"
+#include "sched/task.h"
 
 /* ---- scheduler ---- */
 
@@ -158,11 +48,6 @@ typedef struct weft__pool_local { /* per-worker free task slots (LIFO) */
     char *carve, *carve_end; /* untouched slots left in the newest chunk */
     char *carve_start;       /* that chunk's first slot */
 } weft__pool_local;
-
-/* Work outside the runtime that a parked task waits for: the kernel's
- * readiness of a descriptor (the worker's poller must be read, and slept
- * in), a call on the blocking pool. */
-enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 
 /* A worker's counters, for weft_stats_get (stats.c). Each is written by
  * its worker alone and only grows, so that any reader sees each one
@@ -221,31 +106,40 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
-    /* ---- owner only ---- */
-    weft_runtime *rt;
-    int id;
-    /* rt->instr, at hand (set at init, never changed): the one branch
-     * each instrument hook point pays when there is none; and the tasks
-     * prepared on this worker, for their ids (weft_task_info.id) */
-    const weft_instrument *instr;
+    /* ---- owner only: the scheduling loop's own, beside the running
+     * task; up to WEFT__WORKER_PUB_OFF, where the public part follows ---- */
+    _Alignas(WEFT_CACHELINE) union {
+        struct {
+            weft_task *runnext; /* woken by the running task: runs next */
+            unsigned runnext_streak;
+            weft__queue runq;   /* woken tasks, FIFO */
+            weft__queue yieldq; /* tasks that yielded: after everything */
+            weft_task *dead;    /* finished task to recycle after the switch */
+            atomic_uint tick;   /* scheduling decisions taken; thieves read
+                                 * it, the watchdog too (stored with
+                                 * release: see stats.c) */
+            _Atomic uint64_t spawned; /* spawns, progress too (thieves read
+                                       * it) */
+            atomic_int notifying; /* in weft__worker_notify (thieves read) */
+            unsigned rounds;      /* this worker's stealing rounds, ever */
+            unsigned spawns; /* spawns by the running task since it resumed */
+            uint64_t rng;    /* xorshift state: victims, seeded picks */
+            weft__ctx sched_ctx; /* the scheduler loop's context */
+        };
+        char hot_room[WEFT__WORKER_PUB_OFF - WEFT__WORKER_SHARED];
+    };
 
-    /* running task, NULL in the scheduler loop; the owner writes it
-     * (relaxed), the watchdog reads it */
-    _Atomic(weft_task *) cur;
-    weft_task *runnext; /* woken by the running task: runs next */
-    unsigned runnext_streak;
-    weft__queue runq;   /* woken tasks, FIFO */
-    weft__queue yieldq; /* tasks that yielded: after everything else */
-    weft_task *dead;    /* finished task to recycle after the switch */
-    atomic_uint tick;   /* scheduling decisions taken; thieves read it, the
-                         * watchdog too (stored with release: see stats.c) */
-    _Atomic uint64_t spawned; /* spawns, progress too (thieves read it) */
-    atomic_int notifying;     /* in weft__worker_notify (thieves read it) */
-    unsigned rounds;          /* this worker's stealing rounds, ever */
-    unsigned spawns;          /* spawns by the running task since it resumed */
-    uint64_t rng;             /* xorshift state: victims, seeded picks */
-    weft__ctx sched_ctx;      /* the scheduler loop's context */
-    weft__wheel wheel;
+    /* ---- owner only: the part the layers above use (task.h), at
+     * WEFT__WORKER_PUB_OFF (weft__wpub); its fields read here as the
+     * worker's own (w->cur, w->wheel) ---- */
+    union {
+        struct weft__worker_pub pub;
+        struct {
+            WEFT__WORKER_PUB_FIELDS
+        };
+    };
+
+    /* ---- owner only ---- */
     weft__pool_local pool;
     /* seeded scheduling: every runnable task lives in this array */
     weft_task **ready;
@@ -260,14 +154,6 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
-
-    /* its poller (poller.h), made by io.c at the first wait for a
-     * descriptor; its state is the implementation's */
-    struct weft__poller *poller;
-    /* tasks of this worker parked on work outside the runtime, per
-     * WEFT__PENDING_* (weft__pending_add); written by the owner only,
-     * read by others only when idle (the virtual clock) */
-    atomic_int pending[WEFT__PENDING_KINDS];
 
     /* Its thread as others may probe it (the stealing rule): set by the
      * worker when its loop starts (probe_ready: 1), the /proc file opened
@@ -309,13 +195,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     _Atomic(weft_task *) leaving;
 };
 
-/* What a thief saw of a victim (its stealing rule, sched.c). */
-struct weft__seen {
-    unsigned progress; /* the victim's tick + spawns */
-    unsigned round;    /* the thief's round that progress was first seen */
-    int64_t cpu;       /* the victim thread's CPU time when the rounds ran
-                        * out with no progress; -1: not read yet */
-};
+_Static_assert(offsetof(struct weft_worker, pub) == WEFT__WORKER_PUB_OFF &&
+                   offsetof(struct weft_worker, wheel) ==
+                       WEFT__WORKER_PUB_OFF +
+                           offsetof(struct weft__worker_pub, wheel),
+               "weft__wpub: a worker's public part is at its offset");
 
 typedef struct weft__pool_global {
     pthread_mutex_t mu;
@@ -329,28 +213,21 @@ typedef struct weft__pool_global {
     size_t slot_size;        /* default slot size (stack + task) */
 } weft__pool_global;
 
-struct weft__shutdown; /* runtime.h */
-
-/* The layer above the scheduler, as the scheduler sees it. */
-typedef struct weft__task_hooks {
-    /* t's function has returned (t->status holds its result): the layers
-     * above finish it (the scopes it left open, its handle, its home
-     * scope's books). On t, which the scheduler then switches away from
-     * for good and recycles. */
-    void (*exit)(weft_task *t);
-} weft__task_hooks;
-
 struct weft_runtime {
-    int nworkers;
+    /* The part the layers above use (task.h): first, so that a runtime's
+     * address is its part's (weft__rtpub); its fields read here as the
+     * runtime's own. */
+    union {
+        struct weft__runtime_pub pub;
+        struct {
+            WEFT__RUNTIME_PUB_FIELDS
+        };
+    };
     weft_worker *workers;
     weft_clock_kind clock;
-    uint64_t seed;
-    bool seeded; /* seed != 0 and one worker: random picks */
-    atomic_int done;
+    bool seeded;          /* seed != 0 and one worker: random picks */
     atomic_int nsleeping; /* workers asleep or about to be */
     atomic_int nspinning; /* workers looking for work to steal */
-    /* the clock's implementation (clock.h), picked once from `clock` */
-    const struct weft__clock_ops *clock_ops;
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
@@ -360,24 +237,7 @@ struct weft_runtime {
     /* weft_config.instrument, or the tracer's (observe.h) wrapping it;
      * NULL: none. Set before the workers, never changed. */
     const weft_instrument *instr;
-    struct weft__trace *trace; /* observe.h: the tracer, or NULL */
-    weft_scope *root;
-    int root_status;
-    pthread_mutex_t orphan_mu;
-    weft_scope *orphans; /* auto-joined at their owner's exit, not freed */
     weft__pool_global pool;
-    /* blocking.c: the pool for weft_blocking, made on first use */
-    pthread_mutex_t blocking_mu;
-    struct weft__blocking *blocking;
-    int blocking_threads, blocking_queue; /* from the config, 0: default */
-    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */
-    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */
-    /* runtime.h: the shutdown request and its drain (the runtime layer's
-     * state, allocated with the runtime) */
-    struct weft__shutdown *shut;
-    /* actor.h: the actor registry (the runtime layer's, allocated with the
-     * runtime and freed with it) */
-    struct weft__registry *registry;
     /* Deadlock detection (the observe layer's deadlock.c): the workers idle
      * with no timer and nothing pending outside (each one's didle), under
      * dmu. When the last one joins them it calls on_all_idle (NULL: no
@@ -386,106 +246,22 @@ struct weft_runtime {
     pthread_mutex_t dmu;
     int ndidle;
     int64_t (*on_all_idle)(weft_worker *w);
-    /* Called by a task that found its mutex wait would close a cycle:
-     * chain[0] is the caller, mutexes[i] what chain[i] waits for, held by
-     * chain[(i + 1) % n]. Returns the code the lock returns (-EDEADLK), or
-     * 0 to wait anyway. NULL: cycles are not looked for. */
-    int (*on_mutex_cycle)(weft_runtime *rt, weft_task *const *chain,
-                          const void *const *mutexes, int n);
-    /* The observe layer's state (deadlock.c): the mode and what was found */
-    struct weft__observe *observe;
-    /* stats.c: the watchdog and slice monitor (the thread and what it
-     * measured), or NULL: set before the workers start and freed with
-     * the runtime */
-    struct weft__watchdog *watchdog;
+};
+_Static_assert(offsetof(struct weft_runtime, pub) == 0,
+               "weft__rtpub: a runtime's public part is its first member");
+
+/* What a thief saw of a victim (its stealing rule, sched.c). */
+struct weft__seen {
+    unsigned progress; /* the victim's tick + spawns */
+    unsigned round;    /* the thief's round that progress was first seen */
+    int64_t cpu;       /* the victim thread's CPU time when the rounds ran
+                        * out with no progress; -1: not read yet */
 };
 
-/* ---- the current worker ---- */
+/* ---- sched.c: the worker ---- */
 
-extern WEFT_TLS weft_worker *weft__tl_worker;
-
-static inline weft_task *weft__current(void)
-{
-    weft_worker *w = weft__tl_worker;
-    return w ? ld_rlx(&w->cur) : NULL;
-}
-
-/* The weft_wait_kind of a wait kind (the wait layer's descriptor, whose
- * first member it is: wait.h), for an instrument's park; NULL (never
- * waited) is WEFT_WAIT_NONE. */
-static inline int weft__wait_kind_id(const struct weft__wait_kind *k)
-{
-    return k ? *(const uint8_t *)k : WEFT_WAIT_NONE;
-}
-
-/* ---- predicates for asserts (WEFT_ASSERT) ---- */
-
-/* t is the task running on this thread's worker. */
-static inline bool weft__task_is_current(const weft_task *t)
-{
-    weft_worker *w = weft__tl_worker;
-    return t != NULL && w != NULL && ld_rlx(&w->cur) == t;
-}
-
-/* t's park word says parked (prepared, not yet claimed). */
-static inline bool weft__task_parked(const weft_task *t)
-{
-    return PARK_STATE(ld_rlx(&t->park)) != PARK_RUNNING;
-}
-
-/* ---- instrument hooks (weft_instrument) ----
- * Each hook point reads w->instr once (NULL: nothing more) and calls the
- * slow part below, which fills a weft_task_info and calls the callback. */
-
-static inline void weft__task_info(const weft_task *t, weft_task_info *i)
-{
-    i->id = t->id;
-    i->name = t->name;
-    i->file = t->file;
-    i->line = t->line;
-    i->worker = (t->flags & TASK_STARTED) ? t->worker->id : -1;
-}
-/* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
- * index + 1 above WEFT__ID_BITS, that worker's count below (shown as
- * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
-#define WEFT__ID_BITS 40
-/* The calls, cold (sched.c): spawn (on the spawner's thread; parent may
- * be NULL), park (t stops running: t->wait_kind, or yield), and
- * scope_cancel (s cancelled for reason by the running task, if any). */
-void weft__instr_spawn(const weft_instrument *in, weft_task *t,
-                       weft_task *parent);
-void weft__instr_park(const weft_instrument *in, weft_task *t, int kind);
-void weft__instr_scope_cancel(const weft_instrument *in, weft_scope *s,
-                              int reason, weft_task *by);
-
-/* ---- sched.c ---- */
-
-/* Parks the running task. Before calling, the caller has taken a token with
- * weft__park_prepare() and published it where wakers find it (under the
- * primitive's lock, released before this call). Returns the wake code: 0 or
- * the waker's code for an event, -ETIMEDOUT for the deadline, -ECANCELED for
- * cancellation (only if the token is cancellable). */
-uint64_t weft__park_prepare(weft_task *t, bool cancellable);
 /* Decides, once per process, how parkers and cancellers fence. */
 void weft__fence_init(void);
-/* The canceller's side of the park/cancel Dekker pair. */
-void weft__cancel_fence(void);
-int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline);
-/* Wakes the task parked with `token`, with `code` as park's result. Returns
- * true if this call woke it, false if the park was already over (someone
- * else won). Any thread. */
-bool weft__wake(weft_task *t, uint64_t token, int code);
-/* weft__wake in two steps, for wakers that must hand data over between
- * winning the race and letting the task run: claim (true: this caller won;
- * the task stays parked until finish), then finish (sets the wake code and
- * queues it). Any thread. */
-bool weft__wake_claim(weft_task *t, uint64_t token);
-void weft__wake_finish(weft_task *t, int code);
-/* A random number from the calling worker's generator (seeded runs stay
- * reproducible), or a thread-local one outside a runtime. */
-uint64_t weft__rand(void);
-/* Wakes t if it is parked cancellably in a cancelled scope. Any thread. */
-void weft__wake_if_cancelled(weft_task *t);
 /* The clock's idle path calls these around a sleep with no timer: a
  * worker with nothing pending outside joins the deadlock books, and the
  * last one to join calls rt->on_all_idle. enter and again return how long
@@ -495,59 +271,18 @@ void weft__wake_if_cancelled(weft_task *t);
 int64_t weft__idle_forever_enter(weft_worker *w);
 int64_t weft__idle_forever_again(weft_worker *w);
 void weft__idle_forever_leave(weft_worker *w);
-/* Work was made for w by another thread: w leaves the clock's idle books
- * and is woken if it sleeps. Any thread. */
-void weft__worker_notify(weft_worker *w);
 /* Returns once no thread outside w's runtime's workers is inside a wake
  * of one of w's tasks (its push to w's inbox and the notify after it).
  * Called by weft_run after its workers have stopped, before it frees
  * them: from then on no such wake can start (no task is parked any more),
  * and one in flight ends within a few instructions and system calls. */
 void weft__worker_quiesce(weft_worker *w);
-/* Queues t on worker w, from w's own thread (or before w runs). */
-void weft__make_ready(weft_worker *w, weft_task *t);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
 int weft__yield(weft_worker *w);
 void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
 void weft__worker_fini(weft_worker *w);
 void weft__task_main(void *arg);
-/* Resets a slot's task for a new life running fn(arg). */
-void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
-                        const weft_spawn_opts *o, const char *file, int line);
-/* t, the running task, is finishing (its function has returned): the
- * watchdog (stats.c) stops reading its name and spawn site, and one read
- * in progress is waited for. Called by the scheduler before the layers
- * above finish t, and by them again after a park there (joining the
- * scopes t left open), before t's end is known. On t's worker. */
-void weft__watch_leave(weft_worker *w, weft_task *t);
-/* A task just made on w's thread (prepared, registered in its scope)
- * becomes runnable: on `pin` if not NULL (nobody steals it), else in w's
- * deque, where idle workers may steal it (one asleep is woken). A
- * spawner that has spawned a budget's worth since it last ran yields. */
-void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin);
-
-/* Pending work outside the runtime (WEFT__PENDING_*): a task of w's about
- * to park on it counts itself (+1) before the park and uncounts itself
- * (-1) after, on w's thread. An idle worker with descriptor waits polls
- * and sleeps in its poller; the virtual clock gives both kinds a grace
- * of real time before it jumps. Plain loads and stores of w's own
- * counter: no shared atomic on the path. */
-static inline void weft__pending_add(weft_worker *w, int kind, int delta)
-{
-    WEFT_ASSERT_MSG(w == weft__tl_worker &&
-                        ld_rlx(&w->pending[kind]) + delta >= 0,
-                    "a pending count changed off its worker, or below 0");
-    st_rlx(&w->pending[kind], ld_rlx(&w->pending[kind]) + delta);
-}
-/* w's own count (w's thread). */
-static inline int weft__pending(weft_worker *w, int kind)
-{
-    return ld_rlx(&w->pending[kind]);
-}
-/* The count over every worker of rt (a snapshot; any thread). */
-int weft__pending_all(weft_runtime *rt, int kind);
-
 /* Idling, for the clocks (clock.c), on w's thread. */
 /* True if work may be there for w: its inbox, any deque, the end. */
 bool weft__work_visible(weft_worker *w);
@@ -584,9 +319,6 @@ void weft__wake_sleeper(weft_worker *w);
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
 void weft__pool_fini(weft__pool_global *g);
 void weft__pool_fini_local(weft_worker *w);
-/* A fresh task in a slot with a stack of stack_size (0: default). */
-weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
-void weft__task_free(weft_worker *w, weft_task *t);
 /* Gives idle slot memory back to the kernel; called by an idle worker. */
 void weft__pool_trim(weft_worker *w);
 /* Stacks registered with valgrind (whether or not it runs) and not yet
@@ -603,27 +335,5 @@ static inline void weft__stack_check(weft_task *t)
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
-
-/* ---- a scope's cancel flag, as the scheduler reads it ----
- * The first member of struct weft_scope (scope.h checks) is its atomic
- * cancel reason, CANCEL_NONE (0) while not cancelled; the scheduler and
- * the wait layer read it through the task's current scope without the
- * scope layer. */
-static inline bool weft__scope_is_cancelled(const weft_scope *s)
-{
-    return ld_sc((atomic_int *)(uintptr_t)s) != 0;
-}
-
-/* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
- * cancelled scope (every blocking call is a checkpoint, as in Trio, even
- * one that could complete at once), else 0. */
-static inline int weft__checkpoint(void)
-{
-    weft_task *t = weft__current();
-    if (!t)
-        return -EPERM;
-    weft_scope *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
-    return weft__scope_is_cancelled(cur) ? -ECANCELED : 0;
-}
 
 #endif

@@ -3,7 +3,7 @@
  * The result policies' tables (see policy.h): one per weft_policy, used by
  * scopes and by the future combinators alike.
  */
-#include "scope/scope.h"
+#include "scope/policy.h"
 
 /* ---- WEFT_FAIL_FAST: the first failure decides, cancels the rest ---- */
 

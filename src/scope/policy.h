@@ -42,6 +42,8 @@
 #ifndef WEFT_POLICY_H
 #define WEFT_POLICY_H
 
+#include "util/util.h"
+
 /* What a policy keeps. */
 typedef struct weft__policy_state {
     int winner; /* the child that decided the group (FIRST, RACE), -1: none */

@@ -37,7 +37,10 @@
  * never sees it: a spawn into "the current scope" and weft_scope_current()
  * skip it, and the task closes it at its exit.
  */
-#include "scope/scope.h"
+#include "sched/clock.h"
+#include "sched/spawn.h"
+#include "scope/struct.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -45,6 +48,12 @@
 #include <string.h>
 
 const weft__wait_kind weft__wk_scope = {WEFT_WAIT_SCOPE, "scope join"};
+/* The public cancel reasons are the scope's own (weft_instrument's
+ * scope_cancel passes them on). */
+_Static_assert((int)WEFT_CANCEL_USER == CANCEL_USER &&
+                   (int)WEFT_CANCEL_DEADLINE == CANCEL_DEADLINE &&
+                   (int)WEFT_CANCEL_POLICY == CANCEL_POLICY,
+               "weft_cancel_reason follows the scope layer's reasons");
 
 /* WEFT_SERVE without a handler: at most LOG_BURST lines on stderr in any
  * LOG_WINDOW, per scope. A server whose clients all vanish at once must not
@@ -130,7 +139,7 @@ static void wake_locked(weft_scope *s)
 {
     if (s->owner)
         weft__wake_if_cancelled(s->owner);
-    for (weft_task *m = s->members; m; m = m->mnext)
+    for (weft_task *m = s->members; m; m = weft__scope_of_task(m)->mnext)
         weft__wake_if_cancelled(m);
     for (weft_scope *k = s->kids; k; k = k->sib_next) {
         if (k->shield)
@@ -160,8 +169,8 @@ static bool cancel_locked(weft_scope *s, int reason)
 static void cancelled_hook(weft_scope *s, int reason, weft_task *by)
 {
     weft_worker *w = weft__tl_worker;
-    if (WEFT_UNLIKELY(w && w->instr))
-        weft__instr_scope_cancel(w->instr, s, reason, by);
+    if (WEFT_UNLIKELY(w && weft__wpub(w)->instr))
+        weft__instr_scope_cancel(weft__wpub(w)->instr, s, reason, by);
 }
 
 int weft__scope_cancel(weft_scope *s, int reason)
@@ -221,7 +230,7 @@ size_t weft__scope_footprint(const weft_scope *s)
 /* The scope of t's handle, opened around it inside s (s's lock held). */
 WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
 {
-    weft_scope *p = &t->handle->scope;
+    weft_scope *p = &weft__scope_of_task(t)->handle->scope;
     memset(p, 0, sizeof(*p));
     set_policy(p, &weft__policy_fail_fast);
     p->task_scope = true;
@@ -263,16 +272,19 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
                         "a task registered in a scope after it started");
         s->live++;
-        t->home = s;
+        weft__scope_of_task(t)->home = s;
         weft_scope *cur = s;
-        if (WEFT_UNLIKELY(t->handle != NULL))
+        if (WEFT_UNLIKELY(weft__scope_of_task(t)->handle != NULL))
             cur = task_scope_open_locked(s, t);
-        atomic_store_explicit(&t->cur, cur, memory_order_relaxed);
-        t->index = rc;
-        t->mprev = NULL;
-        t->mnext = s->members;
+        /* Relaxed: t is published by its submission, and cancellers
+         * find it under s's lock. */
+        st_rlx(&weft__scope_of_task(t)->cur, cur);
+        st_rlx(&t->cancel, &cur->cancelled);
+        weft__scope_of_task(t)->index = rc;
+        weft__scope_of_task(t)->mprev = NULL;
+        weft__scope_of_task(t)->mnext = s->members;
         if (s->members)
-            s->members->mprev = t;
+            weft__scope_of_task(s->members)->mprev = t;
         s->members = t;
     }
     scope_unlock(s);
@@ -285,7 +297,7 @@ static bool record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
     if (has(s, WEFT__POL_STATUSES))
-        s->statuses[t->index] = st;
+        s->statuses[weft__scope_of_task(t)->index] = st;
     if (st < 0) {
         if (s->failed < INT_MAX)
             s->failed++;
@@ -295,7 +307,8 @@ static bool record_status(weft_scope *s, weft_task *t)
     if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
         return false; /* the policy does not look at successes */
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (s->pol->done(&s->ps, t->index, st, cancelled) & WEFT__POL_CANCEL)
+    if (s->pol->done(&s->ps, weft__scope_of_task(t)->index, st, cancelled) &
+        WEFT__POL_CANCEL)
         return cancel_locked(s, CANCEL_POLICY);
     return false;
 }
@@ -306,7 +319,7 @@ static void log_failure(weft_scope *s, weft_task *t)
 {
     if (t->status == -ECANCELED)
         return;
-    weft_time now = weft__now(t->worker->rt);
+    weft_time now = weft__now(weft__wpub(t->worker)->rt);
     scope_lock(s);
     if (now - s->log_window >= LOG_WINDOW) {
         s->log_window = now;
@@ -380,33 +393,39 @@ static __attribute__((noinline)) void last_child_done(weft_scope *s,
     weft__wake_chain(woken, 0);
     if (all_done) {
         /* The root scope is empty: every task has finished. */
-        st_rel(&rt->done, 1);
-        for (int i = 0; i < rt->nworkers; i++)
-            weft__worker_notify(&rt->workers[i]);
+        st_rel(&weft__rtpub(rt)->done, 1);
+        for (int i = 0; i < weft__rtpub(rt)->nworkers; i++)
+            weft__worker_notify(weft__rt_worker(rt, i));
     }
 }
 
 void weft__scope_child_done(weft_scope *s, weft_task *t)
 {
-    weft_runtime *rt = t->worker->rt;
+    weft_runtime *rt = weft__wpub(t->worker)->rt;
     if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
         report_failure(s, t);
     scope_lock(s);
-    WEFT_ASSERT_MSG(t->home == s && s->live > 0,
+    WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && s->live > 0,
                     "a task left a scope it is not a member of");
-    WEFT_ASSERT_MSG(t->mprev ? t->mprev->mnext == t : s->members == t,
-                    "a task left a scope it is not a member of");
+    WEFT_ASSERT_MSG(
+        weft__scope_of_task(t)->mprev
+            ? weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext == t
+            : s->members == t,
+        "a task left a scope it is not a member of");
     WEFT_ASSERT_MSG(!s->joined, "a joined scope had a live child");
     if (WEFT_UNLIKELY(s->dump_task == t))
-        s->dump_task = t->mnext; /* a dump's next member leaves */
-    if (t->mprev)
-        t->mprev->mnext = t->mnext;
+        s->dump_task =
+            weft__scope_of_task(t)->mnext; /* a dump's next member leaves */
+    if (weft__scope_of_task(t)->mprev)
+        weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext =
+            weft__scope_of_task(t)->mnext;
     else
-        s->members = t->mnext;
-    if (t->mnext)
-        t->mnext->mprev = t->mprev;
-    if (s->is_root && t->index == 0)
-        rt->root_status = t->status;
+        s->members = weft__scope_of_task(t)->mnext;
+    if (weft__scope_of_task(t)->mnext)
+        weft__scope_of_task(weft__scope_of_task(t)->mnext)->mprev =
+            weft__scope_of_task(t)->mprev;
+    if (s->is_root && weft__scope_of_task(t)->index == 0)
+        weft__scope_rt(rt)->root_status = t->status;
     bool cancelled = record_status(s, t);
     if (WEFT_UNLIKELY(--s->live == 0))
         last_child_done(s, rt); /* unlocks s */
@@ -434,7 +453,7 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     /* The deadline's timer is on the owner's worker's wheel, which only
      * that worker's thread touches. */
     WEFT_ASSERT(weft__task_is_current(s->owner));
-    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    weft__wheel_disarm(&weft__wpub(w)->wheel, &s->deadline_timer);
     /* Only WEFT_NEVER means none: 0 is an instant, long past (the opts'
      * "0: none" is weft_scope_open's to apply, before calling here). */
     scope_lock(s); /* weft_deadline() reads it from the children */
@@ -442,9 +461,9 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     scope_unlock(s);
     if (deadline == WEFT_NEVER)
         return 0;
-    if (deadline <= weft__now(w->rt))
+    if (deadline <= weft__now(weft__wpub(w)->rt))
         return weft__scope_cancel(s, CANCEL_DEADLINE);
-    weft__wheel_arm(&w->wheel, &s->deadline_timer, deadline);
+    weft__wheel_arm(&weft__wpub(w)->wheel, &s->deadline_timer, deadline);
     return 0;
 }
 
@@ -469,7 +488,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     weft_scope *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    weft_scope *parent = ld_rlx(&t->cur);
+    weft_scope *parent = weft__task_scope_cur(t);
     WEFT_ASSERT(parent != NULL);
     set_policy(s, pol);
     s->shield = opts && opts->shield;
@@ -486,7 +505,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     if (!s->shield && ld_rlx(&parent->cancelled) != CANCEL_NONE)
         atomic_store(&s->cancelled, CANCEL_PARENT);
     scope_unlock(parent);
-    atomic_store_explicit(&t->cur, s, memory_order_release);
+    weft__task_set_scope(t, s);
     if (opts && opts->deadline)
         arm_deadline(s, opts->deadline);
     *out = s;
@@ -525,7 +544,7 @@ int weft_scope_join(weft_scope *s)
         return -EPERM;
     if (s->owner != t)
         return -EPERM;
-    if (s->joined || ld_rlx(&t->cur) != s)
+    if (s->joined || weft__task_scope_cur(t) != s)
         return -EINVAL;
     weft_worker *w = t->worker;
     scope_lock(s);
@@ -547,12 +566,12 @@ int weft_scope_join(weft_scope *s)
                     "a scope joined with children left");
     s->joined = true;
     scope_unlock(s);
-    weft__wheel_disarm(&w->wheel, &s->deadline_timer);
+    weft__wheel_disarm(&weft__wpub(w)->wheel, &s->deadline_timer);
     weft_scope *parent = s->parent;
     scope_lock(parent);
     kid_unlink_locked(parent, s);
     scope_unlock(parent);
-    atomic_store_explicit(&t->cur, parent, memory_order_release);
+    weft__task_set_scope(t, parent);
     if (has(s, WEFT__POL_REPORT) && !s->on_failure)
         log_dropped_at_join(s);
     return scope_result(s);
@@ -569,7 +588,7 @@ int weft__scope_case_check(const weft_case *c)
     if (!t || s->owner != t)
         return -EPERM;
     /* What join would refuse: it must not fail after the case won. */
-    if (s->joined || ld_rlx(&t->cur) != s)
+    if (s->joined || weft__task_scope_cur(t) != s)
         return -EINVAL;
     return 0;
 }
@@ -604,27 +623,27 @@ void weft__scope_close_task(weft_scope *p)
 
 void weft__scope_join_above(weft_task *t, weft_scope *keep)
 {
-    weft_runtime *rt = t->worker->rt;
+    weft_runtime *rt = weft__wpub(t->worker)->rt;
     /* keep off the chain: fn joined it itself (misuse); the scopes now
      * above are the caller's, not fn's leftovers. */
-    weft_scope *s = ld_rlx(&t->cur);
+    weft_scope *s = weft__task_scope_cur(t);
     while (s && s != keep)
         s = s->parent;
     if (!s)
         return;
-    while ((s = ld_rlx(&t->cur)) != keep) {
+    while ((s = weft__task_scope_cur(t)) != keep) {
         weft_scope_join(s);
         /* The owner is gone: any task may free it; if none does, the
          * runtime does at its end. It is off its parent's kid list, so
          * the sibling links can hold the orphan list. */
-        pthread_mutex_lock(&rt->orphan_mu);
+        pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         s->orphaned = true;
         s->sib_prev = NULL;
-        s->sib_next = rt->orphans;
-        if (rt->orphans)
-            rt->orphans->sib_prev = s;
-        rt->orphans = s;
-        pthread_mutex_unlock(&rt->orphan_mu);
+        s->sib_next = weft__scope_rt(rt)->orphans;
+        if (weft__scope_rt(rt)->orphans)
+            weft__scope_rt(rt)->orphans->sib_prev = s;
+        weft__scope_rt(rt)->orphans = s;
+        pthread_mutex_unlock(&weft__scope_rt(rt)->orphan_mu);
     }
 }
 
@@ -645,15 +664,15 @@ int weft_scope_free(weft_scope *s)
     if (!s->joined)
         return -EBUSY;
     if (s->orphaned) {
-        weft_runtime *rt = t->worker->rt;
-        pthread_mutex_lock(&rt->orphan_mu);
+        weft_runtime *rt = weft__wpub(t->worker)->rt;
+        pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         if (s->sib_prev)
             s->sib_prev->sib_next = s->sib_next;
         else
-            rt->orphans = s->sib_next;
+            weft__scope_rt(rt)->orphans = s->sib_next;
         if (s->sib_next)
             s->sib_next->sib_prev = s->sib_prev;
-        pthread_mutex_unlock(&rt->orphan_mu);
+        pthread_mutex_unlock(&weft__scope_rt(rt)->orphan_mu);
     }
     WEFT_ASSERT_MSG(s->live == 0 && s->members == NULL && s->kids == NULL,
                     "a scope freed with children left");
@@ -665,9 +684,9 @@ int weft_scope_free(weft_scope *s)
 void weft__scope_free_orphans(weft_runtime *rt)
 {
     weft__handles_fini(rt);
-    while (rt->orphans) {
-        weft_scope *s = rt->orphans;
-        rt->orphans = s->sib_next;
+    while (weft__scope_rt(rt)->orphans) {
+        weft_scope *s = weft__scope_rt(rt)->orphans;
+        weft__scope_rt(rt)->orphans = s->sib_next;
         WEFT_ASSERT(s->orphaned && s->joined && s->live == 0);
         free(s->statuses);
         free(s);
@@ -760,7 +779,7 @@ weft_time weft_deadline(void)
     weft_time d = WEFT_NEVER;
     /* The scopes on the way up stay open while the task runs inside them
      * (a scope cannot be joined before its children finish). */
-    for (weft_scope *s = ld_rlx(&t->cur); s; s = s->parent) {
+    for (weft_scope *s = weft__task_scope_cur(t); s; s = s->parent) {
         scope_lock(s);
         if (s->deadline < d)
             d = s->deadline;
@@ -777,7 +796,7 @@ weft_scope *weft_scope_current(void)
     weft_task *t = weft__current();
     if (!t)
         return NULL;
-    weft_scope *s = ld_rlx(&t->cur);
+    weft_scope *s = weft__task_scope_cur(t);
     while (s->task_scope) /* a handle's or an actor's is not the code's */
         s = s->parent;
     return s;
@@ -788,19 +807,20 @@ weft_scope *weft_scope_current(void)
 int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (!fn)
         return -EINVAL;
     weft_scope *s;
-    weft_time now = weft__now(w->rt);
+    weft_time now = weft__now(weft__wpub(w)->rt);
     int rc = weft__scope_open_until(
         &s, WEFT_FAIL_FAST,
         timeout_ns <= 0 ? now : weft__add_sat(now, timeout_ns));
     if (rc)
         return rc;
     rc = fn(arg);
-    weft__scope_join_above(w->cur, s); /* scopes fn left open, if any */
+    weft__scope_join_above(weft__wpub(w)->cur,
+                           s); /* scopes fn left open, if any */
     weft_scope_join(s);
     bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
     weft_scope_free(s);

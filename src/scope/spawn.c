@@ -10,7 +10,8 @@
  * task's function returns it calls the runtime's exit hook, which is
  * task_exit below (weft__scope_hooks, set by runtime_new).
  */
-#include "scope/scope.h"
+#include "sched/spawn.h"
+#include "scope/struct.h"
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
  * caller's handle reads zero. */
@@ -29,20 +30,23 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
                 const char *file, int line)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return spawn_failed(o, NULL, -EPERM);
     if (!fn)
         return spawn_failed(o, NULL, -EINVAL);
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 || o->worker > w->rt->nworkers ||
+    if (o && (o->worker < 0 ||
+              o->worker > weft__rtpub(weft__wpub(w)->rt)->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
     /* the worker the task must start on */
-    weft_worker *pin = o && o->worker ? &w->rt->workers[o->worker - 1] : NULL;
-    weft_task *self = w->cur;
+    weft_worker *pin = o && o->worker
+                           ? weft__rt_worker(weft__wpub(w)->rt, o->worker - 1)
+                           : NULL;
+    weft_task *self = weft__wpub(w)->cur;
     if (!s) {
-        s = ld_rlx(&self->cur);
+        s = weft__task_scope_cur(self);
         /* A handle's scope, or an actor's, is not the task's to fill
          * (an actor run by a task with a handle: two of them). */
         while (WEFT_UNLIKELY(s->task_scope))
@@ -50,13 +54,14 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     /* Only a spawn that asks for a handle pays for one. */
     weft__handle *h = NULL;
-    if (WEFT_UNLIKELY(o && o->handle) && !(h = weft__handle_new(w->rt)))
+    if (WEFT_UNLIKELY(o && o->handle) &&
+        !(h = weft__handle_new(weft__wpub(w)->rt)))
         return spawn_failed(o, NULL, -ENOMEM);
     weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
     if (!t)
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
-    t->handle = h;
+    weft__scope_task_init(t, h);
     int idx = weft__scope_add_child(s, t);
     if (idx < 0) {
         weft__task_free(w, t);
@@ -64,8 +69,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     }
     if (WEFT_UNLIKELY(h != NULL)) /* before the task can run anywhere */
         o->handle->id = weft__handle_id(h);
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        weft__instr_spawn(w->instr, t, self);
+    if (WEFT_UNLIKELY(weft__wpub(w)->instr != NULL))
+        weft__instr_spawn(weft__wpub(w)->instr, t, self);
     weft__task_submit(w, t, pin);
     return idx;
 }
@@ -75,22 +80,24 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
  * joiners), then its home scope's books (its status, the joiner). */
 static void task_exit(weft_task *t)
 {
-    weft_scope *keep = WEFT_LIKELY(!t->handle) ? t->home : &t->handle->scope;
-    if (WEFT_UNLIKELY(ld_rlx(&t->cur) != keep)) {
+    weft__task_scope *ts = weft__scope_of_task(t);
+    weft_scope *keep = WEFT_LIKELY(!ts->handle) ? ts->home : &ts->handle->scope;
+    if (WEFT_UNLIKELY(weft__task_scope_cur(t) != keep)) {
         weft__scope_join_above(t, keep);
         /* It may have parked, and run again: the watchdog may be reading
          * it anew, before its end is known. */
         weft__watch_leave(t->worker, t);
     }
-    if (WEFT_UNLIKELY(t->handle != NULL))
+    if (WEFT_UNLIKELY(ts->handle != NULL))
         weft__handle_exit(t);
     /* Every scope it opened is closed: it leaves its home as it came. */
-    WEFT_ASSERT_MSG(ld_rlx(&t->cur) == t->home,
+    WEFT_ASSERT_MSG(weft__task_scope_cur(t) == ts->home,
                     "a task left with a scope of its own open");
-    weft__scope_child_done(t->home, t);
+    weft__scope_child_done(ts->home, t);
 }
 
-const weft__task_hooks weft__scope_hooks = {.exit = task_exit};
+const weft__task_hooks weft__scope_hooks = {.exit = task_exit,
+                                            .wait_of = weft__wait_of};
 
 /* ---- public: spawning ---- */
 

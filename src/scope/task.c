@@ -39,7 +39,8 @@
  * because one was stopped on purpose; Trio's cancel scope likewise
  * swallows the Cancelled it caused).
  */
-#include "scope/scope.h"
+#include "scope/struct.h"
+#include "wait/many.h"
 
 #include <stdlib.h>
 
@@ -164,7 +165,7 @@ static int lookup(uint64_t id, weft__handle **out)
 
 WEFT_COLD void weft__handle_exit(weft_task *t)
 {
-    weft__handle *h = t->handle;
+    weft__handle *h = weft__scope_of_task(t)->handle;
     weft__scope_close_task(&h->scope);
     /* Cancelled by the handle itself (not from above, which the scope's
      * flag would name CANCEL_PARENT): a -ECANCELED is that cancel's echo,
@@ -236,9 +237,9 @@ int weft_task_join_until(weft_task_handle th, int *status, weft_time deadline)
         weft__handle *h;
         if ((rc = lookup(th.id, &h)) != 0)
             return rc;
-        if (h->rt != self->worker->rt) {
+        if (h->rt != weft__wpub(self->worker)->rt) {
             rc = -EINVAL;
-        } else if (h == self->handle) {
+        } else if (h == weft__scope_of_task(self)->handle) {
             rc = -EDEADLK;
         } else if (!h->done) {
             weft__waiter w = {0};
@@ -314,9 +315,9 @@ int weft__join_case_check(const weft_case *c)
     int rc = lookup(c->task.id, &h);
     if (rc)
         return rc;
-    if (h->rt != self->worker->rt)
+    if (h->rt != weft__wpub(self->worker)->rt)
         rc = -EINVAL;
-    else if (h == self->handle)
+    else if (h == weft__scope_of_task(self)->handle)
         rc = -EDEADLK;
     weft__lock_release(&h->lock);
     return rc;

@@ -7,7 +7,7 @@
  * not cases).
  *
  * Each kind of case is driven through its layer's functions, one row of
- * a table per weft_op (select/select.h; the protocol is wait.h's
+ * a table per weft_op (select/select.h; the protocol is wait/many.h's
  * "select's cases"): check, lock, try, won, and the optional ready,
  * recheck and lost. select locks every case's object in address order
  * (so two selects over the same objects cannot deadlock), tries the cases
@@ -25,6 +25,12 @@
  * layer (weft__select_install); none of the layers knows select.
  */
 #include "select/select.h"
+#include "future/future.h"
+#include "io/io.h"
+#include "sched/clock.h"
+#include "scope/scope.h"
+#include "sync/sync.h"
+#include "wait/many.h"
 
 #include <stdlib.h>
 
@@ -190,7 +196,8 @@ static void sel_prepare(sel *s)
 static void try_deadline(round *r, int i, weft_case *c, int64_t *now)
 {
     if (*now < 0)
-        *now = weft__now(weft__tl_worker ? weft__tl_worker->rt : NULL);
+        *now =
+            weft__now(weft__tl_worker ? weft__wpub(weft__tl_worker)->rt : NULL);
     if (c->deadline <= *now) {
         c->rc = 0;
         r->chosen = i;

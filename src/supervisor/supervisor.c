@@ -50,7 +50,8 @@
  * and the published counts is the supervisor task's own.
  */
 #include "actor/actor.h"
-#include "scope/scope.h"
+#include "scope/struct.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -910,7 +911,7 @@ weft_sup *weft_sup_current(void)
     weft_task *t = weft__current();
     if (!t)
         return NULL;
-    weft_scope *sc = ld_rlx(&t->cur);
+    weft_scope *sc = weft__task_scope_cur(t);
     if (sc->pol != &weft__policy_supervise || sc->owner != t)
         return NULL;
     return sc->ctx;

@@ -29,6 +29,7 @@
  * select for it.
  */
 #include "sync/sync.h"
+#include "wait/many.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -287,7 +288,7 @@ int weft_chan_close(weft_chan *c)
     return 0;
 }
 
-/* ---- select's channel cases (see wait.h; select.c drives them) ---- */
+/* ---- select's channel cases (see wait/many.h; select.c drives them) ---- */
 
 int weft__chan_case_check(const weft_case *c)
 {

@@ -34,6 +34,7 @@
  * race by a hair) and it returns 0 like the others released with it.
  */
 #include "sync/sync.h"
+#include "wait/wait.h"
 
 #include <string.h>
 

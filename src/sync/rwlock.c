@@ -28,6 +28,8 @@
  * writer is named, so only it may drop the write hold.
  */
 #include "sync/sync.h"
+#include "wait/many.h"
+#include "wait/wait.h"
 
 #include <string.h>
 

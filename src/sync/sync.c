@@ -14,6 +14,8 @@
  * The mutex is described at its section below.
  */
 #include "sync/sync.h"
+#include "sched/clock.h"
+#include "wait/many.h"
 
 #include <limits.h>
 #include <string.h>
@@ -150,14 +152,14 @@ static int mutex_ring(const mutex_impl *m, weft_task *t, weft_task **chain,
         weft_task *h = ld_acq(&cur->owner);
         if (h == t)
             return n;
-        if (!h || !h->mutex_wait)
+        if (!h || !weft__sync_of_task(h)->mutex_wait)
             return 0; /* free, or its holder runs and may let go of it */
         for (int i = 1; i < n; i++)
             if (chain[i] == h)
                 return 0; /* a ring without us: not ours to break */
         chain[n] = h;
-        mutexes[n] = h->mutex_wait;
-        cur = h->mutex_wait;
+        mutexes[n] = weft__sync_of_task(h)->mutex_wait;
+        cur = weft__sync_of_task(h)->mutex_wait;
     }
     return 0;
 }
@@ -169,11 +171,13 @@ static int mutex_ring(const mutex_impl *m, weft_task *t, weft_task **chain,
 static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
                        weft_task **chain, const void **mutexes)
 {
+    WEFT_ASSERT_MSG(weft__task_is_current(t),
+                    "a mutex edge noted for another task");
     weft__lock_acquire(&cycle_lock);
-    t->mutex_wait = m;
+    weft__sync_of_task(t)->mutex_wait = m;
     int ring = told ? mutex_ring(m, t, chain, mutexes) : 0;
     if (ring)
-        t->mutex_wait = NULL;
+        weft__sync_of_task(t)->mutex_wait = NULL;
     weft__lock_release(&cycle_lock);
     return ring;
 }
@@ -182,7 +186,7 @@ static int cycle_enter(const mutex_impl *m, weft_task *t, bool told,
 static void cycle_leave(weft_task *t)
 {
     weft__lock_acquire(&cycle_lock);
-    t->mutex_wait = NULL;
+    weft__sync_of_task(t)->mutex_wait = NULL;
     weft__lock_release(&cycle_lock);
 }
 
@@ -209,18 +213,18 @@ static bool mutex_take_or_mark(mutex_impl *m, int woken)
 static bool mutex_first_wait(mutex_impl *m, weft_task *t, bool told,
                              weft__waiter *self, int *rc)
 {
-    weft_runtime *rt = weft__tl_worker->rt;
+    weft_runtime *rt = weft__wpub(weft__tl_worker)->rt;
     self->since = weft__now(rt);
     weft_task *chain[CYCLE_MAX];
     const void *mutexes[CYCLE_MAX];
     int ring;
-    if (!rt->on_mutex_cycle ||
+    if (!weft__sync_rt(rt)->on_mutex_cycle ||
         !(ring = cycle_enter(m, t, told, chain, mutexes)))
         return false;
     /* Our wait would close a ring: we wait for nothing. */
     mutex_left(m);
     weft__lock_release(&m->lock);
-    *rc = rt->on_mutex_cycle(rt, chain, mutexes, ring);
+    *rc = weft__sync_rt(rt)->on_mutex_cycle(rt, chain, mutexes, ring);
     if (*rc == 0)
         cycle_enter(m, t, false, NULL, NULL);
     return true;
@@ -259,14 +263,14 @@ enum { M_TAKEN = 1, M_QUEUE = 2 }; /* mutex_compete's results */
 static int mutex_compete(mutex_impl *m, weft_task *t, const weft__waiter *self,
                          bool far, int64_t deadline, bool cancellable)
 {
-    weft_runtime *rt = weft__tl_worker->rt;
+    weft_runtime *rt = weft__wpub(weft__tl_worker)->rt;
     for (;;) {
         int s = ld_rlx(&m->state);
         if (mutex_take(m, &s, M_WOKEN))
             return M_TAKEN;
         int64_t now = weft__now(rt);
         int rc = 0;
-        if (cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+        if (cancellable && weft__task_cancelled(t))
             rc = -ECANCELED;
         else if (now >= deadline)
             rc = -ETIMEDOUT;
@@ -356,7 +360,7 @@ static int mutex_lock_slow(mutex_impl *m, weft_task *t, int64_t deadline,
                            bool cancellable)
 {
     int rc = mutex_wait(m, t, deadline, cancellable);
-    if (t->mutex_wait)
+    if (weft__sync_of_task(t)->mutex_wait)
         cycle_leave(t);
     return rc;
 }
@@ -370,7 +374,7 @@ static int mutex_lock(weft_mutex *mm, int64_t deadline, bool wait,
     weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (wait && cancellable && weft__scope_is_cancelled(ld_rlx(&t->cur)))
+    if (wait && cancellable && weft__task_cancelled(t))
         return -ECANCELED;
     int s = 0;
     if (WEFT_LIKELY(cas_acq_rel(&m->state, &s, M_LOCKED))) {
@@ -427,7 +431,7 @@ weft_task *weft__mutex_owner(const weft_mutex *mm)
  * compete, or hand it the lock if it has waited long enough. */
 static void mutex_unlock_slow(mutex_impl *m)
 {
-    weft_runtime *rt = weft__tl_worker->rt;
+    weft_runtime *rt = weft__wpub(weft__tl_worker)->rt;
     weft__lock_acquire(&m->lock);
     /* Only the holder unlocks (weft_mutex_unlock checked the owner). */
     WEFT_ASSERT(ld_rlx(&m->state) & M_LOCKED);
@@ -629,7 +633,7 @@ long weft_sem_available(weft_sem *ss)
     return n;
 }
 
-/* ---- select's semaphore case (wait.h, "select's cases") ----
+/* ---- select's semaphore case (wait/many.h, "select's cases") ----
  * A select waits for one permit as a plain waiter wanting n = 1, queued
  * in line with weft_sem_acquire's callers. sem_grant claims it before it
  * takes the permit, so a select that another case won (or that timed
@@ -901,7 +905,7 @@ int weft__mutex_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
     a->q = &m->q;
     a->w.elem = NULL;
     a->w.n = 0;
-    a->w.since = weft__now(weft__tl_worker->rt);
+    a->w.since = weft__now(weft__wpub(weft__tl_worker)->rt);
     return -EAGAIN;
 }
 

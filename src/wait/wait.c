@@ -1,14 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wait layer (see wait.h for the protocol): one wait, several waits
- * of which exactly one wins, and wait sets.
+ * The wait layer: the one way a task waits for something. The entry and
+ * its protocol (waiters, claims, deadlines, cancels) are told at the top
+ * of wait.h; several waits at once in many.h; wait sets in waitset.h.
  */
-#include "wait/wait.h"
+#include "sched/clock.h"
+#include "wait/many.h"
+#include "wait/waitset.h"
 
 #include <string.h>
 
 const weft__wait_kind weft__wk_sleep = {WEFT_WAIT_SLEEP, "sleep"};
 const weft__wait_kind weft__wk_select = {WEFT_WAIT_SELECT, "select"};
+
+int weft__wait_of(const weft_task *t, const void **obj)
+{
+    WEFT_ASSERT_MSG(weft__task_parked(t),
+                    "the wait record of a task that is not parked");
+    *obj = weft__task_wait_obj(t);
+    return weft__wait_kind_id(weft__task_wait_kind(t));
+}
 
 void weft__wait_leave(weft__lock *l, weft__waitq *q, weft__waiter *w)
 {
@@ -57,9 +68,9 @@ int weft__wait_sleep(const weft__wait_spec *s)
 {
     WEFT_ASSERT(s->lock == NULL && s->q == NULL && s->slot == NULL);
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = ld_rlx(&wk->cur);
+    weft_task *t = ld_rlx(&weft__wpub(wk)->cur);
     weft__wait_note(t, s->kind, s->obj);
-    st_rlx(&t->wait_until, s->deadline);
+    st_rlx(&weft__wait_rec(t)->wait_until, s->deadline);
     weft__park_prepare(t, !(s->flags & WEFT__WAIT_FIRM));
     return weft__park_commit(wk, t, s->deadline);
 }
@@ -109,10 +120,10 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
      * select, which blocks as Go's select {} does). */
     WEFT_ASSERT(n >= 0 && k >= 0 && k <= n);
     weft_worker *wk = weft__tl_worker;
-    weft_task *t = ld_rlx(&wk->cur);
+    weft_task *t = ld_rlx(&weft__wpub(wk)->cur);
     int fired = -1;
     weft__wait_note(t, kind, obj);
-    st_rlx(&t->wait_n, n);
+    st_rlx(&weft__wait_rec(t)->wait_n, n);
     uint64_t token = weft__park_prepare(t, true);
     for (int i = 0; i < n; i++) {
         weft__waiter *w = &arms[i].w;
@@ -150,7 +161,7 @@ int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
 void weft__waitset_init(weft__waitset *s, int *fired,
                         const weft__wait_kind *kind, const void *obj)
 {
-    weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     *s = (weft__waitset){.task = t, .fired = fired};
     weft__wait_note(t, kind, obj);
 }
@@ -211,7 +222,7 @@ void weft__wake_new(weft_task *t)
 int weft_sleep_until(weft_time t)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (weft__wait_past(t))
         return weft_cancelled() ? -ECANCELED : 0;
@@ -223,9 +234,9 @@ int weft_sleep_until(weft_time t)
 int weft_sleep(int64_t ns)
 {
     weft_worker *w = weft__tl_worker;
-    if (!w || !w->cur)
+    if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (ns <= 0)
         return weft_cancelled() ? -ECANCELED : 0;
-    return weft_sleep_until(weft__add_sat(weft__now(w->rt), ns));
+    return weft_sleep_until(weft__add_sat(weft__now(weft__wpub(w)->rt), ns));
 }

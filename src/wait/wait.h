@@ -55,23 +55,20 @@
 #ifndef WEFT_WAIT_H
 #define WEFT_WAIT_H
 
-#include "sched/scheduler.h"
+#include "sched/park.h"
 
 #include <stddef.h>
 
 /* What a parked task waits on: one constant descriptor per kind, defined
  * by the layer that waits so (`const weft__wait_kind weft__wk_mutex` in
  * sync.c), compared by address. id is the kind's weft_wait_kind, told to
- * an instrument's park; it comes first, as the scheduler reads it through
- * the task's record (weft__wait_kind_id, scheduler.h), without this
- * header. */
+ * an instrument's park (through the scheduler's wait_of hook, which this
+ * layer installs). */
 struct weft__wait_kind {
     uint8_t id;       /* its weft_wait_kind */
     const char *name; /* the dump's word for it ("mutex") */
 };
 typedef struct weft__wait_kind weft__wait_kind;
-_Static_assert(offsetof(weft__wait_kind, id) == 0,
-               "the scheduler reads a wait kind's id first");
 
 /* The wait layer's own kinds. */
 extern const weft__wait_kind weft__wk_sleep;  /* weft_sleep: a deadline */
@@ -79,11 +76,68 @@ extern const weft__wait_kind weft__wk_select; /* weft_select (obj: cases) */
 /* select.c's name for its kind. */
 #define WEFT__W_SELECT (&weft__wk_select)
 
+/* The weft_wait_kind of a kind; NULL (never waited) is WEFT_WAIT_NONE. */
+static inline int weft__wait_kind_id(const weft__wait_kind *k)
+{
+    return k ? k->id : WEFT_WAIT_NONE;
+}
+
 /* A kind's name for the dump; "nothing" for none (NULL). */
 static inline const char *weft__wait_kind_name(const weft__wait_kind *k)
 {
     return k ? k->name : "nothing";
 }
+
+/* Several waits at once (wait/many.h), and select's cases over them. */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
+
+/* ---- the wait layer's part of a task (weft_task.ext) ---- */
+
+/* What the current park waits on (weft__wait_note), for the task dump
+ * and the deadlock detector; stale once running. The task writes them
+ * for itself and other threads read them while it runs: relaxed atomics
+ * (plain moves on x86), read as a hint. The first part of ext: written
+ * before each park, so never reset. */
+struct weft__wait_rec {
+    _Atomic(const weft__wait_kind *) wait_kind; /* NULL: never waited */
+    _Atomic(const void *) wait_obj;             /* the object waited on */
+    _Atomic(const char *) wait_name; /* a static word about the wait (a
+                                      * descriptor's direction), or NULL;
+                                      * set only by kinds that read it */
+    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
+    _Atomic int64_t wait_until;      /* a sleep's deadline (weft__wait_sleep
+                                      * only) */
+    _Atomic int wait_n;              /* select: its number of cases */
+};
+
+_Static_assert(sizeof(struct weft__wait_rec) <=
+                   WEFT__EXT_SCOPE - WEFT__EXT_WAIT,
+               "the wait record fits in weft_task.ext");
+
+/* t's wait record. Any thread that keeps t alive. */
+static inline struct weft__wait_rec *weft__wait_rec(weft_task *t)
+{
+    WEFT_ASSERT(t != NULL);
+    return (struct weft__wait_rec *)(void *)(t->ext + WEFT__EXT_WAIT);
+}
+static inline const struct weft__wait_rec *weft__wait_rec_c(const weft_task *t)
+{
+    return (const struct weft__wait_rec *)(const void *)(t->ext +
+                                                         WEFT__EXT_WAIT);
+}
+/* The kind t parked with last (weft__wait_kind), and its object. */
+static inline const weft__wait_kind *weft__task_wait_kind(const weft_task *t)
+{
+    return ld_rlx(&weft__wait_rec_c(t)->wait_kind);
+}
+static inline const void *weft__task_wait_obj(const weft_task *t)
+{
+    return ld_rlx(&weft__wait_rec_c(t)->wait_obj);
+}
+/* weft__task_hooks.wait_of (wait.c): t's kind's weft_wait_kind, and its
+ * object in *obj. */
+int weft__wait_of(const weft_task *t, const void **obj);
 
 typedef struct weft__waitset weft__waitset;
 
@@ -284,9 +338,10 @@ static inline void weft__wait_note(weft_task *t, const weft__wait_kind *kind,
      * atomic stores, plain ones on the machines weft runs on. Noted before
      * the park word is set, whose store releases them. */
     WEFT_ASSERT_MSG(weft__task_is_current(t), "a wait noted for another task");
-    st_rlx(&t->wait_kind, kind);
-    st_rlx(&t->wait_obj, obj);
-    st_rlx(&t->wait_since, t->worker->wheel.elapsed);
+    struct weft__wait_rec *r = weft__wait_rec(t);
+    st_rlx(&r->wait_kind, kind);
+    st_rlx(&r->wait_obj, obj);
+    st_rlx(&r->wait_since, weft__wpub(t->worker)->wheel.elapsed);
 }
 
 /* A task's wait record, as another thread reads it (weft__wait_record):
@@ -298,22 +353,23 @@ static inline void weft__wait_note(weft_task *t, const weft__wait_kind *kind,
  * - since: when it parked (the wheel's time);
  * - until: a sleep's deadline (weft__wait_sleep only);
  * - n: select's number of cases. */
-typedef struct weft__wait_rec {
+typedef struct weft__wait_seen {
     const weft__wait_kind *kind;
     const void *obj;
     const char *name;
     int64_t since, until;
     int n;
-} weft__wait_rec;
+} weft__wait_seen;
 
-static inline void weft__wait_record(const weft_task *t, weft__wait_rec *r)
+static inline void weft__wait_record(const weft_task *t, weft__wait_seen *r)
 {
-    r->kind = ld_rlx(&t->wait_kind);
-    r->obj = ld_rlx(&t->wait_obj);
-    r->name = ld_rlx(&t->wait_name);
-    r->since = ld_rlx(&t->wait_since);
-    r->until = ld_rlx(&t->wait_until);
-    r->n = ld_rlx(&t->wait_n);
+    const struct weft__wait_rec *w = weft__wait_rec_c(t);
+    r->kind = ld_rlx(&w->wait_kind);
+    r->obj = ld_rlx(&w->wait_obj);
+    r->name = ld_rlx(&w->wait_name);
+    r->since = ld_rlx(&w->wait_since);
+    r->until = ld_rlx(&w->wait_until);
+    r->n = ld_rlx(&w->wait_n);
 }
 
 /* Notes a static word about the running task's next wait (a descriptor's
@@ -321,7 +377,9 @@ static inline void weft__wait_record(const weft_task *t, weft__wait_rec *r)
  * weft__wait_many (weft__wait takes it as its spec's name). */
 static inline void weft__wait_note_name(const char *name)
 {
-    st_rlx(&ld_rlx(&weft__tl_worker->cur)->wait_name, name);
+    st_rlx(
+        &weft__wait_rec(ld_rlx(&weft__wpub(weft__tl_worker)->cur))->wait_name,
+        name);
 }
 
 /* True if deadline (absolute, WEFT_NEVER: none) has come by the time the
@@ -333,7 +391,7 @@ static inline void weft__wait_note_name(const char *name)
  * between the worker's tasks, so two looks by one running task agree. */
 static inline bool weft__wait_past(int64_t deadline)
 {
-    return deadline <= weft__tl_worker->wheel.elapsed;
+    return deadline <= weft__wpub(weft__tl_worker)->wheel.elapsed;
 }
 
 /* True if a park's result says nobody claimed the waiter (a claim sets
@@ -397,7 +455,7 @@ typedef struct weft__wait_spec {
 static inline __attribute__((always_inline)) void
 weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
 {
-    weft_task *t = ld_rlx(&weft__tl_worker->cur);
+    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     WEFT_ASSERT(t != NULL);
     w->task = t;
     w->set = NULL;
@@ -410,7 +468,7 @@ weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
 #endif
     weft__wait_note(t, s->kind, s->obj);
     if (s->name)
-        st_rlx(&t->wait_name, s->name);
+        st_rlx(&weft__wait_rec(t)->wait_name, s->name);
     w->token = weft__park_prepare(t, !(s->flags & WEFT__WAIT_FIRM));
 }
 
@@ -430,8 +488,8 @@ static inline __attribute__((always_inline)) int
 weft__wait_block(weft__waiter *w, const weft__wait_spec *s)
 {
     weft_worker *wk = weft__tl_worker;
-    WEFT_ASSERT_MSG(w->task == ld_rlx(&wk->cur) && w->task->worker == wk &&
-                        w->set == NULL,
+    WEFT_ASSERT_MSG(w->task == ld_rlx(&weft__wpub(wk)->cur) &&
+                        w->task->worker == wk && w->set == NULL,
                     "a waiter parked by a task not its own, or off its "
                     "worker");
     int rc = weft__park_commit(wk, w->task, s->deadline);
@@ -521,134 +579,6 @@ static inline weft__waiter *weft__slot_claim(weft__waiter **slot)
         return NULL;
     *slot = NULL;
     return weft__waiter_claim_one(w) ? w : NULL;
-}
-
-/* ---- several waits at once, exactly one wins ---- */
-
-/* One case of a wait_many: a waiter to queue on q, under lock (NULL lock
- * and queue: a case that only bounds the wait, such as a deadline). */
-typedef struct weft__arm {
-    weft__lock *lock;
-    weft__waitq *q;
-    weft__waiter w; /* elem, n set by the caller; the rest by wait_many */
-} weft__arm;
-
-/* Sorts the distinct non-NULL locks of the n arms into order[] by
- * address (the order every multi-lock wait takes them in, so two waits
- * over the same objects cannot deadlock); returns how many. */
-int weft__locks_order(const weft__arm *arms, int n, weft__lock **order);
-void weft__locks_acquire(weft__lock **order, int k);
-void weft__locks_release(weft__lock **order, int k);
-
-/* The caller holds the k locks of order[] (weft__locks_acquire) and found
- * no arm ready. A past deadline returns -ETIMEDOUT at once. Otherwise
- * queues every arm's waiter with one park token, releases the locks,
- * parks, then relocks, unlinks what is still queued, and releases them.
- * Returns the index of the arm whose waiter was claimed, with the waker's
- * code in *code (0, or e.g. -EPIPE from a close), or -ETIMEDOUT /
- * -ECANCELED if none was. */
-int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
-                    const weft__wait_kind *kind, const void *obj,
-                    int64_t deadline, int *code);
-
-/* A chain of claimed waiters through `next`, to finish after unlocking. */
-typedef struct weft__chain {
-    weft__waiter *head, **tail;
-} weft__chain;
-
-static inline void weft__chain_init(weft__chain *c)
-{
-    c->head = NULL;
-    c->tail = &c->head;
-}
-
-static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
-{
-    w->next = NULL;
-    *c->tail = w;
-    c->tail = &w->next;
-}
-
-/* ---- select's cases ----
- * weft_select (select.c) drives each kind of case through four functions
- * its object's layer gives, named weft__K_case_* (one row per weft_op of
- * select.c's table; select/select.h adds three optional ones: ready,
- * recheck, lost):
- *
- *   int check(const weft_case *c)
- *       Any lock-free validation: 0 if the case is valid and on, 1 if it
- *       is switched off (NULL object, negative fd), -EINVAL, -EPERM.
- *   weft__lock *lock(weft_case *c)
- *       The lock that guards the case's object.
- *   int try(weft_case *c, weft__arm *a, weft__chain *woken)
- *       Under that lock (every case's lock is held): if the case can take
- *       effect now, does it, sets c->rc and returns 0, with any waiter it
- *       claimed (a sender it took from, say) appended to woken, finished
- *       with 0 after unlocking. Otherwise returns -EAGAIN and sets a->q
- *       (and a->w.elem, a->w.n) for the wait. Called at most once per
- *       round of tries with the locks held; a second round comes only
- *       after a wait that no waiter's claim ended (a recheck instant).
- *   void won(weft_case *c, int code)
- *       The case's waiter was claimed (code: the waker's) and its object
- *       handed it whatever it waited for; sets c->rc. No lock held.
- *
- * The scope case is the one whose effect cannot happen under its lock
- * (the join takes the scope's lock itself): its try returns 0 without
- * setting rc when no child runs, and select, once it has chosen that
- * case, calls won(c, 0) after unlocking in both paths (try returned 0,
- * or its waiter was claimed by the last child's exit); won joins the
- * scope and sets rc.
- *
- * The claim protocol makes exactly one case take effect: a waker hands
- * over (a value, a permit) only after claiming the select's token, which
- * succeeds once.
- */
-
-/* ---- wait sets: several sources, taken in as they fire ---- */
-
-/* The future combinators' wait: the task registers a notify waiter (set =
- * this set, index = its source) on each source's queue; a source that
- * fires records the index in fired[] (room for every source) and wakes
- * the task if it is parked in weft__waitset_wait. */
-struct weft__waitset {
-    weft__lock lock;
-    weft_task *task;
-    uint64_t token; /* nonzero while the task is parked in the set */
-    int *fired;     /* the sources' indexes, in firing order */
-    int nfired;     /* written by fire */
-    int seen;       /* taken in by the task */
-};
-
-/* A set for the running task, with room for fired[]'s sources. */
-void weft__waitset_init(weft__waitset *s, int *fired,
-                        const weft__wait_kind *kind, const void *obj);
-
-/* Notify waiter number index of set s. */
-static inline void weft__waitset_waiter(weft__waitset *s, weft__waiter *w,
-                                        int index)
-{
-    *w = (weft__waiter){.task = s->task, .set = s, .index = index};
-}
-
-/* Waits until a source fires that the task has not taken in; returns the
- * range [*from, *to) of fired[] to take in now (0), or -ETIMEDOUT /
- * -ECANCELED when the deadline or a cancel came with nothing new. A
- * result that fired at the same time as a deadline or cancel wins: the
- * call returns it, and the next call the code. */
-int weft__waitset_wait(weft__waitset *s, int64_t deadline, int *code, int *from,
-                       int *to);
-
-/* The end of a set's wait, however it ended (decided, deadline, cancel),
- * for each notify waiter w it queued: takes w off its source's queue q
- * under the source's lock l, so a source still firing w has finished
- * with the set (on the waiting task's stack) when this returns. A waiter
- * that fired is off its queue already: then only the lock is taken. */
-static inline void weft__waitset_leave(weft__lock *l, weft__waitq *q,
-                                       weft__waiter *w)
-{
-    weft__lock_acquire(l);
-    weft__waitq_remove(q, w);
-    weft__lock_release(l);
 }
 
 /* Starts t, made parked without ever having run (the shutdown keeper):

@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The scheduler layer as the layers above see it: a task, its worker's
+ * few public bits, the runtime's shared part, the running task and its
+ * cancel word. Park and wake are in sched/park.h, spawn's steps and the
+ * instrument hooks in sched/spawn.h. The scheduler's own
+ * insides (run queues, the deque, idling, statistics, the stack pool)
+ * are in sched/scheduler.h, which only src/sched/ and the layers that
+ * look inside it (observe, runtime) include.
+ *
+ * Thread rules, stated once:
+ * - A task is run by one worker for its whole life, from its first run on.
+ *   Everything in a weft_task marked "owner" is touched only by that worker
+ *   (or, before the task first runs, by the worker that holds it).
+ * - A worker's run queues, timer wheel and pools are touched only by the
+ *   worker's thread. Other threads reach a worker through its inbox (a
+ *   lock-free stack of tasks to make runnable) and its sleeping flag.
+ */
+#ifndef WEFT_SCHED_TASK_H
+#define WEFT_SCHED_TASK_H
+
+#include <pthread.h>
+
+#include "context/ctx_type.h"
+#include "timer/timer.h"
+
+/* ---- tasks ---- */
+
+/* The park word of a task: (generation << 2) | state. A park takes a new
+ * generation, so a waker holding the token of an older park can never wake
+ * a newer one: waking is a CAS from the exact token to "running". */
+enum {
+    PARK_RUNNING = 0,
+    PARK_CANCELLABLE = 1, /* parked; cancellation may wake it */
+    PARK_FIRM = 2,        /* parked; only its event may wake it (join) */
+};
+#define PARK_STATE(w) ((unsigned)((w)&3u))
+
+enum {
+    TASK_STARTED = 1u << 0,     /* has run: pinned to `worker` */
+    TASK_GUARDED = 1u << 1,     /* its stack has a guard page below it */
+    TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
+    TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
+    TASK_CHECK_OWN = 1u << 4,   /* no guard, no slot below: own canary */
+    TASK_WITHDRAWN = 1u << 5,   /* cancelled alone, through its handle, and
+                                 * returned -ECANCELED: its scope's policy
+                                 * does not take that for its result */
+    TASK_LAG_TIMER = 1u << 6,   /* lag_since is the deadline of the timer
+                                 * that woke it: counted if late (sched.c,
+                                 * timer_lag) */
+};
+
+/* weft_task.ext, the per-task state of the layers above the scheduler: a
+ * slot per layer, each following the one below; each layer checks with a
+ * static assert that its struct fits in its slot. Offsets in bytes. */
+#define WEFT__EXT_WAIT                                                         \
+    0u                       /* struct weft__wait_rec (wait.h); room for a     \
+                              * pointer-sized kind */
+#define WEFT__EXT_SCOPE 48u  /* weft__task_scope (scope.h) */
+#define WEFT__EXT_SYNC 96u   /* weft__task_sync (sync.h) */
+#define WEFT__EXT_ACTOR 104u /* weft__task_actor (actor.h) */
+#define WEFT__TASK_EXT 112u
+
+/* A task and its stack share one slot of memory: the struct sits at the top
+ * of the slot and the stack grows down from just below it, so a parked task
+ * that used little stack costs one page. */
+struct weft_task {
+    weft__ctx ctx;         /* owner: saved registers while not running */
+    weft_worker *worker;   /* set when first run; never changes afterwards */
+    weft_task *next;       /* owner: link in a run queue, inbox or free list */
+    _Atomic uint64_t park; /* park word (see above); any thread CASes it */
+    int wake_code;     /* result of the last park, set by the winning waker */
+    unsigned flags;    /* TASK_* */
+    int64_t lag_since; /* set by the waker of a sampled wake (real time,
+                        * ns), cleared when it runs: the lag histogram;
+                        * 0: not sampled. Not a flag: the waker may write
+                        * it while t still switches away (flags are read
+                        * there) */
+
+    weft__timer timer; /* owner: deadline of the current park */
+
+    /* The cancel word of the scope the task runs in now: the scope layer
+     * points it at its innermost open scope's cancel reason (scope.h)
+     * whenever that changes, with release; nonzero there: cancelled. The
+     * scheduler and the wait layer read it (park, checkpoint) without
+     * knowing scopes. NULL before the task is registered in a scope. */
+    _Atomic(atomic_int *) cancel;
+
+    weft_fn fn;
+    void *arg;
+    /* For diagnostics: written at spawn (relaxed), read by its worker and
+     * by the watchdog (stats.c) while it runs, under the worker's hazard
+     * pointer: a finishing task waits for that read to end
+     * (weft__watch_leave), so the slot is not laid out again or unmapped,
+     * nor the name freed, under it. */
+    const char *_Atomic name; /* may be NULL */
+    const char *_Atomic file; /* spawn site */
+    atomic_int line;
+    int status; /* fn's return value */
+
+    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
+    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
+    size_t slot_size; /* bytes from slot_lo to the slot's end */
+
+    _Atomic uint64_t id; /* unique in the process: the spawning worker's
+                          * id + 1 in the high 24 bits, its count of
+                          * spawns below (0 in the high bits: made outside
+                          * a worker); set at spawn (relaxed: the slice
+                          * monitor reads it while the task runs) */
+
+    /* valgrind's id of the stack while the slot is laid out (stack.c) */
+    unsigned vg_stack;
+
+#if defined(WEFT_TSAN)
+    void *tsan_fiber;
+#endif
+
+    /* The per-task state of the layers above, which the scheduler neither
+     * reads nor resets (Linux's skb->cb): each layer lays its own struct
+     * at an offset that follows the layer below's, checks with a static
+     * assert that it fits, and reaches it through an accessor in its
+     * header (weft__wait_rec, weft__scope_of_task, weft__sync_of_task,
+     * weft__actor_of_task); WEFT__EXT_* above give the slots. Each layer
+     * sets up and resets its part itself, on its own spawn path or its own
+     * calls. A slot's first life finds it zeroed (fresh memory). */
+    _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
+};
+
+/* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
+ * index + 1 above WEFT__ID_BITS, that worker's count below (shown as
+ * "W.N"); 0 above for the runtime's own tasks, made off the workers. */
+#define WEFT__ID_BITS 40
+
+/* ---- the worker's public part ---- */
+
+/* Work outside the runtime that a parked task waits for: the kernel's
+ * readiness of a descriptor (the worker's poller must be read, and slept
+ * in), a call on the blocking pool. */
+enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
+
+/* The part of a worker that the layers above use, through weft__wpub(w),
+ * at this offset in the worker (scheduler.h checks it: the lines other
+ * threads write come first, then the scheduling loop's own fields, beside
+ * the running task). The fields are
+ * listed once, here, and the worker takes them both as this struct and,
+ * unnamed, as its own members. Owner only, but for cur. */
+#define WEFT__WORKER_SHARED (4 * WEFT_CACHELINE) /* the lines others write */
+#define WEFT__WORKER_PUB_OFF                                                   \
+    ((WEFT__WORKER_SHARED + 120 + sizeof(weft__ctx) + WEFT_CACHELINE - 1) /    \
+     WEFT_CACHELINE * WEFT_CACHELINE)
+#define WEFT__WORKER_PUB_FIELDS                                                \
+    weft_runtime *rt;                                                          \
+    int id;                                                                    \
+    /* rt->instr, at hand (set at init, never changed): the one branch         \
+     * each instrument hook point pays when there is none */                   \
+    const weft_instrument *instr;                                              \
+    /* running task, NULL in the scheduler loop; the owner writes it           \
+     * (relaxed), the watchdog reads it */                                     \
+    _Atomic(weft_task *) cur;                                                  \
+    /* its poller (poller.h), made by io.c at the first wait for a             \
+     * descriptor; its state is the implementation's */                        \
+    struct weft__poller *poller;                                               \
+    /* tasks of this worker parked on work outside the runtime, per            \
+     * WEFT__PENDING_* (weft__pending_add); written by the owner only,         \
+     * read by others only when idle (the virtual clock) */                    \
+    atomic_int pending[WEFT__PENDING_KINDS];                                   \
+    /* its timers: the parks' deadlines, the scopes' (elapsed: the time        \
+     * the worker has reached, which waits compare deadlines with) */          \
+    weft__wheel wheel;
+
+struct weft__worker_pub {
+    WEFT__WORKER_PUB_FIELDS
+};
+
+/* w's public part. */
+static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
+{
+    WEFT_ASSERT(w != NULL);
+    return (struct weft__worker_pub *)(void *)((char *)w +
+                                               WEFT__WORKER_PUB_OFF);
+}
+
+/* ---- the runtime's shared part ---- */
+
+/* weft_runtime.ext, the per-runtime state of the layers above the
+ * scheduler, a slot per layer as in weft_task.ext (a mutex's size is the
+ * platform's). */
+#define WEFT__RT_SCOPE 0u /* struct weft__scope_rt (scope.h) */
+#define WEFT__RT_SYNC (WEFT__RT_SCOPE + 24u + sizeof(pthread_mutex_t))
+#define WEFT__RT_IO (WEFT__RT_SYNC + 8u)
+#define WEFT__RT_ACTOR (WEFT__RT_IO + 16u + sizeof(pthread_mutex_t))
+#define WEFT__RT_OBSERVE (WEFT__RT_ACTOR + 8u)
+#define WEFT__RT_RUNTIME (WEFT__RT_OBSERVE + 24u)
+#define WEFT__RT_EXT (WEFT__RT_RUNTIME + 8u)
+
+/* The layer above the scheduler, as the scheduler sees it. */
+typedef struct weft__task_hooks {
+    /* t's function has returned (t->status holds its result): the layers
+     * above finish it (the scopes it left open, its handle, its home
+     * scope's books). On t, which the scheduler then switches away from
+     * for good and recycles. */
+    void (*exit)(weft_task *t);
+    /* What t, parked (or parking), waits on: the wait layer's kind
+     * (weft__wait_kind), and the object in *obj. For the instrument's park
+     * callback: cold. */
+    int (*wait_of)(const weft_task *t, const void **obj);
+} weft__task_hooks;
+
+/* The part of a runtime that the layers above use, through
+ * weft__rtpub(rt): the runtime's first member (scheduler.h), listed once
+ * here as for the worker. */
+#define WEFT__RUNTIME_PUB_FIELDS                                               \
+    int nworkers;                                                              \
+    uint64_t seed;                                                             \
+    atomic_int done; /* 1 once the root scope has finished */                  \
+    /* the clock's implementation (clock.h), picked once from `clock` */       \
+    const struct weft__clock_ops *clock_ops;                                   \
+    bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */      \
+    cpu_set_t cpus; /* the CPUs weft_run's caller may run on */                \
+    /* The per-runtime state of the layers above (as weft_task.ext): each      \
+     * layer lays its struct in its slot (WEFT__RT_*), checks that it          \
+     * fits, and reaches it through an accessor in its header                  \
+     * (weft__scope_rt, weft__sync_rt, weft__io_rt, weft__actor_rt,            \
+     * weft__observe_rt, weft__runtime_rt). Zero when the runtime is made;     \
+     * the runtime layer sets up and frees each part through its layer's       \
+     * header. */                                                              \
+    _Alignas(16) unsigned char ext[WEFT__RT_EXT];
+
+struct weft__runtime_pub {
+    WEFT__RUNTIME_PUB_FIELDS
+};
+
+/* rt's public part. */
+static inline struct weft__runtime_pub *weft__rtpub(weft_runtime *rt)
+{
+    WEFT_ASSERT(rt != NULL);
+    return (struct weft__runtime_pub *)(void *)rt;
+}
+
+/* ---- the current worker ---- */
+
+extern WEFT_TLS weft_worker *weft__tl_worker;
+
+static inline weft_task *weft__current(void)
+{
+    weft_worker *w = weft__tl_worker;
+    return w ? ld_rlx(&weft__wpub(w)->cur) : NULL;
+}
+
+/* Worker i of rt (0 <= i < rt->nworkers). Any thread. */
+weft_worker *weft__rt_worker(weft_runtime *rt, int i);
+
+/* ---- predicates for asserts (WEFT_ASSERT) ---- */
+
+/* t is the task running on this thread's worker. */
+static inline bool weft__task_is_current(const weft_task *t)
+{
+    weft_worker *w = weft__tl_worker;
+    return t != NULL && w != NULL && ld_rlx(&weft__wpub(w)->cur) == t;
+}
+
+/* t's park word says parked (prepared, not yet claimed). */
+static inline bool weft__task_parked(const weft_task *t)
+{
+    return PARK_STATE(ld_rlx(&t->park)) != PARK_RUNNING;
+}
+
+/* ---- the cancel word of the task's current scope ---- */
+
+/* True if t's current scope is cancelled (weft_task.cancel), read by t
+ * itself (its own cancel pointer, relaxed; set since it was registered). Hot:
+ * every park and checkpoint reads it. */
+static inline bool weft__task_cancelled(const weft_task *t)
+{
+    atomic_int *c = ld_rlx(&t->cancel);
+    WEFT_ASSERT_MSG(c != NULL, "a task runs outside any scope");
+    return ld_sc(c) != 0;
+}
+
+/* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
+ * cancelled scope (every blocking call is a checkpoint, as in Trio, even
+ * one that could complete at once), else 0. */
+static inline int weft__checkpoint(void)
+{
+    weft_task *t = weft__current();
+    if (!t)
+        return -EPERM;
+    return weft__task_cancelled(t) ? -ECANCELED : 0;
+}
+
+#endif
