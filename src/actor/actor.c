@@ -797,7 +797,12 @@ int weft_actor_stop(weft_actor *a, int how)
     return 0;
 }
 
-int weft_actor_wait(weft_actor *a, int *status, weft_time deadline)
+int weft_actor_join(weft_actor *a, int *status)
+{
+    return weft_actor_join_until(a, status, WEFT_NEVER);
+}
+
+int weft_actor_join_until(weft_actor *a, int *status, weft_time deadline)
 {
     if (!actor_ok(a))
         return -EINVAL;

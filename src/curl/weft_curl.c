@@ -579,7 +579,7 @@ static void hand_over(wcurl *wc, xfer *x)
         weft_sem_release(&wc->head->wake, 1);
 }
 
-int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
+int weft_curl_perform_ex(CURL *easy, CURLcode *code, weft_time deadline)
 {
     int err;
     CURLcode dummy;

@@ -258,7 +258,7 @@ static int result_of(const weft_future *f, void *out)
     }
 }
 
-int weft_future_try(const weft_future *f, void *out)
+int weft_future_try_await(const weft_future *f, void *out)
 {
     if (!fut_ok(f))
         return -EINVAL;
@@ -627,9 +627,9 @@ static int gather_task(void *arg)
     return it->status;
 }
 
-int weft_gather(weft_policy policy, weft_time deadline, int n,
-                const weft_fn *fns, void *const *args, int *statuses,
-                int *winner)
+int weft_gather_tasks(weft_policy policy, int n, const weft_fn *fns,
+                      void *const *args, int *statuses, int *winner,
+                      weft_time deadline)
 {
     if (n < 1 || n > MAX_GATHER || !fns || deadline < 0)
         return -EINVAL;

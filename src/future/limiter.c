@@ -117,7 +117,7 @@ static i128 reserve_z(const weft_limiter *l, weft_time now, int64_t n)
     return z + (i128)n * l->per_ns;
 }
 
-int weft_limiter_try(weft_limiter *l, int64_t n)
+int weft_limiter_try_acquire(weft_limiter *l, int64_t n)
 {
     if (!l || n < 1 || n > l->burst)
         return -EINVAL;

@@ -115,8 +115,9 @@ static int map_worker(void *arg)
     return 0;
 }
 
-int weft_map(size_t n, int limit, weft_fn fn, void *items, size_t item_size,
-             weft_policy policy, weft_time deadline, int *statuses)
+int weft_map_tasks(size_t n, int limit, weft_fn fn, void *items,
+                   size_t item_size, weft_policy policy, int *statuses,
+                   weft_time deadline)
 {
     if (!fn || (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT) ||
         deadline < 0)

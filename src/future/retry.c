@@ -301,8 +301,8 @@ int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
 
 /* ---- fallback ---- */
 
-int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
-                       weft_fn fallback, void *fallback_arg)
+int weft_call_fallback_for(weft_fn fn, void *arg, weft_fn fallback,
+                           void *fallback_arg, int64_t timeout_ns)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)

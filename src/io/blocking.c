@@ -442,7 +442,7 @@ void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out)
     pthread_mutex_unlock(&rt->blocking_mu);
 }
 
-int weft_blocking_stats(weft_blocking_info *out)
+int weft_blocking_stats_get(weft_blocking_info *out)
 {
     if (!out)
         return -EINVAL;

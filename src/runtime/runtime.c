@@ -728,7 +728,7 @@ struct weft_chan *weft_shutdown_chan(void)
     return w && w->cur ? w->rt->shut->chan : NULL;
 }
 
-int weft_shutdown_deadline(weft_time deadline)
+int weft_shutdown_set_deadline(weft_time deadline)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)
