@@ -2681,6 +2681,128 @@ typedef struct weft_watchdog_report {
                            * or finished) */
 } weft_watchdog_report;
 
+/* ------------------------------------------------------------------------
+ * Deprecated names (0.2), removed in 0.4
+ *
+ * weft 0.3 names its API by one set of rules (docs/api-conventions.md).
+ * The 0.2 names below still compile, each with a warning
+ * (-Wdeprecated-declarations) that names its replacement; CHANGELOG.md
+ * has the table. Define WEFT_NO_DEPRECATED before including weft.h to
+ * hide them (and so check that a program no longer uses them).
+ * ---------------------------------------------------------------------- */
+#ifndef WEFT_NO_DEPRECATED
+
+#if defined(__GNUC__) || defined(__clang__)
+#define WEFT_DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define WEFT_DEPRECATED(use)
+#endif
+
+WEFT_DEPRECATED("weft_mutex_try_lock")
+static inline int weft_mutex_trylock(weft_mutex *m)
+{
+    return weft_mutex_try_lock(m);
+}
+WEFT_DEPRECATED("weft_rwlock_try_rdlock")
+static inline int weft_rwlock_tryrdlock(weft_rwlock *l)
+{
+    return weft_rwlock_try_rdlock(l);
+}
+WEFT_DEPRECATED("weft_rwlock_try_wrlock")
+static inline int weft_rwlock_trywrlock(weft_rwlock *l)
+{
+    return weft_rwlock_try_wrlock(l);
+}
+WEFT_DEPRECATED("weft_future_try_await")
+static inline int weft_future_try(const weft_future *f, void *out)
+{
+    return weft_future_try_await(f, out);
+}
+WEFT_DEPRECATED("weft_limiter_try_acquire")
+static inline int weft_limiter_try(weft_limiter *l, int64_t n)
+{
+    return weft_limiter_try_acquire(l, n);
+}
+WEFT_DEPRECATED("weft_sleep_for")
+static inline int weft_sleep(int64_t ns)
+{
+    return weft_sleep_for(ns);
+}
+WEFT_DEPRECATED("weft_task_detach")
+static inline int weft_task_release(weft_task_handle h)
+{
+    return weft_task_detach(h);
+}
+WEFT_DEPRECATED("weft_once_is_done")
+static inline int weft_once_done(weft_once *o)
+{
+    return weft_once_is_done(o);
+}
+WEFT_DEPRECATED("weft_shutdown_set_deadline")
+static inline int weft_shutdown_deadline(weft_time deadline)
+{
+    return weft_shutdown_set_deadline(deadline);
+}
+WEFT_DEPRECATED("weft_blocking_stats_get")
+static inline int weft_blocking_stats(weft_blocking_info *out)
+{
+    return weft_blocking_stats_get(out);
+}
+WEFT_DEPRECATED("weft_actor_join_until (or weft_actor_join)")
+static inline int weft_actor_wait(weft_actor *a, int *status,
+                                  weft_time deadline)
+{
+    return weft_actor_join_until(a, status, deadline);
+}
+WEFT_DEPRECATED("weft_sup_join_until (or weft_sup_join)")
+static inline int weft_sup_wait(weft_sup *s, int *status, weft_time deadline)
+{
+    return weft_sup_join_until(s, status, deadline);
+}
+WEFT_DEPRECATED("weft_sup_stats_get")
+static inline int weft_sup_counts(weft_sup *s, int *running, long *restarts)
+{
+    weft_sup_stats st;
+    int rc = weft_sup_stats_get(s, &st);
+    if (rc == 0 && running)
+        *running = st.running;
+    if (rc == 0 && restarts)
+        *restarts = st.restarts;
+    return rc;
+}
+/* Parameters in a new order: the timeout or the deadline goes last. */
+WEFT_DEPRECATED("weft_call_for(fn, arg, timeout_ns)")
+static inline int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
+{
+    return weft_call_for(fn, arg, timeout_ns);
+}
+WEFT_DEPRECATED("weft_call_fallback_for(fn, arg, fallback, fallback_arg, "
+                "timeout_ns)")
+static inline int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
+                                     weft_fn fallback, void *fallback_arg)
+{
+    return weft_call_fallback_for(fn, arg, fallback, fallback_arg, timeout_ns);
+}
+WEFT_DEPRECATED("weft_gather_tasks(policy, n, fns, args, statuses, winner, "
+                "deadline)")
+static inline int weft_gather(weft_policy policy, weft_time deadline, int n,
+                              const weft_fn *fns, void *const *args,
+                              int *statuses, int *winner)
+{
+    return weft_gather_tasks(policy, n, fns, args, statuses, winner, deadline);
+}
+WEFT_DEPRECATED("weft_map_tasks(n, limit, fn, items, item_size, policy, "
+                "statuses, deadline)")
+static inline int weft_map(size_t n, int limit, weft_fn fn, void *items,
+                           size_t item_size, weft_policy policy,
+                           weft_time deadline, int *statuses)
+{
+    return weft_map_tasks(n, limit, fn, items, item_size, policy, statuses,
+                          deadline);
+}
+
+#endif /* WEFT_NO_DEPRECATED */
+
 #ifdef __cplusplus
 }
 #endif

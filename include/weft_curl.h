@@ -169,6 +169,20 @@ int weft_curl_error(CURLcode code, long os_errno);
  * blocks. */
 CURLM *weft_curl_multi(void);
 
+/* ------------------------------------------------------------------------
+ * Deprecated names (0.2), removed in 0.4: see weft.h's block of the same
+ * name. WEFT_NO_DEPRECATED hides them.
+ * ---------------------------------------------------------------------- */
+#ifndef WEFT_NO_DEPRECATED
+/* The deadline goes last. */
+WEFT_DEPRECATED("weft_curl_perform_ex(easy, code, deadline)")
+static inline int weft_curl_perform_code(CURL *easy, weft_time deadline,
+                                         CURLcode *code)
+{
+    return weft_curl_perform_ex(easy, code, deadline);
+}
+#endif /* WEFT_NO_DEPRECATED */
+
 #ifdef __cplusplus
 }
 #endif
