@@ -353,7 +353,7 @@ static void fetch_one(CURL *easy, job *j)
                          " (no time left to retry)");
                 break;
             }
-            if (weft_sleep(delay) != 0) {
+            if (weft_sleep_for(delay) != 0) {
                 v = CANCELLED;
                 break;
             }

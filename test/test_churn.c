@@ -85,7 +85,7 @@ static int storm_root(void *arg)
     weft_sup_opts o = {.intensity = 1000000000, .period_ns = WEFT_SEC};
     ASSERT_EQ(weft_sup_spawn(NULL, &o, &c, 1, &s), 0);
     int status = -1;
-    ASSERT_EQ(weft_sup_wait(s, &status, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &status, WEFT_NEVER), 0);
     ASSERT_EQ(status, 0); /* stopped, not given up */
     long restarts = 0;
     ASSERT_EQ(weft_sup_counts(s, NULL, &restarts), 0);

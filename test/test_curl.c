@@ -353,7 +353,7 @@ static size_t parking_body(char *p, size_t size, size_t n, void *u)
 {
     resp *r = u;
     if (r->bytes == 0)
-        ASSERT_EQ(weft_sleep(50 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(50 * WEFT_MSEC), 0);
     return on_body(p, size, n, u);
 }
 
@@ -381,7 +381,7 @@ static void parking_callback_body(env *v)
         ASSERT(weft_spawn(s, parking_get, v) >= 0);
     /* While the first callback sleeps, more transfers come: they wait
      * for it to return before they enter the multi handle. */
-    ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_MSEC), 0);
     for (int i = 0; i < 4; i++)
         ASSERT(weft_spawn(s, get_ok_task, v) >= 0);
     scope_end(s);
@@ -851,7 +851,7 @@ static void breaker_body(env *v)
     ASSERT_EQ(a.calls, 3);
     ASSERT_EQ(stats_of(v).by_kind[FAULT_STATUS], 3);
     /* After the cool-down, one trial that succeeds closes it. */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     attempt ok = {v, "/ok", 0};
     ASSERT_EQ(weft_breaker_call(b, try_get, &ok), 0);
     weft_breaker_stats bs;
@@ -940,7 +940,7 @@ static void cancel_body(env *v)
         ASSERT(weft_spawn(s, slow_get, &m) >= 0);
     /* Virtual time moves only once every request is in and waiting. */
     while (stats_of(v).by_kind[FAULT_SLOW] < n)
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT(weft_now() < 600 * WEFT_SEC);
     ASSERT_EQ(stats_of(v).open, n);
     ASSERT(open_fds() >= fds + 2 * n); /* both ends of each connection */
@@ -984,7 +984,7 @@ static void cancel_reuse_body(env *v)
     ASSERT(weft_spawn_ex(s, cancellable_get, a,
                          &(weft_spawn_opts){.handle = &h}) >= 0);
     while (stats_of(v).by_kind[FAULT_SLOW] < 1)
-        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     int st = 0;
     ASSERT_EQ(weft_task_join(h, &st), 0);
@@ -1069,7 +1069,7 @@ static void handover_body(env *v)
     ASSERT_EQ(atomic_load(&h.b_rc), -ECANCELED);
     ASSERT_EQ(atomic_load(&h.c_done), 1);
     ASSERT(weft_now() < WEFT_SEC);
-    weft_task_release(h.b);
+    weft_task_detach(h.b);
 }
 
 TEST(a_cancel_of_the_next_driver_leaves_the_others_driven)

@@ -63,17 +63,17 @@ TEST(settle_once_second_is_ealready)
     struct big v = {42, "hello", 2.5}, v2 = {7, "other", 1.0}, out;
     weft_future *f = mkfut(sizeof v);
     memset(&out, 0x5a, sizeof out);
-    ASSERT_EQ(weft_future_try(f, &out), -EINPROGRESS);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, &out), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
     ASSERT_EQ(weft_future_resolve(f, &v2), -EALREADY);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     struct cc c = {0};
     ASSERT_EQ(weft_future_set_canceller(f, cc_fn, &c), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, &out), 0);
+    ASSERT_EQ(weft_future_try_await(f, &out), 0);
     ASSERT(memcmp(&out, &v, sizeof v) == 0);
-    ASSERT_EQ(weft_future_try(f, NULL), 0);
+    ASSERT_EQ(weft_future_try_await(f, NULL), 0);
     ASSERT_EQ(weft_future_unref(f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 0);
 
@@ -84,7 +84,7 @@ TEST(settle_once_second_is_ealready)
     ASSERT_EQ(weft_future_resolve(f, &x), -EALREADY);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, &o), -EPIPE);
+    ASSERT_EQ(weft_future_try_await(f, &o), -EPIPE);
     ASSERT_EQ(o, -1);
     ASSERT_EQ(weft_future_unref(f), 0);
 
@@ -92,8 +92,8 @@ TEST(settle_once_second_is_ealready)
     f = mkfut(0);
     ASSERT_EQ(weft_future_resolve(f, NULL), 0);
     ASSERT_EQ(weft_future_resolve(f, NULL), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, NULL), 0);
-    ASSERT_EQ(weft_future_try(f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(f, NULL), 0);
+    ASSERT_EQ(weft_future_try_await(f, &o), 0);
     ASSERT_EQ(o, -1);
     ASSERT_EQ(weft_future_unref(f), 0);
 
@@ -105,7 +105,7 @@ TEST(settle_once_second_is_ealready)
     f = mkfut(65536);
     ASSERT_EQ(weft_future_resolve(f, in), 0);
     in[5] ^= 0xff; /* copied in, not referenced */
-    ASSERT_EQ(weft_future_try(f, got), 0);
+    ASSERT_EQ(weft_future_try_await(f, got), 0);
     in[5] ^= 0xff;
     ASSERT(memcmp(in, got, 65536) == 0);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -123,13 +123,13 @@ TEST(refcount_last_unref_frees)
     /* One reference left: still alive (ASan would see a use after free). */
     int v = 3, o = 0;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
-    ASSERT_EQ(weft_future_try(f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(f, &o), 0);
     ASSERT_EQ(o, 3);
     ASSERT_EQ(weft_future_unref(f), 0);
 #if !defined(NDEBUG) && !defined(WEFT_ASAN)
     /* Debug builds keep the husk: a freed future is -EINVAL. */
     ASSERT_EQ(weft_future_unref(f), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, &o), -EINVAL);
+    ASSERT_EQ(weft_future_try_await(f, &o), -EINVAL);
     ASSERT_EQ(weft_future_resolve(f, &v), -EINVAL);
 #endif
     /* Freed unsettled, with a canceller, and large: LSan sees any leak. */
@@ -168,9 +168,9 @@ static void check_arg_errors(int in_task)
     ASSERT_EQ(weft_future_set_canceller(NULL, cc_fn, NULL), -EINVAL);
     ASSERT_EQ(weft_future_set_canceller(f, NULL, NULL), -EINVAL);
     ASSERT_EQ(weft_future_cancel(NULL), -EINVAL);
-    ASSERT_EQ(weft_future_try(NULL, &v), -EINVAL);
+    ASSERT_EQ(weft_future_try_await(NULL, &v), -EINVAL);
     ASSERT_EQ(weft_future_await(NULL, &v, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS); /* nothing changed */
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS); /* nothing changed */
 
     weft_future *fs[1025];
     for (int i = 0; i < 1025; i++)
@@ -294,7 +294,7 @@ static int many_awaiters_root(void *arg)
         m[i] = (struct ma){.f = f, .rc = 99};
         spawn(ma_awaiter, &m[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* The clock moved: every awaiter is parked. */
     ASSERT_EQ(weft__future_nwaiters(f), MA_N);
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
@@ -319,7 +319,7 @@ static int many_awaiters_root(void *arg)
         m[i] = (struct ma){.f = f, .rc = 99};
         spawn(ma_awaiter, &m[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), MA_N);
     ASSERT_EQ(weft_future_reject(f, -EPIPE), 0);
     scope_end(s);
@@ -427,7 +427,7 @@ struct later {
 static int later_fn(void *arg)
 {
     struct later *l = arg;
-    ASSERT_EQ(weft_sleep(l->delay), 0);
+    ASSERT_EQ(weft_sleep_for(l->delay), 0);
     if (l->err)
         ASSERT_EQ(weft_future_reject(l->f, l->err), 0);
     else
@@ -444,7 +444,7 @@ static int deadline_root(void *arg)
     ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
     ASSERT_EQ(v, -1);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS); /* not cancelled */
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS); /* not cancelled */
     /* A deadline now or passed: -ETIMEDOUT without the clock moving. */
     ASSERT_EQ(weft_future_await(f, &v, weft_now()), -ETIMEDOUT);
     ASSERT_EQ(weft_future_await(f, &v, 0), -ETIMEDOUT);
@@ -486,16 +486,16 @@ static int eagain_root(void *arg)
     (void)arg;
     weft_future *f = mkfut(sizeof(int)), *g = mkfut(sizeof(int));
     ASSERT_EQ(weft_future_reject(f, -EINPROGRESS), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_reject(f, -EAGAIN), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EAGAIN);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EAGAIN);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     ASSERT_EQ(weft_future_await(f, NULL, WEFT_NEVER), -EAGAIN);
     weft_future *fs[2] = {f, g};
     int st[2];
     ASSERT_EQ(weft_future_race(fs, 2, WEFT_NEVER), 0);
-    ASSERT_EQ(weft_future_try(g, NULL), -EINPROGRESS); /* a bare loser */
+    ASSERT_EQ(weft_future_try_await(g, NULL), -EINPROGRESS); /* a bare loser */
     ASSERT_EQ(weft_future_all(fs, 1, WEFT_NEVER), -EAGAIN);
     ASSERT_EQ(weft_future_all_settled(fs, 1, st, WEFT_NEVER), 0);
     ASSERT_EQ(st[0], -EAGAIN);
@@ -553,7 +553,7 @@ static int await_cancel_root(void *arg)
     spawn(aw_fn, &b);
     weft_scope *sa = scope_open();
     spawn(aw_fn, &a);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 2);
     scope_cancel_end(sa);
     ASSERT_EQ(a.rc, -ECANCELED);
@@ -562,8 +562,8 @@ static int await_cancel_root(void *arg)
     /* The future is not cancelled, the other waiter still waits. */
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     int v = -1;
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     v = 5;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
     scope_end(sb);
@@ -597,7 +597,7 @@ static int await_cancel_root(void *arg)
     ASSERT_EQ(a.rc, -ECANCELED);
     ASSERT_EQ(a.at, 4 * WEFT_SEC + 500);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_reject(f, -EIO), 0);
     ASSERT_EQ(weft_future_await(f, NULL, WEFT_NEVER), -EIO);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -678,7 +678,7 @@ static int canceller_root(void *arg)
     scope_end(s);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     ASSERT_EQ(atomic_load(&d.calls), 1);
-    ASSERT_EQ(weft_future_try(d.f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(d.f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_resolve(d.f, NULL), 0);
     ASSERT_EQ(weft_future_unref(d.f), 0);
 
@@ -691,7 +691,7 @@ static int canceller_root(void *arg)
     scope_end(s);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     ASSERT_EQ(a.rc, -ECANCELED);
-    ASSERT_EQ(weft_future_try(f, NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -ECANCELED);
     ASSERT_EQ(weft_future_unref(f), 0);
     return 0;
 }
@@ -705,7 +705,7 @@ TEST(canceller_called_exactly_once)
     ASSERT_EQ(weft_future_set_canceller(c.f, cc_fn, &c), -EBUSY);
     ASSERT_EQ(weft_future_cancel(c.f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 1);
-    ASSERT_EQ(weft_future_try(c.f, NULL),
+    ASSERT_EQ(weft_future_try_await(c.f, NULL),
               -EINPROGRESS); /* its producer's call */
     ASSERT_EQ(weft_future_cancel(c.f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 1);
@@ -714,14 +714,14 @@ TEST(canceller_called_exactly_once)
     ASSERT_EQ(weft_future_resolve(c.f, &v), 0);
     ASSERT_EQ(weft_future_cancel(c.f), -EALREADY);
     ASSERT_EQ(atomic_load(&c.calls), 1);
-    ASSERT_EQ(weft_future_try(c.f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(c.f, &o), 0);
     ASSERT_EQ(o, 8);
     ASSERT_EQ(weft_future_unref(c.f), 0);
 
     /* Without a canceller: rejected -ECANCELED at once. */
     weft_future *f = mkfut(sizeof(int));
     ASSERT_EQ(weft_future_cancel(f), 0);
-    ASSERT_EQ(weft_future_try(f, &o), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(f, &o), -ECANCELED);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     ASSERT_EQ(weft_future_set_canceller(f, cc_fn, &c), -EALREADY);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -839,7 +839,7 @@ static int all_root(void *arg)
     int v;
 
     /* Every one resolves: 0 when the last does. */
-    ASSERT_EQ(weft_sleep(S), 0);
+    ASSERT_EQ(weft_sleep_for(S), 0);
     prods_start(&P,
                 (struct pspec[]){
                     {1 * S, 10, 0, 0}, {3 * S, 30, 0, 0}, {2 * S, 20, 0, 0}},
@@ -848,7 +848,7 @@ static int all_root(void *arg)
     ASSERT_EQ(since(&P), 3 * S);
     check_cancels(&P, (int[]){0, 0, 0});
     for (int i = 0; i < 3; i++) {
-        ASSERT_EQ(weft_future_try(P.fs[i], &v), 0);
+        ASSERT_EQ(weft_future_try_await(P.fs[i], &v), 0);
         ASSERT_EQ(v, P.p[i].value);
     }
     prods_end(&P);
@@ -861,8 +861,8 @@ static int all_root(void *arg)
     ASSERT_EQ(weft_future_all(P.fs, 3, WEFT_NEVER), -EIO);
     ASSERT_EQ(since(&P), 2 * S);
     check_cancels(&P, (int[]){0, 1, 0});
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -ECANCELED);
-    ASSERT_EQ(weft_future_try(P.fs[0], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(P.fs[0], &v), 0);
     prods_end(&P);
 
     /* Deadline at 2.5 s: -ETIMEDOUT, the unsettled ones cancelled. */
@@ -943,7 +943,7 @@ static int all_settled_root(void *arg)
     ASSERT_EQ(st[2], -EPIPE);
     ASSERT_EQ(st[3], -EINPROGRESS);
     check_cancels(&P, (int[]){0, 1, 0, 1});
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -ECANCELED);
     prods_end(&P);
 
     /* All settled at entry: no wait. */
@@ -976,7 +976,7 @@ static int any_root(void *arg)
     ASSERT_EQ(weft_future_any(P.fs, 3, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), 2 * S);
     check_cancels(&P, (int[]){0, 0, 1});
-    ASSERT_EQ(weft_future_try(P.fs[1], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], &v), 0);
     ASSERT_EQ(v, 20);
     prods_end(&P);
 
@@ -1027,7 +1027,7 @@ static int race_root(void *arg)
                 3);
     ASSERT_EQ(weft_future_race(P.fs, 3, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), S);
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -EIO);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -EIO);
     check_cancels(&P, (int[]){1, 0, 1});
     prods_end(&P);
 
@@ -1035,7 +1035,7 @@ static int race_root(void *arg)
     prods_start(&P, (struct pspec[]){{3 * S, 30, 0, 0}, {2 * S, 20, 0, 0}}, 2);
     ASSERT_EQ(weft_future_race(P.fs, 2, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), 2 * S);
-    ASSERT_EQ(weft_future_try(P.fs[1], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], &v), 0);
     ASSERT_EQ(v, 20);
     check_cancels(&P, (int[]){1, 0});
     prods_end(&P);
@@ -1123,7 +1123,7 @@ static int caller_cancel_root(void *arg)
         struct comb_call c = {.kind = kind, .P = &P, .rc = 99};
         weft_scope *cs = scope_open();
         spawn(comb_task, &c);
-        ASSERT_EQ(weft_sleep(2 * S), 0);
+        ASSERT_EQ(weft_sleep_for(2 * S), 0);
         scope_cancel_end(cs);
         ASSERT_EQ(c.rc, -ECANCELED);
         ASSERT_EQ(c.at, P.t0 + 2 * S);
@@ -1233,7 +1233,7 @@ static int many_futures_root(void *arg)
             /* Bare promises: the losers are left alone (and their
              * producers, cancelled with s, never settle them). */
             int want = kind >= C_ANY && i != first ? -EINPROGRESS : 0;
-            ASSERT_EQ(weft_future_try(fs[i], &v), want);
+            ASSERT_EQ(weft_future_try_await(fs[i], &v), want);
             if (!want)
                 ASSERT_EQ(v, i);
             ASSERT_EQ(weft__future_nwaiters(fs[i]), 0);
@@ -1263,7 +1263,7 @@ static int sleeper_fn(void *arg)
 {
     struct sleeper *k = arg;
     atomic_fetch_add(&k->calls, 1);
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got ? k->got : k->ret;
 }
@@ -1380,7 +1380,7 @@ static int spawn_root(void *arg)
     k = (struct sleeper){.sleep = 5 * S, .ret = 0};
     t0 = weft_now();
     ASSERT(weft_future_spawn(NULL, with_child_fn, &k, &f1) >= 0);
-    ASSERT_EQ(weft_sleep(2 * S), 0);
+    ASSERT_EQ(weft_sleep_for(2 * S), 0);
     ASSERT_EQ(weft_future_cancel(f1), 0);
     ASSERT_EQ(weft_future_await(f1, &v, WEFT_NEVER), 0);
     ASSERT_EQ(v, 1);
@@ -1416,7 +1416,7 @@ static int spawn_root(void *arg)
     for (int i = 0; i < 3; i++) {
         ASSERT_EQ(ks[i].at, t0 + S);
         ASSERT_EQ(ks[i].got, i == 2 ? 0 : -ECANCELED);
-        ASSERT_EQ(weft_future_try(fs[i], &v), i == 2 ? 0 : -ECANCELED);
+        ASSERT_EQ(weft_future_try_await(fs[i], &v), i == 2 ? 0 : -ECANCELED);
         ASSERT_EQ(weft_scope_status(s, i, &st), 0);
         ASSERT_EQ(st, 0); /* the statuses are the futures' */
         ASSERT_EQ(weft_future_unref(fs[i]), 0);
@@ -1447,7 +1447,7 @@ TEST(future_spawn_settles_and_cancels)
 static int bystander(void *arg)
 {
     struct sleeper *k = arg;
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got;
 }
@@ -1468,7 +1468,7 @@ static int spawned_race_root(void *arg)
     ASSERT_EQ(weft_now(), WEFT_MSEC);
     ASSERT_EQ(weft_future_await(fs[1], NULL, WEFT_NEVER), -ECANCELED);
     ASSERT_EQ(weft_future_await(fs[2], NULL, WEFT_NEVER), -EIO);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* the owner is not cancelled */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* the owner is not cancelled */
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(by.got, 0);
     ASSERT_EQ(by.at, 300 * WEFT_MSEC);
@@ -1500,7 +1500,7 @@ static int einprogress_root(void *arg)
     ASSERT_EQ(weft_future_await(f, &v, 5 * WEFT_SEC), -EIO);
     ASSERT_EQ(weft_now(), 0);
     ASSERT_EQ(v, -1);
-    ASSERT_EQ(weft_future_try(f, NULL), -EIO);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EIO);
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -1562,7 +1562,7 @@ static int spawn_cancel_race_root(void *arg)
     ASSERT_EQ(pthread_join(th, NULL), 0);
     for (int i = 0; i < n; i++) {
         int v = -1;
-        int rc = weft_future_try(fs[i], &v);
+        int rc = weft_future_try_await(fs[i], &v);
         ASSERT(rc == -ECANCELED || (rc == 0 && v == 1));
         ASSERT_EQ(weft_future_unref(fs[i]), 0);
     }
@@ -1590,7 +1590,7 @@ static int gk_fn(void *arg)
 {
     struct gk *k = arg;
     atomic_fetch_add(&k->calls, 1);
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got ? k->got : k->ret;
 }
@@ -1812,7 +1812,7 @@ static int gather_cancel_root(void *arg)
     g.k[2].sleep = 6 * S;
     weft_scope *s = scope_open();
     spawn(gcall_task, &g);
-    ASSERT_EQ(weft_sleep(2 * S), 0);
+    ASSERT_EQ(weft_sleep_for(2 * S), 0);
     scope_cancel_end(s);
     ASSERT_EQ(g.rc, -ECANCELED);
     ASSERT_EQ(g.at, 2 * S);
@@ -1938,7 +1938,7 @@ static int st_settler(void *arg)
             continue;
         uint64_t x = rnd(&r);
         if (x % 8)
-            ASSERT_EQ(weft_sleep((int64_t)(x >> 8) % (40 * WEFT_USEC)), 0);
+            ASSERT_EQ(weft_sleep_for((int64_t)(x >> 8) % (40 * WEFT_USEC)), 0);
         else
             weft_yield();
         settle_one(i);
@@ -2006,7 +2006,7 @@ static int st_waiter(void *arg)
             }
             ASSERT(rc >= 0 && rc < 3);
             atomic_fetch_add(&ST->got, 1);
-            int rr = weft_future_try(fs[rc], &v);
+            int rr = weft_future_try_await(fs[rc], &v);
             check_result(ix[rc], rr, v);
             break;
         }
@@ -2057,7 +2057,7 @@ static int stress_root(void *arg)
     ASSERT_EQ(pthread_join(th, NULL), 0);
     for (int i = 0; i < s->nf; i++) {
         int64_t v = -1;
-        int rc = weft_future_try(s->fs[i], &v);
+        int rc = weft_future_try_await(s->fs[i], &v);
         check_result(i, rc, v);
         ASSERT_EQ(weft__future_nwaiters(s->fs[i]), 0);
         ASSERT_EQ(weft_future_unref(s->fs[i]), 0);
@@ -2185,7 +2185,7 @@ static int future_case_root(void *arg)
     weft_scope *s = scope_open();
     spawn(fcase_fn, &p);
     spawn(aw_fn, &a);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 2);
     v = 42;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
@@ -2205,13 +2205,13 @@ static int future_case_root(void *arg)
     p = (struct fcase){f, weft_now() + WEFT_SEC, 99, -1, 99, 0};
     s = scope_open();
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(p.idx, -ETIMEDOUT);
     ASSERT_EQ(p.at, 2 * WEFT_SEC);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
     p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     ASSERT_EQ(weft_future_reject(f, -EPIPE), 0);
     scope_end(s);
@@ -2227,12 +2227,12 @@ static int future_case_root(void *arg)
     p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
     s = scope_open();
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     scope_cancel_end(s);
     ASSERT_EQ(p.idx, -ECANCELED);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_unref(f), 0);
     return 0;
 }
@@ -2264,7 +2264,7 @@ static int wait_kind_root(void *arg)
     struct kindp k = {NULL, fs};
     weft_scope *s = scope_open();
     spawn(any_fn, &k);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(k.t->wait_kind, WEFT__W_FUTURE);
     ASSERT(k.t->wait_obj == (const void *)fs);
     ASSERT_EQ(weft__future_nwaiters(fs[0]), 1);

@@ -85,7 +85,7 @@ static int map_fn(void *arg)
     m->starts[atomic_fetch_add(&m->nstarts, 1)] = i;
     atomic_fetch_add(&m->calls, 1);
     note_max(&m->max, atomic_fetch_add(&m->inflight, 1) + 1);
-    int rc = m->sleep ? weft_sleep(m->sleep[i]) : weft_yield();
+    int rc = m->sleep ? weft_sleep_for(m->sleep[i]) : weft_yield();
     if (i < 64)
         m->got[i] = rc;
     atomic_fetch_sub(&m->inflight, 1);
@@ -297,7 +297,7 @@ static int map_fail_fast_root(void *arg)
     ASSERT_EQ(atomic_load(&m.inflight), 0);
     /* The caller's own scope is not cancelled. */
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(SEC), 0);
+    ASSERT_EQ(weft_sleep_for(SEC), 0);
     ASSERT_EQ(atomic_load(&m.calls), 6); /* nothing runs on after */
     mctx_free(&m);
     return 0;
@@ -565,7 +565,7 @@ struct page {
 static int fetch(void *arg)
 {
     struct page *p = arg;
-    int rc = weft_sleep(p->latency);
+    int rc = weft_sleep_for(p->latency);
     if (rc)
         return rc;
     p->bytes = 1000 + p->id;
@@ -712,7 +712,7 @@ static int produce(void *arg)
     struct producer *p = arg;
     p->rc = 0;
     for (int64_t v = 0; p->n < 0 || v < p->n; v++) {
-        if (p->gap && (p->rc = weft_sleep(p->gap)) != 0)
+        if (p->gap && (p->rc = weft_sleep_for(p->gap)) != 0)
             break;
         if ((p->rc = weft_chan_send(p->c, &v)) != 0)
             break;
@@ -788,10 +788,10 @@ static int stage_fn(void *ctx, const void *in, void *out)
     note_max(&c->max, atomic_fetch_add(&c->inflight, 1) + 1);
     int rc = 0;
     if (c->sleep)
-        rc = weft_sleep(c->sleep);
+        rc = weft_sleep_for(c->sleep);
     else if (c->sleep_rand) {
         uint64_t s = c->seed ^ ((uint64_t)x * 0x9e3779b97f4a7c15ULL);
-        rc = weft_sleep((int64_t)(rnd(&s) % (uint64_t)c->sleep_rand));
+        rc = weft_sleep_for((int64_t)(rnd(&s) % (uint64_t)c->sleep_rand));
     }
     atomic_fetch_sub(&c->inflight, 1);
     if (rc)
@@ -1312,7 +1312,7 @@ static int settle_task(void *arg)
     weft_scope *sh = NULL;
     weft_scope_opts o = {.shield = 1};
     ASSERT_EQ(weft_scope_open(&sh, &o), 0);
-    ASSERT_EQ(weft_sleep(10 * SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * SEC), 0);
     ASSERT_EQ(weft_scope_join(sh), 0);
     ASSERT_EQ(weft_scope_free(sh), 0);
     for (int i = 0; i < s->ncs; i++)

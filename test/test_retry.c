@@ -362,7 +362,7 @@ static int rec_fn(void *arg)
     r->deadline[r->calls] = weft_deadline();
     int i = r->calls++;
     int64_t work = r->work[i] ? r->work[i] : r->work_ns;
-    int rc = work ? weft_sleep(work) : 0;
+    int rc = work ? weft_sleep_for(work) : 0;
     r->work_rc[i] = rc;
     r->end[i] = weft_now();
     if (rc)
@@ -666,7 +666,7 @@ TEST(retry_shield_hides_outer_deadline)
 static void slow_on_retry(int attempt, int status, int64_t delay, void *ctx)
 {
     rec_on_retry(attempt, status, delay, ctx);
-    ASSERT_EQ(weft_sleep(50 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(50 * MS), 0);
 }
 
 static int slow_on_retry_root(void *arg)
@@ -712,7 +712,7 @@ struct canceller {
 static int cancel_after(void *arg)
 {
     struct canceller *c = arg;
-    ASSERT_EQ(weft_sleep(c->after), 0);
+    ASSERT_EQ(weft_sleep_for(c->after), 0);
     ASSERT_EQ(weft_scope_cancel(c->s), 0);
     return 0;
 }
@@ -1066,7 +1066,7 @@ static int fb_fn(void *arg)
     struct fb *f = arg;
     f->fn_calls++;
     if (f->sleep_ns) {
-        int rc = weft_sleep(f->sleep_ns);
+        int rc = weft_sleep_for(f->sleep_ns);
         f->fn_end = weft_now();
         if (rc) {
             f->fn_rc = rc;

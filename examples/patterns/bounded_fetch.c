@@ -42,7 +42,7 @@ static int fetch(void *arg)
         c->max_in_flight = c->in_flight;
     printf("t=%3lld ms  GET /page/%d  (%d in flight)\n",
            (long long)(weft_now() / WEFT_MSEC), p->id, c->in_flight);
-    int rc = weft_sleep(LATENCY); /* -ECANCELED if the map gives up */
+    int rc = weft_sleep_for(LATENCY); /* -ECANCELED if the map gives up */
     c->in_flight--;
     if (rc != 0)
         return rc;

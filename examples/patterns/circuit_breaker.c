@@ -42,7 +42,7 @@ static int call_service(void *arg)
 {
     if (weft_now() < 1500 * MS)
         return -ECONNREFUSED;   /* down: refused at once */
-    return weft_sleep(20 * MS); /* up: answers in 20 ms */
+    return weft_sleep_for(20 * MS); /* up: answers in 20 ms */
 }
 
 static int run(void *arg)

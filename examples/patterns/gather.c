@@ -34,7 +34,7 @@ static mirror mirrors[] = {{80, 0}, {30, 0}, {10, 1}}; /* A, B, C */
 static int download(void *arg)
 {
     mirror *m = arg;
-    int rc = weft_sleep(m->ms * MS);
+    int rc = weft_sleep_for(m->ms * MS);
     return rc == 0 && m->fails ? -ECONNREFUSED : rc;
 }
 

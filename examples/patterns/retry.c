@@ -34,7 +34,7 @@ static int call_service(void *arg)
     s->called_at[i] = weft_now();
     printf("t=%4lld ms  attempt %d\n", (long long)(weft_now() / MS), i + 1);
     int hang = s->answers[i] == 1;
-    int rc = weft_sleep(hang ? 10 * WEFT_SEC : 10 * MS); /* the round trip */
+    int rc = weft_sleep_for(hang ? 10 * WEFT_SEC : 10 * MS); /* the round trip */
     s->ended_at[i] = weft_now();
     return rc ? rc : s->answers[i];
 }

@@ -27,7 +27,7 @@ static int call_service(void *arg)
     int64_t ms = *(int64_t *)arg;
     printf("t=%3lld ms  a %lld ms call, effective deadline %lld ms\n", NOW_MS,
            (long long)ms, (long long)(weft_deadline() / MS));
-    return weft_sleep(ms * MS); /* 0, or -ECANCELED at the deadline */
+    return weft_sleep_for(ms * MS); /* 0, or -ECANCELED at the deadline */
 }
 
 static int run(void *arg)

@@ -27,7 +27,7 @@ static int fetch_price(void *arg)
     health h = *(health *)arg;
     if (h == DOWN)
         return -ECONNREFUSED;
-    int rc = weft_sleep(h == HEALTHY ? 30 * MS : 10 * WEFT_SEC);
+    int rc = weft_sleep_for(h == HEALTHY ? 30 * MS : 10 * WEFT_SEC);
     return rc == 0 ? 1299 : rc; /* -ECANCELED when the timeout passes */
 }
 

@@ -72,7 +72,7 @@ struct weft_actor {
     struct weft__ask *cur_ask;        /* the asker of the message being handled
                                        * (NULL: a tell, or the asker gave up) */
     weft__waitq sendq;                /* tells and asks waiting for room */
-    weft__waitq exitq;                /* weft_actor_wait */
+    weft__waitq exitq;                /* weft_actor_join_until */
     struct weft__monitor *downs;      /* fired at this watcher, unhandled */
     struct weft__monitor **downs_end; /* where the next one goes */
     weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */

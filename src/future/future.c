@@ -367,7 +367,7 @@ static void give_up(wait_op *op)
             continue;
         int rc = cancel(op->fs[i], false);
         if (op->statuses)
-            op->statuses[i] = rc == -EALREADY ? weft_future_try(op->fs[i], NULL)
+            op->statuses[i] = rc == -EALREADY ? weft_future_try_await(op->fs[i], NULL)
                                               : -EINPROGRESS;
     }
 }
@@ -417,7 +417,7 @@ static int wait_futures(wait_op *op, int *fired, int64_t deadline)
             break;
         for (int k = from; k < to && !decided; k++) {
             int i = fired[k];
-            decided = take_in(op, i, weft_future_try(op->fs[i], op->out));
+            decided = take_in(op, i, weft_future_try_await(op->fs[i], op->out));
         }
     }
 

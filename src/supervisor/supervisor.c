@@ -112,7 +112,7 @@ struct weft_sup {
     bool closed;      /* stopping or stopped: requests get -ESRCH */
     bool done;        /* weft_sup_spawn's: the run returned, status set */
     int status;
-    weft__waitq waiters; /* weft_sup_wait */
+    weft__waitq waiters; /* weft_sup_join_until */
     /* ---- published for weft_sup_stats_get ---- */
     _Atomic int running_pub;
     _Atomic long restarts_pub;
@@ -321,7 +321,7 @@ static void intake(weft_sup *s, child *list)
         child *c = rev;
         rev = rev->exit_next;
         c->state = C_EXITED;
-        weft_task_release(c->h);
+        weft_task_detach(c->h);
         c->h = (weft_task_handle){0};
         st_rlx(&s->running_pub, --s->running);
         pend_push(s, c);

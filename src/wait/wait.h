@@ -47,7 +47,7 @@
 /* What a parked task waits on. Names for the dump: weft__wait_kind_name. */
 typedef enum weft__wait_kind {
     WEFT__W_NONE = 0,
-    WEFT__W_SLEEP,      /* weft_sleep: a deadline only */
+    WEFT__W_SLEEP,      /* weft_sleep_for: a deadline only */
     WEFT__W_SEND,       /* a channel send */
     WEFT__W_RECV,       /* a channel receive */
     WEFT__W_SELECT,     /* several cases (obj: the case array) */
@@ -69,7 +69,7 @@ typedef enum weft__wait_kind {
     WEFT__W_MAILBOX,    /* an actor waiting for a message (obj: the actor) */
     WEFT__W_TELL,       /* a tell waiting for room in a mailbox */
     WEFT__W_ASK,        /* an ask waiting for room, then for its reply */
-    WEFT__W_ACTOR,      /* weft_actor_wait: an actor's exit */
+    WEFT__W_ACTOR,      /* weft_actor_join_until: an actor's exit */
     WEFT__W_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
     WEFT__W_KINDS
 } weft__wait_kind;
