@@ -37,11 +37,12 @@ struct bench {
 static int child(void *arg)
 {
     struct bench *b = arg;
-    int running;
+    weft_sup_stats ss;
 
     if (++b->starts <= b->n)
         return -EIO;
-    weft_sup_counts(b->sup, &running, &b->restarts);
+    weft_sup_stats_get(b->sup, &ss);
+    b->restarts = ss.restarts;
     weft_sup_stop(b->sup);
     return weft_sleep_until(WEFT_NEVER); /* -ECANCELED */
 }

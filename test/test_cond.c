@@ -1301,7 +1301,8 @@ static int bs_task(void *arg)
         /* Arrive late now and then, so that everyone is blocked at times
          * and deadlines pass (on the virtual clock, only then). */
         if ((r >> 40) % 4 == 0) {
-            int sr = weft_sleep_for((int64_t)((r >> 24) % (uint64_t)x->max_wait));
+            int sr =
+                weft_sleep_for((int64_t)((r >> 24) % (uint64_t)x->max_wait));
             if (sr == -ECANCELED)
                 return 0;
         }

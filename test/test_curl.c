@@ -72,7 +72,7 @@ static resp get(CURL *e, const char *base, const char *path, weft_time deadline)
                  strncmp(path, "/close", 6) == 0 ||
                  strncmp(path, "/flaky_reset", 12) == 0;
     curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, kills ? 1L : 0L);
-    r.rc = weft_curl_perform_code(e, deadline, &r.code);
+    r.rc = weft_curl_perform_ex(e, &r.code, deadline);
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r.status);
     curl_easy_getinfo(e, CURLINFO_RETRY_AFTER, &r.retry_after);
     if (own)
@@ -225,7 +225,7 @@ static void misuse_body(env *v)
     CURL *e = curl_easy_init();
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, "http://127.0.0.1:1/");
-    ASSERT_EQ(weft_curl_perform_code(e, weft_now(), &code), -ETIMEDOUT);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, weft_now()), -ETIMEDOUT);
     ASSERT_EQ(code, CURLE_OPERATION_TIMEDOUT);
     ASSERT_EQ(stats_of(v).accepted, 0);
     /* The same handle in two transfers at once: the second is refused,
@@ -485,7 +485,7 @@ static int bad_url_reason(void *arg)
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, why);
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, bad);
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(code, CURLE_URL_MALFORMAT);
     ASSERT(strstr(curl_easy_strerror(code), "URL") != NULL);
     if (curl_version_info(CURLVERSION_NOW)->version_num >= 0x080101)
@@ -497,12 +497,12 @@ static int bad_url_reason(void *arg)
     curl_url_cleanup(u);
     /* A protocol libcurl does not know: named in the sentence. */
     curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
     ASSERT(strstr(why, "\"nosuch\" not supported") != NULL);
     /* Emptied when the next transfer starts. */
     curl_easy_setopt(e, CURLOPT_URL, "http://127.0.0.1:1/");
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -ECONNREFUSED);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -ECONNREFUSED);
     ASSERT(strstr(why, "nosuch") == NULL);
     curl_easy_cleanup(e);
     return 0;
@@ -568,7 +568,7 @@ static void not_http_body(env *v)
     /* A scheme libcurl does not speak: no request, -EINVAL. */
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
-    ASSERT_EQ(weft_curl_perform_code(e, dl, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, dl), -EINVAL);
     ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
     curl_easy_cleanup(e);
     fault_server_stats st = stats_of(v);
@@ -660,7 +660,7 @@ static int refused_at_limit(void *arg)
     for (int i = 0; i < 4; i++)
         close(fds[--n]);
     CURLcode code;
-    int rc = weft_curl_perform_code(e, dl, &code);
+    int rc = weft_curl_perform_ex(e, &code, dl);
     int at_limit = dup(null_fd) < 0 && errno == EMFILE;
     while (g.n > 0)
         close(g.fds[--g.n]);
@@ -720,7 +720,7 @@ static int interim_then_garbage(void *arg)
     curl_easy_setopt(e, CURLOPT_URL, url);
     easy_setup(e, &r);
     CURLcode code;
-    int rc = weft_curl_perform_code(e, weft_now() + 60 * WEFT_SEC, &code);
+    int rc = weft_curl_perform_ex(e, &code, weft_now() + 60 * WEFT_SEC);
     long status = -1;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(e);

@@ -2,7 +2,7 @@
 /*
  * Futures and combinators: settle once, await (deadline, cancel, many
  * awaiters, a plain pthread settling), cancellers, all / all_settled / any
- * / race, weft_future_spawn, weft_gather under every policy, refcounts,
+ * / race, weft_future_spawn, weft_gather_tasks under every policy, refcounts,
  * argument errors and a cross-worker stress. Every test that measures time
  * runs on the virtual clock, where instants are exact.
  */
@@ -200,18 +200,23 @@ static void check_arg_errors(int in_task)
     ASSERT_EQ(weft_future_spawn(NULL, ret_arg, NULL, NULL), -EINVAL);
 
     weft_fn fns[2] = {ret_arg, NULL};
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 0, fns, NULL, NULL, NULL),
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 0, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 65537, fns, NULL, NULL, NULL,
+                                WEFT_NEVER),
               -EINVAL);
     ASSERT_EQ(
-        weft_gather(WEFT_COLLECT, WEFT_NEVER, 65537, fns, NULL, NULL, NULL),
+        weft_gather_tasks(WEFT_COLLECT, 1, NULL, NULL, NULL, NULL, WEFT_NEVER),
         -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 1, NULL, NULL, NULL, NULL),
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 2, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(
+        weft_gather_tasks((weft_policy)9, 1, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, NULL, NULL, -5),
               -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 2, fns, NULL, NULL, NULL),
-              -EINVAL);
-    ASSERT_EQ(weft_gather((weft_policy)9, WEFT_NEVER, 1, fns, NULL, NULL, NULL),
-              -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, -5, 1, fns, NULL, NULL, NULL), -EINVAL);
 
     if (!in_task) {
         /* Blocking calls and spawns need a task. */
@@ -221,14 +226,14 @@ static void check_arg_errors(int in_task)
         ASSERT_EQ(weft_future_any(fs, 1, WEFT_NEVER), -EPERM);
         ASSERT_EQ(weft_future_race(fs, 1, WEFT_NEVER), -EPERM);
         ASSERT_EQ(weft_future_spawn(NULL, ret_arg, NULL, &out), -EPERM);
-        ASSERT_EQ(
-            weft_gather(WEFT_COLLECT, WEFT_NEVER, 1, fns, NULL, NULL, NULL),
-            -EPERM);
+        ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, NULL, NULL,
+                                    WEFT_NEVER),
+                  -EPERM);
     } else {
         /* A deadline argument of 0 is an instant (here long past, or the
-         * virtual clock's start): nothing runs, as for weft_map. */
+         * virtual clock's start): nothing runs, as for weft_map_tasks. */
         int gst[1] = {99};
-        ASSERT_EQ(weft_gather(WEFT_COLLECT, 0, 1, fns, NULL, gst, NULL),
+        ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, gst, NULL, 0),
                   -ETIMEDOUT);
         ASSERT_EQ(gst[0], -ECANCELED);
     }
@@ -1576,7 +1581,8 @@ TEST(future_spawn_cancel_races_task_exit)
     ASSERT_EQ(t_run_mono(4, spawn_cancel_race_root, NULL), 0);
 }
 
-/* ============================== weft_gather ============================= */
+/* ============================== weft_gather_tasks
+ * ============================= */
 
 struct gk {
     int64_t sleep;
@@ -1626,8 +1632,8 @@ static void run_gcase(const struct gcase *c)
         fns[i] = gk_fn;
         args[i] = &k[i];
     }
-    int rc = weft_gather(c->policy, c->deadline ? t0 + c->deadline : WEFT_NEVER,
-                         c->n, fns, args, st, &winner);
+    int rc = weft_gather_tasks(c->policy, c->n, fns, args, st, &winner,
+                               c->deadline ? t0 + c->deadline : WEFT_NEVER);
     ASSERT_EQ(rc, c->rc);
     ASSERT_EQ(winner, c->winner);
     ASSERT_EQ(weft_now() - t0, c->at);
@@ -1742,12 +1748,14 @@ static int gather_root(void *arg)
     /* args NULL: every arg NULL; statuses and winner NULL. */
     weft_fn nf[2] = {null_arg_fn, null_arg_fn};
     int st[2], winner = 99;
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 2, nf, NULL, st, &winner),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 2, nf, NULL, st, &winner, WEFT_NEVER),
+        0);
     ASSERT_EQ(st[0], 4);
     ASSERT_EQ(st[1], 4);
     ASSERT_EQ(winner, -1);
-    ASSERT_EQ(weft_gather(WEFT_RACE, WEFT_NEVER, 2, nf, NULL, NULL, NULL), 4);
+    ASSERT_EQ(weft_gather_tasks(WEFT_RACE, 2, nf, NULL, NULL, NULL, WEFT_NEVER),
+              4);
 
     /* A deadline already passed: no task runs its fn. */
     static struct gk k[2];
@@ -1755,7 +1763,7 @@ static int gather_root(void *arg)
     void *args[2] = {&k[0], &k[1]};
     weft_time t0 = weft_now();
     ASSERT(t0 > 0);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, t0, 2, fns, args, st, &winner),
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 2, fns, args, st, &winner, t0),
               -ETIMEDOUT);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
@@ -1765,8 +1773,9 @@ static int gather_root(void *arg)
     /* In a cancelled scope: likewise, -ECANCELED. */
     weft_scope *s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_gather(WEFT_FIRST, WEFT_NEVER, 2, fns, args, st, &winner),
-              -ECANCELED);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_FIRST, 2, fns, args, st, &winner, WEFT_NEVER),
+        -ECANCELED);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
     ASSERT_EQ(winner, -1);
@@ -1796,7 +1805,8 @@ static int gcall_task(void *arg)
     struct gcall *g = arg;
     weft_fn fns[3] = {gk_fn, gk_fn, gk_fn};
     void *args[3] = {&g->k[0], &g->k[1], &g->k[2]};
-    g->rc = weft_gather(WEFT_COLLECT, WEFT_NEVER, 3, fns, args, g->st, NULL);
+    g->rc =
+        weft_gather_tasks(WEFT_COLLECT, 3, fns, args, g->st, NULL, WEFT_NEVER);
     g->at = weft_now();
     return 0;
 }
@@ -1848,18 +1858,21 @@ static int gather_many_root(void *arg)
         args[i] = (void *)(intptr_t)i;
     }
     int winner;
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, n, fns, args, st, &winner),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, n, fns, args, st, &winner, WEFT_NEVER),
+        0);
     ASSERT_EQ(winner, -1);
     for (int i = 0; i < n; i++)
         ASSERT_EQ(st[i], i);
-    ASSERT_EQ(weft_gather(WEFT_FAIL_FAST, WEFT_NEVER, n, fns, args, st, NULL),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_FAIL_FAST, n, fns, args, st, NULL, WEFT_NEVER),
+        0);
     for (int i = 0; i < n; i++)
         ASSERT_EQ(st[i], i);
     /* race: whichever finished first; every other either finished or
      * was cancelled. */
-    int rc = weft_gather(WEFT_RACE, WEFT_NEVER, n, fns, args, st, &winner);
+    int rc =
+        weft_gather_tasks(WEFT_RACE, n, fns, args, st, &winner, WEFT_NEVER);
     ASSERT(winner >= 0 && winner < n);
     ASSERT_EQ(rc, winner);
     ASSERT_EQ(st[winner], winner);

@@ -149,7 +149,8 @@ static int try_root(void *arg)
     /* 10 a second, burst 4. */
     ASSERT_EQ(weft_limiter_new(&l, 10, WEFT_SEC, 4), 0);
     ASSERT_EQ(weft_limiter_try_acquire(l, 3), 0);
-    ASSERT_EQ(weft_limiter_try_acquire(l, 2), -EAGAIN); /* 1 left: nothing taken */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 2),
+              -EAGAIN); /* 1 left: nothing taken */
     ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0);
     ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_sleep_for(99999999), 0);
@@ -158,7 +159,7 @@ static int try_root(void *arg)
     ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0); /* at exactly 100 ms */
     ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     /* try does not jump ahead of a sleeping reservation. */
-    ASSERT_EQ(weft_sleep_for(250 * WEFT_MSEC), 0);            /* 2.5 tokens */
+    ASSERT_EQ(weft_sleep_for(250 * WEFT_MSEC), 0);        /* 2.5 tokens */
     ASSERT_EQ(weft_limiter_acquire(l, 4, WEFT_NEVER), 0); /* 1.5 more */
     ASSERT_EQ(weft_now(), 500 * WEFT_MSEC);
     ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
@@ -189,7 +190,8 @@ static int try_root(void *arg)
     weft_scope *s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), -ECANCELED);
-    ASSERT_EQ(weft_limiter_try_acquire(l, 5), 0); /* try is not; nothing was taken */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 5),
+              0); /* try is not; nothing was taken */
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_limiter_free(l), 0);

@@ -160,7 +160,7 @@ static void check_outside_runtime(void)
     ASSERT(s == (weft_scope *)0x1); /* *out untouched on failure */
     ASSERT_EQ(weft_workers(), -EPERM);
     ASSERT_EQ(weft_worker_id(), -EPERM);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, never_run, NULL), -EPERM);
+    ASSERT_EQ(weft_call_for(never_run, NULL, WEFT_SEC), -EPERM);
     ASSERT_EQ(weft_cancelled(), 0);
     ASSERT(weft_scope_current() == NULL);
     ASSERT(weft_task_name() != NULL);

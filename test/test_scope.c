@@ -1014,7 +1014,7 @@ static int misuse_null_root(void *arg)
     ASSERT_EQ(weft_scope_cancel(NULL), -EINVAL);
     ASSERT_EQ(weft_scope_free(NULL), -EINVAL);
     ASSERT_EQ(weft_scope_set_deadline(NULL, WEFT_SEC), -EINVAL);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, NULL, NULL), -EINVAL);
+    ASSERT_EQ(weft_call_for(NULL, NULL, WEFT_SEC), -EINVAL);
     ASSERT(!weft_scope_cancelled(s));
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -1064,7 +1064,7 @@ TEST(misuse_join_not_innermost_is_einval)
     ASSERT_EQ(t_run_virtual(1, misuse_order_root, NULL), 0);
 }
 
-/* ---- weft_with_timeout ------------------------------------------------ */
+/* ---- weft_call_for ------------------------------------------------ */
 
 static int sleep_then_ret(void *arg)
 {
@@ -1096,7 +1096,7 @@ static int inner_timeout(void *arg)
 {
     struct kid *k = arg;
     /* The inner deadline is later than the outer one. */
-    int r = weft_with_timeout(100 * WEFT_SEC, sleep_then_ret, k);
+    int r = weft_call_for(sleep_then_ret, k, 100 * WEFT_SEC);
     ASSERT_EQ(r, -ECANCELED);
     return r;
 }
@@ -1105,29 +1105,27 @@ static int with_timeout_root(void *arg)
 {
     (void)arg;
     struct kid fast = {.sleep = WEFT_SEC, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &fast), 0);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &fast, 2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
 
     struct kid fail = {.sleep = WEFT_SEC, .ret = -EIO};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &fail), -EIO);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &fail, 2 * WEFT_SEC), -EIO);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
 
     struct kid slow = {.sleep = 5 * WEFT_SEC, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &slow),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &slow, 2 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(slow.got, -ECANCELED);
     ASSERT_EQ(slow.at, 4 * WEFT_SEC);
     ASSERT_EQ(weft_now(), 4 * WEFT_SEC);
     ASSERT_EQ(weft_cancelled(), 0); /* the timeout scope is gone */
 
     /* fn that swallows the cancellation: its result stands. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, ignore_cancel, NULL), 0);
+    ASSERT_EQ(weft_call_for(ignore_cancel, NULL, WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 5 * WEFT_SEC);
 
     /* Children spawned by fn into its scope are cancelled at the deadline
      * and waited for. */
-    ASSERT_EQ(weft_with_timeout(3 * WEFT_SEC, spawn_then_sleep, NULL),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(spawn_then_sleep, NULL, 3 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 8 * WEFT_SEC);
     for (int i = 0; i < 3; i++) {
         ASSERT(wt_kids[i].done);
@@ -1137,14 +1135,13 @@ static int with_timeout_root(void *arg)
 
     /* Nested: the outer deadline cancels fn inside the inner one. */
     struct kid nested = {.sleep = 50 * WEFT_SEC};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, inner_timeout, &nested),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(inner_timeout, &nested, 2 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(nested.at, 10 * WEFT_SEC);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
 
     /* A long timeout that fn beats leaves no timer behind. */
     struct kid quick = {.sleep = 1, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(1000 * WEFT_SEC, sleep_then_ret, &quick), 0);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &quick, 1000 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC + 1);
     return 0;
 }
@@ -1155,7 +1152,7 @@ TEST(with_timeout_fast_slow_exact)
 }
 
 /* fn returns leaving a scope it opened unjoined (with a child asleep in
- * it): weft_with_timeout joins it (the child runs to the timeout's
+ * it): weft_call_for joins it (the child runs to the timeout's
  * deadline, which cancels it), restores the caller's scope, and leaves no
  * deadline behind to cancel the caller later. */
 static struct kid leftover_kid;
@@ -1181,12 +1178,12 @@ static int with_timeout_leftover_root(void *arg)
     /* A timeout of 0 (or less) is a deadline that has come, even at the
      * virtual clock's start: fn runs cancelled. */
     ASSERT_EQ(weft_now(), 0);
-    ASSERT_EQ(weft_with_timeout(0, sleep_one_sec, NULL), -ETIMEDOUT);
-    ASSERT_EQ(weft_with_timeout(-5, sleep_one_sec, NULL), -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_one_sec, NULL, 0), -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_one_sec, NULL, -5), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 0);
     weft_scope *mine = weft_scope_current();
     ASSERT_EQ(
-        weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)(intptr_t)-EIO),
+        weft_call_for(leaves_scope_open, (void *)(intptr_t)-EIO, WEFT_SEC),
         -ETIMEDOUT);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(leftover_kid.got, -ECANCELED);
@@ -1194,7 +1191,7 @@ static int with_timeout_leftover_root(void *arg)
     ASSERT(weft_scope_current() == mine);
     ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0); /* nothing left to cancel us */
     /* Success: the result stands, the leftover is joined all the same. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)7), 7);
+    ASSERT_EQ(weft_call_for(leaves_scope_open, (void *)7, WEFT_SEC), 7);
     ASSERT_EQ(weft_now(), 7 * WEFT_SEC);
     ASSERT(weft_scope_current() == mine);
     ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0);
@@ -1206,8 +1203,8 @@ TEST(with_timeout_joins_scopes_fn_left_open)
     ASSERT_EQ(t_run_virtual(1, with_timeout_leftover_root, NULL), 0);
 }
 
-/* Misuse: fn joins the scope weft_with_timeout opened for it. The scopes
- * around the call are the caller's and stay so: weft_with_timeout joins
+/* Misuse: fn joins the scope weft_call_for opened for it. The scopes
+ * around the call are the caller's and stay so: weft_call_for joins
  * nothing above its own scope (it used to join the caller's scope P and
  * orphan it, or spin on -EPERM with the root's). */
 static int joins_its_own_scope(void *arg)
@@ -1222,14 +1219,14 @@ static int with_timeout_misuse_root(void *arg)
 {
     (void)arg;
     weft_scope *p = open_scope(WEFT_COLLECT, 0, 0);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    ASSERT_EQ(weft_call_for(joins_its_own_scope, NULL, WEFT_SEC), 7);
     ASSERT(weft_scope_current() == p);
     ASSERT(weft_spawn(p, sleep_one_sec, NULL) >= 0);
     ASSERT_EQ(weft_scope_join(p), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(weft_scope_free(p), 0);
     /* Straight under the root's scope too. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    ASSERT_EQ(weft_call_for(joins_its_own_scope, NULL, WEFT_SEC), 7);
     return 0;
 }
 

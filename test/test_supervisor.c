@@ -177,17 +177,19 @@ static int stopper(void *arg)
         int st;
         rc = weft_sup_join_until(s, &st, r->stop_at);
         if (rc == -ETIMEDOUT) {
-            weft_sup_counts(s, NULL, &r->restarts);
+            weft_sup_stats ss;
+            weft_sup_stats_get(s, &ss);
+            r->restarts = ss.restarts;
             LOG("stop", "");
             ASSERT_EQ(weft_sup_stop(s), 0);
         }
     }
     ASSERT_EQ(weft_sup_join_until(s, &r->result, WEFT_NEVER), 0);
     r->returned_at = weft_now();
-    long restarts;
-    ASSERT_EQ(weft_sup_counts(s, NULL, &restarts), 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
     if (r->stop_at == WEFT_NEVER)
-        r->restarts = restarts;
+        r->restarts = ss.restarts;
     ASSERT_EQ(weft_sup_stop(s), -ESRCH);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
@@ -531,17 +533,16 @@ static int dynamic_root(void *arg)
     bad.start = NULL;
     ASSERT_EQ(weft_sup_start_child(s, &bad), -EINVAL);
     ASSERT_EQ(weft_sup_start_child(NULL, &c2), -EINVAL);
-    int running;
-    long restarts;
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 2);
-    ASSERT_EQ(restarts, 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 2);
+    ASSERT_EQ(ss.restarts, 0);
     weft_sleep_for(10 * MS);
     LOG("term", "");
     ASSERT_EQ(weft_sup_terminate_child(s, "a"), 0);
     ASSERT_EQ(weft_sup_terminate_child(s, "a"), -ENOENT);
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 1);
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1);
     ASSERT_EQ(weft_sup_start_child(s, &c2), 0); /* room again */
     ASSERT_EQ(weft_sup_free(s), -EBUSY);
     ASSERT_EQ(weft_sup_stop(s), 0);
@@ -576,7 +577,9 @@ TEST(bad_arguments)
     ASSERT_EQ(weft_sup_spawn(NULL, NULL, c, 1, &s), -EPERM);
     ASSERT(weft_sup_current() == NULL);
     ASSERT_EQ(weft_sup_stop(NULL), -EINVAL);
-    ASSERT_EQ(weft_sup_counts(NULL, NULL, NULL), -EINVAL);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(NULL, NULL), -EINVAL);
+    ASSERT_EQ(weft_sup_stats_get(NULL, &ss), -EINVAL);
     ASSERT_EQ(weft_sup_free(NULL), -EINVAL);
     ASSERT_EQ(weft_sup_join_until(NULL, NULL, 0), -EINVAL);
     /* Checks before anything starts (no task needed for them). */
@@ -670,14 +673,14 @@ static int cancel_start_root(void *arg)
     weft_sup *s;
     ASSERT_EQ(weft_sup_spawn(NULL, &o, c, 2, &s), 0);
     weft_sleep_for(20 * MS);
-    ASSERT_EQ(weft_with_timeout(100 * MS, cancel_caller, s), 0);
-    int running;
-    ASSERT_EQ(weft_sup_counts(s, &running, NULL), 0);
-    ASSERT_EQ(running, 1); /* a, still stopping */
+    ASSERT_EQ(weft_call_for(cancel_caller, s, 100 * MS), 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1); /* a, still stopping */
     weft_sleep_for(2 * WEFT_SEC);
     ASSERT_EQ(weft_sup_terminate_child(s, "late"), -ENOENT);
-    ASSERT_EQ(weft_sup_counts(s, &running, NULL), 0);
-    ASSERT_EQ(running, 2);
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 2);
     weft_sup_stop(s);
     ASSERT_EQ(weft_sup_join_until(s, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_sup_free(s), 0);
@@ -760,9 +763,9 @@ static int crash_root(void *arg)
     int st;
     ASSERT_EQ(weft_sup_join_until(cx->sup, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
-    long restarts;
-    weft_sup_counts(cx->sup, NULL, &restarts);
-    ASSERT(restarts > 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(cx->sup, &ss), 0);
+    ASSERT(ss.restarts > 0);
     ASSERT_EQ(weft_sup_free(cx->sup), 0);
     return 0;
 }
@@ -798,9 +801,9 @@ static int quick_root(void *arg)
     weft_sup_opts o = {.intensity = -1};
     ASSERT_EQ(weft_sup_spawn(NULL, &o, &c, 1, &s), 0);
     ASSERT_EQ(weft_sup_join_until(s, NULL, WEFT_NEVER), 0);
-    long restarts;
-    weft_sup_counts(s, NULL, &restarts);
-    ASSERT(restarts >= quick_target - 1);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT(ss.restarts >= quick_target - 1);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
 }
@@ -920,11 +923,10 @@ static int actor_child_root(void *arg)
         weft_actor_unref(a);
     }
     ASSERT_EQ(ask_count(), 0); /* restarted a third time */
-    int running = 0;
-    long restarts = 0;
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 1);
-    ASSERT_EQ(restarts, 3);
+    weft_sup_stats ss = {0};
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1);
+    ASSERT_EQ(ss.restarts, 3);
     /* Shutdown drains: five tells queued behind a slow message are all
      * handled before the actor exits. */
     weft_actor *a = weft_whereis("counter");

@@ -196,7 +196,7 @@ static int foreign_unlock(void *arg)
 {
     weft_mutex *m = arg;
     weft_time t0 = weft_now();
-    ASSERT_EQ(weft_mutex_unlock(m), -EPERM);  /* held by the root */
+    ASSERT_EQ(weft_mutex_unlock(m), -EPERM);   /* held by the root */
     ASSERT_EQ(weft_mutex_try_lock(m), -EBUSY); /* still held */
     ASSERT_EQ(weft_mutex_lock_until(m, t0 + WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
@@ -435,7 +435,8 @@ static int lw_task(void *arg)
                         : weft_mutex_lock(w->m);
     w->at = weft_now();
     if (w->rc == 0) {
-        int r = weft_sleep_for(WEFT_SEC); /* hold it for 1 s, or till cancelled */
+        int r =
+            weft_sleep_for(WEFT_SEC); /* hold it for 1 s, or till cancelled */
         ASSERT(r == 0 || r == -ECANCELED);
         ASSERT_EQ(weft_mutex_unlock(w->m), 0);
     } else {

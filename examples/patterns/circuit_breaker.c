@@ -41,7 +41,7 @@ static void on_change(weft_breaker *b, weft_breaker_state from,
 static int call_service(void *arg)
 {
     if (weft_now() < 1500 * MS)
-        return -ECONNREFUSED;   /* down: refused at once */
+        return -ECONNREFUSED;       /* down: refused at once */
     return weft_sleep_for(20 * MS); /* up: answers in 20 ms */
 }
 

@@ -38,7 +38,8 @@ static int producer(void *arg)
         atomic_fetch_add(&produced, 1);
     }
     queued = weft_chan_len(jobs);
-    weft_shutdown_set_deadline(weft_now() + 2 * WEFT_SEC); /* drain within 2 s */
+    /* Drain within 2 s. */
+    weft_shutdown_set_deadline(weft_now() + 2 * WEFT_SEC);
     weft_chan_close(jobs); /* no more jobs: the consumers drain the rest */
     return 0;
 }

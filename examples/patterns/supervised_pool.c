@@ -113,8 +113,9 @@ static int run(void *arg)
         weft_sup_stop(sup);
         weft_sup_join_until(sup, &status, WEFT_NEVER);
     }
-    long counted;
-    weft_sup_counts(sup, NULL, &counted);
+    weft_sup_stats ss;
+    weft_sup_stats_get(sup, &ss);
+    long counted = ss.restarts;
     weft_sup_free(sup);
 
     long jobs = 0, crashes = 0;

@@ -650,5 +650,5 @@ int weft_curl_perform_ex(CURL *easy, CURLcode *code, weft_time deadline)
 
 int weft_curl_perform(CURL *easy, weft_time deadline)
 {
-    return weft_curl_perform_code(easy, deadline, NULL);
+    return weft_curl_perform_ex(easy, NULL, deadline);
 }

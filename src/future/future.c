@@ -55,7 +55,7 @@
  * a freed scope. A cancel that comes before the scope exists is remembered
  * and applied when it opens. A wrapper whose scope is cancelled before fn
  * starts does not call fn (the future is rejected with -ECANCELED); so
- * does each task of weft_gather, which records its status itself (a
+ * does each task of weft_gather_tasks, which records its status itself (a
  * WEFT_FAIL_FAST scope keeps only its first error, and a task that was
  * never spawned, its scope cancelled first, has none: -ECANCELED).
  */
@@ -68,7 +68,7 @@
 #define FUT_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_VALUE 65536
 #define MAX_WAIT 1024    /* futures per combinator call */
-#define MAX_GATHER 65536 /* tasks per weft_gather */
+#define MAX_GATHER 65536 /* tasks per weft_gather_tasks */
 #define STACK_WAITS 8    /* combinators this small need no malloc */
 
 enum { F_PENDING = 0, F_RESOLVED = 1, F_REJECTED = 2 };
@@ -367,8 +367,9 @@ static void give_up(wait_op *op)
             continue;
         int rc = cancel(op->fs[i], false);
         if (op->statuses)
-            op->statuses[i] = rc == -EALREADY ? weft_future_try_await(op->fs[i], NULL)
-                                              : -EINPROGRESS;
+            op->statuses[i] = rc == -EALREADY
+                                  ? weft_future_try_await(op->fs[i], NULL)
+                                  : -EINPROGRESS;
     }
 }
 
@@ -609,7 +610,7 @@ int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg, weft_future **out)
     return rc;
 }
 
-/* ---- weft_gather ---- */
+/* ---- weft_gather_tasks ---- */
 
 typedef struct gather_item {
     weft_fn fn;

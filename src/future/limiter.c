@@ -30,8 +30,8 @@
  * limiter as what the task waits on). Reservations are made in
  * arrival order and each one's d is at or after the one before, so takers
  * are served in arrival order (FIFO) with no queue, no polling and no
- * background task. weft_limiter_try_acquire takes n tokens only if d <= now (so it
- * never jumps ahead of sleeping reservations).
+ * background task. weft_limiter_try_acquire takes n tokens only if d <= now (so
+ * it never jumps ahead of sleeping reservations).
  *
  * A cancelled wait gives its tokens back as Go's Reservation.CancelAt
  * does: the reservations made after it have been promised instants that
