@@ -17,6 +17,9 @@
 #   make layers      checks the layering of src/: includes, and the calls
 #                    of the library's objects (scripts/layers.sh --build,
 #                    in build/layers)
+#   make api-names   checks that every public name follows
+#                    docs/api-conventions.md (scripts/api-names.sh, then
+#                    its --self-test)
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -80,7 +83,7 @@ CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
 .PHONY: all release configure test bench demo install asan tsan tsan-churn \
-	layers format clean deps san-deps help
+	layers api-names format clean deps san-deps help
 
 all: release
 
@@ -146,6 +149,10 @@ tsan-churn: san-deps
 
 layers: deps
 	JOBS=$(JOBS) scripts/layers.sh --build
+
+api-names:
+	scripts/api-names.sh
+	scripts/api-names.sh --self-test
 
 format:
 	@scripts/deps.sh format

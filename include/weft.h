@@ -654,8 +654,9 @@ WEFT_EXTERN weft_time weft_now(void);
  * cancelled (the remaining time is not slept). Cancellation point. Blocks. */
 WEFT_EXTERN int weft_sleep_for(int64_t ns);
 
-/* Suspends the task until the clock reaches t. Like weft_sleep_for. Blocks. */
-WEFT_EXTERN int weft_sleep_until(weft_time t);
+/* Suspends the task until the clock reaches deadline. Like weft_sleep_for.
+ * Blocks. */
+WEFT_EXTERN int weft_sleep_until(weft_time deadline);
 
 /* ------------------------------------------------------------------------
  * 5. Channels and select
