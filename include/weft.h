@@ -40,6 +40,12 @@
  *   by taking tasks that have not started yet.
  * - Unless a comment says otherwise, functions must be called from a task
  *   running inside weft_run(); called elsewhere they return -EPERM.
+ * - Names follow docs/api-conventions.md: weft_X_try_VERB never waits; a
+ *   deadline is the last parameter; a call that waits for another task
+ *   has a plain form and an _until form, one that waits on the outside
+ *   world a required deadline; a relative timeout is in a call named _for;
+ *   _join waits for an end; weft_X_stats_get reads a weft_X_stats. The
+ *   0.2 names are in the deprecated block at the end of this file.
  */
 #ifndef WEFT_H
 #define WEFT_H
