@@ -536,9 +536,9 @@ WEFT_EXTERN weft_scope *weft_scope_current(void);
  * JoinHandle; Trio gives each task its own cancel scope): cancel that task
  * alone, wait for it and read its status. A small value: copy it freely;
  * all zero is no handle. It stays valid after the task has finished, until
- * it is joined (weft_task_join) or released (weft_task_detach); each
+ * it is joined (weft_task_join) or detached (weft_task_detach); each
  * handle should be one or the other, or its record (a few hundred bytes)
- * stays until weft_run returns. A handle joined or released, or one whose
+ * stays until weft_run returns. A handle joined or detached, or one whose
  * runtime has returned, is refused with -ESRCH, not a crash (a record's
  * generation is checked; it would wrap after 2^40 reuses of one record).
  * The task is a child of its scope as any other: the scope counts it,
@@ -596,7 +596,7 @@ WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
  * WEFT_FIRST scope does not take it for its first failure, nor a
  * WEFT_RACE scope for its winner. Idempotent. Returns 0 (also once the
  * task has finished: there is nothing left to do), -EINVAL (a zero handle,
- * or one no spawn made), -ESRCH (joined, released, or its runtime has
+ * or one no spawn made), -ESRCH (joined, detached, or its runtime has
  * returned). Any thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
 
@@ -604,9 +604,9 @@ WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
  * not NULL) to what its function returned, and releases the handle.
  * Returns 0, -ECANCELED (the caller's scope is cancelled), -EINVAL (a zero
  * handle, one no spawn made, or one of another runtime), -ESRCH (joined,
- * released, or its runtime has returned), -EDEADLK (the task itself),
+ * detached, or its runtime has returned), -EDEADLK (the task itself),
  * -EPERM (not in a task). A cancellation point: after -ECANCELED the
- * handle is as it was (the task runs on; join it again, or release it).
+ * handle is as it was (the task runs on; join it again, or detach it).
  * Several tasks may wait on one handle: the first to find the task
  * finished gets its status, the others -ESRCH. Blocks. */
 WEFT_EXTERN int weft_task_join(weft_task_handle h, int *status);
@@ -619,7 +619,7 @@ WEFT_EXTERN int weft_task_join_until(weft_task_handle h, int *status,
 /* Gives up the handle without waiting (pthread_detach): the task runs on,
  * a child of its scope as before; tasks waiting in weft_task_join on it
  * return -ESRCH. Returns 0, -EINVAL (a zero handle, or one no spawn
- * made), -ESRCH (joined, released, or its runtime has returned). Any
+ * made), -ESRCH (joined, detached, or its runtime has returned). Any
  * thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_task_detach(weft_task_handle h);
 
