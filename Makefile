@@ -20,6 +20,9 @@
 #                    in build/layers)
 #   make structure   measures src/: function lengths, the private-header
 #                    lines a file pulls in, waits assembled by hand
+#   make api-names   checks that every public name follows
+#                    docs/api-conventions.md (scripts/api-names.sh, then
+#                    its --self-test)
 #   make format      clang-format -i on src include test bench examples
 #   make clean       removes build/
 #
@@ -90,7 +93,7 @@ CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
 FORMAT_DIRS := src include test bench examples
 
 .PHONY: all release configure test bench demo install asan tsan tsan-churn \
-	layers structure format clean deps san-deps help
+	layers structure api-names format clean deps san-deps help
 
 all: release
 
@@ -162,6 +165,10 @@ layers: deps
 
 structure:
 	scripts/structure.py -v
+
+api-names:
+	scripts/api-names.sh
+	scripts/api-names.sh --self-test
 
 format:
 	@scripts/deps.sh format

@@ -13,7 +13,7 @@
  * stopped (a cancel: the child has no stop hook). Checked: the child
  * started N + 1 times and the supervisor counted N restarts. The clock
  * runs inside the root task, from before weft_sup_spawn to after
- * weft_sup_wait. The first argument overrides N, the number of failures.
+ * weft_sup_join_until. The first argument overrides N, the number of failures.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -37,11 +37,12 @@ struct bench {
 static int child(void *arg)
 {
     struct bench *b = arg;
-    int running;
+    weft_sup_stats ss;
 
     if (++b->starts <= b->n)
         return -EIO;
-    weft_sup_counts(b->sup, &running, &b->restarts);
+    weft_sup_stats_get(b->sup, &ss);
+    b->restarts = ss.restarts;
     weft_sup_stop(b->sup);
     return weft_sleep_until(WEFT_NEVER); /* -ECANCELED */
 }
@@ -68,7 +69,7 @@ static int root(void *arg)
     err = weft_sup_spawn(NULL, &o, &spec, 1, &b->sup);
     if (err < 0)
         return err;
-    err = weft_sup_wait(b->sup, &status, WEFT_NEVER);
+    err = weft_sup_join_until(b->sup, &status, WEFT_NEVER);
     b->elapsed_ns = bench_clock_ns() - start;
     if (err >= 0)
         weft_sup_free(b->sup);

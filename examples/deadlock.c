@@ -116,7 +116,7 @@ static int transfer(void *arg)
         /* Chosen to break the cycle: let go, let the other through. */
         printf("transfer of %ld: would deadlock; backing off\n", t->amount);
         t->retries++;
-        weft_sleep(WEFT_MSEC);
+        weft_sleep_for(WEFT_MSEC);
     }
 }
 

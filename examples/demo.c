@@ -30,12 +30,12 @@ static int surprises; /* things that did not happen as this demo says */
     ((c) ? (void)0 : (void)(surprises++, printf("  BUG: %s\n", #c)))
 #define MS_SINCE_T0 ((long long)((weft_now() - t0) / MS))
 
-/* A job: works for j->ms (weft_sleep is a cancellation point), then
+/* A job: works for j->ms (weft_sleep_for is a cancellation point), then
  * returns j->result. */
 static int work(void *arg)
 {
     job *j = arg;
-    int rc = weft_sleep(j->ms * MS);
+    int rc = weft_sleep_for(j->ms * MS);
     j->status = rc ? rc : j->result;
     j->end = MS_SINCE_T0;
     return j->status;
@@ -75,10 +75,10 @@ static int with_cleanup(void *arg)
 {
     weft_scope *shield;
     weft_scope_opts o = {.shield = 1};
-    cleanup_rc[0] = weft_sleep(1000 * MS); /* cancelled from outside */
-    cleanup_rc[1] = weft_sleep(0);         /* still cancelled */
+    cleanup_rc[0] = weft_sleep_for(1000 * MS); /* cancelled from outside */
+    cleanup_rc[1] = weft_sleep_for(0);         /* still cancelled */
     weft_scope_open(&shield, &o);
-    cleanup_rc[2] = weft_sleep(10 * MS); /* cleanup: the shield holds */
+    cleanup_rc[2] = weft_sleep_for(10 * MS); /* cleanup: the shield holds */
     weft_scope_join(shield);
     weft_scope_free(shield);
     return cleanup_rc[0];
@@ -125,7 +125,7 @@ static int demo(void *arg)
     weft_scope_open(&outer, NULL);
     weft_spawn(outer, with_inner_scope, NULL);
     weft_spawn(outer, with_cleanup, NULL);
-    weft_sleep(30 * MS);
+    weft_sleep_for(30 * MS);
     weft_scope_cancel(outer);
     rc = weft_scope_join(outer);
     weft_scope_free(outer);

@@ -271,7 +271,7 @@ static verdict attempt(CURL *easy, job *j, int64_t *wait)
     curl_easy_setopt(easy, CURLOPT_URL, j->target);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, j);
     CURLcode code;
-    int rc = weft_curl_perform_code(easy, weft_now() + opt.timeout, &code);
+    int rc = weft_curl_perform_ex(easy, &code, weft_now() + opt.timeout);
     long status = 0;
     if (rc == 0)
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
@@ -353,7 +353,7 @@ static void fetch_one(CURL *easy, job *j)
                          " (no time left to retry)");
                 break;
             }
-            if (weft_sleep(delay) != 0) {
+            if (weft_sleep_for(delay) != 0) {
                 v = CANCELLED;
                 break;
             }

@@ -54,7 +54,7 @@ static int compute(void *arg)
         int64_t until = weft_now() + COMPUTE_NS;
         while (weft_now() < until) {
         }
-        weft_sleep(5 * WEFT_MSEC);
+        weft_sleep_for(5 * WEFT_MSEC);
     }
     atomic_store(&done, 1);
     return 0;

@@ -43,7 +43,7 @@ static int flusher(void *arg)
 static int reporter(void *arg)
 {
     (void)arg;
-    weft_sleep(WEFT_MSEC); /* after the flusher took the lock */
+    weft_sleep_for(WEFT_MSEC); /* after the flusher took the lock */
     if (weft_mutex_lock(&log_mu) == 0)
         weft_mutex_unlock(&log_mu);
     return 0;
@@ -52,7 +52,7 @@ static int reporter(void *arg)
 static int ticker(void *arg)
 {
     (void)arg;
-    while (weft_sleep(5 * WEFT_SEC) == 0) {
+    while (weft_sleep_for(5 * WEFT_SEC) == 0) {
     }
     return 0;
 }
@@ -69,7 +69,7 @@ static int main_task(void *arg)
     weft_spawn_ex(s, flusher, NULL, &(weft_spawn_opts){.name = "log flusher"});
     weft_spawn_ex(s, reporter, NULL, &(weft_spawn_opts){.name = "reporter"});
     weft_spawn_ex(s, ticker, NULL, &(weft_spawn_opts){.name = "ticker"});
-    weft_sleep(WEFT_SEC);
+    weft_sleep_for(WEFT_SEC);
     int rc = weft_dump(STDOUT_FILENO, flags);
     weft_scope_cancel(s);
     weft_scope_join(s);

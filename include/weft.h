@@ -40,6 +40,12 @@
  *   by taking tasks that have not started yet.
  * - Unless a comment says otherwise, functions must be called from a task
  *   running inside weft_run(); called elsewhere they return -EPERM.
+ * - Names follow docs/api-conventions.md: weft_X_try_VERB never waits; a
+ *   deadline is the last parameter; a call that waits for another task
+ *   has a plain form and an _until form, one that waits on the outside
+ *   world a required deadline; a relative timeout is in a call named _for;
+ *   _join waits for an end; weft_X_stats_get reads a weft_X_stats. The
+ *   0.2 names are in the deprecated block at the end of this file.
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -174,7 +180,7 @@ typedef struct weft_config {
      * request, stop intake and finish what is queued, and only what is
      * still running at the deadline is cancelled (Go's
      * signal.NotifyContext, then http.Server.Shutdown(ctx)). WEFT_NEVER: no
-     * deadline unless a task sets one. A task's weft_shutdown_deadline
+     * deadline unless a task sets one. A task's weft_shutdown_set_deadline
      * replaces the deadline this gives. */
     int64_t shutdown_drain_ns;
     /* weft_blocking: the most OS threads running blocking calls at once.
@@ -276,7 +282,7 @@ WEFT_EXTERN int weft_run(const weft_config *cfg, weft_fn fn, void *arg);
  *   shutdown_grace_ns to finish;
  * - a second signal, or the grace period running out, ends the process
  *   with exit code 130 and a message on stderr.
- * A request made by code (weft_shutdown_request, weft_shutdown_deadline)
+ * A request made by code (weft_shutdown_request, weft_shutdown_set_deadline)
  * goes the same way, grace period included. Returns like weft_run. */
 WEFT_EXTERN int weft_main(weft_fn fn, void *arg);
 
@@ -315,7 +321,7 @@ WEFT_EXTERN int weft_on_worker_exit(void (*fn)(void *arg), void *arg);
  * is cancelled only if the drain deadline comes first. weft_main makes the
  * request on the first SIGINT or SIGTERM; any program, weft_run's too, can
  * make it from code. Set weft_config.shutdown_drain_ns, or call
- * weft_shutdown_deadline: with the default drain of 0 the request cancels
+ * weft_shutdown_set_deadline: with the default drain of 0 the request cancels
  * the root scope at the same instant. A request is never withdrawn.
  * (weft_shutdown(), in section 8, is a socket's shutdown(2): unrelated.) */
 
@@ -331,7 +337,7 @@ WEFT_EXTERN int weft_on_worker_exit(void (*fn)(void *arg), void *arg);
  * Idempotent: a later call changes nothing. Returns 0, -EPERM (a plain
  * thread, and no runtime runs), or -ENOMEM (the request is made, but its
  * drain deadline will not cancel the root scope: no memory for the task
- * that keeps it; weft_shutdown_deadline can try again). Any thread; never
+ * that keeps it; weft_shutdown_set_deadline can try again). Any thread; never
  * blocks. */
 WEFT_EXTERN int weft_shutdown_request(void);
 
@@ -368,7 +374,7 @@ WEFT_EXTERN struct weft_chan *weft_shutdown_chan(void);
  * move it), -EINVAL (deadline < 0), -EPERM (not in a task), -ENOMEM
  * (stored, but not kept: see weft_shutdown_request). Not a cancellation
  * point; never blocks. */
-WEFT_EXTERN int weft_shutdown_deadline(weft_time deadline);
+WEFT_EXTERN int weft_shutdown_set_deadline(weft_time deadline);
 
 /* ------------------------------------------------------------------------
  * 3. Tasks and scopes
@@ -530,9 +536,9 @@ WEFT_EXTERN weft_scope *weft_scope_current(void);
  * JoinHandle; Trio gives each task its own cancel scope): cancel that task
  * alone, wait for it and read its status. A small value: copy it freely;
  * all zero is no handle. It stays valid after the task has finished, until
- * it is joined (weft_task_join) or released (weft_task_release); each
+ * it is joined (weft_task_join) or detached (weft_task_detach); each
  * handle should be one or the other, or its record (a few hundred bytes)
- * stays until weft_run returns. A handle joined or released, or one whose
+ * stays until weft_run returns. A handle joined or detached, or one whose
  * runtime has returned, is refused with -ESRCH, not a crash (a record's
  * generation is checked; it would wrap after 2^40 reuses of one record).
  * The task is a child of its scope as any other: the scope counts it,
@@ -590,7 +596,7 @@ WEFT_EXTERN int weft_spawn_at(weft_scope *s, weft_fn fn, void *arg,
  * WEFT_FIRST scope does not take it for its first failure, nor a
  * WEFT_RACE scope for its winner. Idempotent. Returns 0 (also once the
  * task has finished: there is nothing left to do), -EINVAL (a zero handle,
- * or one no spawn made), -ESRCH (joined, released, or its runtime has
+ * or one no spawn made), -ESRCH (joined, detached, or its runtime has
  * returned). Any thread, also outside a runtime; never blocks. */
 WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
 
@@ -598,9 +604,9 @@ WEFT_EXTERN int weft_task_cancel(weft_task_handle h);
  * not NULL) to what its function returned, and releases the handle.
  * Returns 0, -ECANCELED (the caller's scope is cancelled), -EINVAL (a zero
  * handle, one no spawn made, or one of another runtime), -ESRCH (joined,
- * released, or its runtime has returned), -EDEADLK (the task itself),
+ * detached, or its runtime has returned), -EDEADLK (the task itself),
  * -EPERM (not in a task). A cancellation point: after -ECANCELED the
- * handle is as it was (the task runs on; join it again, or release it).
+ * handle is as it was (the task runs on; join it again, or detach it).
  * Several tasks may wait on one handle: the first to find the task
  * finished gets its status, the others -ESRCH. Blocks. */
 WEFT_EXTERN int weft_task_join(weft_task_handle h, int *status);
@@ -613,9 +619,9 @@ WEFT_EXTERN int weft_task_join_until(weft_task_handle h, int *status,
 /* Gives up the handle without waiting (pthread_detach): the task runs on,
  * a child of its scope as before; tasks waiting in weft_task_join on it
  * return -ESRCH. Returns 0, -EINVAL (a zero handle, or one no spawn
- * made), -ESRCH (joined, released, or its runtime has returned). Any
+ * made), -ESRCH (joined, detached, or its runtime has returned). Any
  * thread, also outside a runtime; never blocks. */
-WEFT_EXTERN int weft_task_release(weft_task_handle h);
+WEFT_EXTERN int weft_task_detach(weft_task_handle h);
 
 /* Non-zero if the calling task's current scope is cancelled (or the task
  * was, through its handle): CPU-bound loops poll it. 0 outside a task.
@@ -632,10 +638,11 @@ WEFT_EXTERN int weft_yield(void);
  * weft_now() + timeout_ns (asyncio.timeout / wait_for / Trio's
  * fail_after). Returns fn's result, or -ETIMEDOUT if the deadline passed
  * and fn failed (it was cancelled). Scopes fn opens and leaves open are
- * joined before it returns; the scope it runs in is weft_with_timeout's
+ * joined before it returns; the scope it runs in is weft_call_for's
  * (fn may join it, never free it). Blocks as fn does; -EPERM outside a
- * task, -EINVAL if fn is NULL. */
-WEFT_EXTERN int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg);
+ * task, -EINVAL if fn is NULL. (0.2's weft_with_timeout, with the
+ * timeout last.) */
+WEFT_EXTERN int weft_call_for(weft_fn fn, void *arg, int64_t timeout_ns);
 
 /* The calling task's name (or "" if it has none), for diagnostics. */
 WEFT_EXTERN const char *weft_task_name(void);
@@ -651,10 +658,11 @@ WEFT_EXTERN weft_time weft_now(void);
 /* Suspends the task for ns nanoseconds (<= 0: just checks for
  * cancellation). Returns 0, or -ECANCELED if the scope is or becomes
  * cancelled (the remaining time is not slept). Cancellation point. Blocks. */
-WEFT_EXTERN int weft_sleep(int64_t ns);
+WEFT_EXTERN int weft_sleep_for(int64_t ns);
 
-/* Suspends the task until the clock reaches t. Like weft_sleep. Blocks. */
-WEFT_EXTERN int weft_sleep_until(weft_time t);
+/* Suspends the task until the clock reaches deadline. Like weft_sleep_for.
+ * Blocks. */
+WEFT_EXTERN int weft_sleep_until(weft_time deadline);
 
 /* ------------------------------------------------------------------------
  * 5. Channels and select
@@ -758,7 +766,7 @@ typedef enum weft_op {
     WEFT_OP_JOIN = 9,     /* task's handle is joined (weft_task_join) */
     WEFT_OP_EVENT = 10,   /* event is set (weft_event_wait) */
     WEFT_OP_WAITGROUP = 11,  /* wg's count is zero (weft_wg_wait) */
-    WEFT_OP_ACTOR_EXIT = 12, /* actor has exited (weft_actor_wait) */
+    WEFT_OP_ACTOR_EXIT = 12, /* actor has exited (weft_actor_join) */
     WEFT_OP_TELL = 13,       /* *elem is told to actor (weft_actor_tell) */
     WEFT_OP_LIMITER = 14,    /* n tokens of limiter are taken */
     WEFT_OP_RDLOCK = 15,     /* rwlock is read-locked (weft_rwlock_rdlock) */
@@ -813,7 +821,7 @@ struct weft_mutex;
  * - READ, WRITE: 0 (fd is ready, as after weft_fd_wait: a read or write
  *   may still say EAGAIN), or -EBADF if fd was closed with weft_close or
  *   weft_fd_forget while the select waited.
- * - FUTURE: the future's result, as weft_future_try gives it: 0 with the
+ * - FUTURE: the future's result, as weft_future_try_await gives it: 0 with the
  *   value copied to *elem (if elem is not NULL), or its error.
  * - SCOPE: the scope has no running child: the select joined it
  *   (weft_scope_join, which no longer waits) and rc is what that
@@ -831,13 +839,13 @@ struct weft_mutex;
  *   consumed). WAITGROUP: 0 (the count is zero).
  * - ACTOR_EXIT: 0, the actor's exit status in *(int *)elem (if elem is
  *   not NULL). The actor itself fails the select with -EDEADLK; the
- *   caller holds a reference to actor, as for weft_actor_wait.
+ *   caller holds a reference to actor, as for weft_actor_join.
  * - TELL: 0 (the message *elem, of the actor's msg_size, is in the
  *   mailbox, in order with the caller's other tells), or -ESRCH (the
  *   actor refuses messages; nothing was told). elem NULL: -EINVAL.
  * - LIMITER: 0: n tokens (n 0 means 1; more than the burst: -EINVAL) are
  *   taken. The case reserves nothing while it waits: it looks again at
- *   the instant its tokens would be due, as weft_limiter_try, so takers
+ *   the instant its tokens would be due, as weft_limiter_try_acquire, so takers
  *   waiting in weft_limiter_acquire, which reserve, go first.
  * - RDLOCK, WRLOCK: 0: the caller holds rwlock for reading or writing,
  *   queued in line with weft_rwlock_rdlock's and _wrlock's callers.
@@ -949,7 +957,7 @@ WEFT_EXTERN int weft_mutex_lock_until(weft_mutex *m, weft_time deadline);
 /* Locks if it is free now (also ahead of waiters, as a running task's lock
  * may; never ahead of a starving waiter, whose hand-off keeps it held):
  * 0, -EBUSY, -EINVAL. Never blocks. */
-WEFT_EXTERN int weft_mutex_trylock(weft_mutex *m);
+WEFT_EXTERN int weft_mutex_try_lock(weft_mutex *m);
 /* Unlocks. Returns 0, or -EPERM (the calling task does not hold it).
  * Never blocks. */
 WEFT_EXTERN int weft_mutex_unlock(weft_mutex *m);
@@ -1069,7 +1077,7 @@ WEFT_EXTERN int weft_rwlock_rdlock(weft_rwlock *l);
 WEFT_EXTERN int weft_rwlock_rdlock_until(weft_rwlock *l, weft_time deadline);
 /* Locks for reading if no writer holds it and nobody waits: 0, -EBUSY,
  * -EINVAL, -EPERM. Never blocks. */
-WEFT_EXTERN int weft_rwlock_tryrdlock(weft_rwlock *l);
+WEFT_EXTERN int weft_rwlock_try_rdlock(weft_rwlock *l);
 /* Drops one read hold; the last reader out lets the next writer in.
  * Returns 0, -EPERM (no read hold: the count is 0), -EINVAL. Any task may
  * drop a read hold, since readers are not named. Never blocks. */
@@ -1085,7 +1093,7 @@ WEFT_EXTERN int weft_rwlock_wrlock(weft_rwlock *l);
 WEFT_EXTERN int weft_rwlock_wrlock_until(weft_rwlock *l, weft_time deadline);
 /* Locks for writing if nobody holds it or waits: 0, -EBUSY, -EINVAL,
  * -EPERM. Never blocks. */
-WEFT_EXTERN int weft_rwlock_trywrlock(weft_rwlock *l);
+WEFT_EXTERN int weft_rwlock_try_wrlock(weft_rwlock *l);
 /* Drops the write hold, letting in the next writer or the readers queued
  * before it. Returns 0, -EPERM (the calling task does not hold it for
  * writing), -EINVAL. Never blocks. */
@@ -1164,7 +1172,7 @@ WEFT_EXTERN int weft_once_do_until(weft_once *o, weft_fn fn, void *arg,
                                    weft_time deadline);
 /* 1 if the once is done (a fn succeeded), else 0 (also for NULL). Any
  * thread; never blocks. */
-WEFT_EXTERN int weft_once_done(weft_once *o);
+WEFT_EXTERN int weft_once_is_done(weft_once *o);
 /* Checks that no fn is running and nobody waits, and resets the once to
  * WEFT_ONCE_INIT (not done). Returns 0, -EBUSY (a fn runs or a task
  * waits: nothing changed), -EINVAL. Any thread; never blocks. */
@@ -1257,7 +1265,7 @@ typedef struct weft_blocking_info {
 /* Fills *out (all zero before the first weft_blocking). Returns 0,
  * -EINVAL (out is NULL), -EPERM. Never blocks (it takes the pool's lock
  * for a moment). */
-WEFT_EXTERN int weft_blocking_stats(weft_blocking_info *out);
+WEFT_EXTERN int weft_blocking_stats_get(weft_blocking_info *out);
 
 /* ------------------------------------------------------------------------
  * 8. I/O
@@ -1627,7 +1635,7 @@ WEFT_EXTERN int weft_future_await(weft_future *f, void *out,
 /* The result now: 0 (resolved; value copied to *out if out is not NULL),
  * the rejection error, -EINPROGRESS (not settled yet), -EINVAL. Any
  * thread; never blocks. */
-WEFT_EXTERN int weft_future_try(const weft_future *f, void *out);
+WEFT_EXTERN int weft_future_try_await(const weft_future *f, void *out);
 
 /* Spawns fn(arg) as a child of scope s (NULL: the current scope), as
  * weft_spawn does, and sets *out to a new future (value_size sizeof(int))
@@ -1650,7 +1658,7 @@ WEFT_EXTERN int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg,
  * cancel in all four), it cancels each of them that is still unsettled and
  * has a canceller (bare promises are left alone), and returns without
  * waiting for them to settle; every future keeps its own result for
- * weft_future_try. Futures already settled
+ * weft_future_try_await. Futures already settled
  * when a call starts are looked at in index order (race and any return
  * the lowest such index); later ones count in the order they settle. Over
  * 8 futures a call allocates, so each may also return -ENOMEM. */
@@ -1695,9 +1703,9 @@ WEFT_EXTERN int weft_future_race(weft_future *const *fs, int n,
  * policy, or -EINVAL, -ENOMEM, -EPERM. Blocks until every task has
  * finished (structured: no task outlives the call); not a cancellation
  * point of its own, but a cancel reaches every task. */
-WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
-                            const weft_fn *fns, void *const *args,
-                            int *statuses, int *winner);
+WEFT_EXTERN int weft_gather_tasks(weft_policy policy, int n, const weft_fn *fns,
+                                  void *const *args, int *statuses, int *winner,
+                                  weft_time deadline);
 
 /* ------------------------------------------------------------------------
  * 10. Bounded parallelism and pipelines
@@ -1709,7 +1717,7 @@ WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
  * order, in a new scope with the given policy and deadline: WEFT_FAIL_FAST
  * (the first error cancels the running calls and starts no more) or
  * WEFT_COLLECT (every call runs). fn is an ordinary weft_fn, the shape
- * weft_spawn, weft_with_timeout and weft_retry_call take, so one function
+ * weft_spawn, weft_call_for and weft_retry_call take, so one function
  * serves them all; an item holds a call's input and room for its result
  * (so results come back in input order). item_size 0: every call gets
  * `items` itself. statuses (may be NULL, n entries) gets each call's
@@ -1718,13 +1726,13 @@ WEFT_EXTERN int weft_gather(weft_policy policy, weft_time deadline, int n,
  * policies, a negative deadline, items NULL with item_size > 0, or an
  * array that does not fit in memory), -ENOMEM, -EPERM. Uses at most limit
  * tasks, whatever n is. Blocks until every started call has finished. Not
- * a cancellation point of its own, as weft_gather: a cancel of the caller
+ * a cancellation point of its own, as weft_gather_tasks: a cancel of the caller
  * reaches every running call, starts no more (their statuses say
  * -ECANCELED) and returns -ECANCELED once the started ones have
  * finished. */
-WEFT_EXTERN int weft_map(size_t n, int limit, weft_fn fn, void *items,
-                         size_t item_size, weft_policy policy,
-                         weft_time deadline, int *statuses);
+WEFT_EXTERN int weft_map_tasks(size_t n, int limit, weft_fn fn, void *items,
+                               size_t item_size, weft_policy policy,
+                               int *statuses, weft_time deadline);
 
 /* A stage's function returns WEFT_SKIP to drop the value (a filter). */
 #define WEFT_SKIP 1
@@ -1787,7 +1795,7 @@ typedef struct weft_retry {
     int64_t budget_ns; /* no attempt starts later than this after the
                         * first one started; 0: no budget */
     /* Each attempt runs in a scope of its own whose deadline is this long
-     * after the attempt starts, as under weft_with_timeout: an attempt
+     * after the attempt starts, as under weft_call_for: an attempt
      * still running then is cancelled, and if it fails its status is
      * -ETIMEDOUT (retryable by default). 0: no limit per attempt. The
      * task's own deadline (weft_deadline()) still bounds every attempt: one
@@ -1949,7 +1957,7 @@ WEFT_EXTERN int weft_limiter_acquire(weft_limiter *l, int64_t n,
 
 /* Takes n tokens if they are there now: 0, or -EAGAIN (nothing taken),
  * -EINVAL. Any thread; never blocks. */
-WEFT_EXTERN int weft_limiter_try(weft_limiter *l, int64_t n);
+WEFT_EXTERN int weft_limiter_try_acquire(weft_limiter *l, int64_t n);
 
 typedef struct weft_bulkhead weft_bulkhead;
 
@@ -1978,13 +1986,14 @@ WEFT_EXTERN int weft_bulkhead_leave(weft_bulkhead *b);
 WEFT_EXTERN int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
                                    weft_time deadline);
 
-/* Runs fn(arg) with a timeout, as weft_with_timeout; if it fails (times
+/* Runs fn(arg) with a timeout, as weft_call_for; if it fails (times
  * out, or returns a negative status), runs fallback(fallback_arg) and
  * returns its status instead (the safe default of "fetch with timeout").
  * If the calling task itself is cancelled, returns -ECANCELED without the
- * fallback. Returns -EINVAL (fn or fallback NULL), -EPERM. Blocks. */
-WEFT_EXTERN int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
-                                   weft_fn fallback, void *fallback_arg);
+ * fallback. Returns -EINVAL (fn or fallback NULL), -EPERM. Blocks. (0.2's
+ * weft_with_fallback, with the timeout last.) */
+WEFT_EXTERN int weft_call_fallback_for(weft_fn fn, void *arg, weft_fn fallback,
+                                       void *fallback_arg, int64_t timeout_ns);
 
 /* ------------------------------------------------------------------------
  * 12. Actors
@@ -2144,15 +2153,20 @@ enum {
     WEFT_STOP_NOW = 1,
 };
 
-/* Asks a to stop (how: WEFT_STOP_*). Returns at once: weft_actor_wait waits
+/* Asks a to stop (how: WEFT_STOP_*). Returns at once: weft_actor_join waits
  * for the exit. Idempotent (a NOW after a DRAIN hurries it). Returns 0,
  * -ESRCH (already exited), -EINVAL. Any thread; never blocks. */
 WEFT_EXTERN int weft_actor_stop(weft_actor *a, int how);
 
 /* Waits until a has exited and sets *status (may be NULL) to its exit
- * status. Returns 0, -ETIMEDOUT, -ECANCELED, -EDEADLK (the actor itself),
- * -EINVAL, -EPERM. A cancellation point that changes nothing. Blocks. */
-WEFT_EXTERN int weft_actor_wait(weft_actor *a, int *status, weft_time deadline);
+ * status. Returns 0, -ECANCELED, -EDEADLK (the actor itself), -EINVAL,
+ * -EPERM. A cancellation point that changes nothing. Blocks. */
+WEFT_EXTERN int weft_actor_join(weft_actor *a, int *status);
+
+/* weft_actor_join with a deadline: -ETIMEDOUT, changing nothing. (0.2's
+ * weft_actor_wait.) Blocks. */
+WEFT_EXTERN int weft_actor_join_until(weft_actor *a, int *status,
+                                      weft_time deadline);
 
 /* Number of messages in a's mailbox now (a hint). Never blocks. */
 WEFT_EXTERN size_t weft_actor_queued(const weft_actor *a);
@@ -2339,7 +2353,7 @@ WEFT_EXTERN int weft_sup_run(const weft_sup_opts *o,
 
 /* weft_sup_run on a new task in scope s (NULL: the current scope); *out
  * is a handle for the calls below, freed with weft_sup_free once
- * weft_sup_wait has returned. Returns 0, or the errors of weft_sup_run's
+ * weft_sup_join has returned. Returns 0, or the errors of weft_sup_run's
  * checks and of weft_spawn. Never blocks. */
 WEFT_EXTERN int weft_sup_spawn(weft_scope *s, const weft_sup_opts *o,
                                const weft_child_spec *children, int n,
@@ -2365,10 +2379,16 @@ WEFT_EXTERN int weft_sup_start_child(weft_sup *s, const weft_child_spec *c);
  * Blocks. */
 WEFT_EXTERN int weft_sup_terminate_child(weft_sup *s, const char *name);
 
-/* Counts now: children running, and restarts since the start (a group
- * restart of one_for_all or rest_for_one counts once). Returns 0,
- * -EINVAL. Never blocks. */
-WEFT_EXTERN int weft_sup_counts(weft_sup *s, int *running, long *restarts);
+/* A supervisor's figures, as weft_sup_stats_get reads them. */
+typedef struct weft_sup_stats {
+    int running;   /* children running now */
+    long restarts; /* restarts since the start (a group restart of
+                    * one_for_all or rest_for_one counts once) */
+} weft_sup_stats;
+
+/* Fills *out with the supervisor's figures now. Returns 0, -EINVAL (s or
+ * out NULL). Any thread; never blocks. (0.2's weft_sup_counts.) */
+WEFT_EXTERN int weft_sup_stats_get(weft_sup *s, weft_sup_stats *out);
 
 /* Asks the supervisor to stop its children (in reverse order) and return
  * 0. Returns 0, -ESRCH (it has stopped), -EINVAL. Any thread; never
@@ -2376,11 +2396,16 @@ WEFT_EXTERN int weft_sup_counts(weft_sup *s, int *running, long *restarts);
 WEFT_EXTERN int weft_sup_stop(weft_sup *s);
 
 /* Waits until a supervisor started by weft_sup_spawn has returned; its
- * status goes to *status (may be NULL). Returns 0, -ETIMEDOUT, -ECANCELED
- * (a cancellation point that changes nothing), -EINVAL. Blocks. */
-WEFT_EXTERN int weft_sup_wait(weft_sup *s, int *status, weft_time deadline);
+ * status goes to *status (may be NULL). Returns 0, -ECANCELED (a
+ * cancellation point that changes nothing), -EINVAL. Blocks. */
+WEFT_EXTERN int weft_sup_join(weft_sup *s, int *status);
 
-/* Frees a handle from weft_sup_spawn after weft_sup_wait returned 0.
+/* weft_sup_join with a deadline: -ETIMEDOUT, changing nothing. (0.2's
+ * weft_sup_wait.) Blocks. */
+WEFT_EXTERN int weft_sup_join_until(weft_sup *s, int *status,
+                                    weft_time deadline);
+
+/* Frees a handle from weft_sup_spawn after weft_sup_join returned 0.
  * Returns 0, -EBUSY (still running), -EINVAL. Never blocks. */
 WEFT_EXTERN int weft_sup_free(weft_sup *s);
 
@@ -2460,7 +2485,7 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  *
  * What the runtime cannot see: a plain thread (not one of its workers)
  * that will call weft_chan_try_send, weft_chan_close, weft_event_set,
- * weft_sem_post, weft_scope_cancel or the like on an object a task waits
+ * weft_sem_release, weft_scope_cancel or the like on an object a task waits
  * on. That is what the grace period is for: if every task waits for such
  * a thread and it calls in later than deadlock_grace_ns, a deadlock is
  * reported. Hand results from plain threads to tasks through a future
@@ -2488,7 +2513,7 @@ WEFT_EXTERN int weft_dump(int fd, unsigned flags);
  * names, from weft_wait_kind_name, are those of the task dump. */
 typedef enum weft_wait_kind {
     WEFT_WAIT_NONE = 0,   /* nothing recorded */
-    WEFT_WAIT_SLEEP,      /* weft_sleep, weft_sleep_until */
+    WEFT_WAIT_SLEEP,      /* weft_sleep_for, weft_sleep_until */
     WEFT_WAIT_SEND,       /* a channel send */
     WEFT_WAIT_RECV,       /* a channel receive */
     WEFT_WAIT_SELECT,     /* weft_select (obj: its case array) */
@@ -2510,7 +2535,7 @@ typedef enum weft_wait_kind {
     WEFT_WAIT_MAILBOX,    /* an actor waiting for a message */
     WEFT_WAIT_TELL,       /* a tell waiting for room in a mailbox */
     WEFT_WAIT_ASK,        /* an ask: room, then its reply */
-    WEFT_WAIT_ACTOR,      /* weft_actor_wait */
+    WEFT_WAIT_ACTOR,      /* weft_actor_join, weft_actor_join_until */
     WEFT_WAIT_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
     WEFT_WAIT_YIELD,      /* not a wait: weft_yield, or a spawning loop's
                            * turn (the task stays runnable) */
@@ -2693,10 +2718,11 @@ typedef struct weft_stats {
     int workers;      /* the runtime's workers */
     uint64_t spawned; /* tasks spawned, the root task included */
     uint64_t finished;
-    uint64_t alive;              /* spawned - finished: not finished yet */
-    weft_worker_stats all;       /* every worker's figures added up (lag_max_ns
-                                  * and top: the largest of all workers) */
-    weft_blocking_info blocking; /* the blocking pool (weft_blocking_stats) */
+    uint64_t alive;        /* spawned - finished: not finished yet */
+    weft_worker_stats all; /* every worker's figures added up (lag_max_ns
+                            * and top: the largest of all workers) */
+    weft_blocking_info
+        blocking; /* the blocking pool (weft_blocking_stats_get) */
 } weft_stats;
 
 /* Fills *out with a runtime's figures and workers[0..n-1] with those of
@@ -2747,6 +2773,128 @@ typedef struct weft_watchdog_report {
     int ended;            /* 1: the hold is over (the task parked, yielded
                            * or finished) */
 } weft_watchdog_report;
+
+/* ------------------------------------------------------------------------
+ * Deprecated names (0.2), removed in 0.4
+ *
+ * weft 0.3 names its API by one set of rules (docs/api-conventions.md).
+ * The 0.2 names below still compile, each with a warning
+ * (-Wdeprecated-declarations) that names its replacement; CHANGELOG.md
+ * has the table. Define WEFT_NO_DEPRECATED before including weft.h to
+ * hide them (and so check that a program no longer uses them).
+ * ---------------------------------------------------------------------- */
+#ifndef WEFT_NO_DEPRECATED
+
+#if defined(__GNUC__) || defined(__clang__)
+#define WEFT_DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define WEFT_DEPRECATED(use)
+#endif
+
+WEFT_DEPRECATED("weft_mutex_try_lock")
+static inline int weft_mutex_trylock(weft_mutex *m)
+{
+    return weft_mutex_try_lock(m);
+}
+WEFT_DEPRECATED("weft_rwlock_try_rdlock")
+static inline int weft_rwlock_tryrdlock(weft_rwlock *l)
+{
+    return weft_rwlock_try_rdlock(l);
+}
+WEFT_DEPRECATED("weft_rwlock_try_wrlock")
+static inline int weft_rwlock_trywrlock(weft_rwlock *l)
+{
+    return weft_rwlock_try_wrlock(l);
+}
+WEFT_DEPRECATED("weft_future_try_await")
+static inline int weft_future_try(const weft_future *f, void *out)
+{
+    return weft_future_try_await(f, out);
+}
+WEFT_DEPRECATED("weft_limiter_try_acquire")
+static inline int weft_limiter_try(weft_limiter *l, int64_t n)
+{
+    return weft_limiter_try_acquire(l, n);
+}
+WEFT_DEPRECATED("weft_sleep_for")
+static inline int weft_sleep(int64_t ns)
+{
+    return weft_sleep_for(ns);
+}
+WEFT_DEPRECATED("weft_task_detach")
+static inline int weft_task_release(weft_task_handle h)
+{
+    return weft_task_detach(h);
+}
+WEFT_DEPRECATED("weft_once_is_done")
+static inline int weft_once_done(weft_once *o)
+{
+    return weft_once_is_done(o);
+}
+WEFT_DEPRECATED("weft_shutdown_set_deadline")
+static inline int weft_shutdown_deadline(weft_time deadline)
+{
+    return weft_shutdown_set_deadline(deadline);
+}
+WEFT_DEPRECATED("weft_blocking_stats_get")
+static inline int weft_blocking_stats(weft_blocking_info *out)
+{
+    return weft_blocking_stats_get(out);
+}
+WEFT_DEPRECATED("weft_actor_join_until (or weft_actor_join)")
+static inline int weft_actor_wait(weft_actor *a, int *status,
+                                  weft_time deadline)
+{
+    return weft_actor_join_until(a, status, deadline);
+}
+WEFT_DEPRECATED("weft_sup_join_until (or weft_sup_join)")
+static inline int weft_sup_wait(weft_sup *s, int *status, weft_time deadline)
+{
+    return weft_sup_join_until(s, status, deadline);
+}
+WEFT_DEPRECATED("weft_sup_stats_get")
+static inline int weft_sup_counts(weft_sup *s, int *running, long *restarts)
+{
+    weft_sup_stats st;
+    int rc = weft_sup_stats_get(s, &st);
+    if (rc == 0 && running)
+        *running = st.running;
+    if (rc == 0 && restarts)
+        *restarts = st.restarts;
+    return rc;
+}
+/* Parameters in a new order: the timeout or the deadline goes last. */
+WEFT_DEPRECATED("weft_call_for(fn, arg, timeout_ns)")
+static inline int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
+{
+    return weft_call_for(fn, arg, timeout_ns);
+}
+WEFT_DEPRECATED("weft_call_fallback_for(fn, arg, fallback, fallback_arg, "
+                "timeout_ns)")
+static inline int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
+                                     weft_fn fallback, void *fallback_arg)
+{
+    return weft_call_fallback_for(fn, arg, fallback, fallback_arg, timeout_ns);
+}
+WEFT_DEPRECATED("weft_gather_tasks(policy, n, fns, args, statuses, winner, "
+                "deadline)")
+static inline int weft_gather(weft_policy policy, weft_time deadline, int n,
+                              const weft_fn *fns, void *const *args,
+                              int *statuses, int *winner)
+{
+    return weft_gather_tasks(policy, n, fns, args, statuses, winner, deadline);
+}
+WEFT_DEPRECATED("weft_map_tasks(n, limit, fn, items, item_size, policy, "
+                "statuses, deadline)")
+static inline int weft_map(size_t n, int limit, weft_fn fn, void *items,
+                           size_t item_size, weft_policy policy,
+                           weft_time deadline, int *statuses)
+{
+    return weft_map_tasks(n, limit, fn, items, item_size, policy, statuses,
+                          deadline);
+}
+
+#endif /* WEFT_NO_DEPRECATED */
 
 #ifdef __cplusplus
 }

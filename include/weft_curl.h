@@ -112,7 +112,7 @@ extern "C" {
  * earlier transfer) was one of these, is -ECONNRESET rather than
  * -EBADMSG. libcurl 8.8 and later clear it, and the code is exact.
  * The code says what kind of failure it was, not why: a bad URL is only
- * -EINVAL. libcurl says why, when asked: weft_curl_perform_code gives its
+ * -EINVAL. libcurl says why, when asked: weft_curl_perform_ex gives its
  * CURLcode (CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, ...), which
  * curl_easy_strerror names, and the buffer set with CURLOPT_ERRORBUFFER
  * gets its own sentence (which host did not resolve, which protocol is
@@ -123,7 +123,7 @@ extern "C" {
  *     char why[CURL_ERROR_SIZE] = "";  // lives as long as easy uses it
  *     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, why);
  *     CURLcode code;
- *     int rc = weft_curl_perform_code(easy, deadline, &code);
+ *     int rc = weft_curl_perform_ex(easy, &code, deadline);
  *     if (rc < 0)  // "invalid argument: URL rejected: Bad hostname"
  *         fprintf(stderr, "%s: %s\n", weft_strerror(rc),
  *                 why[0] ? why : curl_easy_strerror(code));
@@ -144,7 +144,7 @@ int weft_curl_perform(CURL *easy, weft_time deadline);
  * return; CURLE_OPERATION_TIMEDOUT for weft's deadline, and
  * CURLE_ABORTED_BY_CALLBACK for a cancel (libcurl never ran to an end).
  * Cancellation point. Blocks. */
-int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code);
+int weft_curl_perform_ex(CURL *easy, CURLcode *code, weft_time deadline);
 
 /* The weft code for libcurl's result code, by weft_curl_perform's table.
  * os_errno is the transfer's system error (or 0): after
@@ -168,6 +168,20 @@ int weft_curl_error(CURLcode code, long os_errno);
  * every worker (weft_spawn_opts' worker field places one there). Never
  * blocks. */
 CURLM *weft_curl_multi(void);
+
+/* ------------------------------------------------------------------------
+ * Deprecated names (0.2), removed in 0.4: see weft.h's block of the same
+ * name. WEFT_NO_DEPRECATED hides them.
+ * ---------------------------------------------------------------------- */
+#ifndef WEFT_NO_DEPRECATED
+/* The deadline goes last. */
+WEFT_DEPRECATED("weft_curl_perform_ex(easy, code, deadline)")
+static inline int weft_curl_perform_code(CURL *easy, weft_time deadline,
+                                         CURLcode *code)
+{
+    return weft_curl_perform_ex(easy, code, deadline);
+}
+#endif /* WEFT_NO_DEPRECATED */
 
 #ifdef __cplusplus
 }

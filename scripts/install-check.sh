@@ -51,7 +51,7 @@ cat >"$work/app.c" <<'C'
 
 static int child(void *arg)
 {
-    return weft_sleep(WEFT_MSEC);
+    return weft_sleep_for(WEFT_MSEC);
 }
 
 static int root(void *arg)
@@ -84,7 +84,7 @@ static int done;
 
 static int child(void *)
 {
-    int rc = weft_sleep(WEFT_MSEC);
+    int rc = weft_sleep_for(WEFT_MSEC);
     if (rc == 0 && (rc = weft_mutex_lock(&lock)) == 0) {
         done++;
         weft_mutex_unlock(&lock);

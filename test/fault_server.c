@@ -569,7 +569,7 @@ static enum action route(struct conn *c, struct req *q)
     case FAULT_SLOW:
         if (!num_str(arg, MAX_SLOW_MS, &n))
             return bad_request(c, q);
-        if (weft_sleep(n * WEFT_MSEC))
+        if (weft_sleep_for(n * WEFT_MSEC))
             return CLOSE; /* cancelled: the server stops */
         return text(c, q, 200, "ok\n");
     case FAULT_STATUS: {

@@ -5,7 +5,7 @@
  * module's tests link it; the program test/fault_server_main.c serves it
  * from the command line). Written on weft's public API only: it runs as
  * tasks inside the caller's runtime, and every delay is weft time
- * (weft_sleep, deadlines), so under the virtual clock /slow/5000 takes
+ * (weft_sleep_for, deadlines), so under the virtual clock /slow/5000 takes
  * five virtual seconds and no real time.
  *
  * Connections are persistent (HTTP/1.1 keep-alive; HTTP/1.0 only with
@@ -26,7 +26,7 @@
  *   /bytes/N            200 with an N-byte body (N <= 64 MiB), written as
  *                       the socket takes it. Byte i of the body is
  *                       'a' + i % 26 ("abc...zabc...").
- *   /slow/MS            waits MS milliseconds (weft_sleep; MS <= 3600000),
+ *   /slow/MS            waits MS milliseconds (weft_sleep_for; MS <= 3600000),
  *                       then 200 "ok\n".
  *   /status/CODE        status CODE (200 to 599) with the body "CODE\n"
  *                       (204 and 304: no body).

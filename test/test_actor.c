@@ -80,7 +80,7 @@ static int behave(void *st, weft_actor_msg *m)
         b->n++;
         break;
     case OP_SLEEP:
-        if ((rc = weft_sleep(x->v)) != 0)
+        if ((rc = weft_sleep_for(x->v)) != 0)
             return rc;
         break;
     case OP_GATE:
@@ -214,14 +214,14 @@ static int asker_fn(void *arg)
 static void end_actor(weft_actor *a, int how)
 {
     ASSERT_EQ(weft_actor_stop(a, how), 0);
-    ASSERT_EQ(weft_actor_wait(a, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_unref(a), 0);
 }
 
 /* Lets the actors just spawned start and park (virtual clock). */
 static void settle(void)
 {
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
 }
 
 /* ---- tell and ask ---- */
@@ -246,7 +246,7 @@ static int basics_main(void *arg)
     ASSERT_EQ(b.stops, 0);
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_DRAIN), 0);
     int st = 1;
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(b.stops, 1);
     ASSERT_EQ(b.stop_status, 0);
@@ -477,7 +477,7 @@ static int fail_main(void *arg)
     ASSERT_EQ(weft_actor_queued(a), 2);
     ASSERT_EQ(weft_event_set(&b.gate), 0);
     int st = 0;
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EIO);
     scope_end(s);
     for (int i = 0; i < 5; i++) {
@@ -517,7 +517,7 @@ static int noreply_main(void *arg)
     /* The behaviour stops with an ask unanswered: -ESRCH. */
     ASSERT_EQ(ask_op(a, OP_STOP, 0, &r, WEFT_NEVER), -ESRCH);
     int st = 1;
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(weft_actor_unref(a), 0);
     return 0;
@@ -552,7 +552,7 @@ static int drain_main(void *arg)
     ASSERT_EQ(ask_op(a, OP_GET, 0, NULL, WEFT_NEVER), -ESRCH);
     ASSERT_EQ(weft_event_set(&b.gate), 0);
     int st = 1;
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     scope_end(s);
     ASSERT_EQ(k.rc, 0);
@@ -588,7 +588,7 @@ static int now_main(void *arg)
     /* The behaviour blocks at its gate: the stop cancels it. */
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
     int st = 1;
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -ECANCELED);
     ASSERT_EQ(weft_now(), MS * 2); /* at once */
     scope_end(s);
@@ -605,9 +605,9 @@ static int now_main(void *arg)
     ASSERT_EQ(tell_op(a, OP_SLEEP, 50 * MS), 0);
     ASSERT_EQ(tell_op(a, OP_INC, 0), 0);
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -ECANCELED);
     ASSERT_EQ(b2.n, 0);
     ASSERT_EQ(weft_now(), 4 * MS);
@@ -641,7 +641,7 @@ static int after_main(void *arg)
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), -ESRCH);
     ASSERT_EQ(weft_actor_queued(a), 0);
     int st = 1;
-    ASSERT_EQ(weft_actor_wait(a, &st, 0), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, 0), 0);
     ASSERT_EQ(st, 0);
     weft_actor *extra = weft_actor_ref(a);
     ASSERT(extra == a);
@@ -657,7 +657,7 @@ static int after_main(void *arg)
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -ECANCELED);
     ASSERT_EQ(b2.stop_status, -ECANCELED);
     ASSERT_EQ(weft_actor_unref(a), 0);
@@ -666,7 +666,7 @@ static int after_main(void *arg)
     box b3 = {.start_rc = -EIO};
     s = collect_open();
     a = spawn_box_in(s, &b3, 2);
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EIO);
     ASSERT_EQ(b3.starts, 1);
     ASSERT_EQ(b3.stops, 0);
@@ -677,10 +677,10 @@ static int after_main(void *arg)
     /* A wait that times out, then one that is cancelled: nothing changes. */
     box b4 = {0};
     a = spawn_box(&b4, 2);
-    ASSERT_EQ(weft_actor_wait(a, &st, weft_now() + 5 * MS), -ETIMEDOUT);
+    ASSERT_EQ(weft_actor_join_until(a, &st, weft_now() + 5 * MS), -ETIMEDOUT);
     s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), -ECANCELED);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), -ECANCELED);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
     long r = 0;
@@ -727,7 +727,7 @@ static int self_fn(void *st, weft_actor_msg *m)
         long r = b->n;
         /* An actor asking itself, or waiting for itself. */
         b->bad += weft_actor_ask(me, x, &r, WEFT_NEVER) != -EDEADLK;
-        b->bad += weft_actor_wait(me, NULL, WEFT_NEVER) != -EDEADLK;
+        b->bad += weft_actor_join_until(me, NULL, WEFT_NEVER) != -EDEADLK;
         return weft_actor_reply(m, &r);
     }
     b->n++;
@@ -792,9 +792,9 @@ static int monitor_main(void *arg)
     ASSERT_EQ(weft_actor_stop(t, WEFT_STOP_NOW), 0);
     ASSERT_EQ(weft_actor_stop(t2, WEFT_STOP_NOW), 0);
     int st = 0;
-    ASSERT_EQ(weft_actor_wait(t, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(t, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -ECANCELED);
-    ASSERT_EQ(weft_actor_wait(t2, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(t2, &st, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_demonitor(t, id), -ENOENT); /* fired */
     ASSERT_EQ(weft_event_set(&bw.gate), 0);
     long r = 0;
@@ -822,14 +822,14 @@ static int monitor_main(void *arg)
     weft_actor *f_t = spawn_box_in(fs, &bf, 2);
     weft_future *f1, *f2;
     ASSERT_EQ(weft_actor_monitor_future(f_t, &f1), 0);
-    ASSERT_EQ(weft_future_try(f1, &st), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f1, &st), -EINPROGRESS);
     ASSERT_EQ(tell_op(f_t, OP_FAIL, -EPIPE), 0);
     st = 0;
     ASSERT_EQ(weft_future_await(f1, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EPIPE);
     ASSERT_EQ(weft_actor_monitor_future(f_t, &f2), 0);
     st = 0;
-    ASSERT_EQ(weft_future_try(f2, &st), 0);
+    ASSERT_EQ(weft_future_try_await(f2, &st), 0);
     ASSERT_EQ(st, -EPIPE);
     ASSERT_EQ(weft_future_unref(f1), 0);
     ASSERT_EQ(weft_future_unref(f2), 0);
@@ -841,10 +841,10 @@ static int monitor_main(void *arg)
     weft_actor *y = spawn_box(&by, 2);
     ASSERT(weft_actor_monitor(y, x) > 0);
     ASSERT_EQ(weft_actor_stop(x, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_actor_wait(x, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(x, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_monitor(y, x), -ESRCH);
     ASSERT_EQ(weft_actor_stop(y, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_actor_wait(y, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(y, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(bx.downs, 0);
 
     /* A watcher that exits with DOWNs unhandled frees them. */
@@ -855,16 +855,16 @@ static int monitor_main(void *arg)
     ASSERT(weft_actor_monitor(q, z) > 0);
     ASSERT_EQ(tell_op(z, OP_GATE, -EIO), 0);
     ASSERT_EQ(weft_actor_stop(q, WEFT_STOP_NOW), 0);
-    ASSERT_EQ(weft_actor_wait(q, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(q, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_event_set(&bz.gate), 0);
-    ASSERT_EQ(weft_actor_wait(z, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(z, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EIO);
     ASSERT_EQ(bz.downs, 0);
 
     weft_actor *all[] = {w, t, t2, f_t, x, y, z, q};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         weft_actor_stop(all[i], WEFT_STOP_NOW);
-        ASSERT_EQ(weft_actor_wait(all[i], NULL, WEFT_NEVER), 0);
+        ASSERT_EQ(weft_actor_join_until(all[i], NULL, WEFT_NEVER), 0);
         ASSERT_EQ(weft_actor_unref(all[i]), 0);
     }
     scope_end(fs);
@@ -983,7 +983,7 @@ static int demonitor_many_main(void *arg)
     /* The target exits: the kept monitors fire, once each and in the
      * order made; demonitoring them is now -ENOENT. */
     ASSERT_EQ(weft_actor_stop(target, WEFT_STOP_NOW), 0);
-    ASSERT_EQ(weft_actor_wait(target, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(target, NULL, WEFT_NEVER), 0);
     for (long i = 0; i < n; i += 997)
         ASSERT_EQ(weft_actor_demonitor(target, t.first + i), -ENOENT);
     end_actor(w, WEFT_STOP_DRAIN); /* handles the DOWNs first */
@@ -1081,7 +1081,7 @@ static int demonitor_race_main(void *arg)
         spawn_on(0, race_stop, &r);
         spawn_on(1, race_demonitor, &r);
         scope_end(s);
-        ASSERT_EQ(weft_actor_wait(r.target, NULL, WEFT_NEVER), 0);
+        ASSERT_EQ(weft_actor_join_until(r.target, NULL, WEFT_NEVER), 0);
         end_actor(r.w, WEFT_STOP_DRAIN);
         long removed = 0;
         for (long i = 0; i < n; i++) {
@@ -1144,7 +1144,7 @@ static int restart_keeps_main(void *arg)
     ASSERT_EQ(tell_op(a1, OP_INC, 0), 0);
     ASSERT_EQ(weft_event_set(&b.gate), 0);
     int st = 0;
-    ASSERT_EQ(weft_actor_wait(a1, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a1, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EIO);
     weft_actor *a2;
     while ((a2 = weft_whereis("kept")) == NULL || a2 == a1) {
@@ -1170,10 +1170,10 @@ static int restart_keeps_main(void *arg)
     ASSERT_EQ(bw.down_status, -EIO);
     /* Nothing watches the new life: its exit tells w nothing. */
     ASSERT_EQ(weft_sup_stop(sup), 0);
-    ASSERT_EQ(weft_sup_wait(sup, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(sup, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(weft_sup_free(sup), 0);
-    ASSERT_EQ(weft_actor_wait(a2, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a2, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(ask_op(w, OP_GET, 0, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(bw.downs, 1);
@@ -1209,7 +1209,7 @@ static int registry_main(void *arg)
     weft_scope *fs = collect_open();
     ASSERT_EQ(weft_actor_spawn(fs, &o, &a2), 0);
     int st = 0;
-    ASSERT_EQ(weft_actor_wait(a2, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a2, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -EEXIST);
     ASSERT_EQ(b2.starts, 0);
     scope_end(fs);
@@ -1246,7 +1246,7 @@ static int registry_main(void *arg)
     }
     /* The exit frees a1's names: another may take them. */
     ASSERT_EQ(tell_op(a1, OP_STOP, 0), 0);
-    ASSERT_EQ(weft_actor_wait(a1, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a1, NULL, WEFT_NEVER), 0);
     ASSERT(weft_whereis("svc") == NULL);
     ASSERT(weft_whereis("n1") == NULL);
     ASSERT_EQ(weft_register("svc", a3), 0);
@@ -1255,7 +1255,7 @@ static int registry_main(void *arg)
     ASSERT(f == a3);
     weft_actor_unref(f);
     ASSERT_EQ(weft_actor_stop(a3, WEFT_STOP_NOW), 0);
-    ASSERT_EQ(weft_actor_wait(a3, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a3, NULL, WEFT_NEVER), 0);
     ASSERT(weft_whereis("svc") == NULL);
     ASSERT(weft_whereis("n0") == NULL);
     ASSERT_EQ(weft_unregister("svc"), -ENOENT);
@@ -1337,7 +1337,7 @@ static int stress_main(void *arg)
     for (int i = 0; i < NSEND; i++)
         ASSERT_EQ(b.seq[i], per);
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_actor_wait(a, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_unref(a), 0);
     return 0;
 }
@@ -1400,7 +1400,7 @@ static int asks_main(void *arg)
     }
     for (int i = 0; i < NA; i++) {
         ASSERT_EQ(weft_actor_stop(as[i], WEFT_STOP_DRAIN), 0);
-        ASSERT_EQ(weft_actor_wait(as[i], NULL, WEFT_NEVER), 0);
+        ASSERT_EQ(weft_actor_join_until(as[i], NULL, WEFT_NEVER), 0);
         handled += b[i].n;
         ASSERT_EQ(weft_actor_unref(as[i]), 0);
     }
@@ -1428,7 +1428,7 @@ static void *foreign_thread(void *arg)
     f->tell_rc = weft_actor_tell(f->a, &m, WEFT_NEVER);
     f->try_rc = weft_actor_try_tell(f->a, &m);
     f->ask_rc = weft_actor_ask(f->a, &m, NULL, WEFT_NEVER);
-    f->wait_rc = weft_actor_wait(f->a, NULL, WEFT_NEVER);
+    f->wait_rc = weft_actor_join_until(f->a, NULL, WEFT_NEVER);
     box b = {0};
     weft_actor_opts o = box_opts(&b, 1);
     f->run_rc = weft_actor_run(&o);
@@ -1481,7 +1481,7 @@ static int misuse_main(void *arg)
     ASSERT_EQ(weft_actor_ask(a, NULL, NULL, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_actor_stop(NULL, WEFT_STOP_NOW), -EINVAL);
     ASSERT_EQ(weft_actor_stop(a, 7), -EINVAL);
-    ASSERT_EQ(weft_actor_wait(NULL, NULL, WEFT_NEVER), -EINVAL);
+    ASSERT_EQ(weft_actor_join_until(NULL, NULL, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_actor_unref(NULL), -EINVAL);
     ASSERT(weft_actor_ref(NULL) == NULL);
     ASSERT_EQ(weft_actor_queued(NULL), 0);

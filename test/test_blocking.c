@@ -162,7 +162,7 @@ static int run_pool(int workers, weft_clock_kind clock, int threads, int queue,
 static weft_blocking_info stats(void)
 {
     weft_blocking_info i;
-    ASSERT_EQ(weft_blocking_stats(&i), 0);
+    ASSERT_EQ(weft_blocking_stats_get(&i), 0);
     return i;
 }
 
@@ -655,7 +655,7 @@ static atomic_int slept;
 static int sleep_one_second(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     atomic_store(&slept, 1);
     return 0;
 }
@@ -1021,7 +1021,7 @@ static int nested_fn(void *arg)
     weft_blocking_info i;
     if (weft_blocking(job_fn, j) != -EPERM)
         return -1;
-    if (weft_blocking_stats(&i) != -EPERM)
+    if (weft_blocking_stats_get(&i) != -EPERM)
         return -2;
     return 0;
 }
@@ -1031,7 +1031,7 @@ static int errors_root(void *arg)
     struct job *j = arg;
     ASSERT_EQ(weft_blocking(NULL, j), -EINVAL);
     ASSERT_EQ(weft_blocking_until(NULL, j, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_blocking_stats(NULL), -EINVAL);
+    ASSERT_EQ(weft_blocking_stats_get(NULL), -EINVAL);
     ASSERT_EQ(weft_blocking(nested_fn, j), 0);
     /* A cancelled scope: -ECANCELED on entry, fn not run. */
     weft_scope *s = scope_open();
@@ -1050,7 +1050,7 @@ TEST(errors)
     weft_blocking_info i;
     ASSERT_EQ(weft_blocking(job_fn, &j), -EPERM);
     ASSERT_EQ(weft_blocking_until(job_fn, &j, WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_blocking_stats(&i), -EPERM);
+    ASSERT_EQ(weft_blocking_stats_get(&i), -EPERM);
     ASSERT_EQ(t_run_virtual(1, errors_root, &j), 0);
     ASSERT_EQ(atomic_load(&j.ran), 0);
     weft_config bad = {.blocking_threads = -1};

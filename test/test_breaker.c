@@ -111,7 +111,7 @@ static int fn_status(void *arg)
     struct fnarg *f = arg;
     atomic_fetch_add(&f->ran, 1);
     if (f->sleep_ns)
-        ASSERT_EQ(weft_sleep(f->sleep_ns), 0);
+        ASSERT_EQ(weft_sleep_for(f->sleep_ns), 0);
     return f->status;
 }
 
@@ -935,12 +935,12 @@ static int cc_task(void *arg)
         }
         if (rc == -EHOSTDOWN) {
             atomic_fetch_add(&x->rejected, 1);
-            ASSERT_EQ(weft_sleep(5 * WEFT_USEC), 0); /* back off a bit */
+            ASSERT_EQ(weft_sleep_for(5 * WEFT_USEC), 0); /* back off a bit */
         } else {
             ASSERT(rc >= -EIO);
         }
         if (i % 16 == 0)
-            ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+            ASSERT_EQ(weft_sleep_for(WEFT_USEC), 0);
     }
     return 0;
 }

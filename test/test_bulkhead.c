@@ -88,7 +88,7 @@ static int bw_task(void *arg)
     if (w->rc == 0) {
         w->order = atomic_fetch_add(&bw_next, 1);
         note_inside(1);
-        ASSERT_EQ(weft_sleep(w->hold * TICK), 0);
+        ASSERT_EQ(weft_sleep_for(w->hold * TICK), 0);
         note_inside(-1);
         ASSERT_EQ(weft_bulkhead_leave(w->b), 0);
     }
@@ -386,7 +386,7 @@ static int holder_task(void *arg)
 {
     struct holder *h = arg;
     ASSERT_EQ(weft_bulkhead_enter(h->b, WEFT_NEVER), 0);
-    ASSERT_EQ(weft_sleep(3 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(3 * TICK), 0);
     if (h->cancel_first) {
         ASSERT_EQ(weft_scope_cancel(h->victim), 0);
         ASSERT_EQ(weft_bulkhead_leave(h->b), 0);
@@ -473,7 +473,7 @@ static int pt_root(void *arg)
     ASSERT_EQ(weft_bulkhead_enter(b, WEFT_NEVER), 0);
     weft_scope *s = scope_open();
     spawn(pt_waiter, b);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* let it queue */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* let it queue */
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, pt_thread, b), 0);
     atomic_store(&pt_entered, 1);
@@ -524,7 +524,7 @@ static int st_fn(void *arg)
     if (r & 1)
         ASSERT_EQ(weft_yield(), 0);
     else if (r & 2)
-        (void)weft_sleep((int64_t)(r >> 40) % (2 * WEFT_USEC));
+        (void)weft_sleep_for((int64_t)(r >> 40) % (2 * WEFT_USEC));
     atomic_fetch_sub(&x->inside, 1);
     return 0;
 }
@@ -559,7 +559,7 @@ static int st_task(void *arg)
             break;
         case -EBUSY:
             atomic_fetch_add(&x->busy, 1);
-            (void)weft_sleep(WEFT_USEC);
+            (void)weft_sleep_for(WEFT_USEC);
             break;
         case -ETIMEDOUT:
             atomic_fetch_add(&x->timedout, 1);

@@ -52,7 +52,7 @@ struct waiter {
 static int wait_send(void *arg)
 {
     struct waiter *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * WEFT_SEC), 0);
     w->rc = weft_chan_send(w->c, &w->val);
     w->at = weft_now();
     return 0;
@@ -61,7 +61,7 @@ static int wait_send(void *arg)
 static int wait_recv(void *arg)
 {
     struct waiter *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * WEFT_SEC), 0);
     w->val = -1;
     w->rc = weft_chan_recv(w->c, &w->val);
     w->at = weft_now();
@@ -89,7 +89,7 @@ static int send_10s(void *arg)
 
 static int close_after_1s(void *arg)
 {
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_chan_close(arg), 0);
     return 0;
 }
@@ -163,7 +163,7 @@ struct blk {
 static int late_receiver(void *arg)
 {
     struct blk *b = arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* The buffered values, then the blocked sender's, all at 1 s. */
     for (size_t i = 0; i <= b->cap; i++) {
         int out = -1;
@@ -179,7 +179,7 @@ static int late_receiver(void *arg)
 static int late_sender(void *arg)
 {
     struct blk *b = arg;
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     int v = 42;
     /* Buffered: room; rendezvous: the receiver is already waiting. */
     ASSERT_EQ(weft_chan_send(b->c, &v), 0);
@@ -422,7 +422,7 @@ static int arrival_root(void *arg)
                 .c = c, .arrive = arrivals[i], .val = 100 + arrivals[i]};
             spawn(wait_send, &w[i]);
         }
-        ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
         for (size_t i = 0; i < cap; i++) {
             int out = -1;
             ASSERT_EQ(weft_chan_recv(c, &out), 0);
@@ -451,7 +451,7 @@ static int arrival_root(void *arg)
             w[i] = (struct waiter){.c = c, .arrive = arrivals[i]};
             spawn(wait_recv, &w[i]);
         }
-        ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
         for (int a = 1; a <= NARR; a++)
             ASSERT_EQ(weft_chan_send(c, &a), 0);
         scope_end(s);
@@ -484,7 +484,7 @@ static int try_peers_root(void *arg)
     /* Rendezvous, a receiver waits: try_send hands the value over. */
     weft_scope *s = scope_open();
     spawn(wait_recv, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     v = 42;
     ASSERT_EQ(weft_chan_try_send(c, &v), 0);
     v = 43;
@@ -497,7 +497,7 @@ static int try_peers_root(void *arg)
     w = (struct waiter){.c = c, .val = 7};
     s = scope_open();
     spawn(wait_send, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     out = -1;
     ASSERT_EQ(weft_chan_try_recv(c, &out), 0);
     ASSERT_EQ(out, 7);
@@ -513,7 +513,7 @@ static int try_peers_root(void *arg)
     w = (struct waiter){.c = b, .val = 9};
     s = scope_open();
     spawn(wait_send, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_chan_try_recv(b, &out), 0);
     ASSERT_EQ(out, 0);
     scope_end(s);
@@ -529,7 +529,7 @@ static int try_peers_root(void *arg)
     w = (struct waiter){.c = b};
     s = scope_open();
     spawn(wait_recv, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     v = 5;
     ASSERT_EQ(weft_chan_try_send(b, &v), 0);
     scope_end(s);
@@ -542,7 +542,7 @@ static int try_peers_root(void *arg)
     weft_time t0 = weft_now();
     s = scope_open();
     spawn(wait_recv, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -555,7 +555,7 @@ static int try_peers_root(void *arg)
     w = (struct waiter){.c = c, .val = 13};
     s = scope_open();
     spawn(wait_send, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -566,7 +566,7 @@ static int try_peers_root(void *arg)
     w = (struct waiter){.c = b, .val = 14};
     s = scope_open();
     spawn(wait_send, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -1172,7 +1172,7 @@ static int select_deadline_root(void *arg)
     t0 = weft_now();
     weft_scope *s = scope_open();
     spawn(select_in_task, &t);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -1217,7 +1217,7 @@ TEST(select_timeout_and_cancel_leave_no_trace)
 static int past_deadline_root(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* so that 0 is in the past */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* so that 0 is in the past */
     weft_time t0 = weft_now();
     weft_time past[] = {0, t0 - 1, t0};
     weft_chan *empty = mkchan(sizeof(int), 1);
@@ -1260,7 +1260,7 @@ static int past_deadline_root(void *arg)
     struct waiter w = {.c = z, .val = 99};
     weft_scope *s = scope_open();
     spawn(wait_send, &w);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* it is parked in its send */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* it is parked in its send */
     int got = -1;
     weft_case zc[1] = {{.chan = z, .op = WEFT_OP_RECV, .elem = &got, .rc = 0}};
     ASSERT_EQ(weft_select(zc, 1, 0), 0);
@@ -1286,7 +1286,7 @@ TEST(select_past_deadline_takes_ready_case)
 static int recv_after_1s(void *arg)
 {
     struct waiter *w = arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     w->val = -1;
     w->rc = weft_chan_recv(w->c, &w->val);
     w->at = weft_now();
@@ -1296,7 +1296,7 @@ static int recv_after_1s(void *arg)
 static int send_after_1s(void *arg)
 {
     struct waiter *w = arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     w->rc = weft_chan_send(w->c, &w->val);
     w->at = weft_now();
     return 0;
@@ -1496,7 +1496,7 @@ static int losing_root(void *arg)
                          .v2 = -1};
         weft_scope *s = scope_open();
         spawn(lose_selector, &l);
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
         int v = 1;
         ASSERT_EQ(weft_chan_send(l.c1, &v), 0);
         scope_end(s);
@@ -1536,7 +1536,7 @@ static int losing_root(void *arg)
         fill(l.c2, cap);
         s = scope_open();
         spawn(lose_selector, &l);
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
         int out = -1;
         ASSERT_EQ(weft_chan_recv(l.c1, &out), 0);
         ASSERT_EQ(out, cap ? 0 : 10);

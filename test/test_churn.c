@@ -85,11 +85,11 @@ static int storm_root(void *arg)
     weft_sup_opts o = {.intensity = 1000000000, .period_ns = WEFT_SEC};
     ASSERT_EQ(weft_sup_spawn(NULL, &o, &c, 1, &s), 0);
     int status = -1;
-    ASSERT_EQ(weft_sup_wait(s, &status, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &status, WEFT_NEVER), 0);
     ASSERT_EQ(status, 0); /* stopped, not given up */
-    long restarts = 0;
-    ASSERT_EQ(weft_sup_counts(s, NULL, &restarts), 0);
-    ASSERT(restarts >= storm_target - 1);
+    weft_sup_stats ss = {0};
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT(ss.restarts >= storm_target - 1);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
 }

@@ -46,7 +46,7 @@ static atomic_int cw_in; /* tasks inside m: at most one */
 static int cw_task(void *arg)
 {
     struct cw *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * TICK), 0);
     ASSERT_EQ(weft_mutex_lock(w->m), 0);
     w->rc = w->deadline ? weft_cond_wait_until(w->c, w->m, w->deadline)
                         : weft_cond_wait(w->c, w->m);
@@ -93,7 +93,7 @@ static int signal_root(void *arg)
             .c = &c, .m = &m, .arrive = cw_arrive[i], .rc = 99, .order = -1};
         spawn(cw_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(10 * TICK), 0); /* until 15 */
+    ASSERT_EQ(weft_sleep_for(10 * TICK), 0); /* until 15 */
     for (int k = 0; k < CW_N; k++) {
         if (k % 2) { /* signal holding the mutex, or not */
             ASSERT_EQ(weft_mutex_lock(&m), 0);
@@ -102,7 +102,7 @@ static int signal_root(void *arg)
         } else {
             ASSERT_EQ(weft_cond_signal(&c), 0);
         }
-        ASSERT_EQ(weft_sleep(TICK), 0);
+        ASSERT_EQ(weft_sleep_for(TICK), 0);
         ASSERT_EQ(cw_returned(w, CW_N), k + 1); /* exactly one more */
         for (int i = 0; i < CW_N; i++) {
             if (w[i].arrive != k + 1)
@@ -141,7 +141,7 @@ static int broadcast_root(void *arg)
                            .rc = 99};
         spawn(cw_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(10 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(10 * TICK), 0);
     ASSERT_EQ(weft_cond_broadcast(&c), 0);
     ASSERT_EQ(weft_cond_signal(&c), 0); /* nobody left: no effect */
     scope_end(s);
@@ -172,7 +172,7 @@ static int hold_task(void *arg)
 {
     struct hold *h = arg;
     ASSERT_EQ(weft_sleep_until(h->t0 + h->at * TICK), 0);
-    h->locked_at_once = weft_mutex_trylock(h->m) == 0;
+    h->locked_at_once = weft_mutex_try_lock(h->m) == 0;
     if (!h->locked_at_once)
         ASSERT_EQ(weft_mutex_lock(h->m), 0);
     ASSERT_EQ(weft_sleep_until(h->t0 + h->until * TICK), 0);
@@ -189,7 +189,7 @@ static int timeout_root(void *arg)
     /* Times out exactly at the deadline; m held again. */
     ASSERT_EQ(weft_cond_wait_until(&c, &m, 3 * TICK), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 3 * TICK);
-    ASSERT_EQ(weft_mutex_trylock(&m), -EBUSY); /* ours */
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EBUSY); /* ours */
     /* A deadline already past: at once, m held. */
     ASSERT_EQ(weft_cond_wait_until(&c, &m, TICK), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 3 * TICK);
@@ -233,13 +233,13 @@ static int cancel_root(void *arg)
     spawn(cw_task, &b);
     weft_scope *inner = scope_open();
     spawn(cw_task, &a);
-    ASSERT_EQ(weft_sleep(3 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(3 * TICK), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(a.rc, -ECANCELED);
     ASSERT_EQ(a.at, 3 * TICK);
     ASSERT(a.held);
     ASSERT_EQ(b.at, 0); /* still waiting */
-    ASSERT_EQ(weft_sleep(TICK), 0);
+    ASSERT_EQ(weft_sleep_for(TICK), 0);
     ASSERT_EQ(weft_cond_signal(&c), 0);
     scope_end(outer);
     ASSERT_EQ(b.rc, 0);
@@ -254,7 +254,7 @@ static int cancel_root(void *arg)
     spawn(hold_task, &h);
     inner = scope_open();
     spawn(cw_task, &a);
-    ASSERT_EQ(weft_sleep(3 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(3 * TICK), 0);
     ASSERT_EQ(weft_scope_cancel(inner), 0);
     ASSERT_EQ(weft_scope_join(inner), -ECANCELED);
     ASSERT_EQ(weft_scope_free(inner), 0);
@@ -750,7 +750,7 @@ static int oc_task(void *arg)
     atomic_fetch_add(&x->per_worker[weft_worker_id() & 3], 1);
     atomic_fetch_add(&x->arrived, 1);
     ASSERT_EQ(weft_once_do(&x->o, oc_init, x), 42);
-    ASSERT(weft_once_done(&x->o));
+    ASSERT(weft_once_is_done(&x->o));
     atomic_fetch_add(&x->ok, 1);
     return 0;
 }
@@ -772,7 +772,7 @@ static void *oc_thread(void *arg)
 static int oc_root(void *arg)
 {
     struct oc *x = arg;
-    ASSERT(!weft_once_done(&x->o));
+    ASSERT(!weft_once_is_done(&x->o));
     weft_scope *s = scope_open();
     for (long i = 0; i < x->n; i++)
         spawn(oc_task, x);
@@ -805,7 +805,7 @@ TEST(once_runs_exactly_once_across_workers)
         }
     }
     ASSERT_EQ(weft_once_do(&x.o, oc_never, NULL), 42); /* outside weft_run */
-    ASSERT(weft_once_done(&x.o));
+    ASSERT(weft_once_is_done(&x.o));
 }
 
 /* ---- a failed initialisation is retried -------------------------------- */
@@ -825,14 +825,14 @@ static int oa_fn(void *arg)
 {
     struct oa *a = arg;
     a->ran++;
-    int r = weft_sleep(a->takes * TICK);
+    int r = weft_sleep_for(a->takes * TICK);
     return r ? r : a->status;
 }
 
 static int oa_task(void *arg)
 {
     struct oa *a = arg;
-    ASSERT_EQ(weft_sleep(a->arrive * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(a->arrive * TICK), 0);
     a->rc = a->deadline ? weft_once_do_until(a->o, oa_fn, a, a->deadline)
                         : weft_once_do(a->o, oa_fn, a);
     a->at = weft_now();
@@ -854,7 +854,7 @@ static int retry_root(void *arg)
     spawn(oa_task, &c);
     spawn(oa_task, &b);
     spawn(oa_task, &a);
-    ASSERT_EQ(weft_sleep(TICK), 0); /* a's fn runs, b waits */
+    ASSERT_EQ(weft_sleep_for(TICK), 0); /* a's fn runs, b waits */
     ASSERT_EQ(weft_once_destroy(&o), -EBUSY);
     scope_end(s);
     ASSERT_EQ(a.rc, -EIO);
@@ -867,7 +867,7 @@ static int retry_root(void *arg)
     ASSERT_EQ(d.at, 6 * TICK);
     ASSERT_EQ(a.ran + b.ran + c.ran + d.ran, 3);
     ASSERT_EQ(d.ran, 0);
-    ASSERT(weft_once_done(&o));
+    ASSERT(weft_once_is_done(&o));
     ASSERT_EQ(weft_once_do(&o, oa_fn, &d), 7);
     ASSERT_EQ(d.ran, 0);
 
@@ -877,16 +877,16 @@ static int retry_root(void *arg)
     struct oa e = {&o2, 0, 1, -EIO, 0, 99, 0, 0};
     struct oa f = {&o2, 0, 0, 0, 0, 99, 0, 0};
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &e), -EIO);
-    ASSERT(!weft_once_done(&o2));
+    ASSERT(!weft_once_is_done(&o2));
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &e), -EIO); /* and again */
     ASSERT_EQ(e.ran, 2);
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &f), 0);
-    ASSERT(weft_once_done(&o2));
+    ASSERT(weft_once_is_done(&o2));
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &e), 0);
     ASSERT_EQ(e.ran + f.ran, 3);
     /* Destroyed when idle: reset to not done, so it runs again. */
     ASSERT_EQ(weft_once_destroy(&o2), 0);
-    ASSERT(!weft_once_done(&o2));
+    ASSERT(!weft_once_is_done(&o2));
     ASSERT_EQ(weft_once_do(&o2, oa_fn, &f), 0);
     ASSERT_EQ(f.ran, 2);
     ASSERT_EQ(weft_once_destroy(NULL), -EINVAL);
@@ -916,7 +916,7 @@ static int o_cancel_root(void *arg)
     spawn(oa_task, &w3);
     weft_scope *inner = scope_open();
     spawn(oa_task, &w1);
-    ASSERT_EQ(weft_sleep(2 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(2 * TICK), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(w1.rc, -ECANCELED);
     ASSERT_EQ(w1.at, 2 * TICK);
@@ -940,7 +940,7 @@ static int o_cancel_root(void *arg)
     ASSERT_EQ(b.ran, 0);
     ASSERT_EQ(weft_scope_join(sc), -ECANCELED);
     ASSERT_EQ(weft_scope_free(sc), 0);
-    ASSERT(!weft_once_done(&o2));
+    ASSERT(!weft_once_is_done(&o2));
     ASSERT_EQ(weft_once_do_until(&o2, oa_fn, &b, 0), 5); /* runs: no wait */
     ASSERT_EQ(b.ran, 1);
     return 0;
@@ -962,7 +962,7 @@ struct ob {
 static int ob_task(void *arg)
 {
     struct ob *b = arg;
-    ASSERT_EQ(weft_sleep(b->a.arrive * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(b->a.arrive * TICK), 0);
     b->a.rc = weft_once_do(b->a.o, oa_fn, &b->a);
     b->a.at = weft_now();
     ASSERT_EQ(weft_scope_cancel(b->victim), 0);
@@ -993,7 +993,7 @@ static int handover_root(void *arg)
     ASSERT_EQ(w2.rc, 20);
     ASSERT_EQ(w2.at, 4 * TICK);
     ASSERT_EQ(w2.ran, 1);
-    ASSERT(weft_once_done(&o));
+    ASSERT(weft_once_is_done(&o));
     return 0;
 }
 
@@ -1036,9 +1036,9 @@ static int om_root(void *arg)
 
 TEST(once_misuse_errors)
 {
-    ASSERT_EQ(weft_once_done(NULL), 0);
+    ASSERT_EQ(weft_once_is_done(NULL), 0);
     ASSERT_EQ(weft_once_do(&om_once, om_fn, NULL), -EPERM); /* not done */
-    ASSERT(!weft_once_done(&om_once));
+    ASSERT(!weft_once_is_done(&om_once));
     ASSERT_EQ(t_run_virtual(1, om_root, NULL), 0);
     ASSERT_EQ(weft_once_do(&om_once, om_fn, NULL), 9); /* done: any thread */
 }
@@ -1135,7 +1135,7 @@ struct ba {
 static int ba_task(void *arg)
 {
     struct ba *a = arg;
-    ASSERT_EQ(weft_sleep(a->arrive * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(a->arrive * TICK), 0);
     a->rc = a->deadline ? weft_barrier_wait_until(a->b, a->deadline)
                         : weft_barrier_wait(a->b);
     a->at = weft_now();
@@ -1158,7 +1158,7 @@ static int withdraw_root(void *arg)
     spawn(ba_task, &b2);
     spawn(ba_task, &c);
     spawn(ba_task, &d);
-    ASSERT_EQ(weft_sleep(5 * TICK + 1), 0);
+    ASSERT_EQ(weft_sleep_for(5 * TICK + 1), 0);
     ASSERT_EQ(weft_barrier_destroy(&b), -EBUSY); /* a and c wait */
     scope_end(s);
     ASSERT_EQ(b2.rc, -ETIMEDOUT);
@@ -1182,7 +1182,7 @@ static int withdraw_root(void *arg)
     spawn(ba_task, &h);
     weft_scope *inner = scope_open();
     spawn(ba_task, &e);
-    ASSERT_EQ(weft_sleep(2 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(2 * TICK), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(e.rc, -ECANCELED);
     ASSERT_EQ(e.at, t0 + 2 * TICK);
@@ -1301,7 +1301,8 @@ static int bs_task(void *arg)
         /* Arrive late now and then, so that everyone is blocked at times
          * and deadlines pass (on the virtual clock, only then). */
         if ((r >> 40) % 4 == 0) {
-            int sr = weft_sleep((int64_t)((r >> 24) % (uint64_t)x->max_wait));
+            int sr =
+                weft_sleep_for((int64_t)((r >> 24) % (uint64_t)x->max_wait));
             if (sr == -ECANCELED)
                 return 0;
         }
@@ -1442,7 +1443,7 @@ static int cond_destroy_root(void *arg)
     struct cdw x = {.m = WEFT_MUTEX_INIT, .c = WEFT_COND_INIT};
     weft_scope *s = scope_open();
     spawn(cdw_waiter, &x);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_cond_destroy(&x.c), -EBUSY); /* it waits */
     ASSERT_EQ(weft_mutex_lock(&x.m), 0);
     x.ready = 1;

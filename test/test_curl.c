@@ -72,7 +72,7 @@ static resp get(CURL *e, const char *base, const char *path, weft_time deadline)
                  strncmp(path, "/close", 6) == 0 ||
                  strncmp(path, "/flaky_reset", 12) == 0;
     curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, kills ? 1L : 0L);
-    r.rc = weft_curl_perform_code(e, deadline, &r.code);
+    r.rc = weft_curl_perform_ex(e, &r.code, deadline);
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r.status);
     curl_easy_getinfo(e, CURLINFO_RETRY_AFTER, &r.retry_after);
     if (own)
@@ -225,7 +225,7 @@ static void misuse_body(env *v)
     CURL *e = curl_easy_init();
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, "http://127.0.0.1:1/");
-    ASSERT_EQ(weft_curl_perform_code(e, weft_now(), &code), -ETIMEDOUT);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, weft_now()), -ETIMEDOUT);
     ASSERT_EQ(code, CURLE_OPERATION_TIMEDOUT);
     ASSERT_EQ(stats_of(v).accepted, 0);
     /* The same handle in two transfers at once: the second is refused,
@@ -353,7 +353,7 @@ static size_t parking_body(char *p, size_t size, size_t n, void *u)
 {
     resp *r = u;
     if (r->bytes == 0)
-        ASSERT_EQ(weft_sleep(50 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(50 * WEFT_MSEC), 0);
     return on_body(p, size, n, u);
 }
 
@@ -381,7 +381,7 @@ static void parking_callback_body(env *v)
         ASSERT(weft_spawn(s, parking_get, v) >= 0);
     /* While the first callback sleeps, more transfers come: they wait
      * for it to return before they enter the multi handle. */
-    ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_MSEC), 0);
     for (int i = 0; i < 4; i++)
         ASSERT(weft_spawn(s, get_ok_task, v) >= 0);
     scope_end(s);
@@ -485,7 +485,7 @@ static int bad_url_reason(void *arg)
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, why);
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, bad);
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(code, CURLE_URL_MALFORMAT);
     ASSERT(strstr(curl_easy_strerror(code), "URL") != NULL);
     if (curl_version_info(CURLVERSION_NOW)->version_num >= 0x080101)
@@ -497,12 +497,12 @@ static int bad_url_reason(void *arg)
     curl_url_cleanup(u);
     /* A protocol libcurl does not know: named in the sentence. */
     curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
     ASSERT(strstr(why, "\"nosuch\" not supported") != NULL);
     /* Emptied when the next transfer starts. */
     curl_easy_setopt(e, CURLOPT_URL, "http://127.0.0.1:1/");
-    ASSERT_EQ(weft_curl_perform_code(e, WEFT_NEVER, &code), -ECONNREFUSED);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, WEFT_NEVER), -ECONNREFUSED);
     ASSERT(strstr(why, "nosuch") == NULL);
     curl_easy_cleanup(e);
     return 0;
@@ -568,7 +568,7 @@ static void not_http_body(env *v)
     /* A scheme libcurl does not speak: no request, -EINVAL. */
     CURLcode code;
     curl_easy_setopt(e, CURLOPT_URL, "nosuch://127.0.0.1/");
-    ASSERT_EQ(weft_curl_perform_code(e, dl, &code), -EINVAL);
+    ASSERT_EQ(weft_curl_perform_ex(e, &code, dl), -EINVAL);
     ASSERT_EQ(code, CURLE_UNSUPPORTED_PROTOCOL);
     curl_easy_cleanup(e);
     fault_server_stats st = stats_of(v);
@@ -660,7 +660,7 @@ static int refused_at_limit(void *arg)
     for (int i = 0; i < 4; i++)
         close(fds[--n]);
     CURLcode code;
-    int rc = weft_curl_perform_code(e, dl, &code);
+    int rc = weft_curl_perform_ex(e, &code, dl);
     int at_limit = dup(null_fd) < 0 && errno == EMFILE;
     while (g.n > 0)
         close(g.fds[--g.n]);
@@ -720,7 +720,7 @@ static int interim_then_garbage(void *arg)
     curl_easy_setopt(e, CURLOPT_URL, url);
     easy_setup(e, &r);
     CURLcode code;
-    int rc = weft_curl_perform_code(e, weft_now() + 60 * WEFT_SEC, &code);
+    int rc = weft_curl_perform_ex(e, &code, weft_now() + 60 * WEFT_SEC);
     long status = -1;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(e);
@@ -851,7 +851,7 @@ static void breaker_body(env *v)
     ASSERT_EQ(a.calls, 3);
     ASSERT_EQ(stats_of(v).by_kind[FAULT_STATUS], 3);
     /* After the cool-down, one trial that succeeds closes it. */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     attempt ok = {v, "/ok", 0};
     ASSERT_EQ(weft_breaker_call(b, try_get, &ok), 0);
     weft_breaker_stats bs;
@@ -940,7 +940,7 @@ static void cancel_body(env *v)
         ASSERT(weft_spawn(s, slow_get, &m) >= 0);
     /* Virtual time moves only once every request is in and waiting. */
     while (stats_of(v).by_kind[FAULT_SLOW] < n)
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT(weft_now() < 600 * WEFT_SEC);
     ASSERT_EQ(stats_of(v).open, n);
     ASSERT(open_fds() >= fds + 2 * n); /* both ends of each connection */
@@ -984,7 +984,7 @@ static void cancel_reuse_body(env *v)
     ASSERT(weft_spawn_ex(s, cancellable_get, a,
                          &(weft_spawn_opts){.handle = &h}) >= 0);
     while (stats_of(v).by_kind[FAULT_SLOW] < 1)
-        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     int st = 0;
     ASSERT_EQ(weft_task_join(h, &st), 0);
@@ -1069,7 +1069,7 @@ static void handover_body(env *v)
     ASSERT_EQ(atomic_load(&h.b_rc), -ECANCELED);
     ASSERT_EQ(atomic_load(&h.c_done), 1);
     ASSERT(weft_now() < WEFT_SEC);
-    weft_task_release(h.b);
+    weft_task_detach(h.b);
 }
 
 TEST(a_cancel_of_the_next_driver_leaves_the_others_driven)

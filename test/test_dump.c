@@ -295,7 +295,7 @@ static int taker(void *arg)
 static int sleeper(void *arg)
 {
     (void)arg;
-    weft_sleep(10 * WEFT_SEC);
+    weft_sleep_for(10 * WEFT_SEC);
     return 0;
 }
 
@@ -374,7 +374,7 @@ static void zoo_open(struct zoo *z)
     SPAWN(z->s, blocker, z, "blocker");
     /* One worker, virtual clock: the clock reaches 1 s only once every
      * task is parked (the blocking call's too). */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
 }
 
 static void zoo_close(struct zoo *z)
@@ -631,7 +631,7 @@ static int churner(void *arg)
 static int parked_forever(void *arg)
 {
     (void)arg;
-    weft_sleep(WEFT_NEVER / 2);
+    weft_sleep_for(WEFT_NEVER / 2);
     return 0;
 }
 
@@ -729,7 +729,7 @@ static int big_root(void *arg)
     for (int i = 0; i < b->groups; i++)
         ASSERT(weft_spawn_ex(s, group, b,
                              &(weft_spawn_opts){.name = "group"}) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every task is parked */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* every task is parked */
     long many = b->n / b->groups * b->groups;
     char *d = dump_string(WEFT_DUMP_JSON);
     long scopes;
@@ -819,8 +819,8 @@ TEST(sigquit_dumps_to_stderr_and_goes_on)
         p = strchr(p + 1, '\n');
         ASSERT(p);
         line_with(p + 1, "", l, sizeof(l));
-        if (!strstr(l, "#0 weft_sleep"))
-            T_FAIL("no #0 weft_sleep in:\n%s", out);
+        if (!strstr(l, "#0 weft_sleep_"))
+            T_FAIL("no #0 weft_sleep_* frame in:\n%s", out);
         ASSERT(count_matching(out, "parked_forever (test/test_dump.c:") == 2);
     }
     ASSERT_EQ(kill(pid, SIGTERM), 0); /* the child still runs */
@@ -877,7 +877,7 @@ TEST(sigquit_dump_of_10k_parked_tasks_with_stacks)
     if (weft__where_lines()) {
         ASSERT_EQ(count_matching(out, "at parked_forever (test/test_dump.c:"),
                   more + 1);
-        ASSERT_EQ(count_matching(out, "#0 weft_sleep"), more + 1);
+        ASSERT_EQ(count_matching(out, "#0 weft_sleep_"), more + 1);
     }
     ASSERT_EQ(kill(pid, SIGTERM), 0);
     char rest[4096];
@@ -1010,7 +1010,7 @@ static int s_future(void *arg)
 static int s_sleep(void *arg)
 {
     (void)arg;
-    int rc = AT(S_SLEEP, weft_sleep(100 * WEFT_SEC));
+    int rc = AT(S_SLEEP, weft_sleep_for(100 * WEFT_SEC));
     return gone(rc);
 }
 
@@ -1028,7 +1028,7 @@ static int s_join(void *arg)
     int st = 0;
     int rc = AT(S_JOIN, weft_task_join(h, &st));
     if (rc == -ECANCELED)
-        weft_task_release(h);
+        weft_task_detach(h);
     return gone(rc);
 }
 
@@ -1164,7 +1164,7 @@ static void sites_open(struct sites *x, weft_scope **s)
     SPAWN(*s, s_holder, x, "s holder");
     for (int k = 0; k < S_KINDS; k++)
         SPAWN(*s, site_fn[k], x, site_name[k]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every one is parked */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* every one is parked */
 }
 
 static void sites_close(struct sites *x, weft_scope *s)
@@ -1371,7 +1371,7 @@ static int many_root(void *arg)
     for (long i = 0; i < m->n; i++)
         ASSERT(weft_spawn_ex(s, parked_here, m->c,
                              &(weft_spawn_opts){.name = "p"}) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every one is parked */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* every one is parked */
     /* a thread of no runtime dumps, while this task waits for it */
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);

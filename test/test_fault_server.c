@@ -191,7 +191,7 @@ static void wait_open(fault_server *f, long n)
         fault_server_stats_get(f, &st);
         if (st.open == n)
             return;
-        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     }
     T_FAIL("%ld connections open, not %ld", st.open, n);
 }
@@ -603,7 +603,7 @@ static int stop_root(void *arg)
     /* Stop once the server has read the request (a socket closed with
      * input unread sends an RST, not a FIN). */
     for (int i = 0; i < 10000 && !stats(f).by_kind[FAULT_SLOW]; i++)
-        ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     ASSERT_EQ(stats(f).by_kind[FAULT_SLOW], 1);
     int port = fault_server_port(f);
     weft_time t0 = weft_now();

@@ -2,7 +2,7 @@
 /*
  * Futures and combinators: settle once, await (deadline, cancel, many
  * awaiters, a plain pthread settling), cancellers, all / all_settled / any
- * / race, weft_future_spawn, weft_gather under every policy, refcounts,
+ * / race, weft_future_spawn, weft_gather_tasks under every policy, refcounts,
  * argument errors and a cross-worker stress. Every test that measures time
  * runs on the virtual clock, where instants are exact.
  */
@@ -64,17 +64,17 @@ TEST(settle_once_second_is_ealready)
     struct big v = {42, "hello", 2.5}, v2 = {7, "other", 1.0}, out;
     weft_future *f = mkfut(sizeof v);
     memset(&out, 0x5a, sizeof out);
-    ASSERT_EQ(weft_future_try(f, &out), -EINPROGRESS);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, &out), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
     ASSERT_EQ(weft_future_resolve(f, &v2), -EALREADY);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     struct cc c = {0};
     ASSERT_EQ(weft_future_set_canceller(f, cc_fn, &c), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, &out), 0);
+    ASSERT_EQ(weft_future_try_await(f, &out), 0);
     ASSERT(memcmp(&out, &v, sizeof v) == 0);
-    ASSERT_EQ(weft_future_try(f, NULL), 0);
+    ASSERT_EQ(weft_future_try_await(f, NULL), 0);
     ASSERT_EQ(weft_future_unref(f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 0);
 
@@ -85,7 +85,7 @@ TEST(settle_once_second_is_ealready)
     ASSERT_EQ(weft_future_resolve(f, &x), -EALREADY);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, &o), -EPIPE);
+    ASSERT_EQ(weft_future_try_await(f, &o), -EPIPE);
     ASSERT_EQ(o, -1);
     ASSERT_EQ(weft_future_unref(f), 0);
 
@@ -93,8 +93,8 @@ TEST(settle_once_second_is_ealready)
     f = mkfut(0);
     ASSERT_EQ(weft_future_resolve(f, NULL), 0);
     ASSERT_EQ(weft_future_resolve(f, NULL), -EALREADY);
-    ASSERT_EQ(weft_future_try(f, NULL), 0);
-    ASSERT_EQ(weft_future_try(f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(f, NULL), 0);
+    ASSERT_EQ(weft_future_try_await(f, &o), 0);
     ASSERT_EQ(o, -1);
     ASSERT_EQ(weft_future_unref(f), 0);
 
@@ -106,7 +106,7 @@ TEST(settle_once_second_is_ealready)
     f = mkfut(65536);
     ASSERT_EQ(weft_future_resolve(f, in), 0);
     in[5] ^= 0xff; /* copied in, not referenced */
-    ASSERT_EQ(weft_future_try(f, got), 0);
+    ASSERT_EQ(weft_future_try_await(f, got), 0);
     in[5] ^= 0xff;
     ASSERT(memcmp(in, got, 65536) == 0);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -124,13 +124,13 @@ TEST(refcount_last_unref_frees)
     /* One reference left: still alive (ASan would see a use after free). */
     int v = 3, o = 0;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
-    ASSERT_EQ(weft_future_try(f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(f, &o), 0);
     ASSERT_EQ(o, 3);
     ASSERT_EQ(weft_future_unref(f), 0);
 #if !defined(NDEBUG) && !defined(WEFT_ASAN)
     /* Debug builds keep the husk: a freed future is -EINVAL. */
     ASSERT_EQ(weft_future_unref(f), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, &o), -EINVAL);
+    ASSERT_EQ(weft_future_try_await(f, &o), -EINVAL);
     ASSERT_EQ(weft_future_resolve(f, &v), -EINVAL);
 #endif
     /* Freed unsettled, with a canceller, and large: LSan sees any leak. */
@@ -169,9 +169,9 @@ static void check_arg_errors(int in_task)
     ASSERT_EQ(weft_future_set_canceller(NULL, cc_fn, NULL), -EINVAL);
     ASSERT_EQ(weft_future_set_canceller(f, NULL, NULL), -EINVAL);
     ASSERT_EQ(weft_future_cancel(NULL), -EINVAL);
-    ASSERT_EQ(weft_future_try(NULL, &v), -EINVAL);
+    ASSERT_EQ(weft_future_try_await(NULL, &v), -EINVAL);
     ASSERT_EQ(weft_future_await(NULL, &v, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS); /* nothing changed */
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS); /* nothing changed */
 
     weft_future *fs[1025];
     for (int i = 0; i < 1025; i++)
@@ -201,18 +201,23 @@ static void check_arg_errors(int in_task)
     ASSERT_EQ(weft_future_spawn(NULL, ret_arg, NULL, NULL), -EINVAL);
 
     weft_fn fns[2] = {ret_arg, NULL};
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 0, fns, NULL, NULL, NULL),
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 0, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 65537, fns, NULL, NULL, NULL,
+                                WEFT_NEVER),
               -EINVAL);
     ASSERT_EQ(
-        weft_gather(WEFT_COLLECT, WEFT_NEVER, 65537, fns, NULL, NULL, NULL),
+        weft_gather_tasks(WEFT_COLLECT, 1, NULL, NULL, NULL, NULL, WEFT_NEVER),
         -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 1, NULL, NULL, NULL, NULL),
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 2, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(
+        weft_gather_tasks((weft_policy)9, 1, fns, NULL, NULL, NULL, WEFT_NEVER),
+        -EINVAL);
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, NULL, NULL, -5),
               -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 2, fns, NULL, NULL, NULL),
-              -EINVAL);
-    ASSERT_EQ(weft_gather((weft_policy)9, WEFT_NEVER, 1, fns, NULL, NULL, NULL),
-              -EINVAL);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, -5, 1, fns, NULL, NULL, NULL), -EINVAL);
 
     if (!in_task) {
         /* Blocking calls and spawns need a task. */
@@ -222,14 +227,14 @@ static void check_arg_errors(int in_task)
         ASSERT_EQ(weft_future_any(fs, 1, WEFT_NEVER), -EPERM);
         ASSERT_EQ(weft_future_race(fs, 1, WEFT_NEVER), -EPERM);
         ASSERT_EQ(weft_future_spawn(NULL, ret_arg, NULL, &out), -EPERM);
-        ASSERT_EQ(
-            weft_gather(WEFT_COLLECT, WEFT_NEVER, 1, fns, NULL, NULL, NULL),
-            -EPERM);
+        ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, NULL, NULL,
+                                    WEFT_NEVER),
+                  -EPERM);
     } else {
         /* A deadline argument of 0 is an instant (here long past, or the
-         * virtual clock's start): nothing runs, as for weft_map. */
+         * virtual clock's start): nothing runs, as for weft_map_tasks. */
         int gst[1] = {99};
-        ASSERT_EQ(weft_gather(WEFT_COLLECT, 0, 1, fns, NULL, gst, NULL),
+        ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 1, fns, NULL, gst, NULL, 0),
                   -ETIMEDOUT);
         ASSERT_EQ(gst[0], -ECANCELED);
     }
@@ -295,7 +300,7 @@ static int many_awaiters_root(void *arg)
         m[i] = (struct ma){.f = f, .rc = 99};
         spawn(ma_awaiter, &m[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* The clock moved: every awaiter is parked. */
     ASSERT_EQ(weft__future_nwaiters(f), MA_N);
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
@@ -320,7 +325,7 @@ static int many_awaiters_root(void *arg)
         m[i] = (struct ma){.f = f, .rc = 99};
         spawn(ma_awaiter, &m[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), MA_N);
     ASSERT_EQ(weft_future_reject(f, -EPIPE), 0);
     scope_end(s);
@@ -428,7 +433,7 @@ struct later {
 static int later_fn(void *arg)
 {
     struct later *l = arg;
-    ASSERT_EQ(weft_sleep(l->delay), 0);
+    ASSERT_EQ(weft_sleep_for(l->delay), 0);
     if (l->err)
         ASSERT_EQ(weft_future_reject(l->f, l->err), 0);
     else
@@ -445,7 +450,7 @@ static int deadline_root(void *arg)
     ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
     ASSERT_EQ(v, -1);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS); /* not cancelled */
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS); /* not cancelled */
     /* A deadline now or passed: -ETIMEDOUT without the clock moving. */
     ASSERT_EQ(weft_future_await(f, &v, weft_now()), -ETIMEDOUT);
     ASSERT_EQ(weft_future_await(f, &v, 0), -ETIMEDOUT);
@@ -487,16 +492,16 @@ static int eagain_root(void *arg)
     (void)arg;
     weft_future *f = mkfut(sizeof(int)), *g = mkfut(sizeof(int));
     ASSERT_EQ(weft_future_reject(f, -EINPROGRESS), -EINVAL);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_reject(f, -EAGAIN), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EAGAIN);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EAGAIN);
     ASSERT_EQ(weft_future_reject(f, -EIO), -EALREADY);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     ASSERT_EQ(weft_future_await(f, NULL, WEFT_NEVER), -EAGAIN);
     weft_future *fs[2] = {f, g};
     int st[2];
     ASSERT_EQ(weft_future_race(fs, 2, WEFT_NEVER), 0);
-    ASSERT_EQ(weft_future_try(g, NULL), -EINPROGRESS); /* a bare loser */
+    ASSERT_EQ(weft_future_try_await(g, NULL), -EINPROGRESS); /* a bare loser */
     ASSERT_EQ(weft_future_all(fs, 1, WEFT_NEVER), -EAGAIN);
     ASSERT_EQ(weft_future_all_settled(fs, 1, st, WEFT_NEVER), 0);
     ASSERT_EQ(st[0], -EAGAIN);
@@ -554,7 +559,7 @@ static int await_cancel_root(void *arg)
     spawn(aw_fn, &b);
     weft_scope *sa = scope_open();
     spawn(aw_fn, &a);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 2);
     scope_cancel_end(sa);
     ASSERT_EQ(a.rc, -ECANCELED);
@@ -563,8 +568,8 @@ static int await_cancel_root(void *arg)
     /* The future is not cancelled, the other waiter still waits. */
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     int v = -1;
-    ASSERT_EQ(weft_future_try(f, &v), -EINPROGRESS);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_future_try_await(f, &v), -EINPROGRESS);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     v = 5;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
     scope_end(sb);
@@ -598,7 +603,7 @@ static int await_cancel_root(void *arg)
     ASSERT_EQ(a.rc, -ECANCELED);
     ASSERT_EQ(a.at, 4 * WEFT_SEC + 500);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_reject(f, -EIO), 0);
     ASSERT_EQ(weft_future_await(f, NULL, WEFT_NEVER), -EIO);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -679,7 +684,7 @@ static int canceller_root(void *arg)
     scope_end(s);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     ASSERT_EQ(atomic_load(&d.calls), 1);
-    ASSERT_EQ(weft_future_try(d.f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(d.f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_resolve(d.f, NULL), 0);
     ASSERT_EQ(weft_future_unref(d.f), 0);
 
@@ -692,7 +697,7 @@ static int canceller_root(void *arg)
     scope_end(s);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     ASSERT_EQ(a.rc, -ECANCELED);
-    ASSERT_EQ(weft_future_try(f, NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -ECANCELED);
     ASSERT_EQ(weft_future_unref(f), 0);
     return 0;
 }
@@ -706,7 +711,7 @@ TEST(canceller_called_exactly_once)
     ASSERT_EQ(weft_future_set_canceller(c.f, cc_fn, &c), -EBUSY);
     ASSERT_EQ(weft_future_cancel(c.f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 1);
-    ASSERT_EQ(weft_future_try(c.f, NULL),
+    ASSERT_EQ(weft_future_try_await(c.f, NULL),
               -EINPROGRESS); /* its producer's call */
     ASSERT_EQ(weft_future_cancel(c.f), 0);
     ASSERT_EQ(atomic_load(&c.calls), 1);
@@ -715,14 +720,14 @@ TEST(canceller_called_exactly_once)
     ASSERT_EQ(weft_future_resolve(c.f, &v), 0);
     ASSERT_EQ(weft_future_cancel(c.f), -EALREADY);
     ASSERT_EQ(atomic_load(&c.calls), 1);
-    ASSERT_EQ(weft_future_try(c.f, &o), 0);
+    ASSERT_EQ(weft_future_try_await(c.f, &o), 0);
     ASSERT_EQ(o, 8);
     ASSERT_EQ(weft_future_unref(c.f), 0);
 
     /* Without a canceller: rejected -ECANCELED at once. */
     weft_future *f = mkfut(sizeof(int));
     ASSERT_EQ(weft_future_cancel(f), 0);
-    ASSERT_EQ(weft_future_try(f, &o), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(f, &o), -ECANCELED);
     ASSERT_EQ(weft_future_cancel(f), -EALREADY);
     ASSERT_EQ(weft_future_set_canceller(f, cc_fn, &c), -EALREADY);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -840,7 +845,7 @@ static int all_root(void *arg)
     int v;
 
     /* Every one resolves: 0 when the last does. */
-    ASSERT_EQ(weft_sleep(S), 0);
+    ASSERT_EQ(weft_sleep_for(S), 0);
     prods_start(&P,
                 (struct pspec[]){
                     {1 * S, 10, 0, 0}, {3 * S, 30, 0, 0}, {2 * S, 20, 0, 0}},
@@ -849,7 +854,7 @@ static int all_root(void *arg)
     ASSERT_EQ(since(&P), 3 * S);
     check_cancels(&P, (int[]){0, 0, 0});
     for (int i = 0; i < 3; i++) {
-        ASSERT_EQ(weft_future_try(P.fs[i], &v), 0);
+        ASSERT_EQ(weft_future_try_await(P.fs[i], &v), 0);
         ASSERT_EQ(v, P.p[i].value);
     }
     prods_end(&P);
@@ -862,8 +867,8 @@ static int all_root(void *arg)
     ASSERT_EQ(weft_future_all(P.fs, 3, WEFT_NEVER), -EIO);
     ASSERT_EQ(since(&P), 2 * S);
     check_cancels(&P, (int[]){0, 1, 0});
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -ECANCELED);
-    ASSERT_EQ(weft_future_try(P.fs[0], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(P.fs[0], &v), 0);
     prods_end(&P);
 
     /* Deadline at 2.5 s: -ETIMEDOUT, the unsettled ones cancelled. */
@@ -944,7 +949,7 @@ static int all_settled_root(void *arg)
     ASSERT_EQ(st[2], -EPIPE);
     ASSERT_EQ(st[3], -EINPROGRESS);
     check_cancels(&P, (int[]){0, 1, 0, 1});
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -ECANCELED);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -ECANCELED);
     prods_end(&P);
 
     /* All settled at entry: no wait. */
@@ -977,7 +982,7 @@ static int any_root(void *arg)
     ASSERT_EQ(weft_future_any(P.fs, 3, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), 2 * S);
     check_cancels(&P, (int[]){0, 0, 1});
-    ASSERT_EQ(weft_future_try(P.fs[1], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], &v), 0);
     ASSERT_EQ(v, 20);
     prods_end(&P);
 
@@ -1028,7 +1033,7 @@ static int race_root(void *arg)
                 3);
     ASSERT_EQ(weft_future_race(P.fs, 3, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), S);
-    ASSERT_EQ(weft_future_try(P.fs[1], NULL), -EIO);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], NULL), -EIO);
     check_cancels(&P, (int[]){1, 0, 1});
     prods_end(&P);
 
@@ -1036,7 +1041,7 @@ static int race_root(void *arg)
     prods_start(&P, (struct pspec[]){{3 * S, 30, 0, 0}, {2 * S, 20, 0, 0}}, 2);
     ASSERT_EQ(weft_future_race(P.fs, 2, WEFT_NEVER), 1);
     ASSERT_EQ(since(&P), 2 * S);
-    ASSERT_EQ(weft_future_try(P.fs[1], &v), 0);
+    ASSERT_EQ(weft_future_try_await(P.fs[1], &v), 0);
     ASSERT_EQ(v, 20);
     check_cancels(&P, (int[]){1, 0});
     prods_end(&P);
@@ -1124,7 +1129,7 @@ static int caller_cancel_root(void *arg)
         struct comb_call c = {.kind = kind, .P = &P, .rc = 99};
         weft_scope *cs = scope_open();
         spawn(comb_task, &c);
-        ASSERT_EQ(weft_sleep(2 * S), 0);
+        ASSERT_EQ(weft_sleep_for(2 * S), 0);
         scope_cancel_end(cs);
         ASSERT_EQ(c.rc, -ECANCELED);
         ASSERT_EQ(c.at, P.t0 + 2 * S);
@@ -1234,7 +1239,7 @@ static int many_futures_root(void *arg)
             /* Bare promises: the losers are left alone (and their
              * producers, cancelled with s, never settle them). */
             int want = kind >= C_ANY && i != first ? -EINPROGRESS : 0;
-            ASSERT_EQ(weft_future_try(fs[i], &v), want);
+            ASSERT_EQ(weft_future_try_await(fs[i], &v), want);
             if (!want)
                 ASSERT_EQ(v, i);
             ASSERT_EQ(weft__future_nwaiters(fs[i]), 0);
@@ -1264,7 +1269,7 @@ static int sleeper_fn(void *arg)
 {
     struct sleeper *k = arg;
     atomic_fetch_add(&k->calls, 1);
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got ? k->got : k->ret;
 }
@@ -1381,7 +1386,7 @@ static int spawn_root(void *arg)
     k = (struct sleeper){.sleep = 5 * S, .ret = 0};
     t0 = weft_now();
     ASSERT(weft_future_spawn(NULL, with_child_fn, &k, &f1) >= 0);
-    ASSERT_EQ(weft_sleep(2 * S), 0);
+    ASSERT_EQ(weft_sleep_for(2 * S), 0);
     ASSERT_EQ(weft_future_cancel(f1), 0);
     ASSERT_EQ(weft_future_await(f1, &v, WEFT_NEVER), 0);
     ASSERT_EQ(v, 1);
@@ -1417,7 +1422,7 @@ static int spawn_root(void *arg)
     for (int i = 0; i < 3; i++) {
         ASSERT_EQ(ks[i].at, t0 + S);
         ASSERT_EQ(ks[i].got, i == 2 ? 0 : -ECANCELED);
-        ASSERT_EQ(weft_future_try(fs[i], &v), i == 2 ? 0 : -ECANCELED);
+        ASSERT_EQ(weft_future_try_await(fs[i], &v), i == 2 ? 0 : -ECANCELED);
         ASSERT_EQ(weft_scope_status(s, i, &st), 0);
         ASSERT_EQ(st, 0); /* the statuses are the futures' */
         ASSERT_EQ(weft_future_unref(fs[i]), 0);
@@ -1448,7 +1453,7 @@ TEST(future_spawn_settles_and_cancels)
 static int bystander(void *arg)
 {
     struct sleeper *k = arg;
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got;
 }
@@ -1469,7 +1474,7 @@ static int spawned_race_root(void *arg)
     ASSERT_EQ(weft_now(), WEFT_MSEC);
     ASSERT_EQ(weft_future_await(fs[1], NULL, WEFT_NEVER), -ECANCELED);
     ASSERT_EQ(weft_future_await(fs[2], NULL, WEFT_NEVER), -EIO);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* the owner is not cancelled */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* the owner is not cancelled */
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(by.got, 0);
     ASSERT_EQ(by.at, 300 * WEFT_MSEC);
@@ -1501,7 +1506,7 @@ static int einprogress_root(void *arg)
     ASSERT_EQ(weft_future_await(f, &v, 5 * WEFT_SEC), -EIO);
     ASSERT_EQ(weft_now(), 0);
     ASSERT_EQ(v, -1);
-    ASSERT_EQ(weft_future_try(f, NULL), -EIO);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EIO);
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_future_unref(f), 0);
@@ -1563,7 +1568,7 @@ static int spawn_cancel_race_root(void *arg)
     ASSERT_EQ(pthread_join(th, NULL), 0);
     for (int i = 0; i < n; i++) {
         int v = -1;
-        int rc = weft_future_try(fs[i], &v);
+        int rc = weft_future_try_await(fs[i], &v);
         ASSERT(rc == -ECANCELED || (rc == 0 && v == 1));
         ASSERT_EQ(weft_future_unref(fs[i]), 0);
     }
@@ -1577,7 +1582,8 @@ TEST(future_spawn_cancel_races_task_exit)
     ASSERT_EQ(t_run_mono(4, spawn_cancel_race_root, NULL), 0);
 }
 
-/* ============================== weft_gather ============================= */
+/* ============================== weft_gather_tasks
+ * ============================= */
 
 struct gk {
     int64_t sleep;
@@ -1591,7 +1597,7 @@ static int gk_fn(void *arg)
 {
     struct gk *k = arg;
     atomic_fetch_add(&k->calls, 1);
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     return k->got ? k->got : k->ret;
 }
@@ -1627,8 +1633,8 @@ static void run_gcase(const struct gcase *c)
         fns[i] = gk_fn;
         args[i] = &k[i];
     }
-    int rc = weft_gather(c->policy, c->deadline ? t0 + c->deadline : WEFT_NEVER,
-                         c->n, fns, args, st, &winner);
+    int rc = weft_gather_tasks(c->policy, c->n, fns, args, st, &winner,
+                               c->deadline ? t0 + c->deadline : WEFT_NEVER);
     ASSERT_EQ(rc, c->rc);
     ASSERT_EQ(winner, c->winner);
     ASSERT_EQ(weft_now() - t0, c->at);
@@ -1743,12 +1749,14 @@ static int gather_root(void *arg)
     /* args NULL: every arg NULL; statuses and winner NULL. */
     weft_fn nf[2] = {null_arg_fn, null_arg_fn};
     int st[2], winner = 99;
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, 2, nf, NULL, st, &winner),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, 2, nf, NULL, st, &winner, WEFT_NEVER),
+        0);
     ASSERT_EQ(st[0], 4);
     ASSERT_EQ(st[1], 4);
     ASSERT_EQ(winner, -1);
-    ASSERT_EQ(weft_gather(WEFT_RACE, WEFT_NEVER, 2, nf, NULL, NULL, NULL), 4);
+    ASSERT_EQ(weft_gather_tasks(WEFT_RACE, 2, nf, NULL, NULL, NULL, WEFT_NEVER),
+              4);
 
     /* A deadline already passed: no task runs its fn. */
     static struct gk k[2];
@@ -1756,7 +1764,7 @@ static int gather_root(void *arg)
     void *args[2] = {&k[0], &k[1]};
     weft_time t0 = weft_now();
     ASSERT(t0 > 0);
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, t0, 2, fns, args, st, &winner),
+    ASSERT_EQ(weft_gather_tasks(WEFT_COLLECT, 2, fns, args, st, &winner, t0),
               -ETIMEDOUT);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
@@ -1766,8 +1774,9 @@ static int gather_root(void *arg)
     /* In a cancelled scope: likewise, -ECANCELED. */
     weft_scope *s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_gather(WEFT_FIRST, WEFT_NEVER, 2, fns, args, st, &winner),
-              -ECANCELED);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_FIRST, 2, fns, args, st, &winner, WEFT_NEVER),
+        -ECANCELED);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
     ASSERT_EQ(winner, -1);
@@ -1797,7 +1806,8 @@ static int gcall_task(void *arg)
     struct gcall *g = arg;
     weft_fn fns[3] = {gk_fn, gk_fn, gk_fn};
     void *args[3] = {&g->k[0], &g->k[1], &g->k[2]};
-    g->rc = weft_gather(WEFT_COLLECT, WEFT_NEVER, 3, fns, args, g->st, NULL);
+    g->rc =
+        weft_gather_tasks(WEFT_COLLECT, 3, fns, args, g->st, NULL, WEFT_NEVER);
     g->at = weft_now();
     return 0;
 }
@@ -1813,7 +1823,7 @@ static int gather_cancel_root(void *arg)
     g.k[2].sleep = 6 * S;
     weft_scope *s = scope_open();
     spawn(gcall_task, &g);
-    ASSERT_EQ(weft_sleep(2 * S), 0);
+    ASSERT_EQ(weft_sleep_for(2 * S), 0);
     scope_cancel_end(s);
     ASSERT_EQ(g.rc, -ECANCELED);
     ASSERT_EQ(g.at, 2 * S);
@@ -1849,18 +1859,21 @@ static int gather_many_root(void *arg)
         args[i] = (void *)(intptr_t)i;
     }
     int winner;
-    ASSERT_EQ(weft_gather(WEFT_COLLECT, WEFT_NEVER, n, fns, args, st, &winner),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_COLLECT, n, fns, args, st, &winner, WEFT_NEVER),
+        0);
     ASSERT_EQ(winner, -1);
     for (int i = 0; i < n; i++)
         ASSERT_EQ(st[i], i);
-    ASSERT_EQ(weft_gather(WEFT_FAIL_FAST, WEFT_NEVER, n, fns, args, st, NULL),
-              0);
+    ASSERT_EQ(
+        weft_gather_tasks(WEFT_FAIL_FAST, n, fns, args, st, NULL, WEFT_NEVER),
+        0);
     for (int i = 0; i < n; i++)
         ASSERT_EQ(st[i], i);
     /* race: whichever finished first; every other either finished or
      * was cancelled. */
-    int rc = weft_gather(WEFT_RACE, WEFT_NEVER, n, fns, args, st, &winner);
+    int rc =
+        weft_gather_tasks(WEFT_RACE, n, fns, args, st, &winner, WEFT_NEVER);
     ASSERT(winner >= 0 && winner < n);
     ASSERT_EQ(rc, winner);
     ASSERT_EQ(st[winner], winner);
@@ -1939,7 +1952,7 @@ static int st_settler(void *arg)
             continue;
         uint64_t x = rnd(&r);
         if (x % 8)
-            ASSERT_EQ(weft_sleep((int64_t)(x >> 8) % (40 * WEFT_USEC)), 0);
+            ASSERT_EQ(weft_sleep_for((int64_t)(x >> 8) % (40 * WEFT_USEC)), 0);
         else
             weft_yield();
         settle_one(i);
@@ -2007,7 +2020,7 @@ static int st_waiter(void *arg)
             }
             ASSERT(rc >= 0 && rc < 3);
             atomic_fetch_add(&ST->got, 1);
-            int rr = weft_future_try(fs[rc], &v);
+            int rr = weft_future_try_await(fs[rc], &v);
             check_result(ix[rc], rr, v);
             break;
         }
@@ -2058,7 +2071,7 @@ static int stress_root(void *arg)
     ASSERT_EQ(pthread_join(th, NULL), 0);
     for (int i = 0; i < s->nf; i++) {
         int64_t v = -1;
-        int rc = weft_future_try(s->fs[i], &v);
+        int rc = weft_future_try_await(s->fs[i], &v);
         check_result(i, rc, v);
         ASSERT_EQ(weft__future_nwaiters(s->fs[i]), 0);
         ASSERT_EQ(weft_future_unref(s->fs[i]), 0);
@@ -2186,7 +2199,7 @@ static int future_case_root(void *arg)
     weft_scope *s = scope_open();
     spawn(fcase_fn, &p);
     spawn(aw_fn, &a);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 2);
     v = 42;
     ASSERT_EQ(weft_future_resolve(f, &v), 0);
@@ -2206,13 +2219,13 @@ static int future_case_root(void *arg)
     p = (struct fcase){f, weft_now() + WEFT_SEC, 99, -1, 99, 0};
     s = scope_open();
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(p.idx, -ETIMEDOUT);
     ASSERT_EQ(p.at, 2 * WEFT_SEC);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
     p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     ASSERT_EQ(weft_future_reject(f, -EPIPE), 0);
     scope_end(s);
@@ -2228,12 +2241,12 @@ static int future_case_root(void *arg)
     p = (struct fcase){f, WEFT_NEVER, 99, -1, 99, 0};
     s = scope_open();
     spawn(fcase_fn, &p);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft__future_nwaiters(f), 1);
     scope_cancel_end(s);
     ASSERT_EQ(p.idx, -ECANCELED);
     ASSERT_EQ(weft__future_nwaiters(f), 0);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     ASSERT_EQ(weft_future_unref(f), 0);
     return 0;
 }
@@ -2265,7 +2278,7 @@ static int wait_kind_root(void *arg)
     struct kindp k = {NULL, fs};
     weft_scope *s = scope_open();
     spawn(any_fn, &k);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT(weft__task_wait_kind(k.t) == &weft__wk_future);
     ASSERT(weft__task_wait_obj(k.t) == (const void *)fs);
     ASSERT_EQ(weft__future_nwaiters(fs[0]), 1);

@@ -107,7 +107,7 @@ static int trickler(void *arg)
 {
     struct trickle *tr = arg;
     for (size_t i = 0;; i++) {
-        if (weft_sleep(300 * WEFT_MSEC))
+        if (weft_sleep_for(300 * WEFT_MSEC))
             return 0; /* cancelled: the test is over */
         char c = tr->bytes[i % strlen(tr->bytes)];
         if (weft_write(tr->fd, &c, 1, WEFT_NEVER) != 1)
@@ -123,7 +123,7 @@ static int slow_head_client(struct conn_test *t)
     int fd = t->fd[1];
     send_str(fd, REQ);
     EXPECT_OK(fd);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0);
     send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ");
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
@@ -186,7 +186,7 @@ TEST(silent_connection_closed_at_request_timeout)
 static int idle_client(struct conn_test *t)
 {
     int fd = t->fd[1];
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     send_str(fd, REQ);
     EXPECT_OK(fd);
     ASSERT_EQ(expect_eof(fd), 1 * WEFT_SEC + 5 * WEFT_SEC);
@@ -206,12 +206,12 @@ static int non_reading_client(struct conn_test *t)
     int small = 4096;
     ASSERT_EQ(setsockopt(t->fd[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small),
               0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     static char reqs[300 * (sizeof REQ - 1)];
     for (size_t i = 0; i < 300; i++)
         memcpy(reqs + i * (sizeof REQ - 1), REQ, sizeof REQ - 1);
     ASSERT_EQ(weft_write_all(t->fd[1], reqs, sizeof reqs, NULL, WEFT_NEVER), 0);
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0); /* and never reads */
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0); /* and never reads */
     return 0;
 }
 
@@ -228,13 +228,13 @@ static int patient_client(struct conn_test *t)
     int fd = t->fd[1];
     for (int i = 0; i < 4; i++) {
         send_str(fd, "GET / HTTP/1.1\r\nHo");
-        ASSERT_EQ(weft_sleep(1900 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(1900 * WEFT_MSEC), 0);
         send_str(fd, "st: x\r\n\r\nGET / HTT"); /* and the next begins */
         EXPECT_OK(fd);
-        ASSERT_EQ(weft_sleep(1900 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(1900 * WEFT_MSEC), 0);
         send_str(fd, "P/1.1\r\nHost: x\r\n\r\n");
         EXPECT_OK(fd);
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     }
     ASSERT_EQ(weft_now(), 4 * (1900 + 1900 + 1000) * WEFT_MSEC);
     ASSERT_EQ(weft_shutdown(fd, SHUT_WR), 0);

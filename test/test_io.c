@@ -86,7 +86,7 @@ static int wake_root(void *arg)
     struct rw r = {.fd = sv[0], .got = -1};
     weft_scope *s = scope_open();
     spawn(reader, &r);
-    ASSERT_EQ(weft_sleep(3 * WEFT_SEC), 0); /* it waits meanwhile */
+    ASSERT_EQ(weft_sleep_for(3 * WEFT_SEC), 0); /* it waits meanwhile */
     ASSERT_EQ(r.got, -1);
     write_byte(sv[1], 42);
     scope_end(s);
@@ -129,7 +129,7 @@ static int deadline_root(void *arg)
     struct rw r = {.fd = sv[0], .got = -1};
     weft_scope *s = scope_open();
     spawn(reader, &r);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -168,7 +168,7 @@ static int close_root(void *arg)
         r[i] = (struct rw){.fd = sv[0], .got = -1};
         spawn(reader, &r[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_close(sv[0]), 0);
     scope_end(s);
     for (int i = 0; i < 3; i++) {
@@ -181,7 +181,7 @@ static int close_root(void *arg)
     struct rw r2 = {.fd = sv2[0], .got = -1};
     s = scope_open();
     spawn(reader, &r2);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(sv2[1], 5);
     scope_end(s);
     ASSERT_EQ(r2.got, 5);
@@ -332,9 +332,9 @@ static int reuse_root(void *arg)
     struct rw r[2] = {{.fd = fd, .got = -1}, {.fd = fd, .got = -1}};
     weft_scope *s = scope_open();
     spawn_on(1, reader_10s, &r[1]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     spawn_on(0, second, &r[0]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(write(peer, "ab", 2), 2);
     scope_end(s);
     for (int i = 0; i < 2; i++) {
@@ -446,9 +446,9 @@ static int dup_root(void *arg)
     struct once o = {.fd = fd, .rc = 1};
     weft_scope *s = scope_open();
     spawn_on(0, wait_once, &o);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(sv[1], 1); /* the old file becomes readable */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(peer, 2); /* the new one */
     scope_end(s);
     ASSERT_EQ(o.rc, 0);
@@ -510,7 +510,7 @@ static int own_root(void *arg)
     struct rw r = {.fd = u, .got = -1};
     weft_scope *s = scope_open();
     spawn_on(0, udp_reader, &r);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(
         weft_sendto(out, "x", 1, (struct sockaddr *)&to, sizeof to, WEFT_NEVER),
         1);
@@ -544,7 +544,7 @@ static int forget_root(void *arg)
         r[i] = (struct rw){.fd = sv[0], .got = -1};
         spawn_on(i, reader_10s, &r[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_fd_forget(sv[0]), 0);
     scope_end(s);
     for (int i = 0; i < 3; i++) {
@@ -555,7 +555,7 @@ static int forget_root(void *arg)
     r[0] = (struct rw){.fd = sv[0], .got = -1};
     s = scope_open();
     spawn_on(1, reader_10s, &r[0]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(sv[1], 3);
     scope_end(s);
     ASSERT_EQ(r[0].got, 3);
@@ -573,7 +573,7 @@ static int forget_root(void *arg)
     r[0] = (struct rw){.fd = u, .got = -1};
     s = scope_open();
     spawn_on(0, reader_10s, &r[0]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(peer, 4);
     scope_end(s);
     ASSERT_EQ(r[0].got, 4);
@@ -807,7 +807,7 @@ static int close_under_wait_root(void *arg)
         d[i] = (struct dir_wait){.fd = sv[0], .events = evs[i % 3], .rc = 1};
         spawn_on(i, dir_waiter, &d[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     for (int i = 0; i < 6; i++)
         ASSERT_EQ(d[i].rc, 1); /* all still waiting */
     int fd = sv[0];
@@ -823,7 +823,7 @@ static int close_under_wait_root(void *arg)
     struct dir_wait r = {.fd = nv[0], .events = WEFT_IO_READ, .rc = 1};
     s = scope_open();
     spawn(dir_waiter, &r);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(nv[1], 1);
     scope_end(s);
     ASSERT_EQ(r.rc, 0);
@@ -879,9 +879,9 @@ static int fd_case_root(void *arg)
                            {.op = WEFT_OP_WRITE, .fd = b[0], .rc = 1}}};
     weft_scope *sc = scope_open();
     spawn_on(1, selector, &s);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     write_byte(a[1], 1); /* the read case, at 1 s */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_close(b[0]), 0); /* the write case: -EBADF, at 2 s */
     scope_end(sc);
     ASSERT_EQ(s.got[0], 0);
@@ -983,7 +983,7 @@ static int signal_root(void *arg)
     atomic_init(&w.at, 0);
     weft_scope *s = scope_open();
     spawn(sig_waiter, &w);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(w.rc, 0);
     ASSERT_EQ(kill(getpid(), SIGHUP), 0);
     scope_end(s);
@@ -1000,7 +1000,7 @@ static int signal_root(void *arg)
     atomic_store(&w.rc, 0);
     s = scope_open();
     spawn(sig_waiter, &w);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     scope_cancel_end(s);
     ASSERT_EQ(w.rc, -ECANCELED);
     ASSERT_EQ(kill(getpid(), SIGUSR1), 0);

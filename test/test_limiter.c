@@ -6,7 +6,7 @@
  * Across workers, the tokens granted by any instant t never exceed
  * B + floor(t * T / P) (checked exactly, in 128-bit arithmetic), and a
  * stress on the real clock (also run under TSan) checks the same with
- * cancels, timeouts and a plain thread calling weft_limiter_try.
+ * cancels, timeouts and a plain thread calling weft_limiter_try_acquire.
  */
 #include "future/future.h" /* its wait kinds */
 #include "t.h"
@@ -39,14 +39,14 @@ static int exact_root(void *arg)
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     ASSERT_EQ(weft_now(), 0); /* the burst, at once */
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     weft_time want[] = {333333334,  666666667,  1000000000,
                         1333333334, 1666666667, 2000000000};
     for (int k = 1; k <= 6; k++) {
         ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
         ASSERT_EQ(weft_now(), want[k - 1]);
         ASSERT_EQ(weft_now(), due_after(k, WEFT_SEC, 3));
-        ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+        ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     }
     /* Many more, one at a time and two at a time: still exact. */
     int64_t k = 6;
@@ -59,8 +59,8 @@ static int exact_root(void *arg)
     /* Idle long enough to refill: a full burst at once, no more. */
     weft_time t0 = weft_now() + 10 * WEFT_SEC;
     ASSERT_EQ(weft_sleep_until(t0), 0);
-    ASSERT_EQ(weft_limiter_try(l, 2), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 2), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_limiter_acquire(l, 2, WEFT_NEVER), 0);
     ASSERT_EQ(weft_now(), t0 + due_after(2, WEFT_SEC, 3));
     ASSERT_EQ(weft_limiter_free(l), 0);
@@ -73,8 +73,8 @@ static int exact_root(void *arg)
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     ASSERT_EQ(weft_now(), t0 + 3);
-    ASSERT_EQ(weft_sleep(4), 0); /* 4/3 tokens, capped at 1 */
-    ASSERT_EQ(weft_limiter_try(l, 1), 0);
+    ASSERT_EQ(weft_sleep_for(4), 0); /* 4/3 tokens, capped at 1 */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     ASSERT_EQ(weft_now(), t0 + 7 + 3); /* the cap dropped the third */
     ASSERT_EQ(weft_limiter_free(l), 0);
@@ -104,7 +104,7 @@ static int exact_root(void *arg)
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
     /* Due at t0 + INT64_MAX: past WEFT_NEVER, so no deadline admits it. */
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), -ETIMEDOUT);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_limiter_free(l), 0);
     return 0;
 }
@@ -149,32 +149,33 @@ static int try_root(void *arg)
     weft_limiter *l;
     /* 10 a second, burst 4. */
     ASSERT_EQ(weft_limiter_new(&l, 10, WEFT_SEC, 4), 0);
-    ASSERT_EQ(weft_limiter_try(l, 3), 0);
-    ASSERT_EQ(weft_limiter_try(l, 2), -EAGAIN); /* 1 left: nothing taken */
-    ASSERT_EQ(weft_limiter_try(l, 1), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
-    ASSERT_EQ(weft_sleep(99999999), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
-    ASSERT_EQ(weft_sleep(1), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), 0); /* at exactly 100 ms */
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 3), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 2),
+              -EAGAIN); /* 1 left: nothing taken */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_sleep_for(99999999), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_sleep_for(1), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0); /* at exactly 100 ms */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     /* try does not jump ahead of a sleeping reservation. */
-    ASSERT_EQ(weft_sleep(250 * WEFT_MSEC), 0);            /* 2.5 tokens */
+    ASSERT_EQ(weft_sleep_for(250 * WEFT_MSEC), 0);        /* 2.5 tokens */
     ASSERT_EQ(weft_limiter_acquire(l, 4, WEFT_NEVER), 0); /* 1.5 more */
     ASSERT_EQ(weft_now(), 500 * WEFT_MSEC);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_limiter_free(l), 0);
 
     /* Errors. */
     ASSERT_EQ(weft_limiter_new(&l, 1, 1, 3), 0);
-    ASSERT_EQ(weft_limiter_try(l, 4), -EINVAL);
-    ASSERT_EQ(weft_limiter_try(l, 0), -EINVAL);
-    ASSERT_EQ(weft_limiter_try(l, -1), -EINVAL);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 4), -EINVAL);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 0), -EINVAL);
+    ASSERT_EQ(weft_limiter_try_acquire(l, -1), -EINVAL);
     ASSERT_EQ(weft_limiter_acquire(l, 4, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_limiter_acquire(l, 0, WEFT_NEVER), -EINVAL);
     ASSERT_EQ(weft_limiter_acquire(NULL, 1, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_limiter_try(NULL, 1), -EINVAL);
-    ASSERT_EQ(weft_limiter_try(l, 3), 0); /* n == burst is fine */
+    ASSERT_EQ(weft_limiter_try_acquire(NULL, 1), -EINVAL);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 3), 0); /* n == burst is fine */
     ASSERT_EQ(weft_limiter_free(l), 0);
     ASSERT_EQ(weft_limiter_free(NULL), -EINVAL);
     weft_limiter *bad = (weft_limiter *)&bad;
@@ -190,7 +191,8 @@ static int try_root(void *arg)
     weft_scope *s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), -ECANCELED);
-    ASSERT_EQ(weft_limiter_try(l, 5), 0); /* try is not; nothing was taken */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 5),
+              0); /* try is not; nothing was taken */
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_limiter_free(l), 0);
@@ -204,8 +206,8 @@ TEST(limiter_try_and_errors)
     weft_limiter *l;
     ASSERT_EQ(weft_limiter_new(&l, 1, WEFT_SEC, 2), 0);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_limiter_try(l, 2), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 2), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_limiter_free(l), 0);
 }
 
@@ -258,7 +260,7 @@ static void cancel(struct taker *t)
 static weft_time fresh(weft_limiter **l, int64_t burst)
 {
     ASSERT_EQ(weft_limiter_new(l, 1, WEFT_SEC, burst), 0);
-    ASSERT_EQ(weft_limiter_try(*l, burst), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(*l, burst), 0);
     return weft_now();
 }
 
@@ -276,7 +278,7 @@ static int cancel_root(void *arg)
     weft_scope *s = scope_open();
     weft_time t0 = fresh(&l, 1);
     start(&a, l, 1);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     ASSERT_EQ(weft_limiter_free(l), -EBUSY);
     cancel(&a);
     ASSERT_EQ(a.at, t0 + H);
@@ -290,7 +292,7 @@ static int cancel_root(void *arg)
     t0 = fresh(&l, 1);
     start(&a, l, 1);
     start(&c, l, 1);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     cancel(&a);
     start(&d, l, 1);
     ASSERT_EQ(weft_sleep_until(t0 + 3 * S), 0);
@@ -306,7 +308,7 @@ static int cancel_root(void *arg)
     t0 = fresh(&l, 3);
     start(&a, l, 3);
     start(&c, l, 1);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     cancel(&a);
     start(&d, l, 1);
     ASSERT_EQ(weft_sleep_until(t0 + 4 * S), 0);
@@ -323,7 +325,7 @@ static int cancel_root(void *arg)
     t0 = fresh(&l, 3);
     start(&a, l, 3);
     start(&c, l, 1);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     cancel(&c);
     cancel(&a);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
@@ -338,7 +340,7 @@ static int cancel_root(void *arg)
     t0 = fresh(&l, 5);
     start(&a, l, 5);
     start(&c, l, 1);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     cancel(&a);
     cancel(&c);
     ASSERT_EQ(weft_limiter_acquire(l, 1, WEFT_NEVER), 0);
@@ -350,11 +352,11 @@ static int cancel_root(void *arg)
      * 10 s two tokens are there, not more. */
     t0 = fresh(&l, 2);
     start(&a, l, 2);
-    ASSERT_EQ(weft_sleep(H), 0);
+    ASSERT_EQ(weft_sleep_for(H), 0);
     cancel(&a);
     ASSERT_EQ(weft_sleep_until(t0 + 10 * S), 0);
-    ASSERT_EQ(weft_limiter_try(l, 2), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 2), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), -EAGAIN);
     ASSERT_EQ(weft_limiter_free(l), 0);
 
     /* 7. Tokens due after the taker's own scope deadline: refused at
@@ -613,7 +615,7 @@ static int st_task(void *arg)
         int kind = (int)(rnd(&x) % 4);
         int rc;
         if (kind == 0) {
-            rc = weft_limiter_try(st->l, n);
+            rc = weft_limiter_try_acquire(st->l, n);
             if (rc == -EAGAIN)
                 continue;
         } else if (kind == 1) {
@@ -659,7 +661,7 @@ static void *st_thread(void *arg)
 {
     struct stress *st = arg;
     while (!atomic_load(&st->stop)) {
-        if (weft_limiter_try(st->l, 1) == 0) {
+        if (weft_limiter_try_acquire(st->l, 1) == 0) {
             st_record(st, 1, weft_now());
             atomic_fetch_add(&st->tries_ok, 1);
         }
@@ -740,7 +742,7 @@ static int record_root(void *arg)
     ASSERT_EQ(weft_limiter_acquire(r.l, 1, WEFT_NEVER), 0);
     weft_scope *s = scope_open();
     spawn(rec_taker, &r);
-    ASSERT_EQ(weft_sleep(WEFT_SEC / 2), 0); /* one worker: it sleeps now */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC / 2), 0); /* one worker: it sleeps now */
     ASSERT(r.task != NULL);
     ASSERT(weft__task_wait_kind(r.task) == &weft__wk_limiter);
     ASSERT(weft__task_wait_obj(r.task) == r.l);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * weft_map and weft_pipeline, through the public API only: results in
+ * weft_map_tasks and weft_pipeline, through the public API only: results in
  * input order, the exact bound on calls in flight and on tasks, start
  * order, fail-fast and collect, deadlines and outside cancels at their
  * exact virtual instant; pipelines with exact multisets (unordered) and
@@ -36,7 +36,7 @@ static void note_max(atomic_int *max, int v)
 }
 
 /* ======================================================================
- * weft_map
+ * weft_map_tasks
  * ==================================================================== */
 
 /* A map call: optionally sleeps (virtual time), counts calls in flight,
@@ -50,7 +50,7 @@ struct mitem {
 
 struct mctx {
     size_t n;
-    struct mitem *items; /* n of them: weft_map's array */
+    struct mitem *items; /* n of them: weft_map_tasks's array */
     int64_t *results;
     int64_t *sleep; /* per index, ns to sleep (NULL: none) */
     int *ret;       /* per index, the status to return (NULL: i % 5) */
@@ -85,7 +85,7 @@ static int map_fn(void *arg)
     m->starts[atomic_fetch_add(&m->nstarts, 1)] = i;
     atomic_fetch_add(&m->calls, 1);
     note_max(&m->max, atomic_fetch_add(&m->inflight, 1) + 1);
-    int rc = m->sleep ? weft_sleep(m->sleep[i]) : weft_yield();
+    int rc = m->sleep ? weft_sleep_for(m->sleep[i]) : weft_yield();
     if (i < 64)
         m->got[i] = rc;
     atomic_fetch_sub(&m->inflight, 1);
@@ -131,8 +131,8 @@ static int map_order_root(void *arg)
             m.sleep[i] = (int64_t)((i * 7919) % 13) * MS;
         int *st = malloc(n * sizeof(int));
         weft_time t0 = weft_now();
-        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
-                           WEFT_FAIL_FAST, WEFT_NEVER, st),
+        ASSERT_EQ(weft_map_tasks(n, limits[l], map_fn, m.items, sizeof *m.items,
+                                 WEFT_FAIL_FAST, st, WEFT_NEVER),
                   0);
         for (size_t i = 0; i < n; i++) {
             ASSERT_EQ(m.results[i], (int64_t)i * (int64_t)i + 7);
@@ -151,8 +151,8 @@ static int map_order_root(void *arg)
         /* The same with statuses NULL, and with COLLECT. */
         memset(m.results, 0, n * sizeof(int64_t));
         atomic_store(&m.nstarts, 0);
-        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
-                           WEFT_COLLECT, WEFT_NEVER, NULL),
+        ASSERT_EQ(weft_map_tasks(n, limits[l], map_fn, m.items, sizeof *m.items,
+                                 WEFT_COLLECT, NULL, WEFT_NEVER),
                   0);
         for (size_t i = 0; i < n; i++)
             ASSERT_EQ(m.results[i], (int64_t)i * (int64_t)i + 7);
@@ -188,8 +188,8 @@ static int map_inflight_root(void *arg)
         m.count_stacks = c->workers == 1;
         int want = limits[l] > 0 && limits[l] < (int)n ? limits[l] : (int)n;
         weft_time t0 = weft_now();
-        ASSERT_EQ(weft_map(n, limits[l], map_fn, m.items, sizeof *m.items,
-                           WEFT_FAIL_FAST, WEFT_NEVER, NULL),
+        ASSERT_EQ(weft_map_tasks(n, limits[l], map_fn, m.items, sizeof *m.items,
+                                 WEFT_FAIL_FAST, NULL, WEFT_NEVER),
                   0);
         /* Every call blocks for 1 s of virtual time: the pool is full
          * all the time, and it takes ceil(n / limit) seconds. */
@@ -221,8 +221,8 @@ static int map_start_order_root(void *arg)
     m.sleep = calloc(n, sizeof(int64_t));
     for (size_t i = 0; i < n; i++)
         m.sleep[i] = (int64_t)(rnd(&seed) % 1000) * WEFT_USEC;
-    ASSERT_EQ(weft_map(n, 5, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
-                       WEFT_NEVER, NULL),
+    ASSERT_EQ(weft_map_tasks(n, 5, map_fn, m.items, sizeof *m.items,
+                             WEFT_FAIL_FAST, NULL, WEFT_NEVER),
               0);
     ASSERT_EQ(atomic_load(&m.nstarts), (long)n);
     for (size_t k = 0; k < n; k++)
@@ -263,8 +263,8 @@ static int map_fail_fast_root(void *arg)
     ten_calls(&m);
     int st[10];
     memset(st, 0x55, sizeof st);
-    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
-                       WEFT_NEVER, st),
+    ASSERT_EQ(weft_map_tasks(10, 3, map_fn, m.items, sizeof *m.items,
+                             WEFT_FAIL_FAST, st, WEFT_NEVER),
               -EIO);
     /* 0-2 ran from 0 to 1 s, 3-5 started at 1 s; 4 failed at 1.5 s,
      * which cancelled 3 and 5; 6-9 never started. */
@@ -297,7 +297,7 @@ static int map_fail_fast_root(void *arg)
     ASSERT_EQ(atomic_load(&m.inflight), 0);
     /* The caller's own scope is not cancelled. */
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(SEC), 0);
+    ASSERT_EQ(weft_sleep_for(SEC), 0);
     ASSERT_EQ(atomic_load(&m.calls), 6); /* nothing runs on after */
     mctx_free(&m);
     return 0;
@@ -315,8 +315,8 @@ static int map_collect_root(void *arg)
     struct mctx m;
     ten_calls(&m);
     int st[10];
-    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, WEFT_COLLECT,
-                       WEFT_NEVER, st),
+    ASSERT_EQ(weft_map_tasks(10, 3, map_fn, m.items, sizeof *m.items,
+                             WEFT_COLLECT, st, WEFT_NEVER),
               0);
     for (int i = 0; i < 10; i++) {
         ASSERT_EQ(st[i], i == 4 ? -EIO : 0);
@@ -361,8 +361,8 @@ static int map_fail_fast_many_root(void *arg)
             m.sleep[i] = MS;
     }
     int *st = malloc(n * sizeof(int));
-    ASSERT_EQ(weft_map(n, 8, map_fn, m.items, sizeof *m.items, WEFT_FAIL_FAST,
-                       WEFT_NEVER, st),
+    ASSERT_EQ(weft_map_tasks(n, 8, map_fn, m.items, sizeof *m.items,
+                             WEFT_FAIL_FAST, st, WEFT_NEVER),
               -ENOSPC);
     ASSERT_EQ(st[n / 2], -ENOSPC);
     long finished = 0;
@@ -406,8 +406,8 @@ static int map_deadline_root(void *arg)
     m.ret[4] = 0;
     m.sleep[4] = SEC;
     int st[10];
-    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, policy,
-                       2 * SEC + SEC / 2, st),
+    ASSERT_EQ(weft_map_tasks(10, 3, map_fn, m.items, sizeof *m.items, policy,
+                             st, 2 * SEC + SEC / 2),
               -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 2 * SEC + SEC / 2);
     for (int i = 0; i < 10; i++)
@@ -416,8 +416,8 @@ static int map_deadline_root(void *arg)
     ASSERT_EQ(atomic_load(&m.calls), 9);
     ASSERT_EQ(weft_cancelled(), 0);
     /* A deadline already past: nothing runs. */
-    ASSERT_EQ(weft_map(10, 3, map_fn, m.items, sizeof *m.items, policy,
-                       weft_now(), st),
+    ASSERT_EQ(weft_map_tasks(10, 3, map_fn, m.items, sizeof *m.items, policy,
+                             st, weft_now()),
               -ETIMEDOUT);
     ASSERT_EQ(atomic_load(&m.calls), 9);
     for (int i = 0; i < 10; i++)
@@ -434,14 +434,15 @@ TEST(map_deadline_at_exact_instant)
     ASSERT_EQ(t_run_virtual(3, map_deadline_root, &ff), 0);
 }
 
-/* weft_map in a task whose scope another task cancels at 1.25 s. */
+/* weft_map_tasks in a task whose scope another task cancels at 1.25 s. */
 static struct mctx cancel_m;
 static int cancel_st[10];
 static int map_in_scope(void *arg)
 {
     (void)arg;
-    int rc = weft_map(10, 3, map_fn, cancel_m.items, sizeof *cancel_m.items,
-                      WEFT_COLLECT, WEFT_NEVER, cancel_st);
+    int rc =
+        weft_map_tasks(10, 3, map_fn, cancel_m.items, sizeof *cancel_m.items,
+                       WEFT_COLLECT, cancel_st, WEFT_NEVER);
     ASSERT_EQ(rc, -ECANCELED);
     ASSERT_EQ(weft_now(), SEC + SEC / 4);
     return 0;
@@ -485,34 +486,43 @@ static int map_args_root(void *arg)
 {
     (void)arg;
     int st[2] = {123, 456};
-    ASSERT_EQ(weft_map(2, 1, NULL, NULL, 0, WEFT_FAIL_FAST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_FIRST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_RACE, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, (weft_policy)42, 0, st),
+    ASSERT_EQ(weft_map_tasks(2, 1, NULL, NULL, 0, WEFT_FAIL_FAST, st, 0),
               -EINVAL);
-    ASSERT_EQ(weft_map(0, 1, never_fn, NULL, 0, WEFT_FIRST, 0, st), -EINVAL);
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_COLLECT, -1, st), -EINVAL);
+    ASSERT_EQ(weft_map_tasks(2, 1, never_fn, NULL, 0, WEFT_FIRST, st, 0),
+              -EINVAL);
+    ASSERT_EQ(weft_map_tasks(2, 1, never_fn, NULL, 0, WEFT_RACE, st, 0),
+              -EINVAL);
+    ASSERT_EQ(weft_map_tasks(2, 1, never_fn, NULL, 0, (weft_policy)42, st, 0),
+              -EINVAL);
+    ASSERT_EQ(weft_map_tasks(0, 1, never_fn, NULL, 0, WEFT_FIRST, st, 0),
+              -EINVAL);
+    ASSERT_EQ(weft_map_tasks(2, 1, never_fn, NULL, 0, WEFT_COLLECT, st, -1),
+              -EINVAL);
     /* An array that is not there, or does not fit in memory. */
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 4, WEFT_COLLECT, WEFT_NEVER, st),
-              -EINVAL);
-    ASSERT_EQ(weft_map(3, 1, never_fn, st, SIZE_MAX / 2, WEFT_COLLECT,
-                       WEFT_NEVER, st),
-              -EINVAL);
     ASSERT_EQ(
-        weft_map(SIZE_MAX, 1, never_fn, st, 2, WEFT_COLLECT, WEFT_NEVER, NULL),
+        weft_map_tasks(2, 1, never_fn, NULL, 4, WEFT_COLLECT, st, WEFT_NEVER),
         -EINVAL);
+    ASSERT_EQ(weft_map_tasks(3, 1, never_fn, st, SIZE_MAX / 2, WEFT_COLLECT, st,
+                             WEFT_NEVER),
+              -EINVAL);
+    ASSERT_EQ(weft_map_tasks(SIZE_MAX, 1, never_fn, st, 2, WEFT_COLLECT, NULL,
+                             WEFT_NEVER),
+              -EINVAL);
     ASSERT_EQ(st[0], 123);
     ASSERT_EQ(st[1], 456);
     /* n == 0: nothing to do, at once, even in a cancelled scope. */
-    ASSERT_EQ(weft_map(0, 4, never_fn, NULL, 0, WEFT_COLLECT, WEFT_NEVER, st),
+    ASSERT_EQ(
+        weft_map_tasks(0, 4, never_fn, NULL, 0, WEFT_COLLECT, st, WEFT_NEVER),
+        0);
+    ASSERT_EQ(weft_map_tasks(0, 0, never_fn, NULL, 0, WEFT_FAIL_FAST, NULL, 1),
               0);
-    ASSERT_EQ(weft_map(0, 0, never_fn, NULL, 0, WEFT_FAIL_FAST, 1, NULL), 0);
-    ASSERT_EQ(weft_map(0, 0, never_fn, NULL, 8, WEFT_FAIL_FAST, 1, NULL), 0);
+    ASSERT_EQ(weft_map_tasks(0, 0, never_fn, NULL, 8, WEFT_FAIL_FAST, NULL, 1),
+              0);
     ASSERT_EQ(st[0], 123);
     ASSERT_EQ(weft_now(), 0);
     /* 0 is an instant, not "no deadline" (WEFT_NEVER is): at time 0 it
      * has come, and nothing starts. */
-    ASSERT_EQ(weft_map(2, 1, never_fn, NULL, 0, WEFT_COLLECT, 0, st),
+    ASSERT_EQ(weft_map_tasks(2, 1, never_fn, NULL, 0, WEFT_COLLECT, st, 0),
               -ETIMEDOUT);
     ASSERT_EQ(st[0], -ECANCELED);
     ASSERT_EQ(st[1], -ECANCELED);
@@ -524,8 +534,10 @@ TEST(map_invalid_arguments)
 {
     ASSERT_EQ(t_run_virtual(1, map_args_root, NULL), 0);
     int st[1] = {9};
-    ASSERT_EQ(weft_map(1, 1, never_fn, NULL, 0, WEFT_FAIL_FAST, 0, st), -EPERM);
-    ASSERT_EQ(weft_map(1, 1, NULL, NULL, 0, WEFT_FAIL_FAST, 0, st), -EINVAL);
+    ASSERT_EQ(weft_map_tasks(1, 1, never_fn, NULL, 0, WEFT_FAIL_FAST, st, 0),
+              -EPERM);
+    ASSERT_EQ(weft_map_tasks(1, 1, NULL, NULL, 0, WEFT_FAIL_FAST, st, 0),
+              -EINVAL);
     ASSERT_EQ(st[0], 9);
 }
 
@@ -552,8 +564,8 @@ static int shared_fn(void *arg)
     return weft_yield();
 }
 
-/* One fetch function, the shape of every weft_fn, serves weft_map,
- * weft_with_timeout and weft_retry_call as it is; a bounded map with a
+/* One fetch function, the shape of every weft_fn, serves weft_map_tasks,
+ * weft_call_for and weft_retry_call as it is; a bounded map with a
  * timeout per call is one wrapper. */
 struct page {
     int id;
@@ -565,7 +577,7 @@ struct page {
 static int fetch(void *arg)
 {
     struct page *p = arg;
-    int rc = weft_sleep(p->latency);
+    int rc = weft_sleep_for(p->latency);
     if (rc)
         return rc;
     p->bytes = 1000 + p->id;
@@ -575,7 +587,7 @@ static int fetch(void *arg)
 
 static int fetch_200ms(void *arg)
 {
-    return weft_with_timeout(200 * MS, fetch, arg);
+    return weft_call_for(fetch, arg, 200 * MS);
 }
 
 static int map_items_root(void *arg)
@@ -586,16 +598,16 @@ static int map_items_root(void *arg)
     for (int i = 0; i < 50; i++)
         odd[i] = (struct odd){.tag = (unsigned char)i};
     int st[50];
-    ASSERT_EQ(weft_map(50, 4, odd_fn, odd, sizeof odd[0], WEFT_COLLECT,
-                       WEFT_NEVER, st),
+    ASSERT_EQ(weft_map_tasks(50, 4, odd_fn, odd, sizeof odd[0], WEFT_COLLECT,
+                             st, WEFT_NEVER),
               0);
     for (int i = 0; i < 50; i++) {
         ASSERT_EQ(odd[i].hits, 1);
         ASSERT_EQ(st[i], i);
     }
     /* item_size 0: n calls, each given items itself (NULL too). */
-    ASSERT_EQ(weft_map(7, 3, shared_fn, &shared_calls, 0, WEFT_FAIL_FAST,
-                       WEFT_NEVER, NULL),
+    ASSERT_EQ(weft_map_tasks(7, 3, shared_fn, &shared_calls, 0, WEFT_FAIL_FAST,
+                             NULL, WEFT_NEVER),
               0);
     ASSERT_EQ(atomic_load(&shared_calls), 7);
 
@@ -607,8 +619,8 @@ static int map_items_root(void *arg)
     pages[2].latency = 10 * SEC;
     weft_time t0 = weft_now();
     int ps[6];
-    ASSERT_EQ(weft_map(6, 2, fetch_200ms, pages, sizeof pages[0], WEFT_COLLECT,
-                       WEFT_NEVER, ps),
+    ASSERT_EQ(weft_map_tasks(6, 2, fetch_200ms, pages, sizeof pages[0],
+                             WEFT_COLLECT, ps, WEFT_NEVER),
               0);
     /* 0,1: 0..100; 2: 100..300 (cut); 3: 100..200; 4: 200..300;
      * 5: 300..400. */
@@ -622,7 +634,7 @@ static int map_items_root(void *arg)
     ASSERT_EQ(weft_now() - t0, 400 * MS);
     /* The same function, as it is, elsewhere. */
     struct page one = {.id = 9, .latency = 100 * MS};
-    ASSERT_EQ(weft_with_timeout(50 * MS, fetch, &one), -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(fetch, &one, 50 * MS), -ETIMEDOUT);
     ASSERT_EQ(weft_retry_call(NULL, fetch, &one), 0);
     ASSERT_EQ(one.bytes, 1009);
     return 0;
@@ -667,9 +679,10 @@ static int stress_map_root(void *arg)
         int limit = round == 0 ? 8 : round == 1 ? 64 : 2;
         memset(s->hits, 0, s->n * sizeof(atomic_int));
         atomic_store(&s->max, 0);
-        ASSERT_EQ(weft_map(s->n, limit, stress_map_fn, s->hits, sizeof *s->hits,
-                           round == 1 ? WEFT_COLLECT : WEFT_FAIL_FAST,
-                           WEFT_NEVER, st),
+        ASSERT_EQ(weft_map_tasks(s->n, limit, stress_map_fn, s->hits,
+                                 sizeof *s->hits,
+                                 round == 1 ? WEFT_COLLECT : WEFT_FAIL_FAST, st,
+                                 WEFT_NEVER),
                   0);
         for (size_t i = 0; i < s->n; i++) {
             if (atomic_load(&s->hits[i]) != 1)
@@ -712,7 +725,7 @@ static int produce(void *arg)
     struct producer *p = arg;
     p->rc = 0;
     for (int64_t v = 0; p->n < 0 || v < p->n; v++) {
-        if (p->gap && (p->rc = weft_sleep(p->gap)) != 0)
+        if (p->gap && (p->rc = weft_sleep_for(p->gap)) != 0)
             break;
         if ((p->rc = weft_chan_send(p->c, &v)) != 0)
             break;
@@ -788,10 +801,10 @@ static int stage_fn(void *ctx, const void *in, void *out)
     note_max(&c->max, atomic_fetch_add(&c->inflight, 1) + 1);
     int rc = 0;
     if (c->sleep)
-        rc = weft_sleep(c->sleep);
+        rc = weft_sleep_for(c->sleep);
     else if (c->sleep_rand) {
         uint64_t s = c->seed ^ ((uint64_t)x * 0x9e3779b97f4a7c15ULL);
-        rc = weft_sleep((int64_t)(rnd(&s) % (uint64_t)c->sleep_rand));
+        rc = weft_sleep_for((int64_t)(rnd(&s) % (uint64_t)c->sleep_rand));
     }
     atomic_fetch_sub(&c->inflight, 1);
     if (rc)
@@ -1312,7 +1325,7 @@ static int settle_task(void *arg)
     weft_scope *sh = NULL;
     weft_scope_opts o = {.shield = 1};
     ASSERT_EQ(weft_scope_open(&sh, &o), 0);
-    ASSERT_EQ(weft_sleep(10 * SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * SEC), 0);
     ASSERT_EQ(weft_scope_join(sh), 0);
     ASSERT_EQ(weft_scope_free(sh), 0);
     for (int i = 0; i < s->ncs; i++)

@@ -3,7 +3,7 @@
  * Retry, backoff and fallback. The delay sequences are checked against the
  * formulas of src/future/retry.c's top comment: exactly for WEFT_JITTER_NONE,
  * within their bounds over many draws for the random modes, and the same
- * for the same seed. weft_retry_call and weft_with_fallback run on the
+ * for the same seed. weft_retry_call and weft_call_fallback_for run on the
  * virtual clock, so every sleep and every give-up instant is asserted
  * exactly.
  */
@@ -362,7 +362,7 @@ static int rec_fn(void *arg)
     r->deadline[r->calls] = weft_deadline();
     int i = r->calls++;
     int64_t work = r->work[i] ? r->work[i] : r->work_ns;
-    int rc = work ? weft_sleep(work) : 0;
+    int rc = work ? weft_sleep_for(work) : 0;
     r->work_rc[i] = rc;
     r->end[i] = weft_now();
     if (rc)
@@ -666,7 +666,7 @@ TEST(retry_shield_hides_outer_deadline)
 static void slow_on_retry(int attempt, int status, int64_t delay, void *ctx)
 {
     rec_on_retry(attempt, status, delay, ctx);
-    ASSERT_EQ(weft_sleep(50 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(50 * MS), 0);
 }
 
 static int slow_on_retry_root(void *arg)
@@ -712,7 +712,7 @@ struct canceller {
 static int cancel_after(void *arg)
 {
     struct canceller *c = arg;
-    ASSERT_EQ(weft_sleep(c->after), 0);
+    ASSERT_EQ(weft_sleep_for(c->after), 0);
     ASSERT_EQ(weft_scope_cancel(c->s), 0);
     return 0;
 }
@@ -1051,7 +1051,7 @@ TEST(retry_across_workers_real_clock)
     ASSERT_EQ(t_run_mono(4, mono_root, NULL), 0);
 }
 
-/* ---- weft_with_fallback ---------------------------------------------- */
+/* ---- weft_call_fallback_for ---------------------------------------------- */
 
 struct fb {
     int64_t sleep_ns; /* fn sleeps this long, then returns `value` */
@@ -1066,7 +1066,7 @@ static int fb_fn(void *arg)
     struct fb *f = arg;
     f->fn_calls++;
     if (f->sleep_ns) {
-        int rc = weft_sleep(f->sleep_ns);
+        int rc = weft_sleep_for(f->sleep_ns);
         f->fn_end = weft_now();
         if (rc) {
             f->fn_rc = rc;
@@ -1089,17 +1089,17 @@ static int fallback_root(void *arg)
     (void)arg;
     /* Fast: fn's value, no fallback. */
     struct fb f = {.value = 5};
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f), 5);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC), 5);
     ASSERT_EQ(f.fb_calls, 0);
     f = (struct fb){.sleep_ns = 500 * MS, .value = 0};
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f), 0);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 500 * MS);
     ASSERT_EQ(f.fb_calls, 0);
 
     /* Slow: cancelled at exactly the timeout, then the fallback's value. */
     weft_time t0 = weft_now();
     f = (struct fb){.sleep_ns = 10 * WEFT_SEC, .value = 1};
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f), 99);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC), 99);
     ASSERT_EQ(f.fn_calls, 1);
     ASSERT_EQ(f.fn_rc, -ECANCELED);
     ASSERT_EQ(f.fn_end, t0 + WEFT_SEC);
@@ -1111,18 +1111,19 @@ static int fallback_root(void *arg)
     /* Failing at once: the fallback, with no time passing. */
     t0 = weft_now();
     f = (struct fb){.value = -EIO};
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f), 99);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC), 99);
     ASSERT_EQ(f.fb_calls, 1);
     ASSERT_EQ(f.fb_at, t0);
 
     /* A timeout of 0: fn runs in an expired scope. */
     f = (struct fb){.sleep_ns = MS, .value = 1};
-    ASSERT_EQ(weft_with_fallback(0, fb_fn, &f, fb_fallback, &f), 99);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, 0), 99);
     ASSERT_EQ(f.fn_rc, -ECANCELED);
     ASSERT_EQ(weft_now(), t0);
 
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, NULL, &f, fb_fallback, &f), -EINVAL);
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, NULL, &f), -EINVAL);
+    ASSERT_EQ(weft_call_fallback_for(NULL, &f, fb_fallback, &f, WEFT_SEC),
+              -EINVAL);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, NULL, &f, WEFT_SEC), -EINVAL);
     return 0;
 }
 
@@ -1130,7 +1131,8 @@ TEST(fallback_fast_slow_failing)
 {
     ASSERT_EQ(t_run_virtual(1, fallback_root, NULL), 0);
     struct fb f = {0};
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f), -EPERM);
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC),
+              -EPERM);
     ASSERT_EQ(f.fn_calls, 0);
 }
 
@@ -1145,7 +1147,7 @@ static int fallback_cancel_root(void *arg)
     weft_scope *s = scope_open();
     c.s = s;
     ASSERT(weft_spawn(outer, cancel_after, &c) >= 0);
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f),
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC),
               -ECANCELED);
     ASSERT_EQ(weft_now(), 300 * MS);
     ASSERT_EQ(f.fn_rc, -ECANCELED);
@@ -1159,7 +1161,7 @@ static int fallback_cancel_root(void *arg)
     weft_time t0 = weft_now();
     weft_scope_opts o = {.deadline = t0 + 200 * MS};
     ASSERT_EQ(weft_scope_open(&s, &o), 0);
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f),
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC),
               -ECANCELED);
     ASSERT_EQ(weft_now(), t0 + 200 * MS);
     ASSERT_EQ(f.fb_calls, 0);
@@ -1170,7 +1172,7 @@ static int fallback_cancel_root(void *arg)
     f = (struct fb){.value = -EIO};
     s = scope_open();
     ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_with_fallback(WEFT_SEC, fb_fn, &f, fb_fallback, &f),
+    ASSERT_EQ(weft_call_fallback_for(fb_fn, &f, fb_fallback, &f, WEFT_SEC),
               -ECANCELED);
     ASSERT_EQ(f.fb_calls, 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);

@@ -46,7 +46,7 @@ static atomic_int children_done;
 
 static int child_sleep_inc(void *arg)
 {
-    int r = weft_sleep((int64_t)(intptr_t)arg);
+    int r = weft_sleep_for((int64_t)(intptr_t)arg);
     atomic_fetch_add(&children_done, 1);
     return r;
 }
@@ -153,14 +153,14 @@ static void check_outside_runtime(void)
     weft_scope *s = (weft_scope *)0x1;
     ASSERT_EQ(weft_spawn(NULL, never_run, NULL), -EPERM);
     ASSERT_EQ(weft_yield(), -EPERM);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), -EPERM);
-    ASSERT_EQ(weft_sleep(0), -EPERM);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), -EPERM);
+    ASSERT_EQ(weft_sleep_for(0), -EPERM);
     ASSERT_EQ(weft_sleep_until(WEFT_NEVER), -EPERM);
     ASSERT_EQ(weft_scope_open(&s, NULL), -EPERM);
     ASSERT(s == (weft_scope *)0x1); /* *out untouched on failure */
     ASSERT_EQ(weft_workers(), -EPERM);
     ASSERT_EQ(weft_worker_id(), -EPERM);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, never_run, NULL), -EPERM);
+    ASSERT_EQ(weft_call_for(never_run, NULL, WEFT_SEC), -EPERM);
     ASSERT_EQ(weft_cancelled(), 0);
     ASSERT(weft_scope_current() == NULL);
     ASSERT(weft_task_name() != NULL);
@@ -283,7 +283,7 @@ static int stay_put(void *arg)
     for (int i = 0; i < 100; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         if (x % 3 == 0)
-            ASSERT_EQ(weft_sleep((int64_t)(x % 1000) * WEFT_USEC), 0);
+            ASSERT_EQ(weft_sleep_for((int64_t)(x % 1000) * WEFT_USEC), 0);
         else
             ASSERT_EQ(weft_yield(), 0);
         if (weft_worker_id() != id || !pthread_equal(self, pthread_self()) ||
@@ -464,7 +464,7 @@ static int check_name(void *arg)
     if (strcmp(got, want) != 0)
         T_FAIL("weft_task_name() = \"%s\", want \"%s\"", got, want);
     ASSERT_EQ(weft_yield(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     ASSERT(strcmp(weft_task_name(), want) == 0); /* survives blocking */
     atomic_fetch_add(&names_checked, 1);
     return 0;
@@ -510,7 +510,7 @@ static int deep_task(void *arg)
     int depth = (int)(intptr_t)arg;
     /* recurse() returns depth (one per frame that saw its own byte). */
     ASSERT_EQ(recurse(depth), depth);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* block with a deep stack used */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* block with a deep stack used */
     ASSERT_EQ(recurse(depth), depth);
     return 0;
 }
@@ -553,11 +553,11 @@ static int idle_root(void *arg)
 {
     (void)arg;
     /* Let the runtime settle (other worker parks), then measure. */
-    ASSERT_EQ(weft_sleep(20 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(20 * WEFT_MSEC), 0);
     int64_t cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     int64_t real0 = clock_ns(CLOCK_MONOTONIC);
     weft_time now0 = weft_now();
-    ASSERT_EQ(weft_sleep(300 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(300 * WEFT_MSEC), 0);
     int64_t real = clock_ns(CLOCK_MONOTONIC) - real0;
     int64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
     ASSERT(weft_now() - now0 >= 300 * WEFT_MSEC);
@@ -658,7 +658,7 @@ static int pinned_task(void *arg)
         if (CPU_COUNT(&mine) != 1 || !CPU_ISSET(want, &mine) ||
             sched_getcpu() != want)
             atomic_fetch_add(&p->wrong, 1);
-        ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_USEC), 0);
     }
     atomic_fetch_add(&p->seen[id & 3], 1);
     return 0;
@@ -793,7 +793,7 @@ static int register_exit_hooks(void *arg)
     int k = (int)(intptr_t)arg;
     ASSERT_EQ(weft_on_worker_exit(exit_hook, (void *)(intptr_t)k), 0);
     ASSERT_EQ(weft_on_worker_exit(exit_hook, (void *)(intptr_t)(k + 1)), 0);
-    ASSERT_EQ(weft_sleep(k * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(k * WEFT_MSEC), 0);
     atomic_fetch_sub(&exits.tasks_left, 1);
     return 0;
 }

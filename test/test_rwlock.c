@@ -16,7 +16,7 @@
 /* The lock is free, and nobody waits: a writer gets it at once. */
 static void assert_free(weft_rwlock *l)
 {
-    ASSERT_EQ(weft_rwlock_trywrlock(l), 0);
+    ASSERT_EQ(weft_rwlock_try_wrlock(l), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(l), 0);
     ASSERT_EQ(weft_rwlock_rdunlock(l), -EPERM); /* no reader left behind */
 }
@@ -49,7 +49,7 @@ static atomic_int rw_next, rw_readers_in;
 static int rw_task(void *arg)
 {
     struct rw *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * TICK), 0);
     if (w->write)
         w->rc = w->deadline ? weft_rwlock_wrlock_until(w->l, w->deadline)
                             : weft_rwlock_wrlock(w->l);
@@ -68,7 +68,7 @@ static int rw_task(void *arg)
         w->inside = atomic_fetch_add(&rw_readers_in, 1) + 1;
     else
         ASSERT_EQ(atomic_load(&rw_readers_in), 0);
-    int r = weft_sleep(w->hold * TICK);
+    int r = weft_sleep_for(w->hold * TICK);
     ASSERT(r == 0 || r == -ECANCELED);
     if (!w->write)
         atomic_fetch_sub(&rw_readers_in, 1);
@@ -98,13 +98,13 @@ static int share_root(void *arg)
         r[i] = (struct rw){.l = &l, .arrive = 0, .hold = 10, .rc = 99};
         spawn(rw_task, &r[i]);
     }
-    ASSERT_EQ(weft_sleep(5 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(5 * TICK), 0);
     /* All six inside at once; more readers still get in; no writer. */
     ASSERT_EQ(atomic_load(&rw_readers_in), SH_N);
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), 0);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), 0);
     ASSERT_EQ(weft_rwlock_rdlock(&l), 0);
     ASSERT_EQ(weft_rwlock_rdlock_until(&l, weft_now()), 0); /* no wait */
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), -EBUSY);
     ASSERT_EQ(weft_rwlock_wrlock_until(&l, weft_now() + TICK), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 6 * TICK);
     for (int i = 0; i < 3; i++)
@@ -155,12 +155,12 @@ static int order_root(void *arg)
                            .order = -1};
         spawn(rw_task, &r[i]);
     }
-    ASSERT_EQ(weft_sleep(100 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(100 * TICK), 0);
     ASSERT_EQ(atomic_load(&rw_next), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), 0);
     /* Readers queued: no barging in, by a reader or a writer. */
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), -EBUSY);
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), -EBUSY);
     scope_end(s);
     for (int i = 0; i < AO_N; i++) {
         ASSERT_EQ(r[i].rc, 0);
@@ -246,7 +246,7 @@ static int timeout_root(void *arg)
     weft_scope *s = scope_open();
     spawn(rw_task, &a);
     spawn(rw_task, &b);
-    ASSERT_EQ(weft_sleep(10 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(10 * TICK), 0);
     ASSERT_EQ(a.rc, -ETIMEDOUT);
     ASSERT_EQ(a.at, 5 * TICK);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), 0);
@@ -267,8 +267,8 @@ static int timeout_root(void *arg)
     spawn(rw_task, &w);
     spawn(rw_task, &r1);
     spawn(rw_task, &r2);
-    ASSERT_EQ(weft_sleep(4 * TICK), 0);
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), -EBUSY); /* a writer waits */
+    ASSERT_EQ(weft_sleep_for(4 * TICK), 0);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), -EBUSY); /* a writer waits */
     scope_end(s);
     ASSERT_EQ(w.rc, -ETIMEDOUT);
     ASSERT_EQ(w.at, t0 + 5 * TICK);
@@ -276,7 +276,7 @@ static int timeout_root(void *arg)
     ASSERT_EQ(r1.at, t0 + 5 * TICK);
     ASSERT_EQ(r2.rc, 0);
     ASSERT_EQ(r2.at, t0 + 5 * TICK);
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), -EBUSY); /* our read hold */
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), -EBUSY); /* our read hold */
     ASSERT_EQ(weft_rwlock_rdunlock(&l), 0);
     assert_free(&l);
 
@@ -293,7 +293,7 @@ static int timeout_root(void *arg)
     s = scope_open();
     spawn(rw_task, &w1);
     spawn(rw_task, &w2);
-    ASSERT_EQ(weft_sleep(6 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(6 * TICK), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), 0);
     scope_end(s);
     ASSERT_EQ(w1.rc, -ETIMEDOUT);
@@ -345,7 +345,7 @@ static int cancel_root(void *arg)
     spawn(rw_task, &r2);
     weft_scope *inner = scope_open();
     spawn(rw_task, &w);
-    ASSERT_EQ(weft_sleep(4 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(4 * TICK), 0);
     ASSERT_EQ(atomic_load(&rw_readers_in), 0); /* held back by w */
     scope_cancel_end(inner);
     ASSERT_EQ(w.rc, -ECANCELED);
@@ -373,7 +373,7 @@ static int cancel_root(void *arg)
     inner = scope_open();
     spawn(rw_task, &cr);
     spawn(rw_task, &cw);
-    ASSERT_EQ(weft_sleep(5 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(5 * TICK), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(cr.rc, -ECANCELED);
     ASSERT_EQ(cw.rc, -ECANCELED);
@@ -381,7 +381,7 @@ static int cancel_root(void *arg)
     ASSERT_EQ(cw.at, t0 + 5 * TICK);
     /* Still write-held by us: nobody was let in. */
     ASSERT_EQ(atomic_load(&rw_next), 0);
-    ASSERT_EQ(weft_sleep(TICK), 0);
+    ASSERT_EQ(weft_sleep_for(TICK), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), 0);
     scope_end(outer);
     ASSERT_EQ(nw.rc, 0);
@@ -402,9 +402,9 @@ static int cancel_root(void *arg)
     ASSERT_EQ(weft_now(), t0);
     ASSERT_EQ(weft_rwlock_rdunlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), -EPERM);
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), 0);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), 0);
     ASSERT_EQ(weft_rwlock_rdunlock(&l), 0);
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), 0);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), 0);
     ASSERT_EQ(weft_scope_join(sc), -ECANCELED);
     ASSERT_EQ(weft_scope_free(sc), 0);
@@ -424,8 +424,8 @@ static int foreign_task(void *arg)
 {
     weft_rwlock *l = arg;
     ASSERT_EQ(weft_rwlock_wrunlock(l), -EPERM); /* the root's, not ours */
-    ASSERT_EQ(weft_rwlock_trywrlock(l), -EBUSY);
-    ASSERT_EQ(weft_rwlock_tryrdlock(l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_wrlock(l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_rdlock(l), -EBUSY);
     return 0;
 }
 
@@ -445,8 +445,8 @@ static int misuse_root(void *arg)
     ASSERT_EQ(weft_rwlock_rdlock(&l), -EDEADLK);
     ASSERT_EQ(weft_rwlock_rdlock_until(&l, t0 + TICK), -EDEADLK);
     ASSERT_EQ(weft_now(), t0);
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), -EBUSY);
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), -EBUSY);
     ASSERT_EQ(weft_rwlock_rdunlock(&l), -EPERM); /* write-held: no reader */
     ASSERT_EQ(weft_rwlock_destroy(&l), -EBUSY);
     weft_scope *s = scope_open();
@@ -467,7 +467,7 @@ static int misuse_root(void *arg)
     rw_reset();
     s = scope_open();
     spawn(rw_task, &w);
-    ASSERT_EQ(weft_sleep(2 * TICK), 0);
+    ASSERT_EQ(weft_sleep_for(2 * TICK), 0);
     ASSERT_EQ(weft_rwlock_destroy(&l), -EBUSY);
     ASSERT_EQ(weft_rwlock_rdunlock(&l), 0);
     ASSERT_EQ(weft_rwlock_destroy(&l), -EBUSY); /* the writer has it */
@@ -478,11 +478,11 @@ static int misuse_root(void *arg)
 
     ASSERT_EQ(weft_rwlock_rdlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_rdlock_until(NULL, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_rwlock_tryrdlock(NULL), -EINVAL);
+    ASSERT_EQ(weft_rwlock_try_rdlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_rdunlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_wrlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_wrlock_until(NULL, WEFT_NEVER), -EINVAL);
-    ASSERT_EQ(weft_rwlock_trywrlock(NULL), -EINVAL);
+    ASSERT_EQ(weft_rwlock_try_wrlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_wrunlock(NULL), -EINVAL);
     ASSERT_EQ(weft_rwlock_destroy(NULL), -EINVAL);
     return 0;
@@ -498,11 +498,11 @@ TEST(rwlock_outside_a_task_eperm)
     weft_rwlock l = WEFT_RWLOCK_INIT;
     ASSERT_EQ(weft_rwlock_rdlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_rdlock_until(&l, WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_rwlock_tryrdlock(&l), -EPERM);
+    ASSERT_EQ(weft_rwlock_try_rdlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_rdunlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_wrlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_wrlock_until(&l, WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_rwlock_trywrlock(&l), -EPERM);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_wrunlock(&l), -EPERM);
     ASSERT_EQ(weft_rwlock_destroy(&l), 0); /* any thread */
 }
@@ -568,8 +568,8 @@ static int xs_lock(struct xs *x, uint64_t r, int write)
     case 0:
         return write ? weft_rwlock_wrlock(&x->l) : weft_rwlock_rdlock(&x->l);
     case 1:
-        return write ? weft_rwlock_trywrlock(&x->l)
-                     : weft_rwlock_tryrdlock(&x->l);
+        return write ? weft_rwlock_try_wrlock(&x->l)
+                     : weft_rwlock_try_rdlock(&x->l);
     default:
         return write ? weft_rwlock_wrlock_until(&x->l, dl)
                      : weft_rwlock_rdlock_until(&x->l, dl);

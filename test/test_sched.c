@@ -41,7 +41,7 @@ static int tracer(void *arg)
         /* Yields, and short sleeps with many equal deadlines, so both the
          * ready order and the order of simultaneous wake-ups matter. */
         if ((id + k) % 3 == 0)
-            ASSERT_EQ(weft_sleep((id + k) % 2), 0);
+            ASSERT_EQ(weft_sleep_for((id + k) % 2), 0);
         else
             ASSERT_EQ(weft_yield(), 0);
     }
@@ -204,7 +204,7 @@ static int spinner(void *arg)
 static int waiter(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(1), 0);
+    ASSERT_EQ(weft_sleep_for(1), 0);
     ASSERT_EQ(atomic_load(&spins_done), 1);
     ASSERT_EQ(weft_now(), 1);
     return 0;
@@ -244,7 +244,7 @@ static struct storm storm;
 static int storm_sleeper(void *arg)
 {
     (void)arg;
-    int r = weft_sleep(3600 * WEFT_SEC);
+    int r = weft_sleep_for(3600 * WEFT_SEC);
     if (r == -ECANCELED)
         atomic_fetch_add(&storm.sleeper_cancelled, 1);
     else
@@ -325,7 +325,7 @@ struct race {
 static int race_sleeper(void *arg)
 {
     struct race *r = arg;
-    int rc = weft_sleep(3600 * WEFT_SEC);
+    int rc = weft_sleep_for(3600 * WEFT_SEC);
     atomic_fetch_add(rc == -ECANCELED ? &r->woke : &r->wrong, 1);
     return 0;
 }
@@ -395,7 +395,7 @@ static int pp_player(void *arg)
         weft_scope *s;
         ASSERT_EQ(weft_scope_open(&s, NULL), 0);
         atomic_store(&p->slot[me], s);
-        ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+        ASSERT_EQ(weft_sleep_for(3600 * WEFT_SEC), -ECANCELED);
         /* Player 0 cancels player 1's round i; player 1 cancels player
          * 0's round i + 1, if there is one. */
         if (me == 0 || i + 1 < p->n) {
@@ -483,7 +483,7 @@ static int million_cancel_task(void *arg)
 {
     struct million *m = arg;
     atomic_fetch_add(&m->blocked, 1);
-    int r = weft_sleep(1000L * 86400 * WEFT_SEC);
+    int r = weft_sleep_for(1000L * 86400 * WEFT_SEC);
     if (r != -ECANCELED || weft_now() != WEFT_SEC)
         atomic_fetch_add(&m->wrong, 1);
     atomic_fetch_add(&m->woke, 1);
@@ -499,7 +499,7 @@ static int million_cancel_root(void *arg)
     for (long i = 0; i < m->n; i++)
         ASSERT(weft_spawn(s, million_cancel_task, m) >= 0);
     /* The clock reaches 1 s only once every task is parked. */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(atomic_load(&m->blocked), m->n);
     ASSERT_EQ(atomic_load(&m->woke), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
@@ -642,7 +642,7 @@ static int pinned_task(void *arg)
         atomic_fetch_add(&p->wrong, 1);
     atomic_fetch_add(&p->started, 1);
     /* Block and wake again: a started task stays where it is. */
-    ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_USEC), 0);
     if (weft_worker_id() != want)
         atomic_fetch_add(&p->wrong, 1);
     return 0;

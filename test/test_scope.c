@@ -34,7 +34,7 @@ static weft_scope *open_scope(weft_policy policy, weft_time deadline,
 struct kid {
     int64_t sleep; /* how long to sleep */
     int ret;       /* status to return after a full sleep */
-    int got;       /* what weft_sleep returned */
+    int got;       /* what weft_sleep_for returned */
     weft_time at;  /* weft_now() when it returned */
     int done;
 };
@@ -42,7 +42,7 @@ struct kid {
 static int kid_fn(void *arg)
 {
     struct kid *k = arg;
-    k->got = weft_sleep(k->sleep);
+    k->got = weft_sleep_for(k->sleep);
     k->at = weft_now();
     k->done = 1;
     return k->got ? k->got : k->ret;
@@ -74,7 +74,7 @@ static int deadline_root(void *arg)
     ASSERT(weft_scope_current() != s);
     /* The root's own scope is not cancelled by the child scope's deadline */
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     return 0;
 }
 
@@ -95,7 +95,7 @@ static int deadline_empty_root(void *arg)
 {
     (void)arg;
     weft_scope *s = open_scope(WEFT_COLLECT, 2 * WEFT_SEC, 0);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
     ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -153,7 +153,7 @@ static int set_deadline_root(void *arg)
     sd_kids[1] = (struct kid){.sleep = 10 * WEFT_SEC};
     weft_scope *s = open_scope(WEFT_FAIL_FAST, 8 * WEFT_SEC, 0);
     spawn_kids(s, sd_kids, 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* Move it earlier, then later again, then earlier: the last wins. */
     ASSERT_EQ(weft_scope_set_deadline(s, 2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_set_deadline(s, WEFT_NEVER), 0);
@@ -193,7 +193,7 @@ static int set_deadline_zero_root(void *arg)
 {
     (void)arg;
     zd_kid = (struct kid){.sleep = 10 * WEFT_SEC};
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     weft_scope *s = open_scope(WEFT_FAIL_FAST, 5 * WEFT_SEC, 0);
     spawn_kids(s, &zd_kid, 1);
     ASSERT_EQ(weft_scope_set_deadline(s, 0), 0);
@@ -296,7 +296,7 @@ static int fail_fast_beats_deadline_root(void *arg)
                        {.sleep = 10 * WEFT_SEC}};
     weft_scope *s = open_scope(WEFT_FAIL_FAST, 5 * WEFT_SEC, 0);
     spawn_kids(s, k, 2);
-    ASSERT_EQ(weft_sleep(7 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(7 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
     ASSERT_EQ(weft_scope_join(s), -EIO);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
@@ -324,7 +324,7 @@ static int collect_root(void *arg)
     spawn_kids(s, k, 5);
     int st;
     ASSERT_EQ(weft_scope_status(s, 0, &st), -EAGAIN);
-    ASSERT_EQ(weft_sleep(2500 * WEFT_MSEC), 0); /* not cancelled */
+    ASSERT_EQ(weft_sleep_for(2500 * WEFT_MSEC), 0); /* not cancelled */
     ASSERT_EQ(weft_scope_status(s, 0, &st), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(weft_scope_status(s, 1, &st), 0);
@@ -584,11 +584,11 @@ static int level_child(void *arg)
 {
     (void)arg;
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(100 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(100 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
     for (int i = 0; i < 5; i++) {
         ASSERT_EQ(weft_cancelled(), 1);
-        ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
         ASSERT_EQ(weft_sleep_until(WEFT_NEVER), -ECANCELED);
         ASSERT_EQ(weft_yield(), 0); /* not a cancellation point */
         ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
@@ -598,7 +598,7 @@ static int level_child(void *arg)
     weft_scope *in;
     ASSERT_EQ(weft_scope_open(&in, NULL), 0);
     ASSERT(weft_scope_cancelled(in));
-    ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_spawn(in, level_child, NULL), -ECANCELED);
     ASSERT_EQ(weft_spawn(NULL, level_child, NULL), -ECANCELED);
     ASSERT_EQ(weft_scope_join(in), -ECANCELED);
@@ -615,15 +615,15 @@ static int level_root(void *arg)
     for (int i = 0; i < 3; i++)
         ASSERT(weft_spawn(s, level_child, NULL) >= 0);
     /* The owner's current scope is s: it is cancelled along with it. */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0); /* idempotent */
     ASSERT_EQ(weft_cancelled(), 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
     return 0;
 }
@@ -644,11 +644,11 @@ static int leave_cancelled_root(void *arg)
     ASSERT_EQ(weft_scope_cancel(in), 0);
     ASSERT_EQ(weft_cancelled(), 1);
     for (int i = 0; i < 3; i++)
-        ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_scope_join(in), -ECANCELED);
     ASSERT(weft_scope_current() == outer);
     ASSERT_EQ(weft_cancelled(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(weft_scope_free(in), 0);
     ASSERT(!weft_scope_cancelled(outer));
@@ -669,7 +669,7 @@ static atomic_int nest_cancelled_sleeps, nest_join_ecanceled;
 static int nest_leaf(void *arg)
 {
     (void)arg;
-    int r = weft_sleep(1000 * WEFT_SEC);
+    int r = weft_sleep_for(1000 * WEFT_SEC);
     if (r == -ECANCELED && weft_now() == WEFT_SEC)
         atomic_fetch_add(&nest_cancelled_sleeps, 1);
     return r;
@@ -697,7 +697,7 @@ static int nest_root(void *arg)
     (void)arg;
     weft_scope *top = open_scope(WEFT_COLLECT, 0, 0);
     ASSERT(weft_spawn(top, nest_level, (void *)(intptr_t)0) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(top), 0);
     ASSERT_EQ(weft_scope_join(top), -ECANCELED);
     ASSERT_EQ(weft_now(), WEFT_SEC);
@@ -733,7 +733,7 @@ static int inner_only_root(void *arg)
     ASSERT_EQ(weft_spawn(outer, kid_fn, &a), 0);
     weft_scope *inner = open_scope(WEFT_FAIL_FAST, 0, 0);
     ASSERT_EQ(weft_spawn(inner, kid_fn, &b), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(inner), 0);
     ASSERT_EQ(weft_scope_join(inner), -ECANCELED);
     ASSERT_EQ(weft_scope_free(inner), 0);
@@ -759,7 +759,7 @@ static atomic_int shield_steps;
 static int cleanup_helper(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     atomic_fetch_add(&shield_steps, 1);
     return 0;
 }
@@ -767,18 +767,18 @@ static int cleanup_helper(void *arg)
 static int shielded_child(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
     /* Cleanup under a shield may block. */
     weft_scope *sh = open_scope(WEFT_FAIL_FAST, 0, 1);
     ASSERT_EQ(weft_cancelled(), 0);
     ASSERT(!weft_scope_cancelled(sh));
     ASSERT(weft_spawn(sh, cleanup_helper, NULL) >= 0);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 3 * WEFT_SEC);
     /* A scope nested in the shield is protected too. */
     weft_scope *in = open_scope(WEFT_FAIL_FAST, 0, 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_join(in), 0);
     ASSERT_EQ(weft_scope_free(in), 0);
     ASSERT_EQ(weft_scope_join(sh), 0);
@@ -787,20 +787,20 @@ static int shielded_child(void *arg)
     atomic_fetch_add(&shield_steps, 1);
     /* Out of the shield: cancelled again. */
     ASSERT_EQ(weft_cancelled(), 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
 
     /* The shield's own deadline still applies. */
     sh = open_scope(WEFT_FAIL_FAST, weft_now() + 500 * WEFT_MSEC, 1);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 4500 * WEFT_MSEC);
     ASSERT_EQ(weft_scope_join(sh), -ETIMEDOUT);
     ASSERT_EQ(weft_scope_free(sh), 0);
 
     /* And so does weft_scope_cancel on the shield itself. */
     sh = open_scope(WEFT_FAIL_FAST, 0, 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(sh), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_scope_join(sh), -ECANCELED);
     ASSERT_EQ(weft_scope_free(sh), 0);
     ASSERT_EQ(weft_now(), 5500 * WEFT_MSEC);
@@ -813,7 +813,7 @@ static int shield_root(void *arg)
     (void)arg;
     weft_scope *s = open_scope(WEFT_COLLECT, 0, 0);
     ASSERT(weft_spawn(s, shielded_child, NULL) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_now(), 5500 * WEFT_MSEC);
@@ -836,7 +836,7 @@ static int shield_in_cancelled_root(void *arg)
     weft_scope *sh = open_scope(WEFT_FAIL_FAST, 0, 1);
     ASSERT(!weft_scope_cancelled(sh));
     ASSERT(weft_spawn(sh, cleanup_helper, NULL) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_join(sh), 0);
     ASSERT_EQ(weft_scope_free(sh), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
@@ -936,7 +936,7 @@ static atomic_int late_ran;
 static int late_child(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     atomic_fetch_add(&late_ran, 1);
     return 0;
 }
@@ -1015,7 +1015,7 @@ static int misuse_null_root(void *arg)
     ASSERT_EQ(weft_scope_cancel(NULL), -EINVAL);
     ASSERT_EQ(weft_scope_free(NULL), -EINVAL);
     ASSERT_EQ(weft_scope_set_deadline(NULL, WEFT_SEC), -EINVAL);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, NULL, NULL), -EINVAL);
+    ASSERT_EQ(weft_call_for(NULL, NULL, WEFT_SEC), -EINVAL);
     ASSERT(!weft_scope_cancelled(s));
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -1065,7 +1065,7 @@ TEST(misuse_join_not_innermost_is_einval)
     ASSERT_EQ(t_run_virtual(1, misuse_order_root, NULL), 0);
 }
 
-/* ---- weft_with_timeout ------------------------------------------------ */
+/* ---- weft_call_for ------------------------------------------------ */
 
 static int sleep_then_ret(void *arg)
 {
@@ -1076,7 +1076,7 @@ static int sleep_then_ret(void *arg)
 static int ignore_cancel(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_cancelled(), 1);
     return 0;
 }
@@ -1090,14 +1090,14 @@ static int spawn_then_sleep(void *arg)
         wt_kids[i] = (struct kid){.sleep = 10 * WEFT_SEC};
         ASSERT(weft_spawn(NULL, kid_fn, &wt_kids[i]) >= 0);
     }
-    return weft_sleep(10 * WEFT_SEC);
+    return weft_sleep_for(10 * WEFT_SEC);
 }
 
 static int inner_timeout(void *arg)
 {
     struct kid *k = arg;
     /* The inner deadline is later than the outer one. */
-    int r = weft_with_timeout(100 * WEFT_SEC, sleep_then_ret, k);
+    int r = weft_call_for(sleep_then_ret, k, 100 * WEFT_SEC);
     ASSERT_EQ(r, -ECANCELED);
     return r;
 }
@@ -1106,29 +1106,27 @@ static int with_timeout_root(void *arg)
 {
     (void)arg;
     struct kid fast = {.sleep = WEFT_SEC, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &fast), 0);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &fast, 2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 1 * WEFT_SEC);
 
     struct kid fail = {.sleep = WEFT_SEC, .ret = -EIO};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &fail), -EIO);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &fail, 2 * WEFT_SEC), -EIO);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
 
     struct kid slow = {.sleep = 5 * WEFT_SEC, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, sleep_then_ret, &slow),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &slow, 2 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(slow.got, -ECANCELED);
     ASSERT_EQ(slow.at, 4 * WEFT_SEC);
     ASSERT_EQ(weft_now(), 4 * WEFT_SEC);
     ASSERT_EQ(weft_cancelled(), 0); /* the timeout scope is gone */
 
     /* fn that swallows the cancellation: its result stands. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, ignore_cancel, NULL), 0);
+    ASSERT_EQ(weft_call_for(ignore_cancel, NULL, WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 5 * WEFT_SEC);
 
     /* Children spawned by fn into its scope are cancelled at the deadline
      * and waited for. */
-    ASSERT_EQ(weft_with_timeout(3 * WEFT_SEC, spawn_then_sleep, NULL),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(spawn_then_sleep, NULL, 3 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 8 * WEFT_SEC);
     for (int i = 0; i < 3; i++) {
         ASSERT(wt_kids[i].done);
@@ -1138,14 +1136,13 @@ static int with_timeout_root(void *arg)
 
     /* Nested: the outer deadline cancels fn inside the inner one. */
     struct kid nested = {.sleep = 50 * WEFT_SEC};
-    ASSERT_EQ(weft_with_timeout(2 * WEFT_SEC, inner_timeout, &nested),
-              -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(inner_timeout, &nested, 2 * WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(nested.at, 10 * WEFT_SEC);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
 
     /* A long timeout that fn beats leaves no timer behind. */
     struct kid quick = {.sleep = 1, .ret = 0};
-    ASSERT_EQ(weft_with_timeout(1000 * WEFT_SEC, sleep_then_ret, &quick), 0);
+    ASSERT_EQ(weft_call_for(sleep_then_ret, &quick, 1000 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC + 1);
     return 0;
 }
@@ -1156,7 +1153,7 @@ TEST(with_timeout_fast_slow_exact)
 }
 
 /* fn returns leaving a scope it opened unjoined (with a child asleep in
- * it): weft_with_timeout joins it (the child runs to the timeout's
+ * it): weft_call_for joins it (the child runs to the timeout's
  * deadline, which cancels it), restores the caller's scope, and leaves no
  * deadline behind to cancel the caller later. */
 static struct kid leftover_kid;
@@ -1173,7 +1170,7 @@ static int leaves_scope_open(void *arg)
 static int sleep_one_sec(void *arg)
 {
     (void)arg;
-    return weft_sleep(WEFT_SEC);
+    return weft_sleep_for(WEFT_SEC);
 }
 
 static int with_timeout_leftover_root(void *arg)
@@ -1182,23 +1179,23 @@ static int with_timeout_leftover_root(void *arg)
     /* A timeout of 0 (or less) is a deadline that has come, even at the
      * virtual clock's start: fn runs cancelled. */
     ASSERT_EQ(weft_now(), 0);
-    ASSERT_EQ(weft_with_timeout(0, sleep_one_sec, NULL), -ETIMEDOUT);
-    ASSERT_EQ(weft_with_timeout(-5, sleep_one_sec, NULL), -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_one_sec, NULL, 0), -ETIMEDOUT);
+    ASSERT_EQ(weft_call_for(sleep_one_sec, NULL, -5), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), 0);
     weft_scope *mine = weft_scope_current();
     ASSERT_EQ(
-        weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)(intptr_t)-EIO),
+        weft_call_for(leaves_scope_open, (void *)(intptr_t)-EIO, WEFT_SEC),
         -ETIMEDOUT);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(leftover_kid.got, -ECANCELED);
     ASSERT_EQ(leftover_kid.at, WEFT_SEC);
     ASSERT(weft_scope_current() == mine);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0); /* nothing left to cancel us */
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0); /* nothing left to cancel us */
     /* Success: the result stands, the leftover is joined all the same. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, leaves_scope_open, (void *)7), 7);
+    ASSERT_EQ(weft_call_for(leaves_scope_open, (void *)7, WEFT_SEC), 7);
     ASSERT_EQ(weft_now(), 7 * WEFT_SEC);
     ASSERT(weft_scope_current() == mine);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0);
     return 0;
 }
 
@@ -1207,8 +1204,8 @@ TEST(with_timeout_joins_scopes_fn_left_open)
     ASSERT_EQ(t_run_virtual(1, with_timeout_leftover_root, NULL), 0);
 }
 
-/* Misuse: fn joins the scope weft_with_timeout opened for it. The scopes
- * around the call are the caller's and stay so: weft_with_timeout joins
+/* Misuse: fn joins the scope weft_call_for opened for it. The scopes
+ * around the call are the caller's and stay so: weft_call_for joins
  * nothing above its own scope (it used to join the caller's scope P and
  * orphan it, or spin on -EPERM with the root's). */
 static int joins_its_own_scope(void *arg)
@@ -1223,14 +1220,14 @@ static int with_timeout_misuse_root(void *arg)
 {
     (void)arg;
     weft_scope *p = open_scope(WEFT_COLLECT, 0, 0);
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    ASSERT_EQ(weft_call_for(joins_its_own_scope, NULL, WEFT_SEC), 7);
     ASSERT(weft_scope_current() == p);
     ASSERT(weft_spawn(p, sleep_one_sec, NULL) >= 0);
     ASSERT_EQ(weft_scope_join(p), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(weft_scope_free(p), 0);
     /* Straight under the root's scope too. */
-    ASSERT_EQ(weft_with_timeout(WEFT_SEC, joins_its_own_scope, NULL), 7);
+    ASSERT_EQ(weft_call_for(joins_its_own_scope, NULL, WEFT_SEC), 7);
     return 0;
 }
 
@@ -1247,7 +1244,7 @@ static atomic_int unjoined_done, unjoined_ran;
 static int unjoined_grandchild(void *arg)
 {
     int64_t d = (int64_t)(intptr_t)arg;
-    int r = weft_sleep(d);
+    int r = weft_sleep_for(d);
     if (r == 0 && weft_now() == d)
         atomic_fetch_add(&unjoined_done, 1);
     if (r == 0)
@@ -1312,7 +1309,7 @@ static atomic_int unjoined_cancelled;
 static int forever_sleeper(void *arg)
 {
     (void)arg;
-    int r = weft_sleep(1000 * WEFT_SEC);
+    int r = weft_sleep_for(1000 * WEFT_SEC);
     if (r == -ECANCELED && weft_now() == WEFT_SEC)
         atomic_fetch_add(&unjoined_cancelled, 1);
     return r;
@@ -1332,7 +1329,7 @@ static int unjoined_cancel_root(void *arg)
     (void)arg;
     weft_scope *p = open_scope(WEFT_COLLECT, 0, 0);
     ASSERT(weft_spawn(p, returns_leaving_sleepers, NULL) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(p), 0);
     ASSERT_EQ(weft_scope_join(p), -ECANCELED);
     ASSERT_EQ(weft_now(), WEFT_SEC);
@@ -1363,7 +1360,7 @@ static int mass_sleeper(void *arg)
     ASSERT(id >= 0 && id < 4);
     atomic_fetch_add(&m->per_worker[id], 1);
     atomic_fetch_add(&m->parked, 1);
-    int r = weft_sleep(1000L * 86400 * WEFT_SEC);
+    int r = weft_sleep_for(1000L * 86400 * WEFT_SEC);
     if (r == -ECANCELED && weft_now() == WEFT_SEC && weft_worker_id() == id)
         atomic_fetch_add(&m->cancelled_ok, 1);
     else
@@ -1378,7 +1375,7 @@ static int mass_root(void *arg)
     for (long i = 0; i < m->n; i++)
         ASSERT(weft_spawn(m->s, mass_sleeper, m) >= 0);
     /* The virtual clock reaches 1 s only once every task is blocked. */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(atomic_load(&m->parked), m->n);
     ASSERT_EQ(atomic_load(&m->cancelled_ok), 0);
     ASSERT_EQ(weft_scope_cancel(m->s), 0);
@@ -1414,7 +1411,7 @@ TEST(cross_worker_mass_cancel_100k)
 static int mass_canceller(void *arg)
 {
     struct mass *m = arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(atomic_load(&m->parked), m->n);
     atomic_store(&m->canceller_worker, weft_worker_id());
     ASSERT_EQ(weft_scope_cancel(m->s), 0);
@@ -1451,7 +1448,7 @@ static int mono_sleeper(void *arg)
 {
     struct mass *m = arg;
     atomic_fetch_add(&m->parked, 1);
-    int r = weft_sleep(3600 * WEFT_SEC);
+    int r = weft_sleep_for(3600 * WEFT_SEC);
     if (r == -ECANCELED)
         atomic_fetch_add(&m->cancelled_ok, 1);
     else
@@ -1512,7 +1509,7 @@ static int pthread_cancel_virtual_root(void *arg)
     m->s = open_scope(WEFT_COLLECT, 0, 0);
     for (long i = 0; i < m->n; i++)
         ASSERT(weft_spawn(m->s, mass_sleeper, m) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(atomic_load(&m->parked), m->n);
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, pthread_cancel_now, m), 0);
@@ -1679,7 +1676,7 @@ static void serve_handler(void *ctx, const weft_child_failure *f)
 static int serve_long_sibling(void *arg)
 {
     struct serve *v = arg;
-    if (weft_sleep(WEFT_SEC) == 0 && weft_now() == WEFT_SEC)
+    if (weft_sleep_for(WEFT_SEC) == 0 && weft_now() == WEFT_SEC)
         atomic_fetch_add(&v->long_sleep_ok, 1);
     return 0;
 }
@@ -1752,7 +1749,7 @@ static void site_handler(void *ctx, const weft_child_failure *f)
              strcmp(f->file, __FILE__) == 0 && f->line == handler_line &&
              strcmp(weft_task_name(), "conn") == 0 && weft_scope_current() == s;
     /* It may block as the child could; join waits for it. */
-    ok = ok && weft_sleep(WEFT_SEC) == 0;
+    ok = ok && weft_sleep_for(WEFT_SEC) == 0;
     atomic_store(&handler_ok, ok);
 }
 
@@ -1811,7 +1808,7 @@ static int serve_sleeper(void *arg)
     int id = weft_worker_id();
     atomic_fetch_add(&m->per_worker[id], 1);
     atomic_fetch_add(&m->parked, 1);
-    int r = weft_sleep(1000L * 86400 * WEFT_SEC);
+    int r = weft_sleep_for(1000L * 86400 * WEFT_SEC);
     if (r == -ECANCELED && weft_now() == serve_expect_at &&
         weft_worker_id() == id)
         atomic_fetch_add(&serve_woken_ok, 1);
@@ -1833,7 +1830,7 @@ static int serve_cancel_root(void *arg)
             ASSERT_EQ(weft_spawn_ex(m->s, serve_sleeper, m, &so), 0);
         }
         if (round == 1) {
-            ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0); /* all parked by then */
+            ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0); /* all parked by then */
             ASSERT_EQ(atomic_load(&m->parked), m->n);
             ASSERT_EQ(weft_scope_cancel(m->s), 0);
         }
@@ -1878,7 +1875,7 @@ static int serve_log_root(void *arg)
             weft_spawn_ex(s, return_arg, (void *)(intptr_t)-EPIPE, &named), 0);
     for (int i = 0; i < r->cancelled_now; i++)
         ASSERT_EQ(weft_spawn(s, return_arg, (void *)(intptr_t)-ECANCELED), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* a new window */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* a new window */
     for (int i = 0; i < r->fail_later; i++)
         ASSERT_EQ(weft_spawn(s, return_arg, (void *)(intptr_t)-EIO), 0);
     ASSERT_EQ(weft_scope_join(s), 0);
@@ -1945,7 +1942,7 @@ static int sleeper_fn(void *arg)
         p->kind = weft__task_wait_kind(p->owner);
         p->obj = weft__task_wait_obj(p->owner);
     }
-    weft_sleep(p->ns);
+    weft_sleep_for(p->ns);
     return p->status;
 }
 
@@ -2083,7 +2080,7 @@ static int scope_case_root(void *arg)
     c.scope = s;
     struct sleeper z = {.ns = 0, .status = -EPIPE};
     ASSERT(weft_spawn(s, sleeper_fn, &z) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     c.rc = 99;
     ASSERT_EQ(scope_case_select(&c, WEFT_NEVER), 0);
     ASSERT_EQ(c.rc, 0); /* COLLECT */

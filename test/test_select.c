@@ -97,7 +97,7 @@ struct fdrun {
 static int fd_poker(void *arg)
 {
     struct fdrun *r = arg;
-    ASSERT_EQ(weft_sleep(3 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(3 * MS), 0);
     r->at = weft_now();
     if (r->closer)
         ASSERT_EQ(weft_close(r->sv[0]), 0);
@@ -163,7 +163,7 @@ struct futrun {
 static int fut_settler(void *arg)
 {
     struct futrun *r = arg;
-    ASSERT_EQ(weft_sleep(2 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(2 * MS), 0);
     if (r->reject)
         ASSERT_EQ(weft_future_reject(r->f, -ECONNREFUSED), 0);
     else
@@ -207,7 +207,7 @@ TEST(future_case)
 
 static int sleeper(void *arg)
 {
-    return weft_sleep(*(int64_t *)arg) ? -1 : 7;
+    return weft_sleep_for(*(int64_t *)arg) ? -1 : 7;
 }
 
 static int not_owner(void *arg)
@@ -253,7 +253,7 @@ TEST(scope_case)
 
 static int releaser(void *arg)
 {
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     return weft_sem_release(arg, 1);
 }
 
@@ -304,7 +304,7 @@ struct mixed {
 static int mixed_poker(void *arg)
 {
     struct mixed *m = arg;
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     switch (m->which) {
     case 0:
         return weft_chan_send(m->c, &(int){5});
@@ -449,7 +449,7 @@ static int race_main(void *arg)
             if (r->kind == 0)
                 ASSERT_EQ(weft_sem_try_acquire(&r->sem, 1), 0);
             else
-                ASSERT_EQ(weft_future_try(r->f, &fv), 0);
+                ASSERT_EQ(weft_future_try_await(r->f, &fv), 0);
         } else {
             ASSERT_EQ(weft_chan_try_recv(r->c, &left), 0);
             ASSERT_EQ(left, 1);
@@ -512,7 +512,7 @@ static int cancel_main(void *arg)
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, r->sv), 0);
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, cancel_selector, r) >= 0);
-    ASSERT_EQ(weft_sleep(3 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(3 * MS), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     weft_scope_join(s);
     weft_scope_free(s);

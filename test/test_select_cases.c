@@ -83,7 +83,7 @@ struct later {
 static int later_task(void *arg)
 {
     struct later *l = arg;
-    ASSERT_EQ(weft_sleep(l->ms * MS), 0);
+    ASSERT_EQ(weft_sleep_for(l->ms * MS), 0);
     l->step(l->arg);
     return 0;
 }
@@ -96,7 +96,7 @@ static void later(struct later *l)
 
 static int sleeper(void *arg)
 {
-    ASSERT_EQ(weft_sleep((weft_time)(intptr_t)arg * MS), 0);
+    ASSERT_EQ(weft_sleep_for((weft_time)(intptr_t)arg * MS), 0);
     return (int)(intptr_t)arg;
 }
 
@@ -136,7 +136,7 @@ static int join_main(void *arg)
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -ESRCH);
     /* Done already: chosen at once, try_select too. */
     h = spawn_h(0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     cs[0] = join_case(h, &st);
     ASSERT_EQ(weft_try_select(cs, 1), 0);
     ASSERT_EQ(st, 0);
@@ -155,7 +155,7 @@ static int join_main(void *arg)
     h = spawn_h(4);
     weft_scope *s = scope_open();
     ASSERT(weft_spawn(s, join_selector, &h) >= 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     scope_cancel_end(s);
     ASSERT_EQ(weft_task_join(h, &st), 0);
     ASSERT_EQ(st, 4);
@@ -269,7 +269,7 @@ static int event_wg_main(void *arg)
     ASSERT(weft_spawn(s, cond_selector, &c) >= 0);
     weft_case c2 = event_case(&e);
     ASSERT(weft_spawn(s, cond_selector, &c2) >= 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(weft_wg_destroy(&wg), -EBUSY);
     scope_cancel_end(s);
     cs[0] = event_case(&e);
@@ -352,7 +352,7 @@ static int actor_main(void *arg)
     weft_actor *a = mbox_spawn(&b, 1);
     int m1 = 1, m2 = 2, m3 = 3, st = -7;
     ASSERT_EQ(weft_actor_tell(a, &m1, WEFT_NEVER), 0);
-    ASSERT_EQ(weft_sleep(MS), 0); /* the actor waits at the gate with m1 */
+    ASSERT_EQ(weft_sleep_for(MS), 0); /* the actor waits at the gate with m1 */
     ASSERT_EQ(weft_actor_tell(a, &m2, WEFT_NEVER), 0); /* full now */
     /* Not chosen: m3 not told; the actor has not exited. */
     ASSERT_EQ(with_deadline(tell_case(a, &m3), 2 * MS), TIMED_OUT);
@@ -371,7 +371,7 @@ static int actor_main(void *arg)
     /* Cancelled while it waits: nothing told. */
     weft_scope *c = scope_open();
     ASSERT(weft_spawn(c, tell_selector, a) >= 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     scope_cancel_end(c);
     ASSERT_EQ((int)weft_actor_queued(a), 1);
     /* The exit: stop, open the gate for m2 and m3, woken by the exit
@@ -408,7 +408,7 @@ static int actor_main(void *arg)
     int mm = -1;
     ASSERT_EQ(weft_actor_tell(a, &mm, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_actor_wait(a, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(b2.self_rc, -EDEADLK);
     scope_end(s);
     ASSERT_EQ(weft_actor_unref(a), 0);
@@ -432,8 +432,8 @@ static int limiter_main(void *arg)
     ASSERT_EQ(weft_try_select(cs, 1), 0); /* the full bucket */
     /* Not chosen: nothing taken, nothing reserved. */
     ASSERT_EQ(with_deadline(limiter_case(l, 0), 3 * MS), TIMED_OUT);
-    ASSERT_EQ(weft_sleep(7 * MS), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), 0); /* due at t0 + 10 ms */
+    ASSERT_EQ(weft_sleep_for(7 * MS), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0); /* due at t0 + 10 ms */
     ASSERT_EQ(weft_now(), t0 + 10 * MS);
     /* Waits until its tokens are due, exactly. */
     cs[0] = limiter_case(l, 1);
@@ -445,9 +445,10 @@ static int limiter_main(void *arg)
     ASSERT_EQ(weft_now(), t0 + 30 * MS);
     ASSERT_EQ(weft_select(cs, 1, t0 + 39 * MS), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), t0 + 39 * MS);
-    ASSERT_EQ(weft_limiter_try(l, 1), -EAGAIN); /* nothing was taken... */
-    ASSERT_EQ(weft_sleep(MS), 0);
-    ASSERT_EQ(weft_limiter_try(l, 1), 0); /* ...the token is there */
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1),
+              -EAGAIN); /* nothing was taken... */
+    ASSERT_EQ(weft_sleep_for(MS), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(l, 1), 0); /* ...the token is there */
     /* Misuse: more than the burst; NULL is off. */
     cs[0] = limiter_case(l, 3);
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -EINVAL);
@@ -471,7 +472,7 @@ struct resv {
 static int reserver(void *arg)
 {
     struct resv *r = arg;
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(weft_limiter_acquire(r->l, 1, WEFT_NEVER), 0);
     r->at = weft_now();
     return 0;
@@ -483,7 +484,7 @@ static int limiter_resv_main(void *arg)
     weft_time t0 = weft_now();
     struct resv r = {0};
     ASSERT_EQ(weft_limiter_new(&r.l, 1, 10 * MS, 1), 0);
-    ASSERT_EQ(weft_limiter_try(r.l, 1), 0);
+    ASSERT_EQ(weft_limiter_try_acquire(r.l, 1), 0);
     weft_scope *s = scope_open();
     spawn(reserver, &r);
     weft_case cs[1] = {limiter_case(r.l, 1)};
@@ -511,7 +512,7 @@ static int rw_writer(void *arg) /* holds it for writing 5 ms */
 {
     struct rw *r = arg;
     ASSERT_EQ(weft_rwlock_wrlock(&r->l), 0);
-    ASSERT_EQ(weft_sleep(5 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(5 * MS), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&r->l), 0);
     return 0;
 }
@@ -520,7 +521,7 @@ static int rw_reader(void *arg) /* holds it for reading 10 ms */
 {
     struct rw *r = arg;
     ASSERT_EQ(weft_rwlock_rdlock(&r->l), 0);
-    ASSERT_EQ(weft_sleep(10 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(10 * MS), 0);
     ASSERT_EQ(weft_rwlock_rdunlock(&r->l), 0);
     return 0;
 }
@@ -528,7 +529,7 @@ static int rw_reader(void *arg) /* holds it for reading 10 ms */
 static int rw_late_reader(void *arg) /* queues at 1 ms */
 {
     struct rw *r = arg;
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(weft_rwlock_rdlock(&r->l), 0);
     r->at = weft_now();
     ASSERT_EQ(weft_rwlock_rdunlock(&r->l), 0);
@@ -550,7 +551,7 @@ static int rwlock_main(void *arg)
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), 0);
     ASSERT_EQ(cs[0].rc, 0);
     ASSERT_EQ(weft_now(), t0 + 5 * MS);
-    ASSERT_EQ(weft_rwlock_trywrlock(&r.l), -EBUSY);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&r.l), -EBUSY);
     ASSERT_EQ(weft_rwlock_rdunlock(&r.l), 0);
     scope_end(s);
     /* Free: both kinds at once; the writer's own WRLOCK or RDLOCK is
@@ -600,7 +601,7 @@ TEST(rwlock_case_not_chosen_lets_readers_in)
 static int mutex_holder(void *arg) /* holds it 5 ms */
 {
     ASSERT_EQ(weft_mutex_lock(arg), 0);
-    ASSERT_EQ(weft_sleep(5 * MS), 0);
+    ASSERT_EQ(weft_sleep_for(5 * MS), 0);
     ASSERT_EQ(weft_mutex_unlock(arg), 0);
     return 0;
 }
@@ -624,7 +625,7 @@ static int mutex_main(void *arg)
     ASSERT_EQ(with_deadline(mutex_case(&m), MS), TIMED_OUT);
     weft_scope *c = scope_open();
     ASSERT(weft_spawn(c, mutex_selector, &m) >= 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     scope_cancel_end(c);
     /* Waits (less than the 1 ms after which any waiter is handed the
      * mutex); the unlock hands it over: the caller holds it. */
@@ -633,7 +634,7 @@ static int mutex_main(void *arg)
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), 0);
     ASSERT_EQ(cs[0].rc, 0);
     ASSERT_EQ(weft_now(), t0 + 5 * MS);
-    ASSERT_EQ(weft_mutex_trylock(&m), -EBUSY);
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EBUSY);
     /* The caller's own: -EDEADLK. */
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), -EDEADLK);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
@@ -681,7 +682,7 @@ static int bulkhead_main(void *arg)
     /* Cancelled: likewise. */
     weft_scope *s = scope_open();
     spawn(bh_selector, b);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     scope_cancel_end(s);
     /* Waits in the queue's one place; the leave hands it the turn. */
     s = scope_open();
@@ -694,7 +695,7 @@ static int bulkhead_main(void *arg)
     /* The queue full (a waiter in its place): -EBUSY at once. */
     s = scope_open();
     spawn(bh_selector, b);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(weft_select(cs, 1, WEFT_NEVER), 0);
     ASSERT_EQ(cs[0].rc, -EBUSY);
     scope_cancel_end(s);
@@ -738,7 +739,7 @@ static int blocking_main(void *arg)
                        deadline_case(weft_now() + 2 * MS)};
     /* The call runs on: the deadline is chosen, the future untouched. */
     ASSERT_EQ(weft_select(cs, 2, WEFT_NEVER), 1);
-    ASSERT_EQ(weft_future_try(f, NULL), -EINPROGRESS);
+    ASSERT_EQ(weft_future_try_await(f, NULL), -EINPROGRESS);
     /* Its completion is chosen. */
     ASSERT_EQ(write(p[1], "x", 1), 1);
     cs[1] = deadline_case(WEFT_NEVER);
@@ -895,7 +896,7 @@ static int maker_task(void *arg)
 static void mbox_fill(struct world *w)
 {
     while (w->mb->entered != w->opened + 1)
-        ASSERT_EQ(weft_sleep(MS / 10), 0);
+        ASSERT_EQ(weft_sleep_for(MS / 10), 0);
     int v = 7;
     while (weft_actor_try_tell(w->mbox, &v) == 0)
         w->told++;
@@ -954,19 +955,20 @@ static void world_settle(struct world *w, const int *took)
         ASSERT_EQ(weft_task_join(w->h, &st), 0);  /* not joined */
     ASSERT_EQ(weft_task_join(w->h, &st), -ESRCH); /* joined once */
     ASSERT_EQ(weft_event_reset(&w->ev), 0);
-    ASSERT_EQ(weft_actor_wait(w->exiter, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(w->exiter, &st, WEFT_NEVER), 0);
     ASSERT_EQ(weft_actor_unref(w->exiter), 0);
     w->told += took[K_TELL];
     w->opened++;
     mbox_fill(w);
     /* The token due at `at`: a select's, or still there. */
-    ASSERT_EQ(weft_limiter_try(w->lim, 1), took[K_LIMITER] ? -EAGAIN : 0);
-    ASSERT_EQ(weft_rwlock_trywrlock(&w->rd), 0); /* nobody holds it */
+    ASSERT_EQ(weft_limiter_try_acquire(w->lim, 1),
+              took[K_LIMITER] ? -EAGAIN : 0);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&w->rd), 0); /* nobody holds it */
     ASSERT_EQ(weft_rwlock_wrunlock(&w->rd), 0);
-    ASSERT_EQ(weft_rwlock_trywrlock(&w->wr), 0);
+    ASSERT_EQ(weft_rwlock_try_wrlock(&w->wr), 0);
     ASSERT_EQ(weft_rwlock_wrunlock(&w->wr), 0);
     ASSERT_EQ(weft_bulkhead_leave(w->bh), -EINVAL); /* no turn held */
-    ASSERT_EQ(weft_mutex_trylock(&w->mu), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&w->mu), 0);
     ASSERT_EQ(weft_mutex_unlock(&w->mu), 0);
     if (!took[K_SEM])
         ASSERT_EQ(weft_sem_try_acquire(&w->sem, 1), 0);
@@ -992,7 +994,7 @@ static void world_close(struct world *w)
 {
     ASSERT_EQ(weft_actor_stop(w->mbox, WEFT_STOP_DRAIN), 0);
     ASSERT_EQ(weft_sem_release(&w->mb->gate, 1 << 20), 0);
-    ASSERT_EQ(weft_actor_wait(w->mbox, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(w->mbox, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(w->mb->ngot, w->told);
     ASSERT_EQ(weft_actor_unref(w->mbox), 0);
     free(w->mb);
@@ -1042,7 +1044,7 @@ static int nothing_left_main(void *arg)
             struct sel_run r = {&w, 0};
             weft_scope *c = scope_open();
             ASSERT(weft_spawn(c, world_selector, &r) >= 0);
-            ASSERT_EQ(weft_sleep(MS / 2), 0);
+            ASSERT_EQ(weft_sleep_for(MS / 2), 0);
             scope_cancel_end(c);
             ASSERT_EQ(r.rc, -ECANCELED);
         }
@@ -1170,7 +1172,7 @@ static int no_cases_main(void *arg)
     int got = 1;
     weft_scope *s = scope_open();
     ASSERT(weft_spawn(s, sleeper_no_cases, &got) >= 0);
-    ASSERT_EQ(weft_sleep(MS), 0);
+    ASSERT_EQ(weft_sleep_for(MS), 0);
     ASSERT_EQ(got, 1); /* still waiting */
     scope_cancel_end(s);
     ASSERT_EQ(got, -ECANCELED);

@@ -33,7 +33,7 @@ struct run {
     int release_at_req; /* the producer sets `release` at the request */
     int64_t item_ns;    /* each job's work, slept */
     int64_t drain_ns;   /* >0: the producer sets the drain deadline to the
-                         * request + drain_ns (weft_shutdown_deadline) */
+                         * request + drain_ns (weft_shutdown_set_deadline) */
     int ready_fd;       /* >=0: told once the channel is full and every
                          * consumer holds a job */
     /* the pipeline's state */
@@ -80,7 +80,7 @@ static int producer(void *arg)
     r->requested_at = weft_now();
     r->queued = weft_chan_len(r->jobs);
     if (r->drain_ns)
-        ASSERT_EQ(weft_shutdown_deadline(weft_now() + r->drain_ns), 0);
+        ASSERT_EQ(weft_shutdown_set_deadline(weft_now() + r->drain_ns), 0);
     r->seen_deadline = weft_deadline();
     if (r->release_at_req)
         ASSERT_EQ(weft_event_set(&r->release), 0);
@@ -96,7 +96,7 @@ static int consumer(void *arg)
         atomic_fetch_add(&r->holding, 1);
         if (r->stalled && (rc = weft_event_wait(&r->release)) != 0)
             break;
-        if (r->item_ns && (rc = weft_sleep(r->item_ns)) != 0)
+        if (r->item_ns && (rc = weft_sleep_for(r->item_ns)) != 0)
             break;
         atomic_fetch_add(&r->consumed, 1);
     }
@@ -142,7 +142,7 @@ static int requester(void *arg)
 {
     struct timed *t = arg;
     ASSERT_EQ(weft_shutdown_requested(), 0);
-    ASSERT_EQ(weft_sleep(t->after), 0);
+    ASSERT_EQ(weft_sleep_for(t->after), 0);
     ASSERT_EQ(weft_shutdown_request(), 0);
     ASSERT_EQ(weft_shutdown_requested(), 1);
     ASSERT_EQ(weft_shutdown_request(), 0); /* idempotent */
@@ -234,25 +234,25 @@ TEST(config_drain_deadline_cancels_root)
     ASSERT_EQ(atomic_load(&r.cancelled), CONSUMERS);
 }
 
-/* weft_shutdown_deadline without a request: it makes one, and a deadline
+/* weft_shutdown_set_deadline without a request: it makes one, and a deadline
  * can be moved until it has cancelled the root scope, not after. */
 static int deadline_root(void *arg)
 {
     (void)arg;
     ASSERT_EQ(weft_shutdown_requested(), 0);
     ASSERT_EQ(weft_deadline(), WEFT_NEVER);
-    ASSERT_EQ(weft_shutdown_deadline(7 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_shutdown_set_deadline(7 * WEFT_SEC), 0);
     ASSERT_EQ(weft_shutdown_requested(), 1);
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), 0);
     ASSERT_EQ(weft_deadline(), 7 * WEFT_SEC);
-    ASSERT_EQ(weft_shutdown_deadline(WEFT_NEVER), 0); /* none, for now */
+    ASSERT_EQ(weft_shutdown_set_deadline(WEFT_NEVER), 0); /* none, for now */
     ASSERT_EQ(weft_deadline(), WEFT_NEVER);
-    ASSERT_EQ(weft_sleep(20 * WEFT_SEC), 0); /* nothing cancels it */
-    ASSERT_EQ(weft_shutdown_deadline(weft_now() + WEFT_SEC), 0);
-    ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(20 * WEFT_SEC), 0); /* nothing cancels it */
+    ASSERT_EQ(weft_shutdown_set_deadline(weft_now() + WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(3600 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 21 * WEFT_SEC);
-    ASSERT_EQ(weft_shutdown_deadline(weft_now() + WEFT_SEC), -EALREADY);
-    ASSERT_EQ(weft_shutdown_deadline(-1), -EINVAL);
+    ASSERT_EQ(weft_shutdown_set_deadline(weft_now() + WEFT_SEC), -EALREADY);
+    ASSERT_EQ(weft_shutdown_set_deadline(-1), -EINVAL);
     return 0;
 }
 
@@ -269,7 +269,7 @@ static int waiter(void *arg)
     atomic_int *woken = arg;
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), 0);
     atomic_store(woken, 1);
-    ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(3600 * WEFT_SEC), -ECANCELED);
     return 0;
 }
 
@@ -279,9 +279,9 @@ static int past_deadline_root(void *arg)
     atomic_int woken = 0;
     weft_scope *s = scope_open();
     ASSERT(weft_spawn(s, waiter, &woken) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* the waiter waits */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* the waiter waits */
     ASSERT_EQ(weft_shutdown_wait(weft_now()), -ETIMEDOUT);
-    ASSERT_EQ(weft_shutdown_deadline(0), 0);
+    ASSERT_EQ(weft_shutdown_set_deadline(0), 0);
     ASSERT_EQ(weft_cancelled(), 1);
     ASSERT_EQ(weft_shutdown_requested(), 1);
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), -ECANCELED); /* a checkpoint */
@@ -305,7 +305,7 @@ static int quick_root(void *arg)
     weft_time *end = arg;
     ASSERT_EQ(weft_shutdown_request(), 0);
     ASSERT_EQ(weft_deadline(), 3600 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* a short drain */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* a short drain */
     ASSERT_EQ(weft_cancelled(), 0);
     *end = weft_now();
     return 5;
@@ -364,7 +364,7 @@ static int plain_thread_drain_root(void *arg)
     ASSERT_EQ(pthread_create(&plain, NULL, plain_request, NULL), 0);
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), 0); /* no clock moves */
     ASSERT_EQ(weft_deadline(), 2 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(3600 * WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
     return 4;
 }
@@ -382,7 +382,7 @@ TEST(outside_a_task)
 {
     ASSERT_EQ(weft_shutdown_requested(), 0);
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_shutdown_deadline(WEFT_NEVER), -EPERM);
+    ASSERT_EQ(weft_shutdown_set_deadline(WEFT_NEVER), -EPERM);
     ASSERT(weft_shutdown_chan() == NULL);
     weft_config cfg = {.workers = 1, .shutdown_drain_ns = -1};
     ASSERT_EQ(weft_run(&cfg, quick_root, NULL), -EINVAL);
@@ -581,10 +581,10 @@ static int stubborn_consumer_root(void *arg)
     char c = 'r';
     ASSERT_EQ(write(child_run.ready_fd, &c, 1), 1);
     ASSERT_EQ(weft_shutdown_wait(WEFT_NEVER), 0);
-    ASSERT_EQ(weft_sleep(3600 * WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(3600 * WEFT_SEC), -ECANCELED);
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.shield = 1}), 0);
-    weft_sleep(3600 * WEFT_SEC);
+    weft_sleep_for(3600 * WEFT_SEC);
     return 0;
 }
 

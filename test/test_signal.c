@@ -33,7 +33,7 @@ static int blocker(void *arg)
 {
     (void)arg;
     atomic_fetch_add(&blocked, 1);
-    int rc = weft_sleep(3600 * WEFT_SEC);
+    int rc = weft_sleep_for(3600 * WEFT_SEC);
     if (rc == -ECANCELED)
         atomic_fetch_add(&cancelled_seen, 1);
     return rc;
@@ -50,7 +50,7 @@ static int polite_root(void *arg)
     while (atomic_load(&blocked) < 8)
         weft_yield();
     tell_ready();
-    int rc = weft_sleep(3600 * WEFT_SEC);
+    int rc = weft_sleep_for(3600 * WEFT_SEC);
     ASSERT_EQ(rc, -ECANCELED);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -64,7 +64,7 @@ static int stubborn_root(void *arg)
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.shield = 1}), 0);
     tell_ready();
-    weft_sleep(3600 * WEFT_SEC);
+    weft_sleep_for(3600 * WEFT_SEC);
     return 0;
 }
 

@@ -57,7 +57,7 @@ __attribute__((noinline)) static int overflow(int depth)
 static int overflower(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* overflow after a switch */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* overflow after a switch */
     return overflow(0);
 }
 
@@ -229,7 +229,7 @@ static int lazy_task(void *arg)
     struct lazy *l = arg;
     ASSERT_EQ(touch_stack(1), 2); /* ~2 KiB of stack */
     atomic_fetch_add(&l->parked, 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     return 0;
 }
 
@@ -242,7 +242,7 @@ static int lazy_root(void *arg)
     for (long i = 0; i < l->n; i++)
         ASSERT(weft_spawn(s, lazy_task, l) >= 0);
     /* Virtual clock: by 1 ms every task is parked on its sleep. */
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     ASSERT_EQ(atomic_load(&l->parked), l->n);
     l->growth = max_rss_kib() - before;
     ASSERT_EQ(weft_scope_join(s), 0);
@@ -271,7 +271,7 @@ TEST(stacks_are_committed_lazily)
 static int small_child(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     return 0;
 }
 
@@ -304,7 +304,7 @@ TEST(config_tiny_stack_size_runs)
 static int sleep_1ms(void *arg)
 {
     (void)arg;
-    return weft_sleep(WEFT_MSEC);
+    return weft_sleep_for(WEFT_MSEC);
 }
 
 static void spawn_sleepers(int n, size_t stack_size)
@@ -464,7 +464,7 @@ static int custom_task(void *arg)
 {
     struct custom *c = arg;
     c->frame = __builtin_frame_address(0);
-    return weft_sleep(c->sleep_ns);
+    return weft_sleep_for(c->sleep_ns);
 }
 
 struct limit_case {
@@ -492,7 +492,7 @@ static int limit_root(void *arg)
     lc->b.sleep_ns = 3 * WEFT_MSEC;
     spawn_custom(&lc->a);
     spawn_custom(&lc->b);
-    ASSERT_EQ(weft_sleep(2 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_MSEC), 0);
     /* A ended at 1 ms, in the middle of [B][A][filler]: its munmap was
      * refused, so its slot is still mapped. */
     if (!mapped(lc->a.frame)) {

@@ -155,7 +155,7 @@ static int set_from_worker1(void *arg)
     ASSERT_EQ(weft_worker_id(), 1);
     /* On the virtual clock this returns only once every worker is idle:
      * the root is parked on the event. */
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
     return weft_event_set(&ev_cross);
 }
 
@@ -195,7 +195,7 @@ TEST(wakes_from_other_workers_come_through_the_inbox)
 static int sleeper(void *arg)
 {
     (void)arg;
-    return weft_sleep(WEFT_SEC);
+    return weft_sleep_for(WEFT_SEC);
 }
 
 static int timers_root(void *arg)
@@ -773,7 +773,7 @@ static int lw_compute(void *arg)
                (lw_watched && weft_now() < cap &&
                 (lw_slow_now() == slow || lw_reports_now() == reports))) {
         }
-        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(5 * WEFT_MSEC), 0);
     }
     atomic_store(&lw_done, 1);
     return 0;
@@ -783,7 +783,7 @@ static int lw_ticker(void *arg)
 {
     (void)arg;
     while (!atomic_load(&lw_done))
-        ASSERT_EQ(weft_sleep(10 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(10 * WEFT_MSEC), 0);
     return 0;
 }
 
@@ -888,7 +888,7 @@ static int vlw_compute(void *arg)
     weft_runtime *rt = weft__tl_worker->rt;
     for (int i = 0; i < 3; i++) {
         rt->clock_ops->advance(rt, weft_now() + LW_COMPUTE_NS);
-        ASSERT_EQ(weft_sleep(5 * WEFT_MSEC), 0);
+        ASSERT_EQ(weft_sleep_for(5 * WEFT_MSEC), 0);
     }
     atomic_store(&lw_done, 1);
     return 0;

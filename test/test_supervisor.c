@@ -99,7 +99,7 @@ static int kid_fn(void *arg)
     LOG(k->log_time ? "%s+@%lld" : "%s+", k->name);
     int rc;
     if (st.run >= 0) {
-        rc = weft_sleep(st.run);
+        rc = weft_sleep_for(st.run);
         if (rc == 0) {
             LOG(k->log_time ? (st.status < 0 ? "%s*@%lld" : "%s.@%lld")
                             : (st.status < 0 ? "%s*" : "%s."),
@@ -109,7 +109,7 @@ static int kid_fn(void *arg)
     } else {
         rc = weft_sem_acquire(&k->stop, 1);
         if (rc == 0 && st.linger > 0)
-            rc = weft_sleep(st.linger);
+            rc = weft_sleep_for(st.linger);
         if (rc == 0) {
             LOG(k->log_time ? "%s-@%lld" : "%s-", k->name);
             return 0;
@@ -175,19 +175,21 @@ static int stopper(void *arg)
         return rc;
     if (r->stop_at != WEFT_NEVER) {
         int st;
-        rc = weft_sup_wait(s, &st, r->stop_at);
+        rc = weft_sup_join_until(s, &st, r->stop_at);
         if (rc == -ETIMEDOUT) {
-            weft_sup_counts(s, NULL, &r->restarts);
+            weft_sup_stats ss;
+            weft_sup_stats_get(s, &ss);
+            r->restarts = ss.restarts;
             LOG("stop", "");
             ASSERT_EQ(weft_sup_stop(s), 0);
         }
     }
-    ASSERT_EQ(weft_sup_wait(s, &r->result, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &r->result, WEFT_NEVER), 0);
     r->returned_at = weft_now();
-    long restarts;
-    ASSERT_EQ(weft_sup_counts(s, NULL, &restarts), 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
     if (r->stop_at == WEFT_NEVER)
-        r->restarts = restarts;
+        r->restarts = ss.restarts;
     ASSERT_EQ(weft_sup_stop(s), -ESRCH);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
@@ -437,12 +439,12 @@ static int cancelled_root(void *arg)
     ASSERT_EQ(weft_scope_open(&sc, NULL), 0);
     weft_sup *s;
     ASSERT_EQ(weft_sup_spawn(sc, &r->o, r->specs, r->n, &s), 0);
-    weft_sleep(WEFT_SEC);
+    weft_sleep_for(WEFT_SEC);
     LOG("cancel", "");
     weft_scope_cancel(sc);
     ASSERT_EQ(weft_scope_join(sc), -ECANCELED);
     r->returned_at = weft_now();
-    ASSERT_EQ(weft_sup_wait(s, &r->result, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &r->result, WEFT_NEVER), 0);
     ASSERT_EQ(weft_sup_free(s), 0);
     weft_scope_free(sc);
     return 0;
@@ -475,7 +477,7 @@ static int timed_child(void *arg)
     starts_at[i] = weft_now();
     if (runs[i] < 0)
         return weft_event_wait(&(weft_event){0}) ? -ECANCELED : 0;
-    weft_sleep(runs[i]);
+    weft_sleep_for(runs[i]);
     return -EIO;
 }
 
@@ -531,22 +533,21 @@ static int dynamic_root(void *arg)
     bad.start = NULL;
     ASSERT_EQ(weft_sup_start_child(s, &bad), -EINVAL);
     ASSERT_EQ(weft_sup_start_child(NULL, &c2), -EINVAL);
-    int running;
-    long restarts;
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 2);
-    ASSERT_EQ(restarts, 0);
-    weft_sleep(10 * MS);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 2);
+    ASSERT_EQ(ss.restarts, 0);
+    weft_sleep_for(10 * MS);
     LOG("term", "");
     ASSERT_EQ(weft_sup_terminate_child(s, "a"), 0);
     ASSERT_EQ(weft_sup_terminate_child(s, "a"), -ENOENT);
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 1);
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1);
     ASSERT_EQ(weft_sup_start_child(s, &c2), 0); /* room again */
     ASSERT_EQ(weft_sup_free(s), -EBUSY);
     ASSERT_EQ(weft_sup_stop(s), 0);
     int st;
-    ASSERT_EQ(weft_sup_wait(s, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(weft_sup_start_child(s, &c0), -ESRCH);
     ASSERT_EQ(weft_sup_terminate_child(s, "b"), -ESRCH);
@@ -576,9 +577,11 @@ TEST(bad_arguments)
     ASSERT_EQ(weft_sup_spawn(NULL, NULL, c, 1, &s), -EPERM);
     ASSERT(weft_sup_current() == NULL);
     ASSERT_EQ(weft_sup_stop(NULL), -EINVAL);
-    ASSERT_EQ(weft_sup_counts(NULL, NULL, NULL), -EINVAL);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(NULL, NULL), -EINVAL);
+    ASSERT_EQ(weft_sup_stats_get(NULL, &ss), -EINVAL);
     ASSERT_EQ(weft_sup_free(NULL), -EINVAL);
-    ASSERT_EQ(weft_sup_wait(NULL, NULL, 0), -EINVAL);
+    ASSERT_EQ(weft_sup_join_until(NULL, NULL, 0), -EINVAL);
     /* Checks before anything starts (no task needed for them). */
     ASSERT_EQ(weft_sup_spawn(NULL, NULL, c, 2, &s), -EINVAL); /* same name */
     ASSERT_EQ(weft_sup_spawn(NULL, NULL, NULL, 1, &s), -EINVAL);
@@ -669,17 +672,17 @@ static int cancel_start_root(void *arg)
     weft_sup_opts o = {.strategy = WEFT_ONE_FOR_ALL, .intensity = -1};
     weft_sup *s;
     ASSERT_EQ(weft_sup_spawn(NULL, &o, c, 2, &s), 0);
-    weft_sleep(20 * MS);
-    ASSERT_EQ(weft_with_timeout(100 * MS, cancel_caller, s), 0);
-    int running;
-    ASSERT_EQ(weft_sup_counts(s, &running, NULL), 0);
-    ASSERT_EQ(running, 1); /* a, still stopping */
-    weft_sleep(2 * WEFT_SEC);
+    weft_sleep_for(20 * MS);
+    ASSERT_EQ(weft_call_for(cancel_caller, s, 100 * MS), 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1); /* a, still stopping */
+    weft_sleep_for(2 * WEFT_SEC);
     ASSERT_EQ(weft_sup_terminate_child(s, "late"), -ENOENT);
-    ASSERT_EQ(weft_sup_counts(s, &running, NULL), 0);
-    ASSERT_EQ(running, 2);
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 2);
     weft_sup_stop(s);
-    ASSERT_EQ(weft_sup_wait(s, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, NULL, WEFT_NEVER), 0);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
 }
@@ -719,7 +722,7 @@ static int crasher_fn(void *arg)
     /* c->rng is only touched by this child, one start at a time. */
     for (;;) {
         uint64_t r = xorshift(&c->rng);
-        int rc = weft_sleep((int64_t)(r % 1000) * WEFT_USEC);
+        int rc = weft_sleep_for((int64_t)(r % 1000) * WEFT_USEC);
         if (rc)
             return rc;
         if (r % 4 == 0) {
@@ -758,11 +761,11 @@ static int crash_root(void *arg)
                        .backoff = &bo};
     ASSERT_EQ(weft_sup_spawn(NULL, &o, specs, N, &cx->sup), 0);
     int st;
-    ASSERT_EQ(weft_sup_wait(cx->sup, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(cx->sup, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
-    long restarts;
-    weft_sup_counts(cx->sup, NULL, &restarts);
-    ASSERT(restarts > 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(cx->sup, &ss), 0);
+    ASSERT(ss.restarts > 0);
     ASSERT_EQ(weft_sup_free(cx->sup), 0);
     return 0;
 }
@@ -797,10 +800,10 @@ static int quick_root(void *arg)
     weft_child_spec c = {.name = "q", .start = quick_fail, .arg = &s};
     weft_sup_opts o = {.intensity = -1};
     ASSERT_EQ(weft_sup_spawn(NULL, &o, &c, 1, &s), 0);
-    ASSERT_EQ(weft_sup_wait(s, NULL, WEFT_NEVER), 0);
-    long restarts;
-    weft_sup_counts(s, NULL, &restarts);
-    ASSERT(restarts >= quick_target - 1);
+    ASSERT_EQ(weft_sup_join_until(s, NULL, WEFT_NEVER), 0);
+    weft_sup_stats ss;
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT(ss.restarts >= quick_target - 1);
     ASSERT_EQ(weft_sup_free(s), 0);
     return 0;
 }
@@ -856,7 +859,7 @@ static int counter_fn(void *state, weft_actor_msg *m)
     case A_GET:
         return weft_actor_reply(m, n);
     case A_SLOW: /* holds the actor 10 ms, so tells queue up behind it */
-        return weft_sleep(10 * MS);
+        return weft_sleep_for(10 * MS);
     default:
         return -EIO;
     }
@@ -887,7 +890,7 @@ static long ask_count(void)
             if (rc == 0)
                 return v;
         }
-        if (weft_sleep(MS) != 0)
+        if (weft_sleep_for(MS) != 0)
             return -1;
     }
 }
@@ -907,24 +910,23 @@ static int actor_child_root(void *arg)
     for (int i = 0; i < 3; i++) {
         weft_actor *a = NULL;
         while (!(a = weft_whereis("counter")))
-            ASSERT_EQ(weft_sleep(MS), 0);
+            ASSERT_EQ(weft_sleep_for(MS), 0);
         ASSERT_EQ(weft_actor_tell(a, &inc, WEFT_NEVER), 0);
         ASSERT_EQ(weft_actor_tell(a, &inc, WEFT_NEVER), 0);
         ASSERT_EQ(ask_count(), 2); /* a fresh life each round */
         ASSERT_EQ(weft_actor_tell(a, &crash, WEFT_NEVER), 0);
         int st = 0;
-        ASSERT_EQ(weft_actor_wait(a, &st, WEFT_NEVER), 0);
+        ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
         ASSERT_EQ(st, -EIO);
         /* The old reference is safe, and refuses. */
         ASSERT_EQ(weft_actor_tell(a, &inc, WEFT_NEVER), -ESRCH);
         weft_actor_unref(a);
     }
     ASSERT_EQ(ask_count(), 0); /* restarted a third time */
-    int running = 0;
-    long restarts = 0;
-    ASSERT_EQ(weft_sup_counts(s, &running, &restarts), 0);
-    ASSERT_EQ(running, 1);
-    ASSERT_EQ(restarts, 3);
+    weft_sup_stats ss = {0};
+    ASSERT_EQ(weft_sup_stats_get(s, &ss), 0);
+    ASSERT_EQ(ss.running, 1);
+    ASSERT_EQ(ss.restarts, 3);
     /* Shutdown drains: five tells queued behind a slow message are all
      * handled before the actor exits. */
     weft_actor *a = weft_whereis("counter");
@@ -935,11 +937,11 @@ static int actor_child_root(void *arg)
     long before = atomic_load(&actor_handled);
     ASSERT_EQ(weft_sup_stop(s), 0);
     int st = -1;
-    ASSERT_EQ(weft_sup_wait(s, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sup_join_until(s, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(atomic_load(&actor_handled), before + 5);
     int ast = -1;
-    ASSERT_EQ(weft_actor_wait(a, &ast, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &ast, WEFT_NEVER), 0);
     ASSERT_EQ(ast, 0); /* drained: a normal exit */
     weft_actor_unref(a);
     ASSERT(weft_whereis("counter") == NULL); /* the name went with it */

@@ -107,7 +107,7 @@ static int mx_root(void *arg)
         spawn_on(i, mx_task, x);
     scope_end(s);
     ASSERT_EQ(x->counter, MX_TASKS * x->per_task);
-    ASSERT_EQ(weft_mutex_trylock(&x->m), 0); /* left free */
+    ASSERT_EQ(weft_mutex_try_lock(&x->m), 0); /* left free */
     ASSERT_EQ(weft_mutex_unlock(&x->m), 0);
     return 0;
 }
@@ -146,11 +146,11 @@ static int fair_next;
 static int fair_waiter(void *arg)
 {
     struct fw *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_lock(w->m), 0);
     w->order = fair_next++; /* under the lock */
     w->at = weft_now();
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(w->m), 0);
     return 0;
 }
@@ -167,10 +167,10 @@ static int fair_root(void *arg)
         w[i] = (struct fw){.m = &m, .arrive = arrivals[i], .order = -1};
         spawn(fair_waiter, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     /* Handed to the first waiter: no barging back in. */
-    ASSERT_EQ(weft_mutex_trylock(&m), -EBUSY);
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EBUSY);
     ASSERT_EQ(weft_mutex_lock(&m), 0); /* behind all five */
     ASSERT_EQ(weft_now(), 15 * WEFT_SEC);
     ASSERT_EQ(fair_next, NARR);
@@ -197,8 +197,8 @@ static int foreign_unlock(void *arg)
 {
     weft_mutex *m = arg;
     weft_time t0 = weft_now();
-    ASSERT_EQ(weft_mutex_unlock(m), -EPERM);  /* held by the root */
-    ASSERT_EQ(weft_mutex_trylock(m), -EBUSY); /* still held */
+    ASSERT_EQ(weft_mutex_unlock(m), -EPERM);   /* held by the root */
+    ASSERT_EQ(weft_mutex_try_lock(m), -EBUSY); /* still held */
     ASSERT_EQ(weft_mutex_lock_until(m, t0 + WEFT_SEC), -ETIMEDOUT);
     ASSERT_EQ(weft_now(), t0 + WEFT_SEC);
     ASSERT_EQ(weft_mutex_unlock(m), -EPERM);
@@ -210,8 +210,8 @@ static int misuse_root(void *arg)
     (void)arg;
     weft_mutex m = WEFT_MUTEX_INIT;
     ASSERT_EQ(weft_mutex_unlock(&m), -EPERM); /* not held */
-    ASSERT_EQ(weft_mutex_trylock(&m), 0);
-    ASSERT_EQ(weft_mutex_trylock(&m), -EBUSY);
+    ASSERT_EQ(weft_mutex_try_lock(&m), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EBUSY);
     weft_time t0 = weft_now();
     ASSERT_EQ(weft_mutex_lock(&m), -EDEADLK);
     ASSERT_EQ(weft_mutex_lock_until(&m, t0 + WEFT_SEC), -EDEADLK);
@@ -262,7 +262,7 @@ static int hog_task(void *arg)
     ASSERT_EQ(weft_mutex_lock(&h->m), 0);
     h->holds++;
     while (!atomic_load(&h->stop)) {
-        ASSERT_EQ(weft_sleep(HOG_HOLD), 0);
+        ASSERT_EQ(weft_sleep_for(HOG_HOLD), 0);
         ASSERT_EQ(weft_mutex_unlock(&h->m), 0);
         ASSERT_EQ(weft_mutex_lock(&h->m), 0);
         h->holds++;
@@ -277,7 +277,7 @@ static int hog_waiter(void *arg)
 {
     int i = (int)(intptr_t)arg;
     struct hog *h = hog_of;
-    ASSERT_EQ(weft_sleep(i * WEFT_USEC), 0); /* arrive in order 1, 2 */
+    ASSERT_EQ(weft_sleep_for(i * WEFT_USEC), 0); /* arrive in order 1, 2 */
     h->rc[i] = h->dl[i] ? weft_mutex_lock_until(&h->m, h->dl[i])
                         : weft_mutex_lock(&h->m);
     h->got[i] = weft_now();
@@ -295,7 +295,7 @@ static int hog_root(void *arg)
     hog_of = h;
     weft_scope *s = scope_open();
     spawn(hog_task, h);
-    ASSERT_EQ(weft_sleep(0), 0);
+    ASSERT_EQ(weft_sleep_for(0), 0);
     weft_scope *w = scope_open();
     spawn(hog_waiter, (void *)(intptr_t)1);
     spawn(hog_waiter, (void *)(intptr_t)2);
@@ -395,14 +395,14 @@ static int destroy_root(void *arg)
     ASSERT_EQ(weft_mutex_destroy(&m), -EBUSY); /* held */
     weft_scope *s = scope_open();
     spawn(destroy_waiter, &m);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     ASSERT_EQ(weft_mutex_destroy(&m), -EBUSY); /* handed to the waiter */
     scope_end(s);
     ASSERT_EQ(weft_mutex_destroy(&m), 0);
     ASSERT_EQ(weft_mutex_lock(&m), -EINVAL);
     ASSERT_EQ(weft_mutex_lock_until(&m, weft_now() + 1), -EINVAL);
-    ASSERT_EQ(weft_mutex_trylock(&m), -EINVAL);
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EINVAL);
     ASSERT_EQ(weft_mutex_unlock(&m), -EPERM);
     ASSERT_EQ(weft_mutex_destroy(&m), -EINVAL);
     ASSERT_EQ(weft_mutex_destroy(NULL), -EINVAL);
@@ -431,12 +431,13 @@ struct lw {
 static int lw_task(void *arg)
 {
     struct lw *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * WEFT_SEC), 0);
     w->rc = w->deadline ? weft_mutex_lock_until(w->m, w->deadline)
                         : weft_mutex_lock(w->m);
     w->at = weft_now();
     if (w->rc == 0) {
-        int r = weft_sleep(WEFT_SEC); /* hold it for 1 s, or till cancelled */
+        int r =
+            weft_sleep_for(WEFT_SEC); /* hold it for 1 s, or till cancelled */
         ASSERT(r == 0 || r == -ECANCELED);
         ASSERT_EQ(weft_mutex_unlock(w->m), 0);
     } else {
@@ -455,7 +456,7 @@ static int lock_timeout_root(void *arg)
     weft_scope *s = scope_open();
     spawn(lw_task, &w1);
     spawn(lw_task, &w2);
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     scope_end(s);
     ASSERT_EQ(w1.rc, -ETIMEDOUT);
@@ -463,7 +464,7 @@ static int lock_timeout_root(void *arg)
     ASSERT_EQ(w2.rc, 0); /* the timed-out waiter did not keep its place */
     ASSERT_EQ(w2.at, 10 * WEFT_SEC);
     ASSERT_EQ(weft_now(), 11 * WEFT_SEC);
-    ASSERT_EQ(weft_mutex_trylock(&m), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&m), 0);
     /* A deadline already passed on a held mutex: at once. */
     struct lw w3 = {&m, 0, 5 * WEFT_SEC, 99, 0};
     s = scope_open();
@@ -493,16 +494,16 @@ static int lock_cancel_root(void *arg)
     spawn(lw_task, &w2);
     weft_scope *inner = scope_open();
     spawn(lw_task, &w1);
-    ASSERT_EQ(weft_sleep(3 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(3 * WEFT_SEC), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(w1.rc, -ECANCELED);
     ASSERT_EQ(w1.at, 3 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(7 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(7 * WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     scope_end(outer);
     ASSERT_EQ(w2.rc, 0); /* the next waiter still gets it */
     ASSERT_EQ(w2.at, 10 * WEFT_SEC);
-    ASSERT_EQ(weft_mutex_trylock(&m), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&m), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
 
     /* The first waiter cancelled while two wait: the second, then the
@@ -516,7 +517,7 @@ static int lock_cancel_root(void *arg)
     spawn(lw_task, &c);
     inner = scope_open();
     spawn(lw_task, &a);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0); /* handed to a, ... */
     scope_cancel_end(inner);             /* ... which is cancelled */
     scope_end(outer);
@@ -528,7 +529,7 @@ static int lock_cancel_root(void *arg)
     ASSERT_EQ(b.at, t0 + 5 * WEFT_SEC);
     ASSERT_EQ(c.rc, 0);
     ASSERT_EQ(c.at, t0 + 6 * WEFT_SEC);
-    ASSERT_EQ(weft_mutex_trylock(&m), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&m), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     return 0;
 }
@@ -598,7 +599,7 @@ static int mcs_root(void *arg)
     run_rounds(&x->r, (int)T_SCALE(100), 42, 20000, budget, MCS_TASKS, mcs_task,
                mcs_arg);
     ASSERT_EQ(x->counter, atomic_load(&x->r.succeeded));
-    ASSERT_EQ(weft_mutex_trylock(&x->m), 0); /* nobody kept it */
+    ASSERT_EQ(weft_mutex_try_lock(&x->m), 0); /* nobody kept it */
     ASSERT_EQ(weft_mutex_unlock(&x->m), 0);
     return 0;
 }
@@ -652,7 +653,7 @@ static int level_root(void *arg)
     }
     ASSERT_EQ(weft_now(), t0);
     /* The non-blocking calls are not cancellation points. */
-    ASSERT_EQ(weft_mutex_trylock(&m), 0);
+    ASSERT_EQ(weft_mutex_try_lock(&m), 0);
     ASSERT_EQ(weft_mutex_unlock(&m), 0);
     ASSERT_EQ(weft_sem_try_acquire(&s, 1), 0);
     ASSERT_EQ(weft_sem_release(&s, 1), 0);
@@ -679,7 +680,7 @@ TEST(blocking_calls_outside_a_task_eperm)
     weft_mutex m = WEFT_MUTEX_INIT;
     ASSERT_EQ(weft_mutex_lock(&m), -EPERM);
     ASSERT_EQ(weft_mutex_lock_until(&m, WEFT_NEVER), -EPERM);
-    ASSERT_EQ(weft_mutex_trylock(&m), -EPERM);
+    ASSERT_EQ(weft_mutex_try_lock(&m), -EPERM);
     ASSERT_EQ(weft_mutex_unlock(&m), -EPERM);
     weft_sem s;
     ASSERT_EQ(weft_sem_init(&s, 5), 0);
@@ -782,7 +783,7 @@ struct sw {
 static int sw_task(void *arg)
 {
     struct sw *w = arg;
-    ASSERT_EQ(weft_sleep(w->arrive * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(w->arrive * WEFT_SEC), 0);
     w->rc = w->deadline ? weft_sem_acquire_until(w->s, w->n, w->deadline)
                         : weft_sem_acquire(w->s, w->n);
     w->at = weft_now();
@@ -800,15 +801,15 @@ static int sem_fifo_root(void *arg)
     weft_scope *sc = scope_open();
     spawn(sw_task, &a);
     spawn(sw_task, &b);
-    ASSERT_EQ(weft_sleep(3 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(3 * WEFT_SEC), 0);
     ASSERT_EQ(weft_sem_release(&s, 3), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* 3 there, the small request behind the large one waits. */
     ASSERT(!a.done && !b.done);
     ASSERT_EQ(weft_sem_available(&s), 3);
     ASSERT_EQ(weft_sem_try_acquire(&s, 1), -EAGAIN); /* others wait */
     ASSERT_EQ(weft_sem_release(&s, 2), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT(a.done && !b.done);
     ASSERT_EQ(a.rc, 0);
     ASSERT_EQ(a.at, 4 * WEFT_SEC);
@@ -827,10 +828,10 @@ static int sem_fifo_root(void *arg)
         w[i] = (struct sw){.s = &s, .arrive = arrivals[i], .n = 1};
         spawn(sw_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     for (int k = 0; k < NARR; k++) {
         ASSERT_EQ(weft_sem_release(&s, 1), 0);
-        ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     }
     scope_end(sc);
     for (int i = 0; i < NARR; i++) {
@@ -848,9 +849,9 @@ static int sem_fifo_root(void *arg)
         w[i] = (struct sw){.s = &s, .arrive = i + 1, .n = sizes[i]};
         spawn(sw_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     ASSERT_EQ(weft_sem_release(&s, 6), 0); /* 2 + 1 + 3; the 4th waits */
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     for (int i = 0; i < 3; i++) {
         ASSERT(w[i].done);
         ASSERT_EQ(w[i].at, t0 + 10 * WEFT_SEC);
@@ -885,7 +886,7 @@ static int sem_leave_root(void *arg)
     weft_scope *sc = scope_open();
     spawn(sw_task, &a);
     spawn(sw_task, &b);
-    ASSERT_EQ(weft_sleep(3 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(3 * WEFT_SEC), 0);
     ASSERT(!a.done && !b.done);
     scope_end(sc);
     ASSERT_EQ(a.rc, -ETIMEDOUT);
@@ -902,7 +903,7 @@ static int sem_leave_root(void *arg)
     spawn(sw_task, &b);
     weft_scope *inner = scope_open();
     spawn(sw_task, &a);
-    ASSERT_EQ(weft_sleep(5 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(5 * WEFT_SEC), 0);
     ASSERT(!a.done && !b.done);
     scope_cancel_end(inner);
     ASSERT_EQ(a.rc, -ECANCELED);
@@ -1070,7 +1071,7 @@ static int sem_case_root(void *arg)
     sc = scope_open();
     spawn(sw_task, &big);
     spawn(sc_rel_task, &r);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT(!big.done);
     ASSERT_EQ(weft_sem_available(&s), 1);
     c.rc = 99;
@@ -1268,7 +1269,7 @@ static int event_root(void *arg)
             .e = &e, .deadline = i % 2 ? 100 * WEFT_SEC : 0, .rc = 99};
         spawn(ew_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_event_set(&e), 0);
     ASSERT(weft_event_is_set(&e));
     scope_end(s);
@@ -1293,7 +1294,7 @@ static int event_root(void *arg)
         w[i] = (struct ew){.e = &e, .rc = 99};
         spawn(ew_task, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_event_set(&e), 0);
     ASSERT_EQ(weft_event_reset(&e), 0);
     scope_end(s);
@@ -1311,11 +1312,11 @@ static int event_root(void *arg)
     spawn(ew_task, &later);
     weft_scope *inner = scope_open();
     spawn(ew_task, &c1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     scope_cancel_end(inner);
     ASSERT_EQ(c1.rc, -ECANCELED);
     ASSERT_EQ(c1.at, 6 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(3 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(3 * WEFT_SEC), 0);
     ASSERT_EQ(t1.rc, -ETIMEDOUT);
     ASSERT_EQ(t1.at, 7 * WEFT_SEC);
     ASSERT_EQ(weft_event_set(&e), 0);
@@ -1372,7 +1373,7 @@ static int ep_root(void *arg)
     for (int i = 0; i < EP_N; i++)
         spawn(ep_task, p);
     if (p->expect_at)
-        ASSERT_EQ(weft_sleep(p->expect_at), 0);
+        ASSERT_EQ(weft_sleep_for(p->expect_at), 0);
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, ep_thread, p), 0);
     if (p->expect_at) {
@@ -1408,7 +1409,7 @@ static int wg_worker(void *arg)
 {
     struct wgt *w = arg;
     if (w->sleep)
-        ASSERT_EQ(weft_sleep(w->sleep), 0);
+        ASSERT_EQ(weft_sleep_for(w->sleep), 0);
     atomic_fetch_add(w->count, 1);
     ASSERT_EQ(weft_wg_done(w->wg), 0);
     return 0;
@@ -1466,7 +1467,7 @@ static int wg_root(void *arg)
         w[i] = (struct wgw){&wg, 99, 0};
         spawn(wg_waiter, &w[i]);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_wg_done(&wg), 0);
     scope_end(s);
     for (int i = 0; i < 4; i++) {
@@ -1479,7 +1480,7 @@ static int wg_root(void *arg)
     s = scope_open();
     w[0] = (struct wgw){&wg, 99, 0};
     spawn(wg_waiter, &w[0]);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     scope_cancel_end(s);
     ASSERT_EQ(w[0].rc, -ECANCELED);
     ASSERT_EQ(w[0].at, 5 * WEFT_SEC);
@@ -1622,7 +1623,7 @@ static int destroy_others_root(void *arg)
     spawn(dw_sem, &d);
     spawn(dw_event, &d);
     spawn(dw_wg, &d);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* all three wait */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* all three wait */
     ASSERT_EQ(weft_sem_destroy(&d.s), -EBUSY);
     ASSERT_EQ(weft_event_destroy(&d.e), -EBUSY);
     ASSERT_EQ(weft_wg_destroy(&d.wg), -EBUSY);

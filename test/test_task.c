@@ -37,11 +37,11 @@ static int sleeper_fn(void *arg)
 {
     struct sleeper *k = arg;
     k->worker = weft_worker_id();
-    k->got = weft_sleep(k->ns);
+    k->got = weft_sleep_for(k->ns);
     k->at = weft_now();
     k->woke_on = weft_worker_id();
     k->cancelled_flag = weft_cancelled();
-    k->again = weft_sleep(WEFT_SEC); /* level-triggered: fails at once */
+    k->again = weft_sleep_for(WEFT_SEC); /* level-triggered: fails at once */
     return k->got ? k->got : k->ret;
 }
 
@@ -56,7 +56,7 @@ static int cancel_root(void *arg)
     weft_scope *s = scope_open();
     weft_task_handle ha = spawn_h(s, sleeper_fn, &a);
     weft_task_handle hb = spawn_h(s, sleeper_fn, &b);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(ha), 0);
     ASSERT_EQ(weft_task_cancel(ha), 0); /* idempotent */
     int st = 0;
@@ -99,7 +99,7 @@ static int opener(void *arg)
     ASSERT_EQ(weft_cancelled(), 1);
     weft_scope *sh;
     ASSERT_EQ(weft_scope_open(&sh, &(weft_scope_opts){.shield = 1}), 0);
-    shielded_sleep = weft_sleep(WEFT_SEC);
+    shielded_sleep = weft_sleep_for(WEFT_SEC);
     ASSERT_EQ(weft_scope_join(sh), 0);
     ASSERT_EQ(weft_scope_free(sh), 0);
     return rc;
@@ -110,7 +110,7 @@ static int cancel_nested_root(void *arg)
     (void)arg;
     weft_scope *s = scope_open();
     weft_task_handle h = spawn_h(s, opener, NULL);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     int st = 0;
     ASSERT_EQ(weft_task_join(h, &st), 0);
@@ -135,7 +135,7 @@ TEST(cancel_reaches_scopes_the_task_opens_not_shields)
 static int fail_later(void *arg)
 {
     (void)arg;
-    int rc = weft_sleep(WEFT_SEC);
+    int rc = weft_sleep_for(WEFT_SEC);
     return rc ? rc : -EIO;
 }
 
@@ -146,7 +146,7 @@ static int scope_rules_root(void *arg)
     weft_scope *s = scope_open();
     weft_task_handle h = spawn_h(s, sleeper_fn, &k);
     ASSERT_EQ(weft_scope_spawned(s), 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED); /* it waited for the task */
     ASSERT_EQ(k.got, -ECANCELED);
@@ -165,7 +165,7 @@ static int scope_rules_root(void *arg)
     ASSERT_EQ(weft_scope_join(d), -ETIMEDOUT);
     ASSERT_EQ(k.at, 3 * WEFT_SEC);
     ASSERT_EQ(weft_scope_free(d), 0);
-    ASSERT_EQ(weft_task_release(h), 0);
+    ASSERT_EQ(weft_task_detach(h), 0);
 
     s = scope_open();
     k = (struct sleeper){.ns = FOREVER};
@@ -198,7 +198,7 @@ static int policy_root(void *arg)
     b.ret = 9;
     weft_task_handle h = spawn_h(s, sleeper_fn, &a);
     ASSERT_EQ(weft_spawn(s, sleeper_fn, &b), 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     ASSERT_EQ(weft_scope_join(s), 9);
     ASSERT_EQ(weft_scope_winner(s), 1);
@@ -208,14 +208,14 @@ static int policy_root(void *arg)
     ASSERT_EQ(st, -ECANCELED);
     ASSERT_EQ(weft_scope_failed(s), 1);
     ASSERT_EQ(weft_scope_free(s), 0);
-    ASSERT_EQ(weft_task_release(h), 0);
+    ASSERT_EQ(weft_task_detach(h), 0);
 
     ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_FIRST}), 0);
     a = (struct sleeper){.ns = FOREVER};
     b = (struct sleeper){.ns = 2 * WEFT_SEC, .ret = -EIO};
     h = spawn_h(s, sleeper_fn, &a);
     ASSERT_EQ(weft_spawn(s, sleeper_fn, &b), 1);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     ASSERT_EQ(weft_scope_join(s), -EIO); /* not a's -ECANCELED */
     ASSERT_EQ(weft_scope_failed(s), 2);
@@ -235,7 +235,7 @@ TEST(handle_cancel_is_not_a_result_for_the_policy)
 static int returns_arg_after(void *arg)
 {
     int ret = (int)(intptr_t)arg;
-    weft_sleep(2 * WEFT_SEC);
+    weft_sleep_for(2 * WEFT_SEC);
     return ret;
 }
 
@@ -258,11 +258,11 @@ static int join_root(void *arg)
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
     ASSERT_EQ(weft_task_join(h, &st), -ESRCH); /* joined: released */
     ASSERT_EQ(weft_task_cancel(h), -ESRCH);
-    ASSERT_EQ(weft_task_release(h), -ESRCH);
+    ASSERT_EQ(weft_task_detach(h), -ESRCH);
 
     /* After the exit: the status waits in the handle. */
     h = spawn_h(s, returns_arg, (void *)(intptr_t)-EPIPE);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0); /* finished: nothing to do */
     ASSERT_EQ(weft_task_join(h, &st), 0);
     ASSERT_EQ(st, -EPIPE);
@@ -305,7 +305,7 @@ static int join_cancel_root(void *arg)
     ASSERT_EQ(st, 99);
     /* Already finished, but the joiner's scope is cancelled: still a
      * checkpoint, and the handle stays joinable. */
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_open(&in, NULL), 0);
     ASSERT_EQ(weft_scope_cancel(in), 0);
     ASSERT_EQ(weft_task_join(h, &st), -ECANCELED);
@@ -367,8 +367,8 @@ static int joiners_root(void *arg)
     h = spawn_h(s, returns_arg_after, NULL);
     struct joiner w = {.h = h};
     ASSERT(weft_spawn(s, joiner_fn, &w) >= 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
-    ASSERT_EQ(weft_task_release(h), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
+    ASSERT_EQ(weft_task_detach(h), 0);
     ASSERT_EQ(weft_scope_join(s), 0); /* the released task still counts */
     ASSERT_EQ(weft_now(), 4 * WEFT_SEC);
     ASSERT_EQ(w.rc, -ESRCH);
@@ -397,7 +397,7 @@ static int stale_root(void *arg)
     weft_task_handle zero = {0};
     ASSERT_EQ(weft_task_cancel(zero), -EINVAL);
     ASSERT_EQ(weft_task_join(zero, NULL), -EINVAL);
-    ASSERT_EQ(weft_task_release(zero), -EINVAL);
+    ASSERT_EQ(weft_task_detach(zero), -EINVAL);
     /* an index no record was made for */
     weft_task_handle forged = {((uint64_t)1 << 24) | 0xFFFFFF};
     ASSERT_EQ(weft_task_cancel(forged), -EINVAL);
@@ -405,9 +405,9 @@ static int stale_root(void *arg)
     weft_scope *s = scope_open();
     weft_task_handle h = spawn_h(s, returns_arg_after, (void *)(intptr_t)1);
     weft_task_handle copy = h;
-    ASSERT_EQ(weft_task_release(h), 0);
-    ASSERT_EQ(weft_task_release(h), -ESRCH); /* double release */
-    ASSERT_EQ(weft_task_release(copy), -ESRCH);
+    ASSERT_EQ(weft_task_detach(h), 0);
+    ASSERT_EQ(weft_task_detach(h), -ESRCH); /* double release */
+    ASSERT_EQ(weft_task_detach(copy), -ESRCH);
     ASSERT_EQ(weft_task_cancel(h), -ESRCH); /* and the task runs on */
     ASSERT_EQ(weft_task_join(h, NULL), -ESRCH);
     ASSERT_EQ(weft_scope_join(s), 0);
@@ -425,9 +425,9 @@ static int stale_root(void *arg)
             ASSERT_EQ(weft_task_join(n, &st), 0);
             ASSERT_EQ(st, i);
         } else {
-            ASSERT_EQ(weft_task_release(n), 0);
+            ASSERT_EQ(weft_task_detach(n), 0);
         }
-        ASSERT_EQ(weft_task_release(n), -ESRCH);
+        ASSERT_EQ(weft_task_detach(n), -ESRCH);
     }
     scope_end(s);
 
@@ -449,7 +449,7 @@ TEST(double_release_stale_and_zero_handles)
     ASSERT_EQ(t_run_virtual(1, stale_root, NULL), 0);
     /* Outside a runtime: join needs a task, the others do not. */
     ASSERT_EQ(weft_task_join((weft_task_handle){0}, NULL), -EPERM);
-    ASSERT_EQ(weft_task_release((weft_task_handle){0}), -EINVAL);
+    ASSERT_EQ(weft_task_detach((weft_task_handle){0}), -EINVAL);
 }
 
 /* A handle nobody joined or released outlives its runtime only as an id:
@@ -474,7 +474,7 @@ TEST(handle_of_a_runtime_that_returned_is_esrch)
 {
     ASSERT_EQ(t_run_virtual(1, leak_root, NULL), 0);
     ASSERT_EQ(weft_task_cancel(leaked), -ESRCH);
-    ASSERT_EQ(weft_task_release(leaked), -ESRCH);
+    ASSERT_EQ(weft_task_detach(leaked), -ESRCH);
     ASSERT_EQ(t_run_virtual(1, late_join_root, NULL), 0);
 }
 
@@ -487,7 +487,7 @@ static int foreign_status;
 static int foreign_task(void *arg)
 {
     (void)arg;
-    return weft_sleep(FOREVER);
+    return weft_sleep_for(FOREVER);
 }
 
 static int runtime_a(void *arg)
@@ -516,8 +516,8 @@ static int runtime_b(void *arg)
     weft_task_handle h = {atomic_load(&foreign_id)};
     ASSERT_EQ(weft_task_join(h, NULL), -EINVAL);
     ASSERT_EQ(weft_task_cancel(h), 0);
-    ASSERT_EQ(weft_task_release(h), 0);
-    ASSERT_EQ(weft_task_release(h), -ESRCH);
+    ASSERT_EQ(weft_task_detach(h), 0);
+    ASSERT_EQ(weft_task_detach(h), -ESRCH);
     atomic_store(&foreign_checked, 1);
     return 0;
 }
@@ -582,7 +582,7 @@ static int serve_handle_root(void *arg)
     weft_task_handle h = {0};
     ASSERT_EQ(
         weft_spawn_ex(s, sleeper_fn, &k, &(weft_spawn_opts){.handle = &h}), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_task_cancel(h), 0);
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(k.at, WEFT_SEC);
@@ -639,10 +639,10 @@ static int across_root(void *arg)
         weft_spawn_opts o = {.worker = (int)(i % 4) + 1, .handle = &m->h[i]};
         ASSERT_EQ(weft_spawn_ex(s, sleeper_fn, &m->k[i], &o), i);
     }
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* every task parked */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* every task parked */
     weft_spawn_opts on0 = {.worker = 1};
     ASSERT_EQ(weft_spawn_ex(s, canceller, m, &on0), m->n);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* At 2 s: the plain thread, while this worker waits for it. */
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, pthread_canceller, m), 0);
@@ -699,7 +699,7 @@ struct race {
 static int brief(void *arg)
 {
     struct race *r = arg;
-    int rc = weft_sleep(WEFT_USEC);
+    int rc = weft_sleep_for(WEFT_USEC);
     if (rc == -ECANCELED)
         atomic_fetch_add(&r->cancelled, 1);
     return rc;

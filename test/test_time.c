@@ -47,7 +47,7 @@ static int sleeper_1s(void *arg)
 {
     (void)arg;
     ASSERT_EQ(weft_now(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     /* Every yielder finished before the clock moved. */
     ASSERT_EQ(atomic_load(&still_done), 10);
     ASSERT_EQ(weft_now(), WEFT_SEC);
@@ -79,15 +79,15 @@ static int sleep_seq_root(void *arg)
 {
     (void)arg;
     ASSERT_EQ(weft_now(), 0);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(1), 0);
+    ASSERT_EQ(weft_sleep_for(1), 0);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC + 1);
     ASSERT_EQ(weft_sleep_until(5 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 5 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(123456789), 0);
+    ASSERT_EQ(weft_sleep_for(123456789), 0);
     ASSERT_EQ(weft_now(), 5 * WEFT_SEC + 123456789);
     return 0;
 }
@@ -105,7 +105,7 @@ static int jump_c(void *arg)
 {
     (void)arg;
     ASSERT_EQ(weft_now(), WEFT_SEC);
-    ASSERT_EQ(weft_sleep(500 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sleep_for(500 * WEFT_MSEC), 0);
     ASSERT_EQ(weft_now(), 1500 * WEFT_MSEC);
     ASSERT_EQ(atomic_fetch_add(&jump_step, 1), 1);
     return 0;
@@ -114,7 +114,7 @@ static int jump_c(void *arg)
 static int jump_a(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), WEFT_SEC);
     ASSERT_EQ(atomic_fetch_add(&jump_step, 1), 0);
     ASSERT(weft_spawn(NULL, jump_c, NULL) >= 0);
@@ -124,7 +124,7 @@ static int jump_a(void *arg)
 static int jump_b(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
     ASSERT_EQ(atomic_fetch_add(&jump_step, 1), 2);
     return 0;
@@ -160,7 +160,7 @@ static int order_sleeper(void *arg)
 {
     struct order_task *t = arg;
     ASSERT_EQ(weft_now(), 0);
-    ASSERT_EQ(weft_sleep(t->d), 0);
+    ASSERT_EQ(weft_sleep_for(t->d), 0);
     t->woke = weft_now();
     t->rank = atomic_fetch_add(&order_next, 1);
     return 0;
@@ -205,7 +205,7 @@ static int same_instant(void *arg)
     int64_t start = (int64_t)(intptr_t)arg;
     ASSERT_EQ(weft_sleep_until(start), 0);
     ASSERT_EQ(weft_now(), start);
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC - start), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC - start), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
     return 0;
 }
@@ -216,7 +216,7 @@ static int same_instant_root(void *arg)
     for (int i = 0; i < 10; i++)
         ASSERT(weft_spawn(NULL, same_instant,
                           (void *)(intptr_t)(i * 777 * WEFT_MSEC)) >= 0);
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
     return 0;
 }
@@ -231,7 +231,7 @@ TEST(timers_armed_at_different_times_same_deadline)
 static int past_root(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(10 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
     ASSERT_EQ(weft_sleep_until(5 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
@@ -241,10 +241,10 @@ static int past_root(void *arg)
     ASSERT_EQ(weft_sleep_until(-5), 0);
     ASSERT_EQ(weft_sleep_until(INT64_MIN), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
-    ASSERT_EQ(weft_sleep(0), 0);
-    ASSERT_EQ(weft_sleep(-1), 0);
-    ASSERT_EQ(weft_sleep(-WEFT_SEC), 0);
-    ASSERT_EQ(weft_sleep(INT64_MIN), 0);
+    ASSERT_EQ(weft_sleep_for(0), 0);
+    ASSERT_EQ(weft_sleep_for(-1), 0);
+    ASSERT_EQ(weft_sleep_for(-WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(INT64_MIN), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC);
     ASSERT_EQ(weft_sleep_until(10 * WEFT_SEC + 1), 0);
     ASSERT_EQ(weft_now(), 10 * WEFT_SEC + 1);
@@ -261,7 +261,7 @@ TEST(sleep_until_past_and_zero_negative_sleeps_return_at_once)
 static int holder(void *arg)
 {
     (void)arg;
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
     return 0;
 }
 
@@ -271,8 +271,8 @@ static int zero_with_pending_root(void *arg)
     ASSERT(weft_spawn(NULL, holder, NULL) >= 0);
     ASSERT_EQ(weft_yield(), 0);
     for (int i = 0; i < 100; i++) {
-        ASSERT_EQ(weft_sleep(0), 0);
-        ASSERT_EQ(weft_sleep(-7), 0);
+        ASSERT_EQ(weft_sleep_for(0), 0);
+        ASSERT_EQ(weft_sleep_for(-7), 0);
         ASSERT_EQ(weft_sleep_until(0), 0);
         ASSERT_EQ(weft_now(), 0);
     }
@@ -291,14 +291,14 @@ static int zero_cancelled_root(void *arg)
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
-    ASSERT_EQ(weft_sleep(0), -ECANCELED);
-    ASSERT_EQ(weft_sleep(-1), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(0), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(-1), -ECANCELED);
     ASSERT_EQ(weft_sleep_until(0), -ECANCELED);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), -ECANCELED);
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), -ECANCELED);
     ASSERT_EQ(weft_now(), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
-    ASSERT_EQ(weft_sleep(0), 0);
+    ASSERT_EQ(weft_sleep_for(0), 0);
     return 0;
 }
 
@@ -316,7 +316,7 @@ static int exact_sleeper(void *arg)
 {
     int64_t d = (int64_t)(intptr_t)arg;
     weft_time start = weft_now();
-    int r = weft_sleep(d);
+    int r = weft_sleep_for(d);
     weft_time now = weft_now();
     if (r != 0 || now != start + d)
         atomic_fetch_add(&exact_wrong, 1);
@@ -390,7 +390,7 @@ static int chain_sleeper(void *arg)
     for (int i = 0; i < 50; i++) {
         int64_t d = (int64_t)(xorshift(&x) % (10 * WEFT_MSEC)) + 1;
         weft_time start = weft_now();
-        int r = weft_sleep(d);
+        int r = weft_sleep_for(d);
         weft_time now = weft_now();
         if (r != 0 || now != start + d) {
             if (atomic_fetch_add(&chain_wrong, 1) == 0) {
@@ -452,7 +452,7 @@ static atomic_int far_done;
 static int far_sleeper(void *arg)
 {
     int64_t d = far[(intptr_t)arg];
-    ASSERT_EQ(weft_sleep(d), 0);
+    ASSERT_EQ(weft_sleep_for(d), 0);
     ASSERT_EQ(weft_now(), d);
     atomic_fetch_add(&far_done, 1);
     return 0;
@@ -479,7 +479,7 @@ static int far_seq_root(void *arg)
     int64_t steps[] = {2 * 86400 * WEFT_SEC, 1, 3 * 3600 * WEFT_SEC,
                        17 * WEFT_MSEC, 40 * 86400 * WEFT_SEC};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        ASSERT_EQ(weft_sleep(steps[i]), 0);
+        ASSERT_EQ(weft_sleep_for(steps[i]), 0);
         t += steps[i];
         ASSERT_EQ(weft_now(), t);
     }
@@ -501,7 +501,7 @@ struct cancelled_sleep {
 static int long_sleeper(void *arg)
 {
     struct cancelled_sleep *c = arg;
-    c->r = weft_sleep(10 * WEFT_SEC);
+    c->r = weft_sleep_for(10 * WEFT_SEC);
     c->at = weft_now();
     return 0;
 }
@@ -513,7 +513,7 @@ static int cancel_sleep_root(void *arg)
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, long_sleeper, c) >= 0);
     /* The root sleeps in s too; it is the one that cancels. */
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_now(), 2 * WEFT_SEC);
@@ -556,7 +556,7 @@ static int disarm_root(void *arg)
 {
     struct cancelled_sleep *c = arg;
     ASSERT_EQ(cancel_sleep_root(c), 0);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     ASSERT_EQ(weft_now(), 4 * WEFT_SEC);
     return 0;
 }
@@ -583,7 +583,7 @@ static int rec_sleeper(void *arg)
     struct rec *r = arg;
     r->task = weft__current();
     ASSERT_EQ(weft_event_wait(&r->go), 0);
-    ASSERT_EQ(weft_sleep(2 * WEFT_SEC), 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
     r->woke = weft_now();
     return 0;
 }
@@ -594,11 +594,11 @@ static int record_root(void *arg)
     struct rec r = {.go = WEFT_EVENT_INIT, .woke = -1};
     weft_scope *s = scope_open();
     spawn(rec_sleeper, &r);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* one worker: it waits on go */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* one worker: it waits on go */
     ASSERT(r.task != NULL);
     ASSERT(weft__task_wait_kind(r.task) == &weft__wk_event);
     weft_event_set(&r.go);
-    ASSERT_EQ(weft_sleep(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
+    ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0); /* it sleeps from 1 s to 3 s */
     ASSERT(weft__task_wait_kind(r.task) == &weft__wk_sleep);
     ASSERT(weft__task_wait_obj(r.task) == NULL);
     ASSERT_EQ(r.woke, -1);

@@ -172,7 +172,7 @@ static int receiver(void *arg)
 static int sleeper(void *arg)
 {
     (void)arg;
-    return weft_sleep(WEFT_SEC); /* cancelled: -ECANCELED */
+    return weft_sleep_for(WEFT_SEC); /* cancelled: -ECANCELED */
 }
 
 static int scene(void *arg)
@@ -187,10 +187,10 @@ static int scene(void *arg)
            0);
     ASSERT(weft_spawn_ex(s, sleeper, NULL, &(weft_spawn_opts){.name = "sl"}) >=
            0);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* both are parked now */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* both are parked now */
     int v = 7;
     ASSERT_EQ(weft_chan_send(c, &v), 0);
-    ASSERT_EQ(weft_sleep(WEFT_MSEC), 0); /* rx has exited */
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* rx has exited */
     ASSERT_EQ(weft_scope_cancel(s), 0);
     ASSERT_EQ(weft_scope_join(s), -ECANCELED);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -335,7 +335,7 @@ static int pinger(void *arg)
         ASSERT_EQ(weft_chan_recv(p->pong, &v), 0);
         ASSERT_EQ(v, i);
         if (i % 8 == 0)
-            ASSERT_EQ(weft_sleep(WEFT_USEC), 0);
+            ASSERT_EQ(weft_sleep_for(WEFT_USEC), 0);
     }
     weft_chan_close(p->ping);
     return 0;

@@ -54,7 +54,7 @@ static int run(void *arg)
     /* Handle what is queued (nothing), then exit with status 0. */
     weft_actor_stop(c, WEFT_STOP_DRAIN);
     int status = -1;
-    weft_actor_wait(c, &status, WEFT_NEVER);
+    weft_actor_join_until(c, &status, WEFT_NEVER);
     weft_actor_unref(c);
     return rc == 0 && value == 1000 && status == 0 ? 0 : -1;
 }

@@ -49,7 +49,7 @@ static int read_reply(void *arg)
 /* The other side: answers after 10 ms. A task on the same worker. */
 static int server(void *arg)
 {
-    int rc = weft_sleep(10 * MS);
+    int rc = weft_sleep_for(10 * MS);
     if (rc == 0 && write(*(int *)arg, "pong", 4) != 4)
         rc = -EIO;
     return rc;
@@ -73,7 +73,7 @@ static int run(void *arg)
     int rc2 = weft_blocking_until(read_reply, &hung, weft_now() + 100 * MS);
     weft_time t2 = weft_now();
     weft_blocking_info info;
-    weft_blocking_stats(&info); /* the abandoned read still runs */
+    weft_blocking_stats_get(&info); /* the abandoned read still runs */
     printf("t=%3lld ms  the hung read: %s, %d call still running\n", NOW_MS,
            weft_strerror(rc2), info.running);
     close(hung_pipe[1]); /* now it returns 0 (end of file), to nobody */

@@ -4,10 +4,10 @@
  * (asyncio.Semaphore + gather, errgroup.SetLimit, p-limit,
  * buffer_unordered).
  *
- * weft_map calls fetch(&pages[i]) for every i < N, each in a task, never
+ * weft_map_tasks calls fetch(&pages[i]) for every i < N, each in a task, never
  * more than K at once, and waits for all of them; each page holds its
  * request and its result, so results come back in input order. fetch is
- * an ordinary weft_fn: the same function goes to weft_with_timeout or
+ * an ordinary weft_fn: the same function goes to weft_call_for or
  * weft_retry_call, and here a one-line wrapper gives every request a
  * retry policy with a timeout per attempt. The "server" answers each
  * request in 100 ms of virtual time: 10 requests, 3 at a time, take
@@ -42,7 +42,7 @@ static int fetch(void *arg)
         c->max_in_flight = c->in_flight;
     printf("t=%3lld ms  GET /page/%d  (%d in flight)\n",
            (long long)(weft_now() / WEFT_MSEC), p->id, c->in_flight);
-    int rc = weft_sleep(LATENCY); /* -ECANCELED if the map gives up */
+    int rc = weft_sleep_for(LATENCY); /* -ECANCELED if the map gives up */
     c->in_flight--;
     if (rc != 0)
         return rc;
@@ -66,10 +66,10 @@ static int crawl_all(void *arg)
     page pages[N];
     for (int i = 0; i < N; i++)
         pages[i] = (page){.c = &c, .id = i};
-    int rc = weft_map(N, K, fetch_with_retry, pages, sizeof(page),
-                      WEFT_FAIL_FAST, WEFT_NEVER, NULL);
+    int rc = weft_map_tasks(N, K, fetch_with_retry, pages, sizeof(page),
+                            WEFT_FAIL_FAST, NULL, WEFT_NEVER);
     weft_time took = weft_now();
-    printf("weft_map: %s after %lld ms, at most %d in flight\n",
+    printf("weft_map_tasks: %s after %lld ms, at most %d in flight\n",
            weft_strerror(rc), (long long)(took / WEFT_MSEC), c.max_in_flight);
 
     int ok = rc == 0 && c.max_in_flight == K && took == 4 * LATENCY;

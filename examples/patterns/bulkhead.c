@@ -33,7 +33,7 @@ static int build_report(void *arg)
 {
     if (++running > max_running)
         max_running = running;
-    int rc = weft_sleep(100 * MS); /* the slow dependency */
+    int rc = weft_sleep_for(100 * MS); /* the slow dependency */
     running--;
     return rc;
 }
@@ -41,7 +41,7 @@ static int build_report(void *arg)
 static int handle(void *arg)
 {
     request *r = arg;
-    weft_sleep((r->id - 1) * MS); /* they arrive 1 ms apart, in id order */
+    weft_sleep_for((r->id - 1) * MS); /* they arrive 1 ms apart, in id order */
     r->rc = weft_bulkhead_call(reports, build_report, r, WEFT_NEVER);
     r->end = weft_now();
     printf("t=%3lld ms  request %d: %s\n", NOW_MS, r->id,

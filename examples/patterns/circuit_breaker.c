@@ -41,8 +41,8 @@ static void on_change(weft_breaker *b, weft_breaker_state from,
 static int call_service(void *arg)
 {
     if (weft_now() < 1500 * MS)
-        return -ECONNREFUSED;   /* down: refused at once */
-    return weft_sleep(20 * MS); /* up: answers in 20 ms */
+        return -ECONNREFUSED;       /* down: refused at once */
+    return weft_sleep_for(20 * MS); /* up: answers in 20 ms */
 }
 
 static int run(void *arg)

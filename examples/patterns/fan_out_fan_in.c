@@ -37,7 +37,7 @@ static int worker(void *arg)
     worker_arg *w = arg;
     int job;
     while (weft_chan_recv(w->p->jobs, &job) == 0) { /* fan-out */
-        int rc = weft_sleep(100 * WEFT_MSEC);       /* the work */
+        int rc = weft_sleep_for(100 * WEFT_MSEC);   /* the work */
         result r = {job, job * job, w->id};
         if (rc == 0)
             rc = weft_chan_send(w->p->results, &r); /* fan-in */

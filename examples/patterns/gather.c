@@ -5,7 +5,7 @@
  * race, errgroup, futures::join_all / select_ok / select_all).
  *
  * Three mirrors serve the same file: A in 80 ms, B in 30 ms, and C fails
- * after 10 ms. weft_gather runs them as tasks of one scope whose policy
+ * after 10 ms. weft_gather_tasks runs them as tasks of one scope whose policy
  * says how they combine, and returns once every task has finished: the
  * losers of a race are cancelled, not left running.
  *   all (WEFT_FAIL_FAST)      the first failure: C's, at 10 ms
@@ -34,7 +34,7 @@ static mirror mirrors[] = {{80, 0}, {30, 0}, {10, 1}}; /* A, B, C */
 static int download(void *arg)
 {
     mirror *m = arg;
-    int rc = weft_sleep(m->ms * MS);
+    int rc = weft_sleep_for(m->ms * MS);
     return rc == 0 && m->fails ? -ECONNREFUSED : rc;
 }
 
@@ -68,7 +68,8 @@ static int run(void *arg)
         const expect *e = &cases[i];
         int st[3], winner;
         weft_time start = weft_now();
-        int rc = weft_gather(e->policy, WEFT_NEVER, 3, fns, args, st, &winner);
+        int rc =
+            weft_gather_tasks(e->policy, 3, fns, args, st, &winner, WEFT_NEVER);
         int64_t ms = (weft_now() - start) / MS;
         char got[4] = {letter(st[0]), letter(st[1]), letter(st[2]), 0};
         printf("%-11s %-18s after %2lld ms, winner %2d, A B C: %s\n", e->name,

@@ -38,7 +38,8 @@ static int producer(void *arg)
         atomic_fetch_add(&produced, 1);
     }
     queued = weft_chan_len(jobs);
-    weft_shutdown_deadline(weft_now() + 2 * WEFT_SEC); /* drain within 2 s */
+    /* Drain within 2 s. */
+    weft_shutdown_set_deadline(weft_now() + 2 * WEFT_SEC);
     weft_chan_close(jobs); /* no more jobs: the consumers drain the rest */
     return 0;
 }
@@ -48,7 +49,7 @@ static int consumer(void *arg)
     weft_chan *jobs = arg;
     int id, rc;
     while ((rc = weft_chan_recv(jobs, &id)) == 0) {
-        if ((rc = weft_sleep(10 * WEFT_MSEC)) != 0) /* handle the job */
+        if ((rc = weft_sleep_for(10 * WEFT_MSEC)) != 0) /* handle the job */
             break;
         atomic_fetch_add(&consumed, 1);
     }
@@ -65,7 +66,7 @@ static int root(void *arg)
     for (int i = 0; i < CONSUMERS; i++)
         weft_spawn(s, consumer, jobs);
 
-    weft_sleep(20 * WEFT_MSEC);
+    weft_sleep_for(20 * WEFT_MSEC);
     kill(getpid(), SIGTERM); /* what `kill <pid>` or systemd would send */
 
     int rc = weft_scope_join(s); /* waits for the drain */

@@ -32,7 +32,7 @@ typedef struct page {
 static int fetch(void *ctx, const void *in, void *out)
 {
     int id = *(const int *)in;
-    int rc = weft_sleep(30 * WEFT_MSEC); /* the remote call */
+    int rc = weft_sleep_for(30 * WEFT_MSEC); /* the remote call */
     if (rc != 0)
         return rc; /* a negative status fails the whole pipeline */
     *(page *)out = (page){.id = id, .words = id % 4 == 0 ? 0 : 100 * id};
@@ -44,7 +44,7 @@ static int parse(void *ctx, const void *in, void *out)
     const page *p = in;
     if (p->words == 0)
         return WEFT_SKIP; /* filtered out */
-    int rc = weft_sleep(10 * WEFT_MSEC);
+    int rc = weft_sleep_for(10 * WEFT_MSEC);
     *(int *)out = p->id;
     return rc;
 }

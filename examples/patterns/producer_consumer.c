@@ -49,7 +49,7 @@ static int consumer(void *arg)
     consumer_arg *c = arg;
     int job;
     while (weft_chan_recv(c->jobs, &job) == 0) {
-        int rc = weft_sleep(WORK); /* the slow part */
+        int rc = weft_sleep_for(WORK); /* the slow part */
         if (rc != 0)
             return rc;
         handled[job]++;

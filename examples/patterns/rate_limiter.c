@@ -45,7 +45,7 @@ static int run(void *arg)
 
     /* The next token is due at 2400 ms. Callers that cannot wait that long
      * are told at once, and take nothing: */
-    int try_rc = weft_limiter_try(limiter, 1);
+    int try_rc = weft_limiter_try_acquire(limiter, 1);
     int late_rc = weft_limiter_acquire(limiter, 1, weft_now() + 100 * MS);
     weft_time refused_at = weft_now();
     printf("t=%4lld ms  try: %s; with a 100 ms deadline: %s\n", NOW_MS,

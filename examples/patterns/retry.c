@@ -34,7 +34,8 @@ static int call_service(void *arg)
     s->called_at[i] = weft_now();
     printf("t=%4lld ms  attempt %d\n", (long long)(weft_now() / MS), i + 1);
     int hang = s->answers[i] == 1;
-    int rc = weft_sleep(hang ? 10 * WEFT_SEC : 10 * MS); /* the round trip */
+    int rc =
+        weft_sleep_for(hang ? 10 * WEFT_SEC : 10 * MS); /* the round trip */
     s->ended_at[i] = weft_now();
     return rc ? rc : s->answers[i];
 }
@@ -51,7 +52,7 @@ static const weft_retry policy = {
     .base_ns = 100 * MS,
     .cap_ns = 1000 * MS,
     .jitter = WEFT_JITTER_FULL,
-    .attempt_timeout_ns = 50 * MS, /* each attempt, as weft_with_timeout */
+    .attempt_timeout_ns = 50 * MS, /* each attempt, as weft_call_for */
     .on_retry = on_retry,
     .seed = 42, /* 0 (the default) draws one: replicas must not agree */
 };

@@ -58,7 +58,7 @@ static int db_query(request *r)
         return rc; /* -ETIMEDOUT, -ECANCELED: holds nothing, left the line */
     r->start = weft_now();
     count(r->conns);
-    rc = weft_sleep(100 * MS); /* the query */
+    rc = weft_sleep_for(100 * MS); /* the query */
     count(-r->conns);
     weft_sem_release(&db, r->conns); /* whatever the query's status */
     return rc;
@@ -67,7 +67,7 @@ static int db_query(request *r)
 static int handle(void *arg)
 {
     request *r = arg;
-    weft_sleep(r->arrive_ms * MS); /* they arrive 1 ms apart */
+    weft_sleep_for(r->arrive_ms * MS); /* they arrive 1 ms apart */
     r->rc = db_query(r);
     r->end = weft_now();
     printf("t=%3lld ms  %s (%ld connection%s): %s\n", NOW_MS, r->name, r->conns,

@@ -28,7 +28,7 @@
 /* Counts the user's unread messages: takes *arg ms, returns the count. */
 static int count_unread(void *arg)
 {
-    int rc = weft_sleep(*(int64_t *)arg * MS); /* the remote call */
+    int rc = weft_sleep_for(*(int64_t *)arg * MS); /* the remote call */
     if (rc != 0)
         return rc; /* < 0: the future is rejected with it */
     return 7;      /* >= 0: the future is resolved with this int */
@@ -42,7 +42,7 @@ typedef struct profile {
 static int fetch_profile(void *arg)
 {
     profile *p = arg;
-    int rc = weft_sleep(40 * MS); /* the remote call */
+    int rc = weft_sleep_for(40 * MS); /* the remote call */
     if (rc == 0)
         snprintf(p->name, sizeof p->name, "ada (%d)", p->id);
     return rc;
@@ -50,7 +50,7 @@ static int fetch_profile(void *arg)
 
 static int load_settings(void)
 {
-    return weft_sleep(25 * MS);
+    return weft_sleep_for(25 * MS);
 }
 
 static int run(void *arg)

@@ -46,7 +46,7 @@ static int work(void *arg)
 {
     worker *w = arg;
     for (;;) {
-        int rc = weft_sleep(10 * MS); /* a job */
+        int rc = weft_sleep_for(10 * MS); /* a job */
         if (rc)
             return rc; /* -ECANCELED: stopped */
         if (draw(&w->rng) % 40 == 0) {
@@ -108,13 +108,14 @@ static int run(void *arg)
     if (rc)
         return rc;
     int status;
-    if (weft_sup_wait(sup, &status, 3 * WEFT_SEC) == -ETIMEDOUT) {
+    if (weft_sup_join_until(sup, &status, 3 * WEFT_SEC) == -ETIMEDOUT) {
         printf("t=%4lld ms  stopping the pool\n", (long long)(weft_now() / MS));
         weft_sup_stop(sup);
-        weft_sup_wait(sup, &status, WEFT_NEVER);
+        weft_sup_join_until(sup, &status, WEFT_NEVER);
     }
-    long counted;
-    weft_sup_counts(sup, NULL, &counted);
+    weft_sup_stats ss;
+    weft_sup_stats_get(sup, &ss);
+    long counted = ss.restarts;
     weft_sup_free(sup);
 
     long jobs = 0, crashes = 0;

@@ -34,11 +34,11 @@ typedef struct call {
 static void cleanup(call *c)
 {
     /* Still cancelled: every blocking call says so (level-triggered)... */
-    int again = weft_sleep(MS);
+    int again = weft_sleep_for(MS);
     /* ...except in a shielded scope, where cleanup may block. */
     weft_scope *shield;
     weft_scope_open(&shield, &(weft_scope_opts){.shield = 1});
-    int sent = weft_sleep(MS); /* the "forget it" message: 1 ms */
+    int sent = weft_sleep_for(MS); /* the "forget it" message: 1 ms */
     weft_scope_join(shield);
     weft_scope_free(shield);
     c->cleaned_up = again == -ECANCELED && sent == 0;
@@ -47,7 +47,7 @@ static void cleanup(call *c)
 static int fetch(void *arg)
 {
     call *c = arg;
-    int rc = weft_sleep(c->ms * MS); /* the request */
+    int rc = weft_sleep_for(c->ms * MS); /* the request */
     if (rc == 0 && c->fails)
         rc = -EIO;
     if (rc == -ECANCELED)

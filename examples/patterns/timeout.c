@@ -3,14 +3,14 @@
  * timeout: give up on a call that takes too long (asyncio.timeout,
  * context.WithTimeout, AbortSignal.timeout, tokio::time::timeout).
  *
- * weft_with_timeout runs a function under a deadline: when it passes, the
- * function's blocking calls return -ECANCELED, and weft_with_timeout
+ * weft_call_for runs a function under a deadline: when it passes, the
+ * function's blocking calls return -ECANCELED, and weft_call_for
  * returns -ETIMEDOUT, at that very instant. A scope with a deadline puts
  * a block of code under one budget (asyncio's `async with timeout()`).
  * Deadlines nest as Go's contexts do: a step inside the budget can only
  * shorten it (weft_deadline() is the earliest), never extend it. When the
  * budget is what cuts a step, the step's own timeout did not pass:
- * weft_with_timeout returns -ECANCELED, and the budget's join -ETIMEDOUT.
+ * weft_call_for returns -ECANCELED, and the budget's join -ETIMEDOUT.
  * Exits 1 unless each call ended when and how this says.
  */
 #include <errno.h>
@@ -27,15 +27,15 @@ static int call_service(void *arg)
     int64_t ms = *(int64_t *)arg;
     printf("t=%3lld ms  a %lld ms call, effective deadline %lld ms\n", NOW_MS,
            (long long)ms, (long long)(weft_deadline() / MS));
-    return weft_sleep(ms * MS); /* 0, or -ECANCELED at the deadline */
+    return weft_sleep_for(ms * MS); /* 0, or -ECANCELED at the deadline */
 }
 
 static int run(void *arg)
 {
     int64_t fast = 50, slow = 500;
-    int rc1 = weft_with_timeout(200 * MS, call_service, &fast);
+    int rc1 = weft_call_for(call_service, &fast, 200 * MS);
     weft_time t1 = weft_now();
-    int rc2 = weft_with_timeout(200 * MS, call_service, &slow);
+    int rc2 = weft_call_for(call_service, &slow, 200 * MS);
     weft_time t2 = weft_now();
     printf("t=%3lld ms  fast: %s, slow: %s\n", NOW_MS, weft_strerror(rc1),
            weft_strerror(rc2));
@@ -46,7 +46,7 @@ static int run(void *arg)
     int64_t step = 120;
     int rc = 0;
     for (int i = 1; i <= 3 && rc == 0; i++)
-        rc = weft_with_timeout(200 * MS, call_service, &step);
+        rc = weft_call_for(call_service, &step, 200 * MS);
     int rc3 = weft_scope_join(budget); /* -ETIMEDOUT: the budget ran out */
     weft_scope_free(budget);
     printf("t=%3lld ms  last step: %s; the 300 ms budget: %s\n", NOW_MS,

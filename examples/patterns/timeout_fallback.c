@@ -5,8 +5,8 @@
  * context.WithTimeout and an `if err != nil`, .catch(() => default)).
  *
  * A price service answers in 30 ms when healthy, hangs when overloaded,
- * and refuses connections when down. weft_with_fallback(100 ms, fetch,
- * ..., cached, ...) returns the live price, or the cached one: when the
+ * and refuses connections when down. weft_call_fallback_for(fetch, ...,
+ * cached, ..., 100 ms) returns the live price, or the cached one: when the
  * fetch is slow, at exactly 100 ms (the fetch is cancelled then, not left
  * running); when it fails, as soon as it fails. Exits 1 unless each case
  * returned the right price at the right instant.
@@ -27,7 +27,7 @@ static int fetch_price(void *arg)
     health h = *(health *)arg;
     if (h == DOWN)
         return -ECONNREFUSED;
-    int rc = weft_sleep(h == HEALTHY ? 30 * MS : 10 * WEFT_SEC);
+    int rc = weft_sleep_for(h == HEALTHY ? 30 * MS : 10 * WEFT_SEC);
     return rc == 0 ? 1299 : rc; /* -ECANCELED when the timeout passes */
 }
 
@@ -43,8 +43,8 @@ static int run(void *arg)
     int cache = 999, ok = 1;
     for (health h = HEALTHY; h <= DOWN; h++) {
         weft_time start = weft_now();
-        int price =
-            weft_with_fallback(100 * MS, fetch_price, &h, cached_price, &cache);
+        int price = weft_call_fallback_for(fetch_price, &h, cached_price,
+                                           &cache, 100 * MS);
         int64_t took = weft_now() - start;
         printf("%-10s -> price %d after %lld ms\n", health_name[h], price,
                (long long)(took / MS));

@@ -845,7 +845,12 @@ int weft_actor_stop(weft_actor *a, int how)
     return 0;
 }
 
-int weft_actor_wait(weft_actor *a, int *status, weft_time deadline)
+int weft_actor_join(weft_actor *a, int *status)
+{
+    return weft_actor_join_until(a, status, WEFT_NEVER);
+}
+
+int weft_actor_join_until(weft_actor *a, int *status, weft_time deadline)
 {
     if (!actor_ok(a))
         return -EINVAL;
@@ -1123,7 +1128,7 @@ int weft_actor_demonitor(weft_actor *target, long monitor)
 /* ---- select's cases ----
  * ACTOR_EXIT and TELL (wait.h, "select's cases"; select sits below this
  * layer, so the actor installs their rows when it makes its first actor).
- * ACTOR_EXIT waits on exitq as weft_actor_wait does. TELL is tell()
+ * ACTOR_EXIT waits on exitq as weft_actor_join_until does. TELL is tell()
  * under the lock: straight into a parked actor (the select's own arm
  * carries the actor's wake, finished once select unlocks), or to the
  * ring's back, or a waiter on sendq (n = 0: a tell) that sender_in

@@ -108,7 +108,7 @@ struct weft_actor {
     struct weft__ask *cur_ask;        /* the asker of the message being handled
                                        * (NULL: a tell, or the asker gave up) */
     weft__waitq sendq;                /* tells and asks waiting for room */
-    weft__waitq exitq;                /* weft_actor_wait */
+    weft__waitq exitq;                /* weft_actor_join_until */
     struct weft__monitor *downs;      /* fired at this watcher, unhandled */
     struct weft__monitor **downs_end; /* where the next one goes */
     weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
@@ -140,7 +140,7 @@ int weft__actor_run_with(const weft_actor_opts *o,
 
 /* The wait kinds of actor.c (wait.h), each with the actor as its object:
  * an actor waiting for a message, a tell waiting for room, an ask (room,
- * then its reply), weft_actor_wait. */
+ * then its reply), weft_actor_join_until. */
 extern const weft__wait_kind weft__wk_mailbox, weft__wk_tell, weft__wk_ask,
     weft__wk_actor;
 

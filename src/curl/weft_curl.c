@@ -636,7 +636,7 @@ static int xfer_wait(wcurl *wc, xfer *x, weft_time deadline)
     return rc;
 }
 
-int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
+int weft_curl_perform_ex(CURL *easy, CURLcode *code, weft_time deadline)
 {
     int err;
     CURLcode dummy;
@@ -670,5 +670,5 @@ int weft_curl_perform_code(CURL *easy, weft_time deadline, CURLcode *code)
 
 int weft_curl_perform(CURL *easy, weft_time deadline)
 {
-    return weft_curl_perform_code(easy, deadline, NULL);
+    return weft_curl_perform_ex(easy, NULL, deadline);
 }

@@ -55,7 +55,7 @@
  * a freed scope. A cancel that comes before the scope exists is remembered
  * and applied when it opens. A wrapper whose scope is cancelled before fn
  * starts does not call fn (the future is rejected with -ECANCELED); so
- * does each task of weft_gather, which records its status itself (a
+ * does each task of weft_gather_tasks, which records its status itself (a
  * WEFT_FAIL_FAST scope keeps only its first error, and a task that was
  * never spawned, its scope cancelled first, has none: -ECANCELED).
  */
@@ -74,7 +74,7 @@ const weft__wait_kind weft__wk_future = {WEFT_WAIT_FUTURE, "future"};
 #define FUT_DEAD 0x64656164u  /* "dead": freed (weft__husk_free) */
 #define MAX_VALUE 65536
 #define MAX_WAIT 1024    /* futures per combinator call */
-#define MAX_GATHER 65536 /* tasks per weft_gather */
+#define MAX_GATHER 65536 /* tasks per weft_gather_tasks */
 #define STACK_WAITS 8    /* combinators this small need no malloc */
 
 enum { F_PENDING = 0, F_RESOLVED = 1, F_REJECTED = 2 };
@@ -264,7 +264,7 @@ static int result_of(const weft_future *f, void *out)
     }
 }
 
-int weft_future_try(const weft_future *f, void *out)
+int weft_future_try_await(const weft_future *f, void *out)
 {
     if (!fut_ok(f))
         return -EINVAL;
@@ -373,8 +373,9 @@ static void give_up(wait_op *op)
             continue;
         int rc = cancel(op->fs[i], false);
         if (op->statuses)
-            op->statuses[i] = rc == -EALREADY ? weft_future_try(op->fs[i], NULL)
-                                              : -EINPROGRESS;
+            op->statuses[i] = rc == -EALREADY
+                                  ? weft_future_try_await(op->fs[i], NULL)
+                                  : -EINPROGRESS;
     }
 }
 
@@ -423,7 +424,7 @@ static int wait_futures(wait_op *op, int *fired, int64_t deadline)
             break;
         for (int k = from; k < to && !decided; k++) {
             int i = fired[k];
-            decided = take_in(op, i, weft_future_try(op->fs[i], op->out));
+            decided = take_in(op, i, weft_future_try_await(op->fs[i], op->out));
         }
     }
 
@@ -615,7 +616,7 @@ int weft_future_spawn(weft_scope *s, weft_fn fn, void *arg, weft_future **out)
     return rc;
 }
 
-/* ---- weft_gather ---- */
+/* ---- weft_gather_tasks ---- */
 
 typedef struct gather_item {
     weft_fn fn;
@@ -633,9 +634,9 @@ static int gather_task(void *arg)
     return it->status;
 }
 
-int weft_gather(weft_policy policy, weft_time deadline, int n,
-                const weft_fn *fns, void *const *args, int *statuses,
-                int *winner)
+int weft_gather_tasks(weft_policy policy, int n, const weft_fn *fns,
+                      void *const *args, int *statuses, int *winner,
+                      weft_time deadline)
 {
     if (n < 1 || n > MAX_GATHER || !fns || deadline < 0)
         return -EINVAL;

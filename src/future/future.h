@@ -36,7 +36,7 @@ void weft__future_case_won(weft_case *c, int code);
 
 /* select's LIMITER case (limiter.c, at its end): check: 1 for NULL,
  * -EINVAL for n out of range; try: takes the tokens if they are due now,
- * as weft_limiter_try (c->rc = 0), else -EAGAIN with no queue; recheck:
+ * as weft_limiter_try_acquire (c->rc = 0), else -EAGAIN with no queue; recheck:
  * the instant they would be due. */
 int weft__limiter_case_check(const weft_case *c);
 weft__lock *weft__limiter_case_lock(weft_case *c);

@@ -30,8 +30,8 @@
  * limiter as what the task waits on). Reservations are made in
  * arrival order and each one's d is at or after the one before, so takers
  * are served in arrival order (FIFO) with no queue, no polling and no
- * background task. weft_limiter_try takes n tokens only if d <= now (so it
- * never jumps ahead of sleeping reservations).
+ * background task. weft_limiter_try_acquire takes n tokens only if d <= now (so
+ * it never jumps ahead of sleeping reservations).
  *
  * A cancelled wait gives its tokens back as Go's Reservation.CancelAt
  * does: the reservations made after it have been promised instants that
@@ -121,7 +121,7 @@ static i128 reserve_z(const weft_limiter *l, weft_time now, int64_t n)
     return z + (i128)n * l->per_ns;
 }
 
-int weft_limiter_try(weft_limiter *l, int64_t n)
+int weft_limiter_try_acquire(weft_limiter *l, int64_t n)
 {
     if (!l || n < 1 || n > l->burst)
         return -EINVAL;
@@ -189,11 +189,11 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
 
 /* ---- select's cases ----
  * LIMITER (wait.h, "select's cases"): no queue and no reservation. try
- * takes the tokens as weft_limiter_try does (due now, so never ahead of a
- * sleeping reservation); if they are not due, recheck gives the instant
- * they would be, at which select looks again (a reservation made
- * meanwhile pushes it later). A select that another case won took
- * nothing, and left nothing reserved. */
+ * takes the tokens as weft_limiter_try_acquire does (due now, so never ahead of
+ * a sleeping reservation); if they are not due, recheck gives the instant they
+ * would be, at which select looks again (a reservation made meanwhile pushes it
+ * later). A select that another case won took nothing, and left nothing
+ * reserved. */
 
 static int64_t case_n(const weft_case *c)
 {

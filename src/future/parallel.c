@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Bounded parallelism (weft_map) and pipelines (weft_pipeline), built on
+ * Bounded parallelism (weft_map_tasks) and pipelines (weft_pipeline), built on
  * scopes and channels only: no new primitive, no lock of their own.
  *
- * weft_map: a bounded worker pool over an array.
+ * weft_map_tasks: a bounded worker pool over an array.
  *   A scope with the caller's policy and deadline holds min(limit, n)
  *   worker tasks. Each takes the next index i from a shared counter and
  *   calls fn(items + i * item_size), until the indices run out. So at most
@@ -82,7 +82,7 @@
 #include <string.h>
 
 /* ======================================================================
- * weft_map
+ * weft_map_tasks
  * ==================================================================== */
 
 struct map {
@@ -117,8 +117,9 @@ static int map_worker(void *arg)
     return 0;
 }
 
-int weft_map(size_t n, int limit, weft_fn fn, void *items, size_t item_size,
-             weft_policy policy, weft_time deadline, int *statuses)
+int weft_map_tasks(size_t n, int limit, weft_fn fn, void *items,
+                   size_t item_size, weft_policy policy, int *statuses,
+                   weft_time deadline)
 {
     if (!fn || (policy != WEFT_FAIL_FAST && policy != WEFT_COLLECT) ||
         deadline < 0)
@@ -150,7 +151,7 @@ int weft_map(size_t n, int limit, weft_fn fn, void *items, size_t item_size,
     if (rc)
         return rc;
     int spawn_err = 0;
-    weft_spawn_opts so = {.name = "weft_map"};
+    weft_spawn_opts so = {.name = "weft_map_tasks"};
     for (size_t k = 0; k < tasks; k++) {
         int r = weft_spawn_ex(s, map_worker, &m, &so);
         if (r < 0) {

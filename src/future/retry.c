@@ -42,7 +42,7 @@
  * weft_retry_call, attempt a = 1, 2, ...: the attempt starts at weft_now()
  * (the first one's start is `start`) and calls fn. Without an
  * attempt_timeout_ns, fn is called directly. With one, fn runs under
- * weft_with_timeout, in a scope whose deadline is now + attempt_timeout_ns,
+ * weft_call_for, in a scope whose deadline is now + attempt_timeout_ns,
  * and a failure after that deadline passed reads -ETIMEDOUT; but if that
  * instant is at or after weft_deadline(), the task's own deadline comes
  * first and governs: the scope gets no deadline (so the two never race at
@@ -60,7 +60,7 @@
  * a sleep that is cancelled makes the call return -ECANCELED, and fn is
  * not called again.
  *
- * weft_with_fallback runs fn under weft_with_timeout; a result >= 0 is
+ * weft_call_fallback_for runs fn under weft_call_for; a result >= 0 is
  * returned; a negative one runs the fallback in the caller's scope and
  * returns its status, unless the caller's own scope is cancelled, in which
  * case it returns -ECANCELED and the fallback does not run.
@@ -263,7 +263,7 @@ static int run_attempt(const weft_retry *p, weft_fn fn, void *arg)
     int64_t timeout = p->attempt_timeout_ns;
     if (weft__add_sat(weft_now(), timeout) >= weft_deadline())
         timeout = INT64_MAX; /* a scope with no deadline of its own */
-    return weft_with_timeout(timeout, fn, arg);
+    return weft_call_for(fn, arg, timeout);
 }
 
 int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
@@ -302,15 +302,15 @@ int weft_retry_call(const weft_retry *policy, weft_fn fn, void *arg)
 
 /* ---- fallback ---- */
 
-int weft_with_fallback(int64_t timeout_ns, weft_fn fn, void *arg,
-                       weft_fn fallback, void *fallback_arg)
+int weft_call_fallback_for(weft_fn fn, void *arg, weft_fn fallback,
+                           void *fallback_arg, int64_t timeout_ns)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !weft__wpub(w)->cur)
         return -EPERM;
     if (!fn || !fallback)
         return -EINVAL;
-    int rc = weft_with_timeout(timeout_ns, fn, arg);
+    int rc = weft_call_for(fn, arg, timeout_ns);
     if (rc >= 0)
         return rc;
     if (weft_cancelled())

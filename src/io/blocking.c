@@ -457,7 +457,7 @@ void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out)
     pthread_mutex_unlock(&weft__io_rt(rt)->blocking_mu);
 }
 
-int weft_blocking_stats(weft_blocking_info *out)
+int weft_blocking_stats_get(weft_blocking_info *out)
 {
     if (!out)
         return -EINVAL;

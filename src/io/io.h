@@ -92,7 +92,7 @@ void weft__blocking_fini(weft_runtime *rt);
  * use arg until it returns) or never will (dropped while queued). */
 int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
                         bool *abandoned);
-/* rt's pool as weft_blocking_stats tells it (all zero before its first
+/* rt's pool as weft_blocking_stats_get tells it (all zero before its first
  * call), from any thread while rt runs. */
 void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out);
 /* How long an idle pool thread waits for work before it exits (tests

@@ -3,7 +3,7 @@
  * The runtime's life, and its public entry points: run, main, shutdown,
  * dump, stats and the worker queries. The thin wrappers of the lower
  * layers live with the layer that implements them (weft_now in clock.c,
- * weft_yield in sched.c, weft_sleep in wait.c, ...), so that no lower
+ * weft_yield in sched.c, weft_sleep_for in wait.c, ...), so that no lower
  * layer calls up into this file (scripts/layers.sh checks the calls).
  *
  * weft_run, step by step:
@@ -25,10 +25,10 @@
  *
  * Shutdown, step by step (the Go shape: signal.NotifyContext, then
  * http.Server.Shutdown(ctx)). A request (weft_shutdown_request from any
- * thread, weft_shutdown_deadline, or weft_main's first SIGINT/SIGTERM),
+ * thread, weft_shutdown_set_deadline, or weft_main's first SIGINT/SIGTERM),
  * once per runtime:
  *   1. stores the drain deadline, request + shutdown_drain_ns, unless a
- *      task has given one (weft_shutdown_deadline: a task's deadline
+ *      task has given one (weft_shutdown_set_deadline: a task's deadline
  *      always wins over the configured one, and the latest call wins). It
  *      is the root scope's deadline, so weft_deadline() reports it;
  *   2. hands a deadline still to come to the keeper, a task on worker 0
@@ -749,7 +749,7 @@ struct weft_chan *weft_shutdown_chan(void)
     return w && w->cur ? shut_of(w->rt)->chan : NULL;
 }
 
-int weft_shutdown_deadline(weft_time deadline)
+int weft_shutdown_set_deadline(weft_time deadline)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)

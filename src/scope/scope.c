@@ -804,7 +804,7 @@ weft_scope *weft_scope_current(void)
 
 /* ---- public: a block with a deadline ---- */
 
-int weft_with_timeout(int64_t timeout_ns, weft_fn fn, void *arg)
+int weft_call_for(weft_fn fn, void *arg, int64_t timeout_ns)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !weft__wpub(w)->cur)

@@ -210,7 +210,7 @@ int weft_task_cancel(weft_task_handle th)
     return 0;
 }
 
-int weft_task_release(weft_task_handle th)
+int weft_task_detach(weft_task_handle th)
 {
     weft__handle *h;
     int rc = lookup(th.id, &h);

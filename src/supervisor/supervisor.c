@@ -120,8 +120,8 @@ struct weft_sup {
     bool closed;      /* stopping or stopped: requests get -ESRCH */
     bool done;        /* weft_sup_spawn's: the run returned, status set */
     int status;
-    weft__waitq waiters; /* weft_sup_wait */
-    /* ---- published for weft_sup_counts ---- */
+    weft__waitq waiters; /* weft_sup_join_until */
+    /* ---- published for weft_sup_stats_get ---- */
     _Atomic int running_pub;
     _Atomic long restarts_pub;
     /* ---- set at creation ---- */
@@ -329,7 +329,7 @@ static void intake(weft_sup *s, child *list)
         child *c = rev;
         rev = rev->exit_next;
         c->state = C_EXITED;
-        weft_task_release(c->h);
+        weft_task_detach(c->h);
         c->h = (weft_task_handle){0};
         st_rlx(&s->running_pub, --s->running);
         pend_push(s, c);
@@ -995,14 +995,12 @@ int weft_sup_terminate_child(weft_sup *s, const char *name)
     return request(s, &r);
 }
 
-int weft_sup_counts(weft_sup *s, int *running, long *restarts)
+int weft_sup_stats_get(weft_sup *s, weft_sup_stats *out)
 {
-    if (!s)
+    if (!s || !out)
         return -EINVAL;
-    if (running)
-        *running = ld_rlx(&s->running_pub);
-    if (restarts)
-        *restarts = ld_rlx(&s->restarts_pub);
+    out->running = ld_rlx(&s->running_pub);
+    out->restarts = ld_rlx(&s->restarts_pub);
     return 0;
 }
 
@@ -1013,7 +1011,12 @@ int weft_sup_stop(weft_sup *s)
     return ask_stop(s);
 }
 
-int weft_sup_wait(weft_sup *s, int *status, weft_time deadline)
+int weft_sup_join(weft_sup *s, int *status)
+{
+    return weft_sup_join_until(s, status, WEFT_NEVER);
+}
+
+int weft_sup_join_until(weft_sup *s, int *status, weft_time deadline)
 {
     if (!s || !s->spawned)
         return -EINVAL;

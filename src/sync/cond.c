@@ -250,7 +250,7 @@ int weft_once_do_until(weft_once *o, weft_fn fn, void *arg, weft_time deadline)
     return once_do(o, fn, arg, deadline);
 }
 
-int weft_once_done(weft_once *oo)
+int weft_once_is_done(weft_once *oo)
 {
     if (!oo)
         return 0;

@@ -138,7 +138,7 @@ int weft_rwlock_rdlock_until(weft_rwlock *l, weft_time deadline)
     return rw_lock(l, RW_READ, deadline, true);
 }
 
-int weft_rwlock_tryrdlock(weft_rwlock *l)
+int weft_rwlock_try_rdlock(weft_rwlock *l)
 {
     return rw_lock(l, RW_READ, WEFT_NEVER, false);
 }
@@ -153,7 +153,7 @@ int weft_rwlock_wrlock_until(weft_rwlock *l, weft_time deadline)
     return rw_lock(l, RW_WRITE, deadline, true);
 }
 
-int weft_rwlock_trywrlock(weft_rwlock *l)
+int weft_rwlock_try_wrlock(weft_rwlock *l)
 {
     return rw_lock(l, RW_WRITE, WEFT_NEVER, false);
 }

@@ -404,7 +404,7 @@ int weft_mutex_lock_until(weft_mutex *m, weft_time deadline)
     return mutex_lock(m, deadline, true, true);
 }
 
-int weft_mutex_trylock(weft_mutex *m)
+int weft_mutex_try_lock(weft_mutex *m)
 {
     return mutex_lock(m, WEFT_NEVER, false, true);
 }

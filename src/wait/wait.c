@@ -231,7 +231,7 @@ int weft_sleep_until(weft_time t)
     return rc == -ETIMEDOUT ? 0 : rc;
 }
 
-int weft_sleep(int64_t ns)
+int weft_sleep_for(int64_t ns)
 {
     weft_worker *w = weft__tl_worker;
     if (!w || !weft__wpub(w)->cur)

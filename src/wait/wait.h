@@ -71,7 +71,7 @@ struct weft__wait_kind {
 typedef struct weft__wait_kind weft__wait_kind;
 
 /* The wait layer's own kinds. */
-extern const weft__wait_kind weft__wk_sleep;  /* weft_sleep: a deadline */
+extern const weft__wait_kind weft__wk_sleep;  /* weft_sleep_for: a deadline */
 extern const weft__wait_kind weft__wk_select; /* weft_select (obj: cases) */
 /* select.c's name for its kind. */
 #define WEFT__W_SELECT (&weft__wk_select)
