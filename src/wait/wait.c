@@ -13,10 +13,14 @@
 const weft__wait_kind weft__wk_sleep = {WEFT_WAIT_SLEEP, "sleep"};
 const weft__wait_kind weft__wk_select = {WEFT_WAIT_SELECT, "select"};
 
+/* Asked by the scheduler for the task parking on this worker, before it
+ * switches away: a waker on another worker may have claimed the park
+ * already (so t need not look parked), but t runs again only here, so
+ * its record holds still. */
 int weft__wait_of(const weft_task *t, const void **obj)
 {
-    WEFT_ASSERT_MSG(weft__task_parked(t),
-                    "the wait record of a task that is not parked");
+    WEFT_ASSERT_MSG(weft__task_is_current(t),
+                    "the wait record asked of a task not parking here");
     *obj = weft__task_wait_obj(t);
     return weft__wait_kind_id(weft__task_wait_kind(t));
 }
