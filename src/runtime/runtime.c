@@ -262,6 +262,30 @@ static void runtime_free(weft_runtime *rt)
     free(rt);
 }
 
+/* The fields of a new runtime that c and the seed decide, and its locks:
+ * nothing here can fail. */
+static void runtime_settle(weft_runtime *rt, const weft_config *c,
+                           uint64_t seed)
+{
+    pthread_mutex_init(&rt->vmu, NULL);
+    pthread_mutex_init(&rt->dmu, NULL);
+    pthread_mutex_init(&weft__scope_rt(rt)->orphan_mu, NULL);
+    pthread_mutex_init(&weft__io_rt(rt)->blocking_mu, NULL);
+    weft__io_rt(rt)->blocking_threads = c->blocking_threads;
+    weft__io_rt(rt)->blocking_queue = c->blocking_queue;
+    rt->pinned = c->pin_workers &&
+                 pthread_getaffinity_np(pthread_self(), sizeof rt->cpus,
+                                        &rt->cpus) == 0 &&
+                 CPU_COUNT(&rt->cpus) > 0;
+    rt->nworkers = c->workers ? c->workers : online_cpus();
+    weft__clock_init(rt, c->clock);
+    rt->hooks = weft__scope_hooks;
+    rt->seed = seed;
+    rt->seeded = rt->seed != 0 && rt->nworkers == 1;
+    size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
+    weft__pool_init(&rt->pool, stack);
+}
+
 static weft_runtime *runtime_new(const weft_config *c, int *err)
 {
     uint64_t seed;
@@ -281,23 +305,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     weft_runtime *rt = &box->rt;
     weft__runtime_rt(rt)->shut = &box->shut; /* shut_of(rt) from here on */
     weft__actor_rt(rt)->registry = &box->registry;
-    pthread_mutex_init(&rt->vmu, NULL);
-    pthread_mutex_init(&rt->dmu, NULL);
-    pthread_mutex_init(&weft__scope_rt(rt)->orphan_mu, NULL);
-    pthread_mutex_init(&weft__io_rt(rt)->blocking_mu, NULL);
-    weft__io_rt(rt)->blocking_threads = c->blocking_threads;
-    weft__io_rt(rt)->blocking_queue = c->blocking_queue;
-    rt->pinned = c->pin_workers &&
-                 pthread_getaffinity_np(pthread_self(), sizeof rt->cpus,
-                                        &rt->cpus) == 0 &&
-                 CPU_COUNT(&rt->cpus) > 0;
-    rt->nworkers = c->workers ? c->workers : online_cpus();
-    weft__clock_init(rt, c->clock);
-    rt->hooks = weft__scope_hooks;
-    rt->seed = seed;
-    rt->seeded = rt->seed != 0 && rt->nworkers == 1;
-    size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
-    weft__pool_init(&rt->pool, stack);
+    runtime_settle(rt, c, seed);
     /* The instrument, before the workers (each keeps a copy). */
     rt->instr = c->instrument;
     const char *trace = weft__trace_path(c);
@@ -427,6 +435,41 @@ int weft_run(const weft_config *cfg, weft_fn fn, void *arg)
     return runtime_end(rt);
 }
 
+/* Starts the threads of workers 1.. (worker 0 is the caller's); with
+ * fewer than asked (pthread_create failed), runs with those. Returns how
+ * many workers were set up. */
+static int start_workers(weft_runtime *rt)
+{
+    int set_up = rt->nworkers;
+    int started = 1;
+    for (; started < rt->nworkers; started++) {
+        weft_worker *w = &rt->workers[started];
+        if (pthread_create(&w->thread, NULL, weft__worker_thread, w) != 0)
+            break;
+    }
+    if (started < rt->nworkers) {
+        rt->nworkers = started;
+        rt->seeded = rt->seed != 0 && rt->nworkers == 1;
+    }
+    return set_up;
+}
+
+/* After worker 0's loop: joins the other workers, waits out the wakes
+ * of plain threads, and ends the workers set up but never started. */
+static void stop_workers(weft_runtime *rt, int set_up)
+{
+    for (int i = 1; i < rt->nworkers; i++)
+        pthread_join(rt->workers[i].thread, NULL);
+    /* A plain thread may still be in the wake of a task that has run
+     * since: wait for it before anything is freed (scheduler.h). */
+    for (int i = 0; i < set_up; i++)
+        weft__worker_quiesce(&rt->workers[i]);
+    /* Workers set up but never started: runtime_free sees only the first
+     * nworkers. Not before the joins, while running ones may look at them. */
+    for (int i = rt->nworkers; i < set_up; i++)
+        weft__worker_fini(&rt->workers[i]);
+}
+
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
                               int *err, run_hook_fn hook, void *hook_ctx)
 {
@@ -455,18 +498,7 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
     }
     weft__watchdog_init(rt, cfg);
     weft__overflow_handler_install();
-    int set_up = rt->nworkers;
-    int started = 1;
-    for (; started < rt->nworkers; started++) {
-        weft_worker *w = &rt->workers[started];
-        if (pthread_create(&w->thread, NULL, weft__worker_thread, w) != 0)
-            break;
-    }
-    if (started < rt->nworkers) {
-        /* Could not start them all: run with the ones we have. */
-        rt->nworkers = started;
-        rt->seeded = rt->seed != 0 && rt->nworkers == 1;
-    }
+    int set_up = start_workers(rt);
     if (hook)
         hook(rt, hook_ctx);
     weft__watchdog_start(rt);
@@ -487,19 +519,10 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         sigaltstack(&caller_ss, NULL);
     if (rt->pinned) /* the caller's thread: its own CPUs again */
         pthread_setaffinity_np(pthread_self(), sizeof rt->cpus, &rt->cpus);
-    for (int i = 1; i < rt->nworkers; i++)
-        pthread_join(rt->workers[i].thread, NULL);
-    /* A plain thread may still be in the wake of a task that has run
-     * since: wait for it before anything is freed (scheduler.h). */
-    for (int i = 0; i < set_up; i++)
-        weft__worker_quiesce(&rt->workers[i]);
-    /* Workers set up but never started: runtime_free sees only the first
-     * nworkers. Not before the joins, while running ones may look at them. */
-    for (int i = rt->nworkers; i < set_up; i++)
-        weft__worker_fini(&rt->workers[i]);
+    stop_workers(rt, set_up);
     weft__overflow_handler_remove();
-    if (weft__observe_rt(rt)
-            ->trace) /* a failure is told on stderr; the run's status stands */
+    /* A failure is told on stderr; the run's status stands. */
+    if (weft__observe_rt(rt)->trace)
         weft__trace_write(weft__observe_rt(rt)->trace);
     return rt;
 }
