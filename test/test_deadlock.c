@@ -134,6 +134,60 @@ TEST(receive_on_a_channel_nobody_holds)
     }
 }
 
+/* A task whose last wait was on a descriptor ("read", in that wait's
+ * line) and whose wait now is a receive: its report line names the
+ * receive alone, not a direction left from the descriptor's wait. */
+struct after_fd {
+    int fds[2];
+    int rc;
+};
+
+static int writes_a_byte(void *arg)
+{
+    struct after_fd *a = arg;
+    weft_yield(); /* the reader parks on the descriptor first */
+    ASSERT_EQ(write(a->fds[1], "x", 1), 1);
+    return 0;
+}
+
+static int reads_then_receives(void *arg)
+{
+    struct after_fd *a = arg;
+    ASSERT_EQ(weft_fd_wait(a->fds[0], WEFT_IO_READ, WEFT_NEVER), 0);
+    char c;
+    ASSERT_EQ(read(a->fds[0], &c, 1), 1);
+    return lonely_receiver(&a->rc);
+}
+
+static int after_fd_root(void *arg)
+{
+    weft_scope *s = scope_open();
+    weft_spawn_opts o = {.name = "lonely receiver"};
+    ASSERT(weft_spawn_ex(s, reads_then_receives, arg, &o) >= 0);
+    ASSERT(weft_spawn(s, writes_a_byte, arg) >= 0);
+    int rc = weft_scope_join(s);
+    weft_scope_free(s);
+    return rc;
+}
+
+TEST(a_report_names_no_direction_left_from_a_descriptor_wait)
+{
+    struct after_fd a = {.rc = 1};
+    ASSERT_EQ(pipe(a.fds), 0);
+    char *err;
+    ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, after_fd_root, &a, &err),
+              -EDEADLK);
+    ASSERT_EQ(a.rc, -ECANCELED);
+    const char *line = strstr(err, "waits for channel receive");
+    ASSERT(line != NULL);
+    const char *end = strchr(line, '\n');
+    ASSERT(end != NULL);
+    ASSERT(!memmem(line, (size_t)(end - line), "(read)", 6));
+    free(err);
+    close(a.fds[0]);
+    close(a.fds[1]);
+}
+
 /* ---- the reports name the line each task blocks on -------------------- */
 
 static int recv_line, lock_line; /* the lines of the blocking calls */

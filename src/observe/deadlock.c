@@ -35,6 +35,7 @@
  * workers: the last one to note its wait.
  */
 #include "future/future.h"
+#include "io/io.h"
 #include "observe/observe.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
@@ -126,7 +127,8 @@ static void out_wait(struct out *o, weft_runtime *rt, const weft_task *t)
     weft__wait_seen w;
     weft__wait_record(t, &w);
     out_printf(o, "    waits for %s %p", weft__wait_kind_name(w.kind), w.obj);
-    if (w.name)
+    /* Only a descriptor's wait sets a name: another kind's is stale. */
+    if (w.name && w.kind == &weft__wk_fd)
         out_printf(o, " (%s)", w.name);
     if (w.kind == &weft__wk_mutex) {
         weft_task *h = weft__mutex_owner(w.obj);
