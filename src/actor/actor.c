@@ -421,13 +421,13 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
  * on return. */
 static int mailbox_wait(weft_actor *a, weft__waiter **woken)
 {
-    /* a->mw: claimed by weft__slot_claim alone, no init */
-    int code = weft__wait(&a->mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
-                                                     .obj = a,
-                                                     .lock = &a->lock,
-                                                     .slot = &a->idle,
-                                                     .deadline = WEFT_NEVER,
-                                                     .woken = *woken});
+    weft__waiter mw; /* claimed by weft__slot_claim alone: no init */
+    int code = weft__wait(&mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
+                                                  .obj = a,
+                                                  .lock = &a->lock,
+                                                  .slot = &a->idle,
+                                                  .deadline = WEFT_NEVER,
+                                                  .woken = *woken});
     *woken = NULL;
     if (WEFT_UNLIKELY(code != 0))
         weft__lock_acquire(&a->lock);

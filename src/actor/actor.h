@@ -98,16 +98,12 @@ struct weft_actor {
     int start_rc;      /* a registration that failed at spawn */
     bool run_name;     /* weft_actor_run: registers at its start */
     /* lock */
-    uint8_t life;       /* WEFT__A_* */
-    int status;         /* the exit status, once EXITED */
-    uint32_t head, len; /* the ring: oldest slot, messages */
-    weft_task *task;    /* the actor's task, once it runs */
-    weft__waiter *idle; /* its waiter while it waits for a
-                         * message (NULL: not waiting) */
-    /* That waiter (idle points here then), the actor task's alone: in the
-     * actor, beside the fields a sender has just touched, so the sender's
-     * claim reads no line of the actor's stack. */
-    weft__waiter mw;
+    uint8_t life;                     /* WEFT__A_* */
+    int status;                       /* the exit status, once EXITED */
+    uint32_t head, len;               /* the ring: oldest slot, messages */
+    weft_task *task;                  /* the actor's task, once it runs */
+    weft__waiter *idle;               /* its waiter while it waits for a
+                                       * message (NULL: not waiting) */
     int cur_kind;                     /* WEFT_MSG_* of the message in buf */
     struct weft__ask *cur_ask;        /* the asker of the message being handled
                                        * (NULL: a tell, or the asker gave up) */
