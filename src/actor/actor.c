@@ -241,7 +241,15 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
         *err = -EINVAL;
         return NULL;
     }
-    weft_actor *a = malloc(head + msg + cap * slot);
+    /* Aligned to a cache line, so that the fields a message touches take
+     * the lines the struct's order gives them (weft_actor). */
+    size_t size = head + msg + cap * slot;
+    if (size > SIZE_MAX - WEFT_CACHELINE) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    size = (size + WEFT_CACHELINE - 1) & ~(size_t)(WEFT_CACHELINE - 1);
+    weft_actor *a = aligned_alloc(WEFT_CACHELINE, size);
     if (!a) {
         *err = -ENOMEM;
         return NULL;
@@ -421,13 +429,13 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
  * on return. */
 static int mailbox_wait(weft_actor *a, weft__waiter **woken)
 {
-    weft__waiter mw; /* claimed by weft__slot_claim alone: no init */
-    int code = weft__wait(&mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
-                                                  .obj = a,
-                                                  .lock = &a->lock,
-                                                  .slot = &a->idle,
-                                                  .deadline = WEFT_NEVER,
-                                                  .woken = *woken});
+    /* a->mw: claimed by weft__slot_claim alone, no init */
+    int code = weft__wait(&a->mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
+                                                     .obj = a,
+                                                     .lock = &a->lock,
+                                                     .slot = &a->idle,
+                                                     .deadline = WEFT_NEVER,
+                                                     .woken = *woken});
     *woken = NULL;
     if (WEFT_UNLIKELY(code != 0))
         weft__lock_acquire(&a->lock);

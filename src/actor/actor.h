@@ -84,40 +84,53 @@ typedef struct weft__monitors {
 } weft__monitors;
 
 struct weft_actor {
-    uint32_t magic;   /* WEFT__ACTOR_MAGIC while referenced */
-    weft__lock lock;  /* guards what is marked "lock" */
-    atomic_long refs; /* the last unref frees */
+    /* The lines a message touches, in the order of the struct's first two
+     * cache lines (actor_new aligns it to one): a sender reads the first
+     * and claims the idle waiter in the second, which also holds what it
+     * hands over (cur_kind, cur_ask); the third has the rest of what the
+     * loop reads per message. */
+    uint32_t magic;  /* WEFT__ACTOR_MAGIC while referenced */
+    weft__lock lock; /* guards what is marked "lock" */
     /* immutable after the spawn */
     weft_actor_fn fn;
     void *state;
-    uint32_t msg_size, reply_size;
+    uint32_t msg_size;
     uint32_t slot_size; /* a ring slot: 8 bytes of header, then the message */
     uint32_t cap;       /* ring slots */
-    weft_runtime *rt;
+    /* lock */
+    uint8_t life; /* WEFT__A_* */
+    /* the actor's task only */
+    bool replied; /* the current ask has had its reply */
+    /* lock */
+    uint32_t head, len;        /* the ring: oldest slot, messages */
+    weft__waiter *idle;        /* its waiter while it waits for a
+                                * message (NULL: not waiting) */
+    unsigned char *buf;        /* the message being handled (msg_size bytes) */
+    int cur_kind;              /* WEFT_MSG_* of the message in buf */
+    struct weft__ask *cur_ask; /* the asker of the message being handled
+                                * (NULL: a tell, or the asker gave up) */
+    /* That waiter (idle points here then), the actor task's alone: in the
+     * actor, beside the fields a sender has just touched, so the sender's
+     * claim reads no line of the actor's stack. */
+    weft__waiter mw;
+    weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
+    struct weft__monitor *downs; /* fired at this watcher, unhandled */
+    weft__waitq sendq;           /* tells and asks waiting for room */
+    unsigned char *ring;         /* cap * slot_size bytes (immutable) */
+    /* cold from here */
+    atomic_long refs;                 /* the last unref frees */
+    uint32_t reply_size;              /* immutable */
+    int status;                       /* lock: the exit status, once EXITED */
+    weft_runtime *rt;                 /* immutable */
+    weft_task *task;                  /* lock: the actor's task, once it runs */
+    weft__waitq exitq;                /* lock: weft_actor_join_until */
+    struct weft__monitor **downs_end; /* lock: where the next DOWN goes */
+    /* under the registry's lock: the names it holds */
+    struct weft__name *names;
+    /* immutable after the spawn, read at the start and the exit only */
     weft_actor_opts o; /* a copy: fn, state, the hooks */
     int start_rc;      /* a registration that failed at spawn */
     bool run_name;     /* weft_actor_run: registers at its start */
-    /* lock */
-    uint8_t life;                     /* WEFT__A_* */
-    int status;                       /* the exit status, once EXITED */
-    uint32_t head, len;               /* the ring: oldest slot, messages */
-    weft_task *task;                  /* the actor's task, once it runs */
-    weft__waiter *idle;               /* its waiter while it waits for a
-                                       * message (NULL: not waiting) */
-    int cur_kind;                     /* WEFT_MSG_* of the message in buf */
-    struct weft__ask *cur_ask;        /* the asker of the message being handled
-                                       * (NULL: a tell, or the asker gave up) */
-    weft__waitq sendq;                /* tells and asks waiting for room */
-    weft__waitq exitq;                /* weft_actor_join_until */
-    struct weft__monitor *downs;      /* fired at this watcher, unhandled */
-    struct weft__monitor **downs_end; /* where the next one goes */
-    weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
-    /* the actor's task only */
-    bool replied; /* the current ask has had its reply */
-    /* under the registry's lock: the names it holds */
-    struct weft__name *names;
-    unsigned char *buf;  /* the message being handled (msg_size bytes) */
-    unsigned char *ring; /* cap * slot_size bytes */
     /* lock, and last: cold, out of the way of the fields above */
     weft__monitors mons; /* on this actor, to fire at exit */
 };

@@ -102,15 +102,6 @@ struct weft_task {
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
-    _Atomic uint64_t id; /* unique in the process: the spawning worker's
-                          * id + 1 in the high 24 bits, its count of
-                          * spawns below (0 in the high bits: made outside
-                          * a worker); set at spawn (relaxed: the slice
-                          * monitor reads it while the task runs) */
-
-    /* valgrind's id of the stack while the slot is laid out (stack.c) */
-    unsigned vg_stack;
-
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
 #endif
@@ -124,6 +115,18 @@ struct weft_task {
      * sets up and resets its part itself, on its own spawn path or its own
      * calls. A slot's first life finds it zeroed (fresh memory). */
     _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
+
+    /* After ext, which then starts at byte 160 of the cache-line-aligned
+     * struct: the part of the wait record every park writes (kind, object,
+     * name, instant) shares one line, as it did before ext. */
+    _Atomic uint64_t id; /* unique in the process: the spawning worker's
+                          * id + 1 in the high 24 bits, its count of
+                          * spawns below (0 in the high bits: made outside
+                          * a worker); set at spawn (relaxed: the slice
+                          * monitor reads it while the task runs) */
+
+    /* valgrind's id of the stack while the slot is laid out (stack.c) */
+    unsigned vg_stack;
 };
 
 /* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
