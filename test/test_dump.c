@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -761,6 +762,20 @@ TEST(dump_of_100k_parked_tasks)
     ASSERT_EQ(t_run_virtual(1, big_root, &b), 0);
 }
 
+/* fork() for the SIGQUIT tests: a child that goes on running after its
+ * parent failed an assertion would hold the test's output open, and the
+ * harness would wait for it to its timeout; so the child dies with its
+ * parent. */
+static pid_t fork_tied(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+                     getppid() != parent)) /* the parent is gone already */
+        _exit(127);
+    return pid;
+}
+
 /* ---- SIGQUIT under weft_main ---- */
 
 /* arg: how many more tasks park beside the napper (a long), 0 for none */
@@ -789,7 +804,7 @@ TEST(sigquit_dumps_to_stderr_and_goes_on)
 {
     int ep[2];
     ASSERT_EQ(pipe(ep), 0);
-    pid_t pid = fork();
+    pid_t pid = fork_tied();
     ASSERT(pid >= 0);
     if (pid == 0) {
         close(ep[0]);
@@ -844,7 +859,7 @@ TEST(sigquit_dump_of_10k_parked_tasks_with_stacks)
     more = T_LIVE(10000);
     int ep[2];
     ASSERT_EQ(pipe(ep), 0);
-    pid_t pid = fork();
+    pid_t pid = fork_tied();
     ASSERT(pid >= 0);
     if (pid == 0) {
         close(ep[0]);
@@ -900,7 +915,7 @@ static int quiet_root(void *arg)
 
 TEST(sigquit_dump_off_keeps_the_default_action)
 {
-    pid_t pid = fork();
+    pid_t pid = fork_tied();
     ASSERT(pid >= 0);
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
