@@ -300,15 +300,23 @@ static int mutex_compete(mutex_impl *m, weft_task *t, const weft__waiter *self,
     }
 }
 
+/* Whether t may wait for m: 0, -EINVAL (destroyed) or -EDEADLK (t holds
+ * it). The lock's wait and select's case both ask. */
+static int mutex_usable(const mutex_impl *m, const weft_task *t)
+{
+    if (ld_rlx(&m->state) & M_DEAD)
+        return -EINVAL;
+    return ld_rlx(&m->owner) == t ? -EDEADLK : 0;
+}
+
 /* The contended lock's wait: queue, park, compete when woken, until t
  * holds m (0) or the lock fails. */
 static int mutex_wait(mutex_impl *m, weft_task *t, int64_t deadline,
                       bool cancellable)
 {
-    if (ld_rlx(&m->state) & M_DEAD)
-        return -EINVAL;
-    if (ld_rlx(&m->owner) == t)
-        return -EDEADLK;
+    int err = mutex_usable(m, t);
+    if (err)
+        return err;
     weft__waiter self;
     weft__waiter_init(&self, NULL, 0);
     self.since = INT64_MIN; /* when it first queued: not yet */
@@ -877,11 +885,7 @@ int weft__mutex_case_check(const weft_case *c)
         return 1;
     mutex_impl *m = (mutex_impl *)c->mutex;
     weft_task *t = weft__current();
-    if (!t)
-        return -EPERM;
-    if (ld_rlx(&m->state) & M_DEAD)
-        return -EINVAL;
-    return ld_rlx(&m->owner) == t ? -EDEADLK : 0;
+    return t ? mutex_usable(m, t) : -EPERM;
 }
 
 weft__lock *weft__mutex_case_lock(weft_case *c)
@@ -893,19 +897,16 @@ int weft__mutex_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
 {
     WEFT_UNUSED(woken);
     mutex_impl *m = (mutex_impl *)c->mutex;
-    int s = ld_rlx(&m->state);
-    bool took = mutex_take(m, &s, 0);
-    while (!took && !cas_acq_rel(&m->state, &s, s | M_WAITERS))
-        took = mutex_take(m, &s, 0);
-    if (took) {
+    if (mutex_take_or_mark(m, 0)) {
         st_rel(&m->owner, weft__current());
         c->rc = 0;
         return 0;
     }
+    /* Queued as a lock's waiter; unlock hands a select's the mutex (its
+     * `fired` is set), so its `since` is never read. */
     a->q = &m->q;
     a->w.elem = NULL;
     a->w.n = 0;
-    a->w.since = weft__now(weft__wpub(weft__tl_worker)->rt);
     return -EAGAIN;
 }
 
@@ -914,7 +915,8 @@ void weft__mutex_case_won(weft_case *c, int code)
     /* Only unlock claims a mutex's waiters, and it hands a select's the
      * mutex (the owner it set is us). */
     WEFT_ASSERT(code == WAKE_OWNER);
-    c->rc = code == WAKE_OWNER ? 0 : -EAGAIN;
+    WEFT_UNUSED(code);
+    c->rc = 0;
 }
 
 void weft__mutex_case_lost(weft_case *c)
