@@ -110,6 +110,20 @@ static void give_back(weft_bulkhead *b)
         weft__wake_finish(w->task, 0);
 }
 
+/* Under b->lock: a turn now (0), a full queue (-EBUSY), or -EAGAIN,
+ * counted as waiting. enter and select's case both admit so. */
+static int admit_locked(weft_bulkhead *b)
+{
+    if (b->held < b->max_calls && weft__waitq_empty(&b->q)) {
+        b->held++;
+        return 0;
+    }
+    if (b->waiting >= b->max_queue)
+        return -EBUSY;
+    b->waiting++;
+    return -EAGAIN;
+}
+
 int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline)
 {
     if (!b)
@@ -118,16 +132,11 @@ int weft_bulkhead_enter(weft_bulkhead *b, weft_time deadline)
     if (rc)
         return rc;
     weft__lock_acquire(&b->lock);
-    if (b->held < b->max_calls && weft__waitq_empty(&b->q)) {
-        b->held++;
+    rc = admit_locked(b);
+    if (rc != -EAGAIN) {
         weft__lock_release(&b->lock);
-        return 0;
+        return rc;
     }
-    if (b->waiting >= b->max_queue) {
-        weft__lock_release(&b->lock);
-        return -EBUSY;
-    }
-    b->waiting++;
     weft__waiter self = {0};
     rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_bulkhead,
                                               .obj = b,
@@ -199,16 +208,11 @@ int weft__bulkhead_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
 {
     WEFT_UNUSED(woken);
     weft_bulkhead *b = c->bulkhead;
-    if (b->held < b->max_calls && weft__waitq_empty(&b->q)) {
-        b->held++;
-        c->rc = 0;
+    int rc = admit_locked(b);
+    if (rc != -EAGAIN) {
+        c->rc = rc; /* -EBUSY as enter: at once, nothing held */
         return 0;
     }
-    if (b->waiting >= b->max_queue) {
-        c->rc = -EBUSY; /* as enter: at once, nothing held */
-        return 0;
-    }
-    b->waiting++;
     a->q = &b->q;
     a->w.elem = NULL;
     a->w.n = 1;
