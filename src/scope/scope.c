@@ -276,10 +276,7 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         weft_scope *cur = s;
         if (WEFT_UNLIKELY(weft__scope_of_task(t)->handle != NULL))
             cur = task_scope_open_locked(s, t);
-        /* Relaxed: t is published by its submission, and cancellers
-         * find it under s's lock. */
-        st_rlx(&weft__scope_of_task(t)->cur, cur);
-        st_rlx(&t->cancel, &cur->cancelled);
+        weft__task_set_scope(t, cur);
         weft__scope_of_task(t)->index = rc;
         weft__scope_of_task(t)->mprev = NULL;
         weft__scope_of_task(t)->mnext = s->members;

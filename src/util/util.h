@@ -127,10 +127,6 @@ static inline bool weft__lock_is_held(weft__lock *l)
 void weft__fatal(const char *fmt, ...)
     __attribute__((noreturn, format(printf, 1, 2)));
 
-/* Frees a channel or future whose magic now says "dead". Debug builds
- * (not ASan, which reports such uses itself) keep the last 1024 of them
- * before freeing, so a call on an object just freed finds the dead magic
- * and returns -EINVAL instead of touching freed memory. */
 /* A function TSan leaves alone, hooks and all (see ctx.h). */
 #if defined(WEFT_TSAN) && defined(__clang__)
 #if __has_attribute(disable_sanitizer_instrumentation)
@@ -152,6 +148,10 @@ void __tsan_func_exit(void); /* the runtime's exit hook; no header has it */
 void weft__sig_write(const char *s);
 void weft__sig_write_num(unsigned long v);
 
+/* Frees a channel or future whose magic now says "dead". Debug builds
+ * (not ASan, which reports such uses itself) keep the last 1024 of them
+ * before freeing, so a call on an object just freed finds the dead magic
+ * and returns -EINVAL instead of touching freed memory. */
 void weft__husk_free(void *p);
 
 /* The byte c as it stands inside a JSON string: itself, or escaped (a
