@@ -639,9 +639,12 @@ WEFT_EXTERN int weft_yield(void);
  * fail_after). Returns fn's result, or -ETIMEDOUT if the deadline passed
  * and fn failed (it was cancelled). Scopes fn opens and leaves open are
  * joined before it returns; the scope it runs in is weft_call_for's
- * (fn may join it, never free it). Blocks as fn does; -EPERM outside a
- * task, -EINVAL if fn is NULL. (0.2's weft_with_timeout, with the
- * timeout last.) */
+ * (fn may join it, never free it). Blocks as fn does. Not a
+ * cancellation point of its own: fn runs even in a cancelled scope, and a
+ * cancel of the caller reaches fn through the new scope; the call then
+ * returns fn's status once every scope fn opened is joined, leaving
+ * nothing behind. -EPERM outside a task, -EINVAL if fn is NULL, -ENOMEM.
+ * (0.2's weft_with_timeout, with the timeout last.) */
 WEFT_EXTERN int weft_call_for(weft_fn fn, void *arg, int64_t timeout_ns);
 
 /* The calling task's name (or "" if it has none), for diagnostics. */
@@ -765,8 +768,8 @@ typedef enum weft_op {
     WEFT_OP_DEADLINE = 8, /* the instant `deadline` has come */
     WEFT_OP_JOIN = 9,     /* task's handle is joined (weft_task_join) */
     WEFT_OP_EVENT = 10,   /* event is set (weft_event_wait) */
-    WEFT_OP_WAITGROUP = 11,  /* wg's count is zero (weft_wg_wait) */
-    WEFT_OP_ACTOR_EXIT = 12, /* actor has exited (weft_actor_join) */
+    WEFT_OP_WG = 11,      /* wg's count is zero (weft_wg_wait) */
+    WEFT_OP_ACTOR_JOIN = 12, /* actor has exited (weft_actor_join) */
     WEFT_OP_TELL = 13,       /* *elem is told to actor (weft_actor_tell) */
     WEFT_OP_LIMITER = 14,    /* n tokens of limiter are taken */
     WEFT_OP_RDLOCK = 15,     /* rwlock is read-locked (weft_rwlock_rdlock) */
@@ -836,8 +839,8 @@ struct weft_mutex;
  *   meanwhile). A handle that is stale already fails the select (-ESRCH,
  *   -EINVAL), and so does the caller's own (-EDEADLK).
  * - EVENT: 0 (the event is set; as weft_event_wait, nothing is
- *   consumed). WAITGROUP: 0 (the count is zero).
- * - ACTOR_EXIT: 0, the actor's exit status in *(int *)elem (if elem is
+ *   consumed). WG: 0 (the count is zero).
+ * - ACTOR_JOIN: 0, the actor's exit status in *(int *)elem (if elem is
  *   not NULL). The actor itself fails the select with -EDEADLK; the
  *   caller holds a reference to actor, as for weft_actor_join.
  * - TELL: 0 (the message *elem, of the actor's msg_size, is in the
@@ -852,7 +855,7 @@ struct weft_mutex;
  *   Either while the caller holds it for writing fails the select with
  *   -EDEADLK.
  * - MUTEX: 0: the caller holds mutex (an unlock hands it straight to a
- *   waiting select, as to a waiter that has waited 1 ms). The caller's
+ *   waiting select: nobody barges in between). The caller's
  *   own mutex fails the select with -EDEADLK, a destroyed one -EINVAL.
  * - BULKHEAD: 0: the caller holds a turn, to give back with
  *   weft_bulkhead_leave; or -EBUSY (its queue is full: nothing held).
@@ -867,7 +870,7 @@ typedef struct weft_case {
     weft_op op;
     void *elem; /* SEND: the value; RECV: where to store the value;
                  * FUTURE: where to copy a resolved value (or NULL);
-                 * JOIN, ACTOR_EXIT: an int * for the status (or NULL);
+                 * JOIN, ACTOR_JOIN: an int * for the status (or NULL);
                  * TELL: the message */
     int rc;     /* out, for the chosen case */
     union {
@@ -878,8 +881,8 @@ typedef struct weft_case {
         int fd;                         /* READ, WRITE */
         weft_task_handle task;          /* JOIN */
         struct weft_event *event;       /* EVENT */
-        struct weft_wg *wg;             /* WAITGROUP */
-        struct weft_actor *actor;       /* ACTOR_EXIT, TELL */
+        struct weft_wg *wg;             /* WG */
+        struct weft_actor *actor;       /* ACTOR_JOIN, TELL */
         struct weft_limiter *limiter;   /* LIMITER */
         struct weft_rwlock *rwlock;     /* RDLOCK, WRLOCK */
         struct weft_bulkhead *bulkhead; /* BULKHEAD */
@@ -895,7 +898,7 @@ typedef struct weft_case {
  * random. Returns -ETIMEDOUT at the deadline (WEFT_NEVER: none; a
  * DEADLINE case at the same instant is chosen instead), -ECANCELED,
  * -EINVAL (a malformed case), -EPERM (not in a task, or a SCOPE case not
- * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_EXIT,
+ * opened by the caller), -EDEADLK and -ESRCH (a JOIN, ACTOR_JOIN,
  * MUTEX, RDLOCK or WRLOCK case the caller could never see ready: see
  * weft_case), -ENOMEM. A deadline already past (0, say) only skips the
  * wait: a case ready now is still taken, and -ETIMEDOUT comes at once if
@@ -911,7 +914,7 @@ WEFT_EXTERN int weft_select(weft_case *cases, int n, weft_time deadline);
 /* weft_select with a default case: if no case is ready now, returns
  * -EAGAIN at once. When exactly one case is ready, it is always taken.
  * A READ or WRITE case is ready if an edge came that no wait has been
- * given yet; a SCOPE, JOIN, ACTOR_EXIT, MUTEX, RDLOCK or WRLOCK case
+ * given yet; a SCOPE, JOIN, ACTOR_JOIN, MUTEX, RDLOCK or WRLOCK case
  * makes the select a task's call (-EPERM elsewhere). Never blocks. */
 WEFT_EXTERN int weft_try_select(weft_case *cases, int n);
 
@@ -2522,7 +2525,7 @@ typedef enum weft_wait_kind {
     WEFT_WAIT_COND,       /* weft_cond */
     WEFT_WAIT_SEM,        /* weft_sem */
     WEFT_WAIT_EVENT,      /* weft_event */
-    WEFT_WAIT_WAITGROUP,  /* weft_waitgroup */
+    WEFT_WAIT_WAITGROUP,  /* weft_wg */
     WEFT_WAIT_ONCE,       /* weft_once, run by another task */
     WEFT_WAIT_BARRIER,    /* weft_barrier */
     WEFT_WAIT_FUTURE,     /* a future or a combinator of futures */

@@ -30,11 +30,11 @@ static weft_case event_case(weft_event *e)
 }
 static weft_case wg_case(weft_wg *wg)
 {
-    return (weft_case){.op = WEFT_OP_WAITGROUP, .wg = wg};
+    return (weft_case){.op = WEFT_OP_WG, .wg = wg};
 }
 static weft_case exit_case(weft_actor *a, int *status)
 {
-    return (weft_case){.op = WEFT_OP_ACTOR_EXIT, .actor = a, .elem = status};
+    return (weft_case){.op = WEFT_OP_ACTOR_JOIN, .actor = a, .elem = status};
 }
 static weft_case tell_case(weft_actor *a, int *msg)
 {
@@ -285,7 +285,7 @@ TEST(event_and_waitgroup_cases)
     ASSERT_EQ(t_run_virtual(1, event_wg_main, NULL), 0);
 }
 
-/* ---- ACTOR_EXIT and TELL ---- */
+/* ---- ACTOR_JOIN and TELL ---- */
 
 /* An actor whose every message waits for a permit of gate, then is
  * recorded: the mailbox stays full while gate is empty. */
@@ -796,7 +796,7 @@ struct world {
     weft_sem jgate;
     weft_event ev;
     weft_wg wg;
-    weft_actor *exiter; /* ACTOR_EXIT: stopped at `at` */
+    weft_actor *exiter; /* ACTOR_JOIN: stopped at `at` */
     weft_actor *mbox;   /* TELL: kept full; its gate opened once at `at` */
     struct mbox *mb;
     weft_limiter *lim;  /* LIMITER: one token each ms */

@@ -1134,9 +1134,9 @@ int weft_actor_demonitor(weft_actor *target, long monitor)
 }
 
 /* ---- select's cases ----
- * ACTOR_EXIT and TELL (wait.h, "select's cases"; select sits below this
+ * ACTOR_JOIN and TELL (wait.h, "select's cases"; select sits below this
  * layer, so the actor installs their rows when it makes its first actor).
- * ACTOR_EXIT waits on exitq as weft_actor_join_until does. TELL is tell()
+ * ACTOR_JOIN waits on exitq as weft_actor_join_until does. TELL is tell()
  * under the lock: straight into a parked actor (the select's own arm
  * carries the actor's wake, finished once select unlocks), or to the
  * ring's back, or a waiter on sendq (n = 0: a tell) that sender_in
@@ -1243,6 +1243,6 @@ static const weft__case_ops tell_case = {tell_case_check,
 
 static void actor_select_install(void)
 {
-    weft__select_install(WEFT_OP_ACTOR_EXIT, &exit_case);
+    weft__select_install(WEFT_OP_ACTOR_JOIN, &exit_case);
     weft__select_install(WEFT_OP_TELL, &tell_case);
 }

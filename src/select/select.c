@@ -49,7 +49,7 @@ static void scope_ready(weft_case *c)
     weft__scope_case_won(c, 0);
 }
 
-/* ACTOR_EXIT and TELL before any actor was made (their layer installs
+/* ACTOR_JOIN and TELL before any actor was made (their layer installs
  * their rows then): only a NULL actor, switched off, can be named. */
 static int no_actor_check(const weft_case *c)
 {
@@ -73,10 +73,9 @@ static const weft__case_ops rows[NOPS] = {
     [WEFT_OP_DEADLINE] = {deadline_check, NULL, NULL, NULL, NULL, NULL, NULL},
     [WEFT_OP_JOIN] = ROW(join, weft__join_case_ready, NULL, NULL),
     [WEFT_OP_EVENT] = ROW(event, NULL, NULL, NULL),
-    [WEFT_OP_WAITGROUP] = {weft__wg_case_check, weft__wg_case_lock,
-                           weft__wg_case_try, weft__event_case_won, NULL, NULL,
-                           NULL},
-    [WEFT_OP_ACTOR_EXIT] = {no_actor_check, NULL, NULL, NULL, NULL, NULL, NULL},
+    [WEFT_OP_WG] = {weft__wg_case_check, weft__wg_case_lock, weft__wg_case_try,
+                    weft__event_case_won, NULL, NULL, NULL},
+    [WEFT_OP_ACTOR_JOIN] = {no_actor_check, NULL, NULL, NULL, NULL, NULL, NULL},
     [WEFT_OP_TELL] = {no_actor_check, NULL, NULL, NULL, NULL, NULL, NULL},
     [WEFT_OP_LIMITER] = ROW(limiter, NULL, weft__limiter_case_recheck, NULL),
     [WEFT_OP_RDLOCK] = ROW(rwlock, NULL, NULL, weft__rwlock_case_lost),
