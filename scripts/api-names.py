@@ -378,8 +378,6 @@ def check(api):
     for t in api.typedefs:
         if t.endswith("_options") or t.endswith("_cfg") or t.endswith("_attr"):
             flag(t, "opts", "options structs are weft_X_opts")
-        if (t.endswith("_info") or t.endswith("_counts")) and t in EXCEPTIONS:
-            continue
     for name, (marked, _) in api.deprecated.items():
         if not marked:
             flag(name, "deprecated", "a name of the deprecated block is "
