@@ -493,18 +493,22 @@ weft__wait_block(weft__waiter *w, const weft__wait_spec *s)
                     "a waiter parked by a task not its own, or off its "
                     "worker");
     int rc = weft__park_commit(wk, w->task, s->deadline);
-    if (WEFT_UNLIKELY(weft__wait_unclaimed(rc))) {
+    /* The common end (a claim's code, mostly 0) is the fall-through.
+     * Written as one WEFT_UNLIKELY around weft__wait_unclaimed, gcc laid
+     * out the caller's code after the park in the function's cold part,
+     * two jumps away on every wake (5% of an ask). */
+    if (WEFT_UNLIKELY(rc < 0) && weft__wait_unclaimed(rc)) {
         if (s->q)
             weft__wait_leave(s->lock, s->q, w);
         else if (s->slot)
             weft__wait_leave_slot(s->lock, s->slot, w);
         else if (s->withdraw)
             weft__wait_leave_by(s->lock, s->withdraw, s->ctx, w);
-    } else {
-        /* Woken with a code: a waker claimed w (off its queue: it may
-         * have queued it elsewhere since, as the blocking pool does). */
-        WEFT_ASSERT_MSG(w->claimed, "a waiter woken without a claim");
+        return rc;
     }
+    /* Woken with a code: a waker claimed w (off its queue: it may have
+     * queued it elsewhere since, as the blocking pool does). */
+    WEFT_ASSERT_MSG(w->claimed, "a waiter woken without a claim");
     return rc;
 }
 
