@@ -74,6 +74,18 @@ static inline void t_print_seed(void)
         abort();                                                               \
     } while (0)
 
+/* Ends the test as skipped, saying why: ctest reports it as skipped
+ * (T_SKIP_CODE is every test's SKIP_RETURN_CODE), never as passed. For a
+ * test that cannot run in this build or on this machine. */
+#define T_SKIP_CODE 77
+#define T_SKIP(...)                                                            \
+    do {                                                                       \
+        fprintf(stderr, "%s: skipped: ", t_current);                           \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fprintf(stderr, "\n");                                                 \
+        exit(T_SKIP_CODE);                                                     \
+    } while (0)
+
 #define ASSERT(c)                                                              \
     do {                                                                       \
         if (!(c))                                                              \

@@ -124,11 +124,16 @@ TEST(unclaimed_waiter_leaves_its_slot_on_its_deadline)
 
 /* ---- misuse, caught by the entry's asserts ---- */
 
-#if defined(WEFT__ASSERTS)
 /* Runs fn(arg) in a runtime in a child whose stderr is a pipe; checks
- * that it aborted, saying msg. */
+ * that it aborted, saying msg. With the asserts compiled out the misuse
+ * is not checked (it is undefined): the test is skipped, not passed. */
 static void aborts_with(weft_fn fn, const char *msg)
 {
+#if !defined(WEFT__ASSERTS)
+    (void)fn;
+    (void)msg;
+    T_SKIP("the library's asserts are compiled out");
+#else
     int fds[2];
     ASSERT(pipe(fds) == 0);
     pid_t pid = fork();
@@ -155,6 +160,7 @@ static void aborts_with(weft_fn fn, const char *msg)
         fprintf(stderr, "child said: %s\n", out);
     ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
     ASSERT(strstr(out, msg) != NULL);
+#endif
 }
 
 /* A waker that claims a waiter it has not taken off its queue. */
@@ -227,4 +233,3 @@ TEST(two_waiters_in_one_slot_assert)
 {
     aborts_with(slot_twice_root, "an object's one waiter, twice");
 }
-#endif
