@@ -429,12 +429,14 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
  * on return. */
 static int mailbox_wait(weft_actor *a, weft__waiter **woken)
 {
-    /* a->mw: claimed by weft__slot_claim alone, no init */
+    /* a->mw: the actor task's own (actor_main), claimed by
+     * weft__slot_claim alone */
     int code = weft__wait(&a->mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
                                                      .obj = a,
                                                      .lock = &a->lock,
                                                      .slot = &a->idle,
                                                      .deadline = WEFT_NEVER,
+                                                     .flags = WEFT__WAIT_OWN,
                                                      .woken = *woken});
     *woken = NULL;
     if (WEFT_UNLIKELY(code != 0))
@@ -518,6 +520,7 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
         sc->task_scope = true; /* hidden from the behaviour's code */
         weft__lock_acquire(&a->lock);
         a->task = t;
+        weft__waiter_own(&a->mw, t);
         a->scope = sc;
         if (a->life == WEFT__A_STOPPING)
             status = -ECANCELED;

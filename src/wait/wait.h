@@ -406,13 +406,16 @@ static inline bool weft__wait_unclaimed(int rc)
 
 /* Flags of a wait. */
 enum {
-    WEFT__WAIT_FIRM = 1,  /* cancellation does not end it (joins, relocks) */
-    WEFT__WAIT_FRONT = 2, /* queue first in line (a woken mutex waiter that
-                           * lost keeps its turn) */
-    WEFT__WAIT_QUEUED = 4 /* weft__wait_pmutex only: w is on q already, or
-                           * was and a claim that failed popped it (a
-                           * blocking call's job, whose waiter is its node
-                           * in the pool's queues): queue nothing */
+    WEFT__WAIT_FIRM = 1,   /* cancellation does not end it (joins, relocks) */
+    WEFT__WAIT_FRONT = 2,  /* queue first in line (a woken mutex waiter that
+                            * lost keeps its turn) */
+    WEFT__WAIT_QUEUED = 4, /* weft__wait_pmutex only: w is on q already,
+                            * or was and a claim that failed popped it (a
+                            * blocking call's job, whose waiter is its
+                            * node in the pool's queues): queue nothing */
+    WEFT__WAIT_OWN = 8     /* w is the running task's own for good
+                            * (weft__waiter_own: an actor's idle waiter):
+                            * its task and set are not written again */
 };
 
 /* A prepared wait: what the running task waits on and where its waiter
@@ -443,7 +446,9 @@ typedef struct weft__wait_spec {
      * claimed, to finish with 0 once the lock is released, or NULL. */
     weft__waiter *(*publish)(weft__waiter *w, void *ctx);
     /* Under the lock, after a wake nobody claimed, with neither q nor
-     * slot: takes the waiter back from where publish put it. */
+     * slot: takes the waiter back from where publish put it, which it
+     * knows by its own books (w->queued says something only once publish
+     * pushed w on a queue). */
     void (*withdraw)(weft__waiter *w, void *ctx);
     void *ctx; /* publish's and withdraw's */
 } weft__wait_spec;
@@ -457,10 +462,12 @@ weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
 {
     weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     WEFT_ASSERT(t != NULL);
-    w->task = t;
-    w->set = NULL;
-    if (!s->q && s->publish)
-        w->queued = false; /* publish may queue it; withdraw looks */
+    if (!(s->flags & WEFT__WAIT_OWN)) {
+        w->task = t;
+        w->set = NULL;
+    }
+    WEFT_ASSERT_MSG(w->task == t && w->set == NULL,
+                    "a task waits in another's own waiter");
 #if defined(WEFT__ASSERTS)
     if (!s->q)
         w->queued = false; /* a claim's assert looks */
@@ -583,6 +590,15 @@ static inline weft__waiter *weft__slot_claim(weft__waiter **slot)
         return NULL;
     *slot = NULL;
     return weft__waiter_claim_one(w) ? w : NULL;
+}
+
+/* Makes w task t's own waiter for good, for an object that only t ever
+ * waits in (an actor's idle slot): its waits pass WEFT__WAIT_OWN and
+ * write only what changes. Before w's first wait. */
+static inline void weft__waiter_own(weft__waiter *w, weft_task *t)
+{
+    w->task = t;
+    w->set = NULL;
 }
 
 /* Starts t, made parked without ever having run (the shutdown keeper):
