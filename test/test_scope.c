@@ -9,6 +9,7 @@
 
 #include "scope/struct.h" /* weft__scope_footprint, weft__scope_status_cap */
 #include "wait/many.h"
+#include "wait/wake.h"
 
 #include <errno.h>
 #include <limits.h>

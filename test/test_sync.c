@@ -8,6 +8,7 @@
 #include "sync/sync.h" /* select's semaphore case: weft__sem_case_* */
 #include "t.h"
 #include "wait/many.h"
+#include "wait/wake.h"
 #include "weft.h"
 
 #include <errno.h>

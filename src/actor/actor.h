@@ -7,7 +7,8 @@
 #ifndef WEFT_ACTOR_H
 #define WEFT_ACTOR_H
 
-#include "wait/wait.h"
+#include "sched/task.h"
+#include "wait/queue.h"
 
 /* ---- the actor layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -154,8 +155,8 @@ int weft__actor_run_with(const weft_actor_opts *o,
 /* The wait kinds of actor.c (wait.h), each with the actor as its object:
  * an actor waiting for a message, a tell waiting for room, an ask (room,
  * then its reply), weft_actor_join_until. */
-extern const weft__wait_kind weft__wk_mailbox, weft__wk_tell, weft__wk_ask,
-    weft__wk_actor;
+extern const struct weft__wait_kind weft__wk_mailbox, weft__wk_tell,
+    weft__wk_ask, weft__wk_actor;
 
 /* ---- registry.c ---- */
 

@@ -91,6 +91,7 @@
 #include "io/io.h"
 #include "sched/poller.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <signal.h>
 #include <stdlib.h>

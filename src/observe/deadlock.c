@@ -40,7 +40,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
-#include "wait/wait.h"
+#include "wait/record.h"
 
 #include <stdarg.h>
 #include <stdio.h>

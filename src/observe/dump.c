@@ -43,7 +43,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
-#include "wait/wait.h"
+#include "wait/record.h"
 
 #include <pthread.h>
 #include <stdarg.h>

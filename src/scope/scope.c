@@ -41,6 +41,7 @@
 #include "sched/spawn.h"
 #include "scope/struct.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -41,6 +41,7 @@
  */
 #include "scope/struct.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 

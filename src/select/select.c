@@ -31,6 +31,8 @@
 #include "scope/scope.h"
 #include "sync/sync.h"
 #include "wait/many.h"
+#include "wait/record.h"
+#include "wait/wake.h"
 
 #include <stdlib.h>
 

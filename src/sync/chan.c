@@ -30,6 +30,7 @@
  */
 #include "sync/sync.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -16,6 +16,7 @@
 #include "sync/sync.h"
 #include "sched/clock.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <string.h>
