@@ -310,10 +310,6 @@ void weft__wake_sleeper(weft_worker *w);
 
 #include "sched/clock.h"
 
-/* ---- the poller: the interface the scheduler and io.c use ---- */
-
-#include "sched/poller.h"
-
 /* ---- stack.c ---- */
 
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
