@@ -43,6 +43,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
+#include "util/json.h"
 #include "wait/record.h"
 
 #include <pthread.h>

@@ -30,6 +30,7 @@
 #include "sched/clock.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
+#include "util/json.h"
 #include "wait/record.h"
 
 #include <inttypes.h>
