@@ -153,7 +153,7 @@ extern const struct weft__wait_kind weft__wk_scope, weft__wk_task;
 int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
                 const char *file, int line);
 /* The scope layer's hooks, for weft_runtime.hooks. */
-extern const weft__task_hooks weft__scope_hooks;
+extern const struct weft__task_hooks weft__scope_hooks;
 
 /* Select's JOIN case (task.c, at its end; wait.h's "select's cases"):
  * check: 1 for a zero handle, -EPERM outside a task, what
