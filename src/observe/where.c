@@ -37,7 +37,7 @@
  *
  * libdw is not thread-safe: every use is under one mutex (sym_mu).
  */
-#include "context/ctx.h"
+#include "context/ctx_type.h"
 #include "observe/observe.h"
 
 #include <dlfcn.h>
