@@ -39,6 +39,7 @@
  */
 #include "sched/clock.h"
 #include "sched/spawn.h"
+#include "scope/cases.h"
 #include "scope/struct.h"
 #include "wait/many.h"
 #include "wait/wait.h"

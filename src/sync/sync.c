@@ -15,6 +15,7 @@
  */
 #include "sync/sync.h"
 #include "sched/clock.h"
+#include "sync/cases.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
