@@ -36,7 +36,7 @@
  * A mutex's holder is loaded with acquire (its owner is stored with
  * release), so its id and name may be read too.
  */
-#include "actor/actor.h"
+#include "actor/struct.h"
 #include "future/future.h"
 #include "io/io.h"
 #include "observe/observe.h"
