@@ -40,7 +40,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
-#include "wait/record.h"
+#include "wait/seen.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -44,7 +44,7 @@
 #include "scope/struct.h"
 #include "sync/sync.h"
 #include "util/json.h"
-#include "wait/record.h"
+#include "wait/seen.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -7,6 +7,7 @@
 #include "wait/wait.h"
 #include "sched/clock.h"
 #include "wait/many.h"
+#include "wait/seen.h"
 #include "wait/waitset.h"
 
 #include <string.h>
