@@ -91,6 +91,7 @@
  */
 #include "sched/poller.h"
 #include "sched/scheduler.h"
+#include "timer/timer.h"
 #include "util/tsan.h"
 
 #if defined(WEFT_ASAN)

@@ -23,7 +23,7 @@
 #include <pthread.h>
 
 #include "context/ctx_type.h"
-#include "timer/timer.h"
+#include "timer/timer_type.h"
 
 /* ---- tasks ---- */
 

@@ -41,6 +41,7 @@
 #include "sched/spawn.h"
 #include "scope/cases.h"
 #include "scope/struct.h"
+#include "timer/timer.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
