@@ -40,6 +40,7 @@
 #include "future/future.h"
 #include "io/io.h"
 #include "observe/observe.h"
+#include "observe/where.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
