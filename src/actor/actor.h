@@ -41,7 +41,7 @@ int weft__actor_opts_check(const weft_actor_opts *o);
 int weft__actor_run_with(const weft_actor_opts *o,
                          void (*started)(void *ctx, weft_actor *a), void *ctx);
 
-/* The wait kinds of actor.c (wait.h), each with the actor as its object:
+/* The wait kinds of actor.c (wait/record.h), each with the actor as its object:
  * an actor waiting for a message, a tell waiting for room, an ask (room,
  * then its reply), weft_actor_join_until. */
 extern const struct weft__wait_kind weft__wk_mailbox, weft__wk_tell,

@@ -48,7 +48,7 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
 /* ---- blocking.c ---- */
 
-/* The wait kinds of this layer (wait.h): a descriptor (io.c; obj: its
+/* The wait kinds of this layer (wait/record.h): a descriptor (io.c; obj: its
  * record, name: the direction), a blocking call (blocking.c; obj: its
  * job). */
 extern const struct weft__wait_kind weft__wk_fd, weft__wk_blocking;

@@ -55,8 +55,8 @@ enum {
  * slot per layer, each following the one below; each layer checks with a
  * static assert that its struct fits in its slot. Offsets in bytes. */
 #define WEFT__EXT_WAIT                                                         \
-    0u                       /* struct weft__wait_rec (wait.h); room for a     \
-                              * pointer-sized kind */
+    0u /* struct weft__wait_rec (wait/record.h); room for a                    \
+        * pointer-sized kind */
 #define WEFT__EXT_SCOPE 48u  /* weft__task_scope (scope.h) */
 #define WEFT__EXT_SYNC 96u   /* weft__task_sync (sync.h) */
 #define WEFT__EXT_ACTOR 104u /* weft__task_actor (actor.h) */

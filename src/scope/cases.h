@@ -24,7 +24,7 @@ weft__lock *weft__scope_case_lock(weft_case *c);
 int weft__scope_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
 void weft__scope_case_won(weft_case *c, int code);
 
-/* Select's JOIN case (task.c, at its end; wait.h's "select's cases"):
+/* Select's JOIN case (task.c, at its end; wait/many.h's "select's cases"):
  * check: 1 for a zero handle, -EPERM outside a task, what
  * weft_task_join would refuse (-EINVAL, -ESRCH, -EDEADLK); try (under the
  * record's lock): the task done: joins it (status to elem, the record's

@@ -131,8 +131,8 @@ void weft__handle_exit(weft_task *t);
  * finished): their handles then read -ESRCH. */
 void weft__handles_fini(weft_runtime *rt);
 
-/* The wait kinds of this layer (wait.h): a scope's join (scope.c), a task
- * handle's (task.c). */
+/* The wait kinds of this layer (wait/record.h): a scope's join (scope.c), a
+ * task handle's (task.c). */
 extern const struct weft__wait_kind weft__wk_scope, weft__wk_task;
 
 /* ---- spawn.c: a task spawned into a scope, and its exit ---- */

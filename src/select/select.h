@@ -13,7 +13,7 @@
 #include "wait/many.h"
 
 typedef struct weft__case_ops {
-    /* wait.h, "select's cases" */
+    /* wait/many.h, "select's cases" */
     int (*check)(const weft_case *c);
     weft__lock *(*lock)(weft_case *c);
     int (*try)(weft_case *c, weft__arm *a, weft__chain *woken);

@@ -30,7 +30,7 @@ weft__lock *weft__sem_case_lock(weft_case *c);
 int weft__sem_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
 void weft__sem_case_won(weft_case *c, int code);
 
-/* Select's event, wait group and rwlock cases (the four calls of wait.h's
+/* Select's event, wait group and rwlock cases (the four calls of wait/many.h's
  * "select's cases", at the end of sync.c and rwlock.c). EVENT and
  * WAITGROUP: check 1 for NULL (off); try (under the object's lock): 0
  * with c->rc = 0 if the event is set (the count is zero), else -EAGAIN

@@ -53,7 +53,7 @@ static inline weft__task_sync *weft__sync_of_task(const weft_task *t)
 
 /* ---- channels and the sync objects ---- */
 
-/* The wait kinds of this layer (wait.h): a channel's send and receive
+/* The wait kinds of this layer (wait/record.h): a channel's send and receive
  * (chan.c), the mutex, semaphore, event and wait group (sync.c), the
  * rwlock (rwlock.c), the condition variable, once and barrier (cond.c). */
 extern const struct weft__wait_kind weft__wk_send, weft__wk_recv,
