@@ -10,7 +10,7 @@
 
 #include "t.h"
 
-#include "actor/actor.h" /* weft__actor_run_with */
+#include "actor/struct.h" /* weft__actor_run_with, an actor's monitors */
 
 #define MS WEFT_MSEC
 

@@ -7,7 +7,7 @@
  * that a plain thread completes, a shutdown request). Reports are read
  * from stderr, caught in a temporary file.
  */
-#include "observe/observe.h" /* weft__where_lines */
+#include "observe/where.h" /* weft__where_lines */
 #include "t.h"
 #include "weft.h"
 

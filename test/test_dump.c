@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "observe/observe.h" /* weft__dump_buf_size */
+#include "observe/where.h"
 #include "scope/struct.h"
 #include "t.h"
 

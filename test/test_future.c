@@ -9,6 +9,8 @@
 #include "future/future.h" /* weft__future_nwaiters */
 #include "t.h"
 #include "wait/many.h"
+#include "wait/seen.h"
+#include "wait/wake.h"
 #include "weft.h"
 
 #include <errno.h>

@@ -12,7 +12,7 @@
 #include "t.h"
 #include "weft.h"
 
-#include "io/io.h" /* select's descriptor case */
+#include "io/cases.h" /* select's descriptor case */
 #include "wait/many.h"
 
 #include <arpa/inet.h>

@@ -10,7 +10,7 @@
  */
 #include "future/future.h" /* its wait kinds */
 #include "t.h"
-#include "wait/wait.h" /* a parked task's wait record */
+#include "wait/seen.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>

@@ -7,8 +7,11 @@
 #include "t.h"
 #include "weft.h"
 
+#include "scope/cases.h"
 #include "scope/struct.h" /* weft__scope_footprint, weft__scope_status_cap */
 #include "wait/many.h"
+#include "wait/seen.h"
+#include "wait/wake.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -5,9 +5,11 @@
  * order (arrival order, FIFO permits) and times are checked exactly on the
  * virtual clock, under several scheduling seeds.
  */
-#include "sync/sync.h" /* select's semaphore case: weft__sem_case_* */
+#include "sync/cases.h" /* select's semaphore case: weft__sem_case_* */
+#include "sync/sync.h"
 #include "t.h"
 #include "wait/many.h"
+#include "wait/wake.h"
 #include "weft.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  */
 #include "sync/sync.h" /* its wait kinds */
 #include "t.h"
-#include "wait/wait.h" /* a parked task's wait record */
+#include "wait/seen.h" /* a parked task's wait record */
 #include "weft.h"
 
 #include <errno.h>

@@ -7,6 +7,7 @@
  * wait without its object's lock, two waiters in one slot.
  */
 #include "t.h"
+#include "wait/seen.h"
 #include "wait/wait.h"
 #include "weft.h"
 

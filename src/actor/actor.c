@@ -55,10 +55,10 @@
  * Lock order: the registry, then an actor; never two actors at once (a
  * monitor firing takes the target's lock, lets go, then the watcher's).
  */
-#include "actor/actor.h"
+#include "actor/struct.h"
 #include "scope/struct.h"
 #include "select/select.h"
-#include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -2,12 +2,13 @@
 /*
  * The actor layer: actors, their mailboxes, asks, stops and monitors
  * (actor.c), and the registry of names (registry.c). Above futures and
- * select, below the runtime.
+ * select, below the runtime. An actor and its monitors are opaque here;
+ * actor/struct.h has them, for the files that look inside.
  */
 #ifndef WEFT_ACTOR_H
 #define WEFT_ACTOR_H
 
-#include "wait/wait.h"
+#include "sched/task.h"
 
 /* ---- the actor layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -27,118 +28,7 @@ static inline struct weft__actor_rt *weft__actor_rt(weft_runtime *rt)
                                              WEFT__RT_ACTOR);
 }
 
-/* ---- the actor layer's part of a task (weft_task.ext) ---- */
-
-typedef struct weft__task_actor {
-    /* owner: the actor whose behaviour the task runs now (actor.c), or
-     * NULL. Set around each run of a behaviour and put back after it, so
-     * it is NULL between lives: a new task needs no reset. */
-    struct weft_actor *actor;
-} weft__task_actor;
-
-_Static_assert(sizeof(weft__task_actor) <= WEFT__TASK_EXT - WEFT__EXT_ACTOR,
-               "the actor layer's part fits in weft_task.ext");
-
-static inline weft__task_actor *weft__actor_of_task(const weft_task *t)
-{
-    WEFT_ASSERT(t != NULL);
-    return (weft__task_actor *)(uintptr_t)(t->ext + WEFT__EXT_ACTOR);
-}
-
 /* ---- actor.c ---- */
-
-/* Where an actor is in its life (its lock guards it). */
-enum {
-    WEFT__A_RUNNING = 0,  /* takes messages */
-    WEFT__A_DRAINING = 1, /* WEFT_STOP_DRAIN: refuses, handles what is queued */
-    WEFT__A_STOPPING = 2, /* WEFT_STOP_NOW: refuses, its scope is cancelled */
-    WEFT__A_STOPPED = 3,  /* its loop has ended: queued asks failed, on_stop
-                           * and the names' release still to come */
-    WEFT__A_EXITED = 4,   /* gone: status final, monitors fired */
-};
-
-#define WEFT__ACTOR_MAGIC 0x6163746fu /* "acto": while referenced */
-
-struct weft__ask;
-struct weft__monitor;
-struct weft__name;
-
-/* The monitors on one actor, under its lock. Each record is on a list in
- * the order made (the exit fires them in that order) and on a chain of a
- * hash table by id, which is how weft_actor_demonitor finds it without a
- * search: monitor and demonitor cost O(1) however many there are. The
- * table is only an index: one inline bucket to begin with, then doubled
- * or halved (allocated out of the lock) to keep at most 2 records a chain
- * on average, and any size, a failed allocation's included, still finds
- * every record. */
-typedef struct weft__monitors {
-    struct weft__monitor *head, *tail; /* oldest first (next, prev) */
-    struct weft__monitor **buckets;    /* nbuckets chains (hnext), or &one */
-    struct weft__monitor *one;         /* the bucket while nbuckets is 1 */
-    size_t nbuckets;                   /* a power of two */
-    size_t count;                      /* records on the list */
-    /* Records demonitor compared with the ids it looked for, in all: a
-     * test reads it to show that a call looks at one or two, however
-     * many there are. */
-    unsigned long probes;
-} weft__monitors;
-
-struct weft_actor {
-    /* The lines a message touches, in the order of the struct's first two
-     * cache lines (actor_new aligns it to one): a sender reads the first
-     * and claims the idle waiter in the second, which also holds what it
-     * hands over (cur_kind, cur_ask); the third has the rest of what the
-     * loop reads per message. */
-    uint32_t magic;  /* WEFT__ACTOR_MAGIC while referenced */
-    weft__lock lock; /* guards what is marked "lock" */
-    /* immutable after the spawn */
-    weft_actor_fn fn;
-    void *state;
-    uint32_t msg_size;
-    uint32_t slot_size; /* a ring slot: 8 bytes of header, then the message */
-    uint32_t cap;       /* ring slots */
-    /* lock */
-    uint8_t life; /* WEFT__A_* */
-    /* the actor's task only */
-    bool replied; /* the current ask has had its reply */
-    /* lock */
-    uint32_t head, len;        /* the ring: oldest slot, messages */
-    weft__waiter *idle;        /* its waiter while it waits for a
-                                * message (NULL: not waiting) */
-    unsigned char *buf;        /* the message being handled (msg_size bytes) */
-    int cur_kind;              /* WEFT_MSG_* of the message in buf */
-    struct weft__ask *cur_ask; /* the asker of the message being handled
-                                * (NULL: a tell, or the asker gave up) */
-    /* That waiter (idle points here then), the actor task's alone: in the
-     * actor, beside the fields a sender has just touched, so the sender's
-     * claim reads no line of the actor's stack. */
-    weft__waiter mw;
-    weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
-    struct weft__monitor *downs; /* fired at this watcher, unhandled */
-    weft__waitq sendq;           /* tells and asks waiting for room */
-    unsigned char *ring;         /* cap * slot_size bytes (immutable) */
-    /* cold from here */
-    atomic_long refs;                 /* the last unref frees */
-    uint32_t reply_size;              /* immutable */
-    int status;                       /* lock: the exit status, once EXITED */
-    weft_runtime *rt;                 /* immutable */
-    weft_task *task;                  /* lock: the actor's task, once it runs */
-    weft__waitq exitq;                /* lock: weft_actor_join_until */
-    struct weft__monitor **downs_end; /* lock: where the next DOWN goes */
-    /* under the registry's lock: the names it holds */
-    struct weft__name *names;
-    /* immutable after the spawn, read at the start and the exit only */
-    weft_actor_opts o; /* a copy: fn, state, the hooks */
-    int start_rc;      /* a registration that failed at spawn */
-    bool run_name;     /* weft_actor_run: registers at its start */
-    /* lock, and last: cold, out of the way of the fields above */
-    weft__monitors mons; /* on this actor, to fire at exit */
-};
-
-static inline bool weft__actor_ok(const weft_actor *a)
-{
-    return a && a->magic == WEFT__ACTOR_MAGIC;
-}
 
 /* 0 if o describes an actor weft_actor_spawn and weft_actor_run accept,
  * else -EINVAL. */
@@ -151,11 +41,11 @@ int weft__actor_opts_check(const weft_actor_opts *o);
 int weft__actor_run_with(const weft_actor_opts *o,
                          void (*started)(void *ctx, weft_actor *a), void *ctx);
 
-/* The wait kinds of actor.c (wait.h), each with the actor as its object:
+/* The wait kinds of actor.c (wait/record.h), each with the actor as its object:
  * an actor waiting for a message, a tell waiting for room, an ask (room,
  * then its reply), weft_actor_join_until. */
-extern const weft__wait_kind weft__wk_mailbox, weft__wk_tell, weft__wk_ask,
-    weft__wk_actor;
+extern const struct weft__wait_kind weft__wk_mailbox, weft__wk_tell,
+    weft__wk_ask, weft__wk_actor;
 
 /* ---- registry.c ---- */
 

@@ -13,7 +13,7 @@
  * table holds no reference: an entry goes before its actor's task drops
  * the reference it runs on; weft_whereis takes one under the lock.
  */
-#include "actor/actor.h"
+#include "actor/struct.h"
 
 #include <stdlib.h>
 #include <string.h>

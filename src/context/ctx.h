@@ -11,6 +11,7 @@
 #define WEFT_CTX_H
 
 #include "context/ctx_type.h"
+#include "util/tsan.h"
 
 #if defined(WEFT_ASAN)
 #include <sanitizer/common_interface_defs.h>

@@ -107,7 +107,7 @@
  * nothing touches a freed breaker: acquire, record and the reporter drop
  * every reference to it when they release the lock for the last time.
  */
-#include "future/future.h"
+#include "util/util.h"
 
 #include <limits.h>
 #include <stdlib.h>

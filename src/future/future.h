@@ -15,7 +15,7 @@ typedef struct weft__chain weft__chain;
 
 /* ---- futures ---- */
 
-/* The wait kinds of this layer (wait.h): a future or a combinator of
+/* The wait kinds of this layer (wait/record.h): a future or a combinator of
  * futures (future.c), the bulkhead (bulkhead.c), the rate limiter
  * (limiter.c, a sleep: its deadline is recorded). */
 extern const struct weft__wait_kind weft__wk_future, weft__wk_bulkhead,

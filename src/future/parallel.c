@@ -72,7 +72,7 @@
  *   joined, when no task is left to touch it. The pipeline holds a
  *   reference to `in` and `out` while it runs.
  */
-#include "future/future.h"
+#include "sched/task.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
 

@@ -65,8 +65,8 @@
  * returns its status, unless the caller's own scope is cancelled, in which
  * case it returns -ECANCELED and the fallback does not run.
  */
-#include "future/future.h"
 #include "sched/park.h"
+#include "sched/task.h"
 
 #include <limits.h>
 #include <sys/random.h>

@@ -89,8 +89,10 @@
  * chosen per worker at start-up when the kernel allows it.
  */
 #include "io/io.h"
+#include "io/cases.h"
 #include "sched/poller.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <signal.h>
 #include <stdlib.h>

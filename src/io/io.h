@@ -2,16 +2,12 @@
 /*
  * The I/O layer: descriptor waits and the fd records (io.c), the epoll
  * poller behind poller.h (poll_epoll.c), sockets (net.c), the blocking
- * pool (blocking.c).
+ * pool (blocking.c). The layer's select case is in io/cases.h.
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
 
 #include "sched/task.h"
-
-/* Select's cases (wait/many.h). */
-typedef struct weft__arm weft__arm;
-typedef struct weft__chain weft__chain;
 
 /* ---- the io layer's part of a runtime (weft_runtime.ext) ---- */
 
@@ -31,33 +27,6 @@ static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
 }
 
 /* ---- io.c ---- */
-
-/* select's descriptor case (wait/many.h, "select's cases"): WEFT_OP_READ or
- * WEFT_OP_WRITE on c->fd.
- * check: 1 (off) for fd < 0, -EINVAL for fd >= 2^20, -ENOMEM if fd's
- *   record cannot be made; else 0 (the record is made).
- * lock: the record's lock.
- * try: an edge not yet given to a wait is consumed: rc 0. Else fd is
- *   registered with the worker's poller if it is not (and, for a
- *   descriptor weft did not make, the check at park: see io.c), and the
- *   wait goes on the record's read or write queue: -EAGAIN with a->q set.
- *   A registration that fails is the case's result (c->rc = the error,
- *   return 0), except for an always ready regular file (rc 0). The check
- *   may find the number's file replaced: the old file's waiters are then
- *   appended to woken with -EAGAIN returned and a->q set (the new file is
- *   registered already), and the select must finish them (with 0) before
- *   it parks: select.c does so still holding the locks, then parks.
- *   Outside a task (weft_try_select on a
- *   plain thread) only a kept edge counts.
- * won: c->rc = code: 0 (an edge, or the number was found to name a new
- *   file), -EBADF (weft_close or weft_fd_forget under the wait).
- * A select that parks on descriptor cases counts itself pending
- * (weft__pending_add(w, WEFT__PENDING_IO, +1), -1 after), so that its
- * worker reads (and sleeps in) its poller meanwhile. */
-int weft__fd_case_check(const weft_case *c);
-weft__lock *weft__fd_case_lock(weft_case *c);
-int weft__fd_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
-void weft__fd_case_won(weft_case *c, int code);
 
 /* TCP reads (see io.c): fd is a TCP socket; the read edges dispatched so
  * far (take it just before a read); after a read that returned data,
@@ -79,7 +48,7 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
 /* ---- blocking.c ---- */
 
-/* The wait kinds of this layer (wait.h): a descriptor (io.c; obj: its
+/* The wait kinds of this layer (wait/record.h): a descriptor (io.c; obj: its
  * record, name: the direction), a blocking call (blocking.c; obj: its
  * job). */
 extern const struct weft__wait_kind weft__wk_fd, weft__wk_blocking;

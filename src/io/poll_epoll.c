@@ -21,7 +21,6 @@
  * Other threads wake a worker asleep in epoll_wait through an eventfd in
  * its set, tagged WAKE_TAG.
  */
-#include "io/io.h"
 #include "sched/poller.h"
 
 #include <stdlib.h>

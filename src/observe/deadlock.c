@@ -37,10 +37,11 @@
 #include "future/future.h"
 #include "io/io.h"
 #include "observe/observe.h"
+#include "observe/where.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
-#include "wait/wait.h"
+#include "wait/seen.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -36,14 +36,16 @@
  * A mutex's holder is loaded with acquire (its owner is stored with
  * release), so its id and name may be read too.
  */
-#include "actor/actor.h"
+#include "actor/struct.h"
 #include "future/future.h"
 #include "io/io.h"
 #include "observe/observe.h"
+#include "observe/where.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
-#include "wait/wait.h"
+#include "util/json.h"
+#include "wait/seen.h"
 
 #include <pthread.h>
 #include <stdarg.h>

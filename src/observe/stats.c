@@ -85,6 +85,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "sched/scheduler.h"
+#include "util/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -30,7 +30,8 @@
 #include "sched/clock.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
-#include "wait/wait.h"
+#include "util/json.h"
+#include "wait/record.h"
 
 #include <inttypes.h>
 #include <stdio.h>

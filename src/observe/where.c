@@ -37,8 +37,8 @@
  *
  * libdw is not thread-safe: every use is under one mutex (sym_mu).
  */
-#include "context/ctx.h"
-#include "observe/observe.h"
+#include "observe/where.h"
+#include "sched/task.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>

@@ -66,7 +66,7 @@
 #include "observe/observe.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
-#include "sync/sync.h"
+#include "wait/wake.h"
 
 #include <poll.h>
 #include <signal.h>

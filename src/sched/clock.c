@@ -14,6 +14,7 @@
  * woken, so time cannot jump past work that is already there.
  */
 #include "sched/scheduler.h"
+#include "timer/timer.h"
 
 #include <time.h>
 

@@ -14,6 +14,8 @@
  * registered, an eventfd for wakes from other threads. A backend that
  * arms one request per wait (io_uring's POLL_ADD, kqueue's EV_ONESHOT)
  * would fill in the same table; `cancel` is there for it.
+ *
+ * The interface the scheduler and io.c use.
  */
 #ifndef WEFT_POLLER_H
 #define WEFT_POLLER_H

@@ -89,7 +89,11 @@
  * such a thread counts itself on the worker for that span, and weft_run
  * waits for the count before freeing (inbox_push_foreign).
  */
+#include "context/ctx.h"
+#include "sched/poller.h"
 #include "sched/scheduler.h"
+#include "timer/timer.h"
+#include "util/tsan.h"
 
 #if defined(WEFT_ASAN)
 #include <sanitizer/asan_interface.h>

@@ -12,10 +12,16 @@
  */
 #ifndef WEFT_SCHEDULER_H
 #define WEFT_SCHEDULER_H
-#include "context/ctx.h"
+#include "context/ctx_type.h"
 #include "sched/park.h"
 #include "sched/spawn.h"
 #include "sched/task.h"
+
+#if defined(WEFT_TSAN)
+/* TSan's fibers: a worker thread's own (tsan_fiber below, which runtime.c
+ * sets) and its tasks' (weft_task.tsan_fiber). */
+#include <sanitizer/tsan_interface.h>
+#endif
 
 /* ---- scheduler ---- */
 
@@ -309,10 +315,6 @@ void weft__wake_sleeper(weft_worker *w);
 /* ---- clock.c ---- */
 
 #include "sched/clock.h"
-
-/* ---- the poller: the interface the scheduler and io.c use ---- */
-
-#include "sched/poller.h"
 
 /* ---- stack.c ---- */
 

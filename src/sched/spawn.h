@@ -2,7 +2,8 @@
 /*
  * The scheduler's steps of a spawn (a slot, its preparation, its
  * submission) and of a task's end, and the instrument hooks: for the
- * scope layer's spawn and the runtime's own tasks.
+ * scope layer's spawn and the runtime's own tasks. And the hooks through
+ * which the scheduler calls the layer above (weft__task_hooks).
  */
 #ifndef WEFT_SCHED_SPAWN_H
 #define WEFT_SCHED_SPAWN_H
@@ -53,5 +54,18 @@ void weft__instr_park(const weft_instrument *in, weft_task *t, int kind,
                       const void *obj);
 void weft__instr_scope_cancel(const weft_instrument *in, weft_scope *s,
                               int reason, weft_task *by);
+
+/* The layer above the scheduler, as the scheduler sees it. */
+typedef struct weft__task_hooks {
+    /* t's function has returned (t->status holds its result): the layers
+     * above finish it (the scopes it left open, its handle, its home
+     * scope's books). On t, which the scheduler then switches away from
+     * for good and recycles. */
+    void (*exit)(weft_task *t);
+    /* What t, parked (or parking), waits on: the wait layer's kind
+     * (weft__wait_kind), and the object in *obj. For the instrument's park
+     * callback: cold. */
+    int (*wait_of)(const weft_task *t, const void **obj);
+} weft__task_hooks;
 
 #endif

@@ -52,6 +52,8 @@
  * none starts: nothing here needs to wait for the watchdog.
  */
 #include "sched/scheduler.h"
+#include "util/sig.h"
+#include "util/tsan.h"
 
 #include <signal.h>
 #include <stdio.h>

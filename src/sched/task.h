@@ -2,8 +2,9 @@
 /*
  * The scheduler layer as the layers above see it: a task, its worker's
  * few public bits, the runtime's shared part, the running task and its
- * cancel word. Park and wake are in sched/park.h, spawn's steps and the
- * instrument hooks in sched/spawn.h. The scheduler's own
+ * cancel word. Park and wake are in sched/park.h, spawn's steps, the
+ * instrument hooks and the layer above's hooks in sched/spawn.h. The
+ * scheduler's own
  * insides (run queues, the deque, idling, statistics, the stack pool)
  * are in sched/scheduler.h, which only src/sched/ and the layers that
  * look inside it (observe, runtime) include.
@@ -22,7 +23,7 @@
 #include <pthread.h>
 
 #include "context/ctx_type.h"
-#include "timer/timer.h"
+#include "timer/timer_type.h"
 
 /* ---- tasks ---- */
 
@@ -54,8 +55,8 @@ enum {
  * slot per layer, each following the one below; each layer checks with a
  * static assert that its struct fits in its slot. Offsets in bytes. */
 #define WEFT__EXT_WAIT                                                         \
-    0u                       /* struct weft__wait_rec (wait.h); room for a     \
-                              * pointer-sized kind */
+    0u /* struct weft__wait_rec (wait/record.h); room for a                    \
+        * pointer-sized kind */
 #define WEFT__EXT_SCOPE 48u  /* weft__task_scope (scope.h) */
 #define WEFT__EXT_SYNC 96u   /* weft__task_sync (sync.h) */
 #define WEFT__EXT_ACTOR 104u /* weft__task_actor (actor.h) */
@@ -195,19 +196,6 @@ static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
 #define WEFT__RT_OBSERVE (WEFT__RT_ACTOR + 8u)
 #define WEFT__RT_RUNTIME (WEFT__RT_OBSERVE + 24u)
 #define WEFT__RT_EXT (WEFT__RT_RUNTIME + 8u)
-
-/* The layer above the scheduler, as the scheduler sees it. */
-typedef struct weft__task_hooks {
-    /* t's function has returned (t->status holds its result): the layers
-     * above finish it (the scopes it left open, its handle, its home
-     * scope's books). On t, which the scheduler then switches away from
-     * for good and recycles. */
-    void (*exit)(weft_task *t);
-    /* What t, parked (or parking), waits on: the wait layer's kind
-     * (weft__wait_kind), and the object in *obj. For the instrument's park
-     * callback: cold. */
-    int (*wait_of)(const weft_task *t, const void **obj);
-} weft__task_hooks;
 
 /* The part of a runtime that the layers above use, through
  * weft__rtpub(rt): the runtime's first member (scheduler.h), listed once

@@ -39,8 +39,11 @@
  */
 #include "sched/clock.h"
 #include "sched/spawn.h"
+#include "scope/cases.h"
 #include "scope/struct.h"
+#include "timer/timer.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -3,16 +3,14 @@
  * The scope layer: structured concurrency (scope.c), result policies as
  * tables (policy.c), a task's spawn into its scope and its exit (spawn.c),
  * and task handles (task.c). A scope and a handle's record are opaque
- * here; scope/struct.h has them, for the files that look inside.
+ * here; scope/struct.h has them, for the files that look inside. The
+ * layer's select cases are in scope/cases.h.
  */
 #ifndef WEFT_SCOPE_H
 #define WEFT_SCOPE_H
 
 #include "sched/task.h"
 
-/* Select's cases (wait/many.h). */
-typedef struct weft__arm weft__arm;
-typedef struct weft__chain weft__chain;
 typedef struct weft__handle weft__handle;
 
 /* ---- scope.c ---- */
@@ -119,17 +117,6 @@ int weft__scope_open_internal(weft_scope **s, const weft_scope_opts *opts,
 void weft__scope_free_orphans(weft_runtime *rt);
 int weft__scope_cancel(weft_scope *s, int reason);
 
-/* select's scope case (wait/many.h, "select's cases"): joins the scope once no
- * child runs. check: scope NULL 1; the caller not its owner -EPERM;
- * joined already, or not the caller's innermost open scope -EINVAL. try
- * returns 0 without setting rc when no child runs (the join, which takes
- * the lock, is won()'s, which select calls then with code 0), else
- * -EAGAIN with a->q the done queue. won: rc = weft_scope_join(scope). */
-int weft__scope_case_check(const weft_case *c);
-weft__lock *weft__scope_case_lock(weft_case *c);
-int weft__scope_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
-void weft__scope_case_won(weft_case *c, int code);
-
 /* ---- task.c: task handles ---- */
 
 /* A record for a new task of rt, or NULL (no memory). */
@@ -144,8 +131,8 @@ void weft__handle_exit(weft_task *t);
  * finished): their handles then read -ESRCH. */
 void weft__handles_fini(weft_runtime *rt);
 
-/* The wait kinds of this layer (wait.h): a scope's join (scope.c), a task
- * handle's (task.c). */
+/* The wait kinds of this layer (wait/record.h): a scope's join (scope.c), a
+ * task handle's (task.c). */
 extern const struct weft__wait_kind weft__wk_scope, weft__wk_task;
 
 /* ---- spawn.c: a task spawned into a scope, and its exit ---- */
@@ -153,19 +140,6 @@ extern const struct weft__wait_kind weft__wk_scope, weft__wk_task;
 int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
                 const char *file, int line);
 /* The scope layer's hooks, for weft_runtime.hooks. */
-extern const weft__task_hooks weft__scope_hooks;
-
-/* Select's JOIN case (task.c, at its end; wait.h's "select's cases"):
- * check: 1 for a zero handle, -EPERM outside a task, what
- * weft_task_join would refuse (-EINVAL, -ESRCH, -EDEADLK); try (under the
- * record's lock): the task done: joins it (status to elem, the record's
- * life ended) with c->rc = 0; the handle gone meanwhile: c->rc = -ESRCH;
- * else -EAGAIN with a->q the joiners' queue. ready: puts the ended
- * record back on the free list. won: joins as try would. */
-int weft__join_case_check(const weft_case *c);
-weft__lock *weft__join_case_lock(weft_case *c);
-int weft__join_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
-void weft__join_case_won(weft_case *c, int code);
-void weft__join_case_ready(weft_case *c);
+extern const struct weft__task_hooks weft__scope_hooks;
 
 #endif

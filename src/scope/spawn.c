@@ -12,6 +12,7 @@
  */
 #include "sched/spawn.h"
 #include "scope/struct.h"
+#include "wait/seen.h"
 
 /* A spawn with a handle failed (rc): the record goes back unused and the
  * caller's handle reads zero. */

@@ -7,7 +7,7 @@
 #define WEFT_SCOPE_STRUCT_H
 
 #include "scope/scope.h"
-#include "wait/wait.h"
+#include "wait/queue.h"
 
 /* The result policies, which struct weft_scope embeds. */
 #include "scope/policy.h"

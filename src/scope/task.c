@@ -39,8 +39,10 @@
  * because one was stopped on purpose; Trio's cancel scope likewise
  * swallows the Cancelled it caused).
  */
+#include "scope/cases.h"
 #include "scope/struct.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 

@@ -26,11 +26,16 @@
  */
 #include "select/select.h"
 #include "future/future.h"
+#include "io/cases.h"
 #include "io/io.h"
 #include "sched/clock.h"
+#include "scope/cases.h"
 #include "scope/scope.h"
+#include "sync/cases.h"
 #include "sync/sync.h"
 #include "wait/many.h"
+#include "wait/record.h"
+#include "wait/wake.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The select layer's table of case kinds: one row per weft_op, the four
- * functions of wait.h's "select's cases" protocol (check, lock, try,
+ * functions of wait/many.h's "select's cases" protocol (check, lock, try,
  * won) and three optional ones. Layers below select give their rows to
  * select.c's table directly; a layer above it (the actors) installs its
  * rows with weft__select_install before any case of its kinds can name
@@ -10,10 +10,10 @@
 #ifndef WEFT_SELECT_H
 #define WEFT_SELECT_H
 
-#include "future/future.h"
+#include "wait/many.h"
 
 typedef struct weft__case_ops {
-    /* wait.h, "select's cases" */
+    /* wait/many.h, "select's cases" */
     int (*check)(const weft_case *c);
     weft__lock *(*lock)(weft_case *c);
     int (*try)(weft_case *c, weft__arm *a, weft__chain *woken);

@@ -51,7 +51,7 @@
  */
 #include "actor/actor.h"
 #include "scope/struct.h"
-#include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -28,8 +28,10 @@
  * token, so a mover that claims it hands it the value and wins the
  * select for it.
  */
+#include "sync/cases.h"
 #include "sync/sync.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <stdlib.h>
 #include <string.h>

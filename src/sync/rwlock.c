@@ -27,6 +27,7 @@
  * Readers are counted, not named, so any task may drop a read hold; the
  * writer is named, so only it may drop the write hold.
  */
+#include "sync/cases.h"
 #include "sync/sync.h"
 #include "wait/many.h"
 #include "wait/wait.h"

@@ -15,7 +15,9 @@
  */
 #include "sync/sync.h"
 #include "sched/clock.h"
+#include "sync/cases.h"
 #include "wait/many.h"
+#include "wait/wait.h"
 
 #include <limits.h>
 #include <string.h>

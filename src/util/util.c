@@ -4,6 +4,9 @@
  * freed objects.
  */
 #include "util/util.h"
+#include "util/json.h"
+#include "util/sig.h"
+#include "util/tsan.h"
 
 #include <pthread.h>
 #include <stdarg.h>

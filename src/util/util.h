@@ -127,37 +127,10 @@ static inline bool weft__lock_is_held(weft__lock *l)
 void weft__fatal(const char *fmt, ...)
     __attribute__((noreturn, format(printf, 1, 2)));
 
-/* A function TSan leaves alone, hooks and all (see ctx.h). */
-#if defined(WEFT_TSAN) && defined(__clang__)
-#if __has_attribute(disable_sanitizer_instrumentation)
-#define WEFT_NO_TSAN __attribute__((disable_sanitizer_instrumentation))
-#else
-#define WEFT_NO_TSAN __attribute__((no_sanitize("thread")))
-#define WEFT_TSAN_HOOKS_KEPT 1
-void __tsan_func_exit(void); /* the runtime's exit hook; no header has it */
-#endif
-#elif defined(WEFT_TSAN)
-#define WEFT_NO_TSAN __attribute__((no_sanitize_thread))
-#else
-#define WEFT_NO_TSAN
-#endif
-
-/* Writes s, then a number, to stderr without stdio, locks or allocation,
- * and under TSan without its interceptors (raw system calls): for a fault
- * handler or a failed assert, wherever they run. */
-void weft__sig_write(const char *s);
-void weft__sig_write_num(unsigned long v);
-
 /* Frees a channel or future whose magic now says "dead". Debug builds
  * (not ASan, which reports such uses itself) keep the last 1024 of them
  * before freeing, so a call on an object just freed finds the dead magic
  * and returns -EINVAL instead of touching freed memory. */
 void weft__husk_free(void *p);
-
-/* The byte c as it stands inside a JSON string: itself, or escaped (a
- * quote or backslash after a backslash; a control character or DEL as
- * \u00XX). Writes it to out without a terminator and returns its length
- * (1, 2 or 6). */
-size_t weft__json_char(unsigned char c, char out[6]);
 
 #endif

@@ -7,7 +7,13 @@
 #ifndef WEFT_WAIT_MANY_H
 #define WEFT_WAIT_MANY_H
 
-#include "wait/wait.h"
+#include "wait/queue.h"
+#include "wait/record.h"
+
+/* Several waits at once, and select's cases over them (below), which
+ * append the waiters they claim to a chain (wait/wake.h). */
+typedef struct weft__arm weft__arm;
+typedef struct weft__chain weft__chain;
 
 /* ---- several waits at once, exactly one wins ---- */
 
@@ -36,24 +42,6 @@ void weft__locks_release(weft__lock **order, int k);
 int weft__wait_many(weft__lock **order, int k, weft__arm *arms, int n,
                     const weft__wait_kind *kind, const void *obj,
                     int64_t deadline, int *code);
-
-/* A chain of claimed waiters through `next`, to finish after unlocking. */
-struct weft__chain {
-    weft__waiter *head, **tail;
-};
-
-static inline void weft__chain_init(weft__chain *c)
-{
-    c->head = NULL;
-    c->tail = &c->head;
-}
-
-static inline void weft__chain_add(weft__chain *c, weft__waiter *w)
-{
-    w->next = NULL;
-    *c->tail = w;
-    c->tail = &w->next;
-}
 
 /* ---- select's cases ----
  * weft_select (select.c) drives each kind of case through four functions

@@ -4,8 +4,10 @@
  * its protocol (waiters, claims, deadlines, cancels) are told at the top
  * of wait.h; several waits at once in many.h; wait sets in waitset.h.
  */
+#include "wait/wait.h"
 #include "sched/clock.h"
 #include "wait/many.h"
+#include "wait/seen.h"
 #include "wait/waitset.h"
 
 #include <string.h>

@@ -44,278 +44,15 @@
  *   in the set and claims the set's task only if it is parked in it (the
  *   future combinators: several sources fire, the task takes them in).
  *
- * What each parked task waits on is recorded in the task (kind, object,
- * name, park instant) for the task dump and the deadlock detector: plain
- * stores of values at hand, the instant being the time the worker's wheel
- * reached last. A kind is a descriptor (weft__wait_kind) that the layer
- * owning the primitive defines (sync.h's weft__wk_mutex, ...); this layer
- * defines only its own (sleep, select). Readers take the record through
- * weft__wait_record.
+ * What each parked task waits on is recorded in the task: wait/record.h.
  */
 #ifndef WEFT_WAIT_H
 #define WEFT_WAIT_H
 
-#include "sched/park.h"
+#include "wait/record.h"
+#include "wait/wake.h"
 
 #include <stddef.h>
-
-/* What a parked task waits on: one constant descriptor per kind, defined
- * by the layer that waits so (`const weft__wait_kind weft__wk_mutex` in
- * sync.c), compared by address. id is the kind's weft_wait_kind, told to
- * an instrument's park (through the scheduler's wait_of hook, which this
- * layer installs). */
-struct weft__wait_kind {
-    uint8_t id;       /* its weft_wait_kind */
-    const char *name; /* the dump's word for it ("mutex") */
-};
-typedef struct weft__wait_kind weft__wait_kind;
-
-/* The wait layer's own kinds. */
-extern const weft__wait_kind weft__wk_sleep;  /* weft_sleep_for: a deadline */
-extern const weft__wait_kind weft__wk_select; /* weft_select (obj: cases) */
-/* select.c's name for its kind. */
-#define WEFT__W_SELECT (&weft__wk_select)
-
-/* The weft_wait_kind of a kind; NULL (never waited) is WEFT_WAIT_NONE. */
-static inline int weft__wait_kind_id(const weft__wait_kind *k)
-{
-    return k ? k->id : WEFT_WAIT_NONE;
-}
-
-/* A kind's name for the dump; "nothing" for none (NULL). */
-static inline const char *weft__wait_kind_name(const weft__wait_kind *k)
-{
-    return k ? k->name : "nothing";
-}
-
-/* Several waits at once (wait/many.h), and select's cases over them. */
-typedef struct weft__arm weft__arm;
-typedef struct weft__chain weft__chain;
-
-/* ---- the wait layer's part of a task (weft_task.ext) ---- */
-
-/* What the current park waits on (weft__wait_note), for the task dump
- * and the deadlock detector; stale once running. The task writes them
- * for itself and other threads read them while it runs: relaxed atomics
- * (plain moves on x86), read as a hint. The first part of ext: written
- * before each park, so never reset. */
-struct weft__wait_rec {
-    _Atomic(const weft__wait_kind *) wait_kind; /* NULL: never waited */
-    _Atomic(const void *) wait_obj;             /* the object waited on */
-    _Atomic(const char *) wait_name; /* a static word about the wait (a
-                                      * descriptor's direction), or NULL;
-                                      * set only by kinds that read it */
-    _Atomic int64_t wait_since;      /* when it parked (the wheel's time) */
-    _Atomic int64_t wait_until;      /* a sleep's deadline (weft__wait_sleep
-                                      * only) */
-    _Atomic int wait_n;              /* select: its number of cases */
-};
-
-_Static_assert(sizeof(struct weft__wait_rec) <=
-                   WEFT__EXT_SCOPE - WEFT__EXT_WAIT,
-               "the wait record fits in weft_task.ext");
-
-/* t's wait record. Any thread that keeps t alive. */
-static inline struct weft__wait_rec *weft__wait_rec(weft_task *t)
-{
-    WEFT_ASSERT(t != NULL);
-    return (struct weft__wait_rec *)(void *)(t->ext + WEFT__EXT_WAIT);
-}
-static inline const struct weft__wait_rec *weft__wait_rec_c(const weft_task *t)
-{
-    return (const struct weft__wait_rec *)(const void *)(t->ext +
-                                                         WEFT__EXT_WAIT);
-}
-/* The kind t parked with last (weft__wait_kind), and its object. */
-static inline const weft__wait_kind *weft__task_wait_kind(const weft_task *t)
-{
-    return ld_rlx(&weft__wait_rec_c(t)->wait_kind);
-}
-static inline const void *weft__task_wait_obj(const weft_task *t)
-{
-    return ld_rlx(&weft__wait_rec_c(t)->wait_obj);
-}
-/* weft__task_hooks.wait_of (wait.c): t's kind's weft_wait_kind, and its
- * object in *obj. */
-int weft__wait_of(const weft_task *t, const void **obj);
-
-typedef struct weft__waitset weft__waitset;
-
-/* A task waiting on a primitive, on the waiting task's own stack, guarded
- * by the primitive's lock. */
-typedef struct weft__waiter {
-    struct weft__waiter *next, *prev;
-    weft_task *task;
-    uint64_t token;     /* the task's park token (plain waiters) */
-    weft__waitset *set; /* notify waiters: the set it fires into */
-    void *elem;         /* channels: the value to send, or where to receive */
-    long n;             /* semaphores, rwlocks, bulkheads: units wanted */
-    int index;          /* select: this waiter's case; sets: its source */
-    int *fired;         /* select: where the claim writes the case */
-    int64_t since;      /* mutex: when it first queued (starvation) */
-    bool queued;
-    bool claimed; /* asserts only: a claim won it since it was armed */
-} weft__waiter;
-
-typedef struct weft__waitq {
-    weft__waiter *head, *tail;
-} weft__waitq;
-
-static inline bool weft__waitq_empty(const weft__waitq *q)
-{
-    return q->head == NULL;
-}
-
-static inline void weft__waitq_push(weft__waitq *q, weft__waiter *w)
-{
-    w->next = NULL;
-    w->prev = q->tail;
-    if (q->tail)
-        q->tail->next = w;
-    else
-        q->head = w;
-    q->tail = w;
-    w->queued = true;
-}
-
-/* Queues w first in line (a woken mutex waiter that lost keeps its turn). */
-static inline void weft__waitq_push_front(weft__waitq *q, weft__waiter *w)
-{
-    w->prev = NULL;
-    w->next = q->head;
-    if (q->head)
-        q->head->prev = w;
-    else
-        q->tail = w;
-    q->head = w;
-    w->queued = true;
-}
-
-/* Unlinks w if it is queued (a no-op otherwise): the "unlink" of both
- * kinds of waiter. */
-static inline void weft__waitq_remove(weft__waitq *q, weft__waiter *w)
-{
-    if (!w->queued)
-        return;
-    /* w is on q, not on another queue, and q is whole around it. */
-    WEFT_ASSERT_MSG(w->prev ? w->prev->next == w : q->head == w,
-                    "a waiter unlinked from a queue it is not on");
-    WEFT_ASSERT_MSG(w->next ? w->next->prev == w : q->tail == w,
-                    "a waiter unlinked from a queue it is not on");
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        q->head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        q->tail = w->prev;
-    w->queued = false;
-}
-
-/* A notify waiter's claim (wait.c): records w->index in its set; true if
- * that claimed the set's parked task. */
-bool weft__waitset_fire(weft__waiter *w);
-
-/* The claim of either kind of waiter (it is off its queue): true if the
- * caller won w's task, which it then hands over to and finishes (a plain
- * waiter also records its case for select). */
-static inline bool weft__waiter_claim(weft__waiter *w)
-{
-    WEFT_ASSERT(w->task != NULL);
-    WEFT_ASSERT_MSG(!w->queued, "a waiter claimed while still queued");
-    if (WEFT_UNLIKELY(w->set != NULL))
-        return weft__waitset_fire(w);
-    if (!weft__wake_claim(w->task, w->token))
-        return false;
-#if defined(WEFT__ASSERTS)
-    /* One claim per wait: its token is spent, so a second cannot win. */
-    WEFT_ASSERT_MSG(!w->claimed, "a waiter claimed twice");
-    w->claimed = true;
-#endif
-    if (w->fired)
-        *w->fired = w->index;
-    return true;
-}
-
-/* The claim of a waiter that is its task's only one (armed by weft__wait
- * or a variant: never a select's nor a set's), as weft__waiter_claim
- * without looking for either: an object's one waiter (weft__slot_claim),
- * an actor's tells and asks. */
-static inline bool weft__waiter_claim_one(weft__waiter *w)
-{
-    WEFT_ASSERT(w->task != NULL && w->set == NULL);
-    WEFT_ASSERT_MSG(!w->queued, "a waiter claimed while still queued");
-    if (!weft__wake_claim(w->task, w->token))
-        return false;
-#if defined(WEFT__ASSERTS)
-    WEFT_ASSERT_MSG(!w->claimed, "a waiter claimed twice");
-    w->claimed = true;
-#endif
-    return true;
-}
-
-/* Pops waiters until one is claimed; returns it, or NULL. */
-static inline weft__waiter *weft__waitq_claim(weft__waitq *q)
-{
-    weft__waiter *w;
-    while ((w = q->head) != NULL) {
-        weft__waitq_remove(q, w);
-        if (weft__waiter_claim(w))
-            return w;
-    }
-    return NULL;
-}
-
-/* Claims every waiter of q (under its primitive's lock) and appends them,
- * in arrival order, to a chain through `next` whose end is *tail; returns
- * the chain's new end (tail itself if none was claimed). */
-static inline weft__waiter **weft__waitq_claim_all(weft__waitq *q,
-                                                   weft__waiter **tail)
-{
-    weft__waiter *w;
-    while ((w = weft__waitq_claim(q)) != NULL) {
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
-    return tail;
-}
-
-/* The grant helper of FIFO queues whose head must fit (semaphores,
- * rwlocks, bulkheads): while q's head fits (fits(w, ctx)), pops it and,
- * if it is claimed, takes what it wants (take(w, ctx)) and appends it to
- * the chain ending at *tail. A head whose claim fails is dropped and the
- * next one looked at. Under the primitive's lock; returns the chain's new
- * end. static inline, so the two callbacks inline at each use. */
-static inline weft__waiter **
-weft__waitq_grant(weft__waitq *q, bool (*fits)(const weft__waiter *, void *),
-                  void (*take)(weft__waiter *, void *), void *ctx,
-                  weft__waiter **tail)
-{
-    weft__waiter *w;
-    while ((w = q->head) != NULL && fits(w, ctx)) {
-        weft__waitq_remove(q, w);
-        if (!weft__waiter_claim(w))
-            continue;
-        take(w, ctx);
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
-    return tail;
-}
-
-/* Finishes the wakes of a chain of claimed waiters (after unlocking), each
- * with `code`. A waiter's memory is gone once its task runs. */
-static inline void weft__wake_chain(weft__waiter *w, int code)
-{
-    while (w) {
-        weft__waiter *next = w->next;
-        weft__wake_finish(w->task, code);
-        w = next;
-    }
-}
 
 /* Prepares a plain waiter for weft__wait: only the fields a claim or a
  * move reads before the entry sets the rest (elem, n, fired). Cheaper
@@ -325,6 +62,15 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
     w->elem = elem;
     w->n = n;
     w->fired = NULL;
+}
+
+/* Makes w task t's own waiter for good, for an object that only t ever
+ * waits in (an actor's idle slot): its waits pass WEFT__WAIT_OWN and
+ * write only what changes. Before w's first wait. */
+static inline void weft__waiter_own(weft__waiter *w, weft_task *t)
+{
+    w->task = t;
+    w->set = NULL;
 }
 
 /* ---- the record: what a parked task waits on ---- */
@@ -342,34 +88,6 @@ static inline void weft__wait_note(weft_task *t, const weft__wait_kind *kind,
     st_rlx(&r->wait_kind, kind);
     st_rlx(&r->wait_obj, obj);
     st_rlx(&r->wait_since, weft__wpub(t->worker)->wheel.elapsed);
-}
-
-/* A task's wait record, as another thread reads it (weft__wait_record):
- * a hint, as the task may be running again, each field read once, alone.
- * - kind: what it waits on (NULL: it never waited);
- * - obj: the object waited on;
- * - name: a static word (a descriptor's direction), or NULL; set only by
- *   the kinds that read it;
- * - since: when it parked (the wheel's time);
- * - until: a sleep's deadline (weft__wait_sleep only);
- * - n: select's number of cases. */
-typedef struct weft__wait_seen {
-    const weft__wait_kind *kind;
-    const void *obj;
-    const char *name;
-    int64_t since, until;
-    int n;
-} weft__wait_seen;
-
-static inline void weft__wait_record(const weft_task *t, weft__wait_seen *r)
-{
-    const struct weft__wait_rec *w = weft__wait_rec_c(t);
-    r->kind = ld_rlx(&w->wait_kind);
-    r->obj = ld_rlx(&w->wait_obj);
-    r->name = ld_rlx(&w->wait_name);
-    r->since = ld_rlx(&w->wait_since);
-    r->until = ld_rlx(&w->wait_until);
-    r->n = ld_rlx(&w->wait_n);
 }
 
 /* Notes a static word about the running task's next wait (a descriptor's
@@ -575,34 +293,5 @@ int weft__wait_pmutex(weft__waiter *w, const weft__wait_spec *s,
  * looking at it again afterwards (the mutex's snooze, the limiter).
  * Returns -ETIMEDOUT or -ECANCELED. */
 int weft__wait_sleep(const weft__wait_spec *s);
-
-/* ---- an object's one waiter ---- */
-
-/* Under the object's lock: claims the waiter in *slot (put there by
- * weft__wait with s->slot) and empties the slot. Returns the waiter,
- * claimed (hand it what it waits for, then weft__wake_finish its task
- * after unlocking), or NULL if there was none or its park ended
- * otherwise (a cancel: it takes itself out when it runs). */
-static inline weft__waiter *weft__slot_claim(weft__waiter **slot)
-{
-    weft__waiter *w = *slot;
-    if (!w)
-        return NULL;
-    *slot = NULL;
-    return weft__waiter_claim_one(w) ? w : NULL;
-}
-
-/* Makes w task t's own waiter for good, for an object that only t ever
- * waits in (an actor's idle slot): its waits pass WEFT__WAIT_OWN and
- * write only what changes. Before w's first wait. */
-static inline void weft__waiter_own(weft__waiter *w, weft_task *t)
-{
-    w->task = t;
-    w->set = NULL;
-}
-
-/* Starts t, made parked without ever having run (the shutdown keeper):
- * the one wake, with code 0, that queues it on t->worker. Any thread. */
-void weft__wake_new(weft_task *t);
 
 #endif

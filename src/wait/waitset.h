@@ -6,7 +6,8 @@
 #ifndef WEFT_WAIT_WAITSET_H
 #define WEFT_WAIT_WAITSET_H
 
-#include "wait/wait.h"
+#include "wait/record.h"
+#include "wait/wake.h"
 
 /* ---- wait sets: several sources, taken in as they fire ---- */
 
