@@ -1137,7 +1137,7 @@ int weft_actor_demonitor(weft_actor *target, long monitor)
 }
 
 /* ---- select's cases ----
- * ACTOR_JOIN and TELL (wait.h, "select's cases"; select sits below this
+ * ACTOR_JOIN and TELL (wait/many.h, "select's cases"; select sits below this
  * layer, so the actor installs their rows when it makes its first actor).
  * ACTOR_JOIN waits on exitq as weft_actor_join_until does. TELL is tell()
  * under the lock: straight into a parked actor (the select's own arm

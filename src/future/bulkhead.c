@@ -188,7 +188,7 @@ int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
 }
 
 /* ---- select's cases ----
- * BULKHEAD (wait.h, "select's cases"): a select waits for a turn as
+ * BULKHEAD (wait/many.h, "select's cases"): a select waits for a turn as
  * weft_bulkhead_enter does, counted in `waiting` (so max_queue bounds it
  * and free says -EBUSY) and queued in line; hand_on claims it before it
  * hands it the turn, so a select that another case won holds no turn,

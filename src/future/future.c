@@ -286,7 +286,7 @@ int weft__future_nwaiters(const weft_future *f)
     return n;
 }
 
-/* ---- select's future case (wait.h) ---- */
+/* ---- select's future case (wait/many.h) ---- */
 
 int weft__future_case_check(const weft_case *c)
 {

@@ -188,7 +188,7 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
 }
 
 /* ---- select's cases ----
- * LIMITER (wait.h, "select's cases"): no queue and no reservation. try
+ * LIMITER (wait/many.h, "select's cases"): no queue and no reservation. try
  * takes the tokens as weft_limiter_try_acquire does (due now, so never ahead of
  * a sleeping reservation); if they are not due, recheck gives the instant they
  * would be, at which select looks again (a reservation made meanwhile pushes it

@@ -271,7 +271,7 @@ int weft_task_join(weft_task_handle h, int *status)
 }
 
 /* ---- select's cases ----
- * JOIN (wait.h, "select's cases"): a select waits on the record's
+ * JOIN (wait/many.h, "select's cases"): a select waits on the record's
  * joiners' queue, which the task's exit and a release claim all at once.
  * The join itself (status out, the record's life ended) happens under
  * the record's lock: in try when the task is done already, else in won

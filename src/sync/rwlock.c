@@ -208,7 +208,7 @@ int weft_rwlock_destroy(weft_rwlock *ll)
 }
 
 /* ---- select's cases ----
- * RDLOCK and WRLOCK (wait.h, "select's cases"): a select waits as
+ * RDLOCK and WRLOCK (wait/many.h, "select's cases"): a select waits as
  * rw_lock does, in line with the other waiters and wanting what the case
  * names; admit() claims it before it counts it as a holder, so a select
  * that another case won holds nothing. Its waiter leaving may have been

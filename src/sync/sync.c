@@ -818,7 +818,7 @@ int weft_wg_wait_until(weft_wg *wg, weft_time deadline)
 }
 
 /* ---- select's cases ----
- * EVENT and WAITGROUP (wait.h, "select's cases"): a select waits as
+ * EVENT and WAITGROUP (wait/many.h, "select's cases"): a select waits as
  * cond_wait does, a plain waiter on the object's queue, which set and
  * the count's last step claim all at once; nothing is consumed, so a
  * select that another case won only leaves the queue. */
@@ -872,7 +872,7 @@ int weft__wg_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
     return cond_case_try((cond_impl *)c->wg, 0, c, a);
 }
 
-/* MUTEX (wait.h, "select's cases"): a select queues as mutex_wait does
+/* MUTEX (wait/many.h, "select's cases"): a select queues as mutex_wait does
  * (M_WAITERS set, its first-queued instant in since), and unlock hands
  * the mutex straight to a select's waiter (WAKE_OWNER, as to a starving
  * one) rather than wake it to compete: a select is chosen holding it.
