@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The I/O layer: descriptor waits and the fd records (io.c), the epoll
- * poller behind poller.h (poll_epoll.c), sockets (net.c), the blocking
- * pool (blocking.c).
+ * and io_uring pollers behind poller.h (poll_epoll.c, poll_uring.c),
+ * sockets (net.c), the blocking pool (blocking.c).
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
@@ -20,6 +20,9 @@ struct weft__io_rt {
     pthread_mutex_t blocking_mu;
     struct weft__blocking *blocking;
     int blocking_threads, blocking_queue; /* from the config, 0: default */
+    /* io.c: the poller the workers make (weft_poller_kind, resolved from
+     * the config and WEFT_POLLER by weft_run; never DEFAULT) */
+    int poller;
 };
 
 _Static_assert(sizeof(struct weft__io_rt) <= WEFT__RT_ACTOR - WEFT__RT_IO,
@@ -51,6 +54,8 @@ static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
  *   plain thread) only a kept edge counts.
  * won: c->rc = code: 0 (an edge, or the number was found to name a new
  *   file), -EBADF (weft_close or weft_fd_forget under the wait).
+ * lost: the case's try said -EAGAIN and it was not chosen. won and lost
+ *   end the request a one-shot poller armed for the case (poller.h).
  * A select that parks on descriptor cases counts itself pending
  * (weft__pending_add(w, WEFT__PENDING_IO, +1), -1 after), so that its
  * worker reads (and sleeps in) its poller meanwhile. */
@@ -58,6 +63,7 @@ int weft__fd_case_check(const weft_case *c);
 weft__lock *weft__fd_case_lock(weft_case *c);
 int weft__fd_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
 void weft__fd_case_won(weft_case *c, int code);
+void weft__fd_case_lost(weft_case *c);
 
 /* TCP reads (see io.c): fd is a TCP socket; the read edges dispatched so
  * far (take it just before a read); after a read that returned data,
