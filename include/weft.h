@@ -277,8 +277,9 @@ typedef struct weft_config {
  * spawns fn(arg) as the root task and returns when it, and every task
  * spawned into the root scope, has finished. cfg may be NULL (defaults).
  * Returns fn's status, or -EDEADLK (its tasks deadlocked: see
- * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, or a
- * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
+ * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, a
+ * WEFT_SEED that is not a number: see weft_config.seed, or a WEFT_POLLER
+ * that names no poller: see weft_config.poller), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
  * Other threads may wake its tasks at any time, including while it ends:
  * a plain thread that settles a future, sets an event, sends on a
