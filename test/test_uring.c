@@ -474,3 +474,63 @@ TEST(a_plain_thread_wakes_a_worker_asleep_in_its_ring)
     close(k.ack[0]);
     close(k.ack[1]);
 }
+
+/* ---- a full submission queue ---- */
+
+struct wide {
+    int n, k;
+    int (*sv)[2];
+};
+
+static int late_one(void *arg)
+{
+    struct wide *wd = arg;
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    ASSERT_EQ(write(wd->sv[wd->k][1], "x", 1), 1);
+    return 0;
+}
+
+static int wide_root(void *arg)
+{
+    struct wide *wd = arg;
+    weft_case *cs = calloc((size_t)wd->n, sizeof(*cs));
+    ASSERT(cs != NULL);
+    for (int i = 0; i < wd->n; i++) {
+        nb_pair(wd->sv[i]);
+        cs[i] = (weft_case){.op = WEFT_OP_READ, .fd = wd->sv[i][0]};
+    }
+    /* One park arms n requests at once: more than the submission queue
+     * holds (256); the n - 1 cases not chosen withdraw theirs, after
+     * which every socket closes for its peer. */
+    for (int round = 0; round < 3; round++) {
+        wd->k = (int)((unsigned)(round * 7919 + 13) % (unsigned)wd->n);
+        weft_scope *s = scope_open();
+        spawn(late_one, wd);
+        ASSERT_EQ(weft_select(cs, wd->n, weft_now() + WEFT_SEC), wd->k);
+        scope_end(s);
+        char c;
+        ASSERT_EQ(read(wd->sv[wd->k][0], &c, 1), 1);
+    }
+    for (int i = 0; i < wd->n; i++) {
+        ASSERT_EQ(weft_close(wd->sv[i][0]), 0);
+        char c;
+        ASSERT_EQ(weft_read(wd->sv[i][1], &c, 1, weft_now() + WEFT_SEC), 0);
+        ASSERT_EQ(weft_close(wd->sv[i][1]), 0);
+    }
+    free(cs);
+    return name_is("io_uring");
+}
+
+TEST(a_select_over_more_cases_than_the_submission_queue)
+{
+    need_uring();
+    int fds = t_proc_count("/proc/self/fd");
+    struct wide wd = {.n = 600};
+    wd.sv = calloc((size_t)wd.n, sizeof(*wd.sv));
+    ASSERT(wd.sv != NULL);
+    ASSERT_EQ(
+        run_with(WEFT_POLLER_IO_URING, 1, WEFT_CLOCK_VIRTUAL, wide_root, &wd),
+        0);
+    free(wd.sv);
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+}

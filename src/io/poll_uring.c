@@ -15,7 +15,11 @@
  * waited for; `cancel`, at the end of every wait that armed (an event, a
  * deadline, a cancel, a close: weft_close wakes its waiters, which end
  * their waits), withdraws it with IORING_OP_POLL_REMOVE once no wait of
- * this worker needs it, and submits that at once.
+ * this worker needs it, and submits that at once: once a wait has ended,
+ * nothing of it holds the file (a listener closed after its acceptor was
+ * cancelled refuses connections, as with epoll). A withdrawal that cannot
+ * be submitted then counts as pending I/O (park.h) until the next poll
+ * submits it, so the worker looks before it sleeps.
  *
  * Per descriptor number and direction (read, write) the poller keeps the
  * worker's waits armed and not ended, and the state of its request: none,
@@ -59,6 +63,7 @@
  * flushes them in.
  */
 #include "io/io.h"
+#include "sched/park.h"
 #include "sched/poller.h"
 
 #include <stdio.h>
@@ -108,6 +113,7 @@ typedef struct ur_fd {
 
 typedef struct ur_poller {
     weft__poller base;
+    weft_worker *w; /* the owner */
     struct io_uring ring;
     int evfd;        /* wakes the ring's owner from other threads */
     bool wake_armed; /* the eventfd's poll is queued or in flight */
@@ -116,11 +122,13 @@ typedef struct ur_poller {
     int nslots;
     int32_t todo_head; /* requests to submit, first queued first */
     int32_t todo_tail;
-    uint64_t *rm;   /* withdrawals to submit (user_data of each) */
-    int nrm, caprm; /* caprm: 2 * nslots, as each direction of each
-                     * descriptor is withdrawn at most once between
-                     * two flushes */
-    uint16_t seq;   /* the last sequence number given */
+    uint64_t *rm;    /* withdrawals to submit (user_data of each) */
+    int nrm, caprm;  /* caprm: 2 * nslots, as each direction of each
+                      * descriptor is withdrawn at most once between
+                      * two flushes */
+    uint16_t seq;    /* the last sequence number given */
+    bool rm_pending; /* withdrawals not yet submitted: counted once in
+                      * the owner's pending I/O */
 } ur_poller;
 
 static uint64_t ud_make(int fd, int dir, unsigned seq, uint32_t gen)
@@ -213,13 +221,19 @@ static bool flush(ur_poller *u)
     return u->wake_armed;
 }
 
-/* d's request in flight is withdrawn (submitted by the next flush). */
+/* d's request in flight is withdrawn (submitted by the caller, or else by
+ * the next poll, which the pending count makes come before the worker
+ * sleeps). */
 static void withdraw(ur_poller *u, int fd, int dir)
 {
     ur_dir *d = &u->slots[fd].d[dir];
     WEFT_ASSERT(d->state == ST_INFLIGHT && u->nrm < u->caprm);
     u->rm[u->nrm++] = ud_make(fd, dir, d->seq, d->gen);
     d->state = ST_IDLE;
+    if (!u->rm_pending) {
+        u->rm_pending = true;
+        weft__pending_add(u->w, WEFT__PENDING_IO, 1);
+    }
 }
 
 /* ---- the table ---- */
@@ -272,13 +286,13 @@ static int ring_setup(ur_poller *u)
 
 static weft__poller *ur_init(weft_worker *w, int *err)
 {
-    WEFT_UNUSED(w);
     ur_poller *u = calloc(1, sizeof(*u));
     if (!u) {
         *err = -ENOMEM;
         return NULL;
     }
     u->base.ops = &weft__poller_uring;
+    u->w = w;
     u->todo_head = u->todo_tail = -1;
     u->multishot = true;
     int rc = ring_setup(u);
@@ -394,7 +408,6 @@ static void ur_cancel(weft__poller *p, int fd, int events)
 {
     ur_poller *u = (ur_poller *)p;
     WEFT_ASSERT(fd < u->nslots);
-    bool now = false;
     for (int k = 0; k < 2; k++) {
         ur_dir *d = &u->slots[fd].d[k];
         if (!(events & (1 << k)))
@@ -406,14 +419,17 @@ static void ur_cancel(weft__poller *p, int fd, int events)
             d->state = ST_IDLE; /* never submitted: the flush skips it */
         } else if (d->state == ST_INFLIGHT) {
             withdraw(u, fd, k);
-            now = true;
         }
     }
     /* At once: the request holds the file, which a close may be waiting
      * to let go of (the peer sees the end only then). */
-    if (now) {
+    if (u->rm_pending) {
         flush(u);
         io_uring_submit(&u->ring);
+        if (u->nrm == 0 && io_uring_sq_ready(&u->ring) == 0) {
+            u->rm_pending = false;
+            weft__pending_add(u->w, WEFT__PENDING_IO, -1);
+        }
     }
 }
 
@@ -422,6 +438,9 @@ static void ur_cancel(weft__poller *p, int fd, int events)
 static int dispatch(ur_poller *u, uint64_t ud, int32_t res, uint32_t flags)
 {
     unsigned seq = (unsigned)(ud >> UD_SEQ_SHIFT) & UD_SEQ_MASK;
+    if (ud == UINT64_MAX) /* liburing's own timeout, where the kernel
+                           * takes no timeout in io_uring_enter */
+        return 0;
     if (seq == 0) {
         if (ud != UD_WAKE)
             return 0;
@@ -493,7 +512,11 @@ static int reap(ur_poller *u)
 static int ur_poll(weft__poller *p, int64_t timeout)
 {
     ur_poller *u = (ur_poller *)p;
-    if (!flush(u) || io_uring_cq_ready(&u->ring) ||
+    bool flushed = flush(u);
+    /* Withdrawals in the queue now: submitted below, not slept on (the
+     * worker counted them pending to come here; it looks again). */
+    bool rm_done = u->rm_pending && u->nrm == 0;
+    if (!flushed || rm_done || io_uring_cq_ready(&u->ring) ||
         io_uring_cq_has_overflow(&u->ring))
         timeout = 0;
     if (timeout == 0) {
@@ -506,6 +529,10 @@ static int ur_poll(weft__poller *p, int64_t timeout)
         struct __kernel_timespec ts = {.tv_sec = timeout / WEFT_SEC,
                                        .tv_nsec = timeout % WEFT_SEC};
         io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, &ts, NULL);
+    }
+    if (rm_done && io_uring_sq_ready(&u->ring) == 0) {
+        u->rm_pending = false;
+        weft__pending_add(u->w, WEFT__PENDING_IO, -1);
     }
     return reap(u);
 }
