@@ -190,7 +190,7 @@ TEST(a_refused_ring_falls_back_to_epoll_with_one_line)
 
 /* ---- a wait's request is withdrawn: weft_close ends the stream ---- */
 
-enum { BY_CANCEL, BY_DEADLINE, BY_CLOSE, BY_SELECT };
+enum { BY_CANCEL, BY_DEADLINE, BY_CLOSE, BY_SELECT, BY_CLOSE_NOW };
 
 struct ending {
     int how;
@@ -231,6 +231,17 @@ static int ending_root(void *arg)
         ASSERT_EQ(weft_scope_cancel(s), 0);
         ASSERT_EQ(weft_scope_join(s), -ECANCELED);
         ASSERT_EQ(e->rc, -ECANCELED);
+    } else if (e->how == BY_CLOSE_NOW) {
+        /* Under the wait, on this worker: the file goes with the close,
+         * before the woken waiter has run. */
+        ASSERT_EQ(weft_close(e->sv[0]), 0);
+        char c;
+        ASSERT_EQ(read(e->sv[1], &c, 1), 0);
+        ASSERT_EQ(weft_scope_join(s), 0);
+        ASSERT_EQ(e->rc, -EBADF);
+        ASSERT_EQ(weft_close(e->sv[1]), 0);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        return 0;
     } else if (e->how == BY_CLOSE) {
         ASSERT_EQ(weft_close(e->sv[0]), 0); /* under the wait */
         ASSERT_EQ(weft_scope_join(s), 0);
@@ -280,6 +291,11 @@ TEST(a_close_under_a_read_leaves_no_request_holding_the_file)
 TEST(a_select_case_not_chosen_leaves_no_request_holding_the_file)
 {
     ending(BY_SELECT);
+}
+
+TEST(a_close_under_a_wait_of_its_worker_lets_the_file_go_at_once)
+{
+    ending(BY_CLOSE_NOW);
 }
 
 /* ---- deadlines ---- */

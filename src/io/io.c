@@ -532,6 +532,17 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
     return fd_wait(fd, WEFT_IO_READ, deadline, &at);
 }
 
+/* weft_close, weft_fd_forget: the calling worker's one-shot poller lets
+ * go of fd's file now (poller.h); other workers' do as their woken
+ * waits end. */
+static void poller_forget(int fd)
+{
+    weft_worker *w = weft__tl_worker;
+    weft__poller *p = w ? weft__wpub(w)->poller : NULL;
+    if (p && p->ops->forget)
+        p->ops->forget(p, fd);
+}
+
 /* Linux closes the descriptor even when close() reports an error. */
 static int close_fd(int fd)
 {
@@ -554,6 +565,7 @@ int weft_close(int fd)
     int rc = close_fd(fd);
     weft__lock_release(&r->lock);
     weft__wake_chain(woken, -EBADF);
+    poller_forget(fd);
     return rc;
 }
 
@@ -571,6 +583,7 @@ int weft_fd_forget(int fd)
     rec_reset(r, &woken);
     weft__lock_release(&r->lock);
     weft__wake_chain(woken, -EBADF);
+    poller_forget(fd);
     return 0;
 }
 

@@ -17,7 +17,10 @@
  * their waits), withdraws it with IORING_OP_POLL_REMOVE once no wait of
  * this worker needs it, and submits that at once: once a wait has ended,
  * nothing of it holds the file (a listener closed after its acceptor was
- * cancelled refuses connections, as with epoll). A withdrawal that cannot
+ * cancelled refuses connections, as with epoll); weft_close and
+ * weft_fd_forget withdraw the requests of their own worker at once
+ * (`forget`), the other workers' go as their woken waits end. A
+ * withdrawal that cannot
  * be submitted then counts as pending I/O (park.h) until the next poll
  * submits it, so the worker looks before it sleeps.
  *
@@ -404,6 +407,35 @@ static void ur_arm(weft__poller *p, int fd, uint32_t gen, int events)
     s->suspect = false;
 }
 
+/* Submits the withdrawals now: a request holds its file, which a close
+ * may be waiting to let go of (the peer sees the end only then). */
+static void withdraw_now(ur_poller *u)
+{
+    if (!u->rm_pending)
+        return;
+    flush(u);
+    io_uring_submit(&u->ring);
+    if (u->nrm == 0 && io_uring_sq_ready(&u->ring) == 0) {
+        u->rm_pending = false;
+        weft__pending_add(u->w, WEFT__PENDING_IO, -1);
+    }
+}
+
+static void ur_forget(weft__poller *p, int fd)
+{
+    ur_poller *u = (ur_poller *)p;
+    if (fd >= u->nslots)
+        return;
+    for (int k = 0; k < 2; k++) {
+        ur_dir *d = &u->slots[fd].d[k];
+        if (d->state == ST_QUEUED)
+            d->state = ST_IDLE;
+        else if (d->state == ST_INFLIGHT)
+            withdraw(u, fd, k);
+    }
+    withdraw_now(u);
+}
+
 static void ur_cancel(weft__poller *p, int fd, int events)
 {
     ur_poller *u = (ur_poller *)p;
@@ -421,16 +453,7 @@ static void ur_cancel(weft__poller *p, int fd, int events)
             withdraw(u, fd, k);
         }
     }
-    /* At once: the request holds the file, which a close may be waiting
-     * to let go of (the peer sees the end only then). */
-    if (u->rm_pending) {
-        flush(u);
-        io_uring_submit(&u->ring);
-        if (u->nrm == 0 && io_uring_sq_ready(&u->ring) == 0) {
-            u->rm_pending = false;
-            weft__pending_add(u->w, WEFT__PENDING_IO, -1);
-        }
-    }
+    withdraw_now(u);
 }
 
 /* One completion: reported to io.c if it is the request in flight.
@@ -553,6 +576,7 @@ const weft__poller_ops weft__poller_uring = {
     .wait = ur_wait,
     .arm = ur_arm,
     .cancel = ur_cancel,
+    .forget = ur_forget,
     .fini = ur_fini,
 };
 

@@ -14,8 +14,9 @@
  * registered, an eventfd for wakes from other threads. io_uring
  * (poll_uring.c, asked for by weft_config.poller or WEFT_POLLER): one
  * one-shot POLL_ADD per wait and direction, which `arm` asks for as the
- * wait parks and `cancel` withdraws when the wait ends; io.c calls both
- * only for a backend that has them (epoll leaves them NULL).
+ * wait parks and `cancel` withdraws when the wait ends (`forget` at once,
+ * when weft_close wakes the waits); io.c calls these only for a backend
+ * that has them (epoll leaves them NULL).
  */
 #ifndef WEFT_POLLER_H
 #define WEFT_POLLER_H
@@ -78,6 +79,11 @@ typedef struct weft__poller_ops {
      * request, it is withdrawn at once: a request in flight holds the
      * file, which must close when weft_close closes its number. */
     void (*cancel)(weft__poller *p, int fd, int events);
+    /* With arm: weft_close or weft_fd_forget, on the owner's thread, has
+     * woken fd's waiters: its requests are withdrawn now, not when the
+     * woken waits end (their cancel then finds nothing to withdraw), so
+     * that the file closes with the close. */
+    void (*forget)(weft__poller *p, int fd);
     /* Frees the poller (the worker has stopped). */
     void (*fini)(weft__poller *p);
 } weft__poller_ops;
