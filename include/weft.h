@@ -131,7 +131,7 @@ typedef enum weft_poller_kind {
     WEFT_POLLER_DEFAULT = 0,
     /* Edge-triggered epoll: a descriptor is registered once per worker. */
     WEFT_POLLER_EPOLL = 1,
-    /* io_uring (Linux 5.7 or newer with liburing at build time): a
+    /* io_uring (Linux 5.6 or newer, liburing at build time): a
      * one-shot poll request per wait, submitted with the worker's sleep.
      * Where the kernel refuses a ring (kernel.io_uring_disabled, a
      * seccomp filter, the locked memory limit, a missing operation) or
