@@ -121,6 +121,25 @@ typedef enum weft_clock_kind {
     WEFT_CLOCK_VIRTUAL = 1,
 } weft_clock_kind;
 
+/* How a worker learns that descriptors are ready (weft_config's poller
+ * field; see weft_fd_wait). Each worker makes its poller at its first
+ * wait for a descriptor; weft_poller_name says which one it has. */
+typedef enum weft_poller_kind {
+    /* The default: epoll in this version. io_uring stays a choice until
+     * weft's socket calls complete through it (not only wait for
+     * readiness) and it has been measured against epoll. */
+    WEFT_POLLER_DEFAULT = 0,
+    /* Edge-triggered epoll: a descriptor is registered once per worker. */
+    WEFT_POLLER_EPOLL = 1,
+    /* io_uring (Linux 5.6 or newer, liburing at build time): a
+     * one-shot poll request per wait, submitted with the worker's sleep.
+     * Where the kernel refuses a ring (kernel.io_uring_disabled, a
+     * seccomp filter, the locked memory limit, a missing operation) or
+     * libweft was built without liburing, the worker uses epoll, and the
+     * process says why in one line on stderr, once. */
+    WEFT_POLLER_IO_URING = 2,
+} weft_poller_kind;
+
 /* What a runtime does when it finds its tasks deadlocked (weft_config's
  * deadlock field; see "Deadlocks" in section 14). */
 typedef enum weft_deadlock_mode {
@@ -246,14 +265,21 @@ typedef struct weft_config {
      * (and, with the watchdog off too, no thread watches the workers).
      * Negative: -EINVAL. */
     int64_t slow_slice_ns;
+    /* The workers' poller: see weft_poller_kind (0: epoll). The
+     * environment variable WEFT_POLLER, when set and not empty, overrides
+     * it: "epoll" or "io_uring" ("uring" too); anything else makes
+     * weft_run write a message to stderr and return -EINVAL without
+     * running anything. Out of range: -EINVAL. */
+    weft_poller_kind poller;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
  * spawns fn(arg) as the root task and returns when it, and every task
  * spawned into the root scope, has finished. cfg may be NULL (defaults).
  * Returns fn's status, or -EDEADLK (its tasks deadlocked: see
- * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, or a
- * WEFT_SEED that is not a number: see weft_config.seed), -EBUSY
+ * weft_config.deadlock), -EINVAL (fn is NULL, a bad config, a
+ * WEFT_SEED that is not a number: see weft_config.seed, or a WEFT_POLLER
+ * that names no poller: see weft_config.poller), -EBUSY
  * (called from inside a runtime), -ENOMEM/-EAGAIN (resources).
  * Other threads may wake its tasks at any time, including while it ends:
  * a plain thread that settles a future, sets an event, sends on a
@@ -1316,11 +1342,20 @@ WEFT_EXTERN int weft_blocking_stats_get(weft_blocking_info *out);
  * -ECANCELED, -EBADF (fd was passed to weft_close() or weft_fd_forget()
  * while waiting, or is not open), -EINVAL (fd < 0 or >= 2^20, or bad events),
  * -EPERM. A wait that parks on a descriptor weft did not make costs one
- * epoll_ctl (see above); on weft's own sockets, none after the first.
+ * epoll_ctl (see above; fstat with io_uring); on weft's own sockets, none
+ * after the first (with io_uring, a poll request per wait, submitted with
+ * the worker's next sleep or look at its poller).
  * Cancellation point: a cancelled wait leaves nothing behind (the fd stays
  * registered; a readiness it missed is remembered for the next wait).
  * Blocks. */
 WEFT_EXTERN int weft_fd_wait(int fd, int events, weft_time deadline);
+
+/* The name of the poller the calling task's worker waits for descriptors
+ * with: "epoll" or "io_uring" (see weft_config.poller). A worker makes
+ * its poller at its first wait for a descriptor: this makes it now if it
+ * has none yet. NULL outside a task, or if no poller can be made. Any
+ * task; never blocks; not a cancellation point. */
+WEFT_EXTERN const char *weft_poller_name(void);
 
 /* Wakes every task waiting on fd (their waits return -EBADF), forgets fd
  * in every worker's poller, and closes it. Returns 0, or close()'s error

@@ -6,7 +6,8 @@
 #
 # A need is one of: build (cmake, make, a C compiler, python3 for the
 # tests, libssl-dev and openssl for the tests' HTTPS server, libdw-dev for
-# the task dump's blocking lines and stacks: the default),
+# the task dump's blocking lines and stacks, and what uring installs: the
+# default), uring (liburing-dev, for the io_uring poller),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
 # tests), http (curl and wrk, to test the HTTP server), aarch64 (a
@@ -64,6 +65,15 @@ for need in "$@"; do
             add "task dumps name each task's blocking line and stack (elfutils)" libdw-dev
         have pkg-config ||
             add "CMake finds libdw (and libcurl's flags) through it" pkg-config
+        # Optional too (WEFT_IO_URING=AUTO), wanted for the tests' uring:
+        # runs of the I/O suite.
+        [ -e /usr/include/liburing.h ] ||
+            add "the io_uring poller (weft_config.poller)" liburing-dev
+        ;;
+    uring)
+        [ -e /usr/include/liburing.h ] ||
+            add "the io_uring poller (weft_config.poller)" liburing-dev
+        have pkg-config || add "CMake finds liburing through it" pkg-config
         ;;
     cxx) have g++ || add "compiles weft.h as C++ (the header check)" g++ ;;
     format) have clang-format || add "make format" clang-format ;;

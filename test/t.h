@@ -132,6 +132,34 @@ static inline int t_run(int workers, weft_clock_kind clock, uint64_t seed,
 #define t_run_mono(workers, fn, arg)                                           \
     t_run((workers), WEFT_CLOCK_MONOTONIC, 0, (fn), (arg))
 
+/* A test run with WEFT_POLLER=io_uring (CTest's "uring:" entries) on a
+ * machine or build that gives no io_uring would run on epoll: it exits
+ * with T_SKIP_CODE instead (CTest's SKIP_RETURN_CODE), so it counts as
+ * skipped, not passed. */
+static int t_poller_get(void *arg)
+{
+    const char *name = weft_poller_name();
+    *(int *)arg = name && strcmp(name, "io_uring") == 0;
+    return 0;
+}
+
+static inline void t_poller_check(void)
+{
+    const char *want = getenv("WEFT_POLLER");
+    if (!want || (strcmp(want, "io_uring") != 0 && strcmp(want, "uring") != 0))
+        return;
+    int got = 0;
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    if (weft_run(&cfg, t_poller_get, &got) != 0 || !got) {
+        fprintf(stderr,
+                "skipped: WEFT_POLLER=%s, but the runtime got "
+                "another poller\n",
+                want);
+        exit(T_SKIP_CODE);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -145,6 +173,7 @@ int main(int argc, char **argv)
             if (env && *env)
                 T_SEED(strtoull(env, NULL, 0));
             t_current = t_cases[i].name;
+            t_poller_check();
             t_cases[i].fn();
             return 0;
         }

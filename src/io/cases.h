@@ -32,6 +32,8 @@ typedef struct weft__chain weft__chain;
  *   plain thread) only a kept edge counts.
  * won: c->rc = code: 0 (an edge, or the number was found to name a new
  *   file), -EBADF (weft_close or weft_fd_forget under the wait).
+ * lost: the case's try said -EAGAIN and it was not chosen. won and lost
+ *   end the request a one-shot poller armed for the case (poller.h).
  * A select that parks on descriptor cases counts itself pending
  * (weft__pending_add(w, WEFT__PENDING_IO, +1), -1 after), so that its
  * worker reads (and sleeps in) its poller meanwhile. */
@@ -39,5 +41,6 @@ int weft__fd_case_check(const weft_case *c);
 weft__lock *weft__fd_case_lock(weft_case *c);
 int weft__fd_case_try(weft_case *c, weft__arm *a, weft__chain *woken);
 void weft__fd_case_won(weft_case *c, int code);
+void weft__fd_case_lost(weft_case *c);
 
 #endif

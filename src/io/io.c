@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Descriptors: weft_fd_wait, select's descriptor cases, weft_close, over
- * each worker's poller (poller.h; epoll, edge-triggered: poll_epoll.c).
+ * each worker's poller (poller.h; epoll, edge-triggered: poll_epoll.c,
+ * the default; or io_uring, one-shot: poll_uring.c).
  *
  * A task that waits for a descriptor registers it (once per worker and
  * descriptor) with its own worker's poller and parks there; since a
@@ -77,16 +78,18 @@
  * sleeps in its poller instead of on its futex, and other threads wake it
  * through the poller (epoll: an eventfd in its set).
  *
- * io_uring later: the interface the rest of weft sees is weft_fd_wait
+ * io_uring: the interface the rest of weft sees is weft_fd_wait
  * (readiness), select's descriptor case, and the poller (poller.h): poll
- * with a timeout, wake, wait (register interest), cancel. A uring backend
- * would fill in that table for readiness (IORING_OP_POLL_ADD, multishot,
- * in place of epoll_ctl; the completion queue read in poll; io_uring_enter
- * with a timeout as the sleep, an eventfd or IORING_OP_MSG_RING for
- * cross-thread wakes) and could add completion-style calls (read/write/
- * accept submitted with the waiter as user_data, the result handed over
- * by the same claim-then-finish step) behind the same socket functions,
- * chosen per worker at start-up when the kernel allows it.
+ * with a timeout, wake, wait (register interest), and, for a backend
+ * that arms one request per wait, arm and cancel. poll_uring.c fills in
+ * that table for readiness: a one-shot IORING_OP_POLL_ADD armed as a wait
+ * parks (fd_wait, and select's try) and withdrawn when it ends (every
+ * end: fd_wait after its park, select's won and lost), since a request
+ * holds its file open. Its completions count as edges here, as epoll's
+ * do (see its essay for why the rest holds). Completion-style calls
+ * (read/write/accept submitted with the waiter as user_data, the result
+ * handed over by the same claim-then-finish step) could come behind the
+ * same socket functions later.
  */
 #include "io/io.h"
 #include "io/cases.h"
@@ -161,8 +164,19 @@ static weft__poller *io_poller(weft_worker *w, int *err)
 {
     if (WEFT_LIKELY(weft__wpub(w)->poller != NULL))
         return weft__wpub(w)->poller;
-    weft__wpub(w)->poller = weft__poller_epoll.init(w, err);
+    weft__poller *p = NULL;
+    if (weft__io_rt(weft__wpub(w)->rt)->poller == WEFT_POLLER_IO_URING)
+        p = weft__poller_uring.init(w, err); /* refused: says why, once */
+    weft__wpub(w)->poller = p ? p : weft__poller_epoll.init(w, err);
     return weft__wpub(w)->poller;
+}
+
+const char *weft_poller_name(void)
+{
+    weft_worker *w = weft__tl_worker;
+    int err;
+    weft__poller *p = w ? io_poller(w, &err) : NULL;
+    return p ? p->ops->name : NULL;
 }
 
 /* Under r's lock: forgets the file r's number named. A new generation
@@ -354,12 +368,14 @@ static int fd_wait(int fd, int events, weft_time deadline,
         return rc;
     /* Counted while parked, so that the worker polls (and sleeps in) its
      * poller meanwhile. */
-    uint32_t gen = ld_rlx(&r->gen);
+    bool oneshot = p->ops->arm != NULL;
+    if (oneshot) /* a request for this wait (poller.h) */
+        p->ops->arm(p, fd, ld_rlx(&r->gen), events);
     weft__pending_add(w, WEFT__PENDING_IO, 1);
     rc = fd_park(r, events, deadline);
     weft__pending_add(w, WEFT__PENDING_IO, -1);
-    if (weft__wait_unclaimed(rc))
-        p->ops->cancel(p, fd, gen);
+    if (oneshot)
+        p->ops->cancel(p, fd, events);
     return rc;
 }
 
@@ -413,13 +429,32 @@ int weft__fd_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
         c->rc = rc > 0 ? 0 : rc;
         return 0;
     }
+    if (p && p->ops->arm) /* ended by won or lost */
+        p->ops->arm(p, c->fd, ld_rlx(&r->gen), 1 << k);
     a->q = &r->q[k];
     return -EAGAIN;
+}
+
+/* A case whose try said -EAGAIN on a worker has ended: a one-shot
+ * poller's request for it is no longer needed. */
+static void fd_case_end(weft_case *c)
+{
+    weft_worker *w = weft__tl_worker;
+    weft__poller *p = w ? weft__wpub(w)->poller : NULL;
+    if (p && p->ops->cancel)
+        p->ops->cancel(p, c->fd,
+                       c->op == WEFT_OP_READ ? WEFT_IO_READ : WEFT_IO_WRITE);
 }
 
 void weft__fd_case_won(weft_case *c, int code)
 {
     c->rc = code;
+    fd_case_end(c);
+}
+
+void weft__fd_case_lost(weft_case *c)
+{
+    fd_case_end(c);
 }
 
 /* ---- stream reads: skip the read that would say EAGAIN ----
@@ -499,6 +534,17 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
     return fd_wait(fd, WEFT_IO_READ, deadline, &at);
 }
 
+/* weft_close, weft_fd_forget: the calling worker's one-shot poller lets
+ * go of fd's file now (poller.h); other workers' do as their woken
+ * waits end. */
+static void poller_forget(int fd)
+{
+    weft_worker *w = weft__tl_worker;
+    weft__poller *p = w ? weft__wpub(w)->poller : NULL;
+    if (p && p->ops->forget)
+        p->ops->forget(p, fd);
+}
+
 /* Linux closes the descriptor even when close() reports an error. */
 static int close_fd(int fd)
 {
@@ -521,6 +567,7 @@ int weft_close(int fd)
     int rc = close_fd(fd);
     weft__lock_release(&r->lock);
     weft__wake_chain(woken, -EBADF);
+    poller_forget(fd);
     return rc;
 }
 
@@ -538,6 +585,7 @@ int weft_fd_forget(int fd)
     rec_reset(r, &woken);
     weft__lock_release(&r->lock);
     weft__wake_chain(woken, -EBADF);
+    poller_forget(fd);
     return 0;
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The I/O layer: descriptor waits and the fd records (io.c), the epoll
- * poller behind poller.h (poll_epoll.c), sockets (net.c), the blocking
- * pool (blocking.c). The layer's select case is in io/cases.h.
+ * and io_uring pollers behind poller.h (poll_epoll.c, poll_uring.c),
+ * sockets (net.c), the blocking pool (blocking.c). The layer's select
+ * case is in io/cases.h.
  */
 #ifndef WEFT_IO_H
 #define WEFT_IO_H
@@ -16,6 +17,9 @@ struct weft__io_rt {
     pthread_mutex_t blocking_mu;
     struct weft__blocking *blocking;
     int blocking_threads, blocking_queue; /* from the config, 0: default */
+    /* io.c: the poller the workers make (weft_poller_kind, resolved from
+     * the config and WEFT_POLLER by weft_run; never DEFAULT) */
+    int poller;
 };
 
 _Static_assert(sizeof(struct weft__io_rt) <= WEFT__RT_ACTOR - WEFT__RT_IO,

@@ -126,15 +126,6 @@ static int ep_wait(weft__poller *p, int fd, uint32_t gen, bool check)
     return errno == ENOENT ? WEFT__POLL_GONE : -errno;
 }
 
-static void ep_cancel(weft__poller *p, int fd, uint32_t gen)
-{
-    /* Edge-triggered and left registered: the edges that come meanwhile
-     * are counted for the next wait (io.c). Nothing to withdraw. */
-    WEFT_UNUSED(p);
-    WEFT_UNUSED(fd);
-    WEFT_UNUSED(gen);
-}
-
 static void ep_dispatch(ep_poller *e, const struct epoll_event *ev)
 {
     if (ev->data.u64 == WAKE_TAG) {
@@ -194,6 +185,7 @@ const weft__poller_ops weft__poller_epoll = {
     .poll = ep_poll,
     .wake = ep_wake,
     .wait = ep_wait,
-    .cancel = ep_cancel,
+    /* No arm, no cancel: edge-triggered and left registered, the edges
+     * that come between waits are counted for the next one (io.c). */
     .fini = ep_fini,
 };

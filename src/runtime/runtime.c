@@ -181,6 +181,8 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0)
         return -EINVAL;
+    if ((unsigned)c->poller > WEFT_POLLER_IO_URING)
+        return -EINVAL;
     if (c->blocking_threads < 0 || c->blocking_queue < 0)
         return -EINVAL;
     if ((unsigned)c->deadlock > WEFT_DEADLOCK_IGNORE ||
@@ -222,6 +224,30 @@ static int seed_from_env(uint64_t cfg_seed, uint64_t *seed)
         return -EINVAL;
     }
     *seed = (uint64_t)v;
+    return 0;
+}
+
+/* The poller: WEFT_POLLER if set and not empty, else the config's; never
+ * WEFT_POLLER_DEFAULT. A WEFT_POLLER that names no poller is refused with
+ * a message, as a bad WEFT_SEED is. */
+static int poller_from_env(weft_poller_kind cfg_poller, int *poller)
+{
+    const char *s = getenv("WEFT_POLLER");
+    *poller = cfg_poller == WEFT_POLLER_IO_URING ? WEFT_POLLER_IO_URING
+                                                 : WEFT_POLLER_EPOLL;
+    if (!s || !*s)
+        return 0;
+    if (strcmp(s, "epoll") == 0) {
+        *poller = WEFT_POLLER_EPOLL;
+    } else if (strcmp(s, "io_uring") == 0 || strcmp(s, "uring") == 0) {
+        *poller = WEFT_POLLER_IO_URING;
+    } else {
+        fprintf(stderr,
+                "weft: WEFT_POLLER=\"%s\" is not a poller (epoll, io_uring "
+                "or uring); not running\n",
+                s);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -289,7 +315,9 @@ static void runtime_settle(weft_runtime *rt, const weft_config *c,
 static weft_runtime *runtime_new(const weft_config *c, int *err)
 {
     uint64_t seed;
-    if ((*err = seed_from_env(c->seed, &seed)) != 0)
+    int poller;
+    if ((*err = seed_from_env(c->seed, &seed)) != 0 ||
+        (*err = poller_from_env(c->poller, &poller)) != 0)
         return NULL;
     /* The runtime and this layer's state in one allocation (the runtime
      * first: free(rt) frees both). */
@@ -306,6 +334,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
     weft__runtime_rt(rt)->shut = &box->shut; /* shut_of(rt) from here on */
     weft__actor_rt(rt)->registry = &box->registry;
     runtime_settle(rt, c, seed);
+    weft__io_rt(rt)->poller = poller;
     /* The instrument, before the workers (each keeps a copy). */
     rt->instr = c->instrument;
     const char *trace = weft__trace_path(c);

@@ -9,11 +9,14 @@
  * generation, see io.c) and, when polled, reports each readiness it reads
  * to io.c (weft__fd_ready), which counts the edge and wakes the waiters.
  *
- * One implementation today, epoll (poll_epoll.c): edge-triggered, each
- * descriptor registered once per worker and generation and left
- * registered, an eventfd for wakes from other threads. A backend that
- * arms one request per wait (io_uring's POLL_ADD, kqueue's EV_ONESHOT)
- * would fill in the same table; `cancel` is there for it.
+ * Two implementations. epoll (poll_epoll.c, the default): edge-triggered,
+ * each descriptor registered once per worker and generation and left
+ * registered, an eventfd for wakes from other threads. io_uring
+ * (poll_uring.c, asked for by weft_config.poller or WEFT_POLLER): one
+ * one-shot POLL_ADD per wait and direction, which `arm` asks for as the
+ * wait parks and `cancel` withdraws when the wait ends (`forget` at once,
+ * when weft_close wakes the waits); io.c calls these only for a backend
+ * that has them (epoll leaves them NULL).
  *
  * The interface the scheduler and io.c use.
  */
@@ -65,11 +68,24 @@ typedef struct weft__poller_ops {
      * again; returns 0, or WEFT__POLL_GONE. Both: WEFT__POLL_ALWAYS, or a
      * negative errno (-EBADF: not open; -ENOMEM). */
     int (*wait)(weft__poller *p, int fd, uint32_t gen, bool check);
-    /* A wait on fd (generation gen) ended without an event: its deadline,
-     * a cancel. No lock held; fd may be closed by now. A one-shot backend
-     * withdraws the request `wait` armed; epoll keeps its registration
-     * (edges keep being counted for the next wait) and does nothing. */
-    void (*cancel)(weft__poller *p, int fd, uint32_t gen);
+    /* A one-shot backend's (NULL for epoll): a wait on fd for events
+     * (WEFT_IO_READ, WEFT_IO_WRITE) is about to park, under fd's record
+     * lock, after `wait` said 0 or WEFT__POLL_NEW for generation gen and
+     * nothing was ready: asks for a request that reports fd's readiness
+     * for gen (submitted by the next poll; one per direction, shared by
+     * the worker's waits). Never fails. The owner's thread. */
+    void (*arm)(weft__poller *p, int fd, uint32_t gen, int events);
+    /* With arm: a wait that armed for events has ended, whichever way (an
+     * event, its deadline, a cancel, a close). No lock held; fd may be
+     * closed by now. Once no wait of the worker needs a direction's
+     * request, it is withdrawn at once: a request in flight holds the
+     * file, which must close when weft_close closes its number. */
+    void (*cancel)(weft__poller *p, int fd, int events);
+    /* With arm: weft_close or weft_fd_forget, on the owner's thread, has
+     * woken fd's waiters: its requests are withdrawn now, not when the
+     * woken waits end (their cancel then finds nothing to withdraw), so
+     * that the file closes with the close. */
+    void (*forget)(weft__poller *p, int fd);
     /* Frees the poller (the worker has stopped). */
     void (*fini)(weft__poller *p);
 } weft__poller_ops;
@@ -80,6 +96,9 @@ struct weft__poller {
 };
 
 extern const weft__poller_ops weft__poller_epoll;
+/* Its init fails (the process says why once, on stderr) where the kernel
+ * refuses a ring or libweft was built without liburing. */
+extern const weft__poller_ops weft__poller_uring;
 
 /* Called by a poller for each readiness it reads: fd, registered for
  * generation gen, is ready for ev (WEFT__FD_*). Counts the edges and wakes

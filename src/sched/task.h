@@ -192,7 +192,7 @@ static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
 #define WEFT__RT_SCOPE 0u /* struct weft__scope_rt (scope.h) */
 #define WEFT__RT_SYNC (WEFT__RT_SCOPE + 24u + sizeof(pthread_mutex_t))
 #define WEFT__RT_IO (WEFT__RT_SYNC + 8u)
-#define WEFT__RT_ACTOR (WEFT__RT_IO + 16u + sizeof(pthread_mutex_t))
+#define WEFT__RT_ACTOR (WEFT__RT_IO + 24u + sizeof(pthread_mutex_t))
 #define WEFT__RT_OBSERVE (WEFT__RT_ACTOR + 8u)
 #define WEFT__RT_RUNTIME (WEFT__RT_OBSERVE + 24u)
 #define WEFT__RT_EXT (WEFT__RT_RUNTIME + 8u)

@@ -70,8 +70,8 @@ static int no_actor_check(const weft_case *c)
 static const weft__case_ops rows[NOPS] = {
     [WEFT_OP_SEND] = ROW(chan, NULL, NULL, NULL),
     [WEFT_OP_RECV] = ROW(chan, NULL, NULL, NULL),
-    [WEFT_OP_READ] = ROW(fd, NULL, NULL, NULL),
-    [WEFT_OP_WRITE] = ROW(fd, NULL, NULL, NULL),
+    [WEFT_OP_READ] = ROW(fd, NULL, NULL, weft__fd_case_lost),
+    [WEFT_OP_WRITE] = ROW(fd, NULL, NULL, weft__fd_case_lost),
     [WEFT_OP_FUTURE] = ROW(future, NULL, NULL, NULL),
     [WEFT_OP_SCOPE] = ROW(scope, scope_ready, NULL, NULL),
     [WEFT_OP_SEM] = ROW(sem, NULL, NULL, NULL),
