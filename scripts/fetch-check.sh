@@ -101,7 +101,11 @@ for _ in $(seq 1 40); do echo "${base}slow/60000"; done >"$work/urls"
 pid=$!
 socks=0
 for _ in $(seq 1 500); do
-    socks=$(find "/proc/$pid/fd" -lname 'socket:*' 2>/dev/null | wc -l)
+    # find fails when a descriptor closes under it (fetch is opening and
+    # closing them): with pipefail and set -e that would end the script
+    # silently, so a failed look is a look that found too few.
+    socks=$(find "/proc/$pid/fd" -lname 'socket:*' 2>/dev/null | wc -l) ||
+        socks=0
     [ "$socks" -ge 4 ] && break
     sleep 0.01
 done
