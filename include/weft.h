@@ -1611,7 +1611,8 @@ WEFT_EXTERN int weft_local_port(int fd);
  * is never signalled. Linux 5.3 or later (pidfd_open); older kernels get
  * -ENOSYS from weft_process_spawn. The child is started with
  * posix_spawn (vfork-like: the worker's thread waits for the exec, not
- * for the child), every signal unblocked and SIGPIPE at its default;
+ * for the child), or with fork and exec for opts.pdeathsig, every signal
+ * unblocked and SIGPIPE at its default;
  * descriptors without O_CLOEXEC are inherited, as with exec (every
  * descriptor weft makes has it). */
 
@@ -1645,6 +1646,14 @@ typedef struct weft_process_opts {
      * down and so cancels its children (a child that reads the terminal
      * needs same_group: another group's read stops it with SIGTTIN). */
     int same_group;
+    /* Non-zero: the signal the child gets if this process dies first
+     * (PR_SET_PDEATHSIG; the kernel sends it when the thread that spawned
+     * it ends, and a worker's thread lives until weft_run returns, when
+     * every child is reaped already). So a crash, a SIGKILL, an abort of
+     * this process takes its children with it. The child is then started
+     * with fork and exec instead of posix_spawn: slower in a large
+     * process (its page tables are copied). 0: none. */
+    int pdeathsig;
     /* The signal a cancel sends first; 0: SIGTERM. */
     int kill_signal;
     /* How long a cancel waits after kill_signal before SIGKILL; 0: 5 s,
@@ -1660,7 +1669,8 @@ typedef struct weft_process_opts {
 /* Starts the program opts->argv in a child process owned by scope s (NULL:
  * the calling task's current scope), with its reaper task (see above).
  * Returns 0 and sets *out to its handle, or -EINVAL (opts, argv or
- * argv[0] NULL, out NULL, a bad weft_stdio, kill_signal or grace_ns),
+ * argv[0] NULL, out NULL, a bad weft_stdio, kill_signal, pdeathsig or
+ * grace_ns),
  * what the exec said: -ENOENT (no such program, or cwd missing), -EACCES,
  * -ENOEXEC, -E2BIG, ...; -ECANCELED (s or the caller's scope is
  * cancelled: nothing started), -ESHUTDOWN (s was joined), -ENOSYS (no

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,11 +85,14 @@ TEST(statuses)
     ASSERT_EQ(run2(statuses_main, NULL), 0);
 }
 
+static int errors_pdeathsig; /* 0: posix_spawn; SIGKILL: fork and exec */
+
 static int errors_main(void *arg)
 {
     const char *dir = arg;
     weft_process *p = (weft_process *)1;
-    weft_process_opts o = {.argv = (char *[]){"weft-no-such-program", NULL}};
+    weft_process_opts o = {.argv = (char *[]){"weft-no-such-program", NULL},
+                           .pdeathsig = errors_pdeathsig};
     ASSERT_EQ(weft_process_spawn(NULL, &o, &p), -ENOENT);
     ASSERT(p == NULL);
     char path[256];
@@ -101,6 +105,16 @@ static int errors_main(void *arg)
     o.cwd = "/weft-no-such-directory";
     ASSERT_EQ(weft_process_spawn(NULL, &o, &p), -ENOENT);
     o.cwd = NULL;
+    if (o.pdeathsig) { /* and a start that works, with its pipe */
+        o.out = WEFT_STDIO_PIPE;
+        ASSERT_EQ(weft_process_spawn(NULL, &o, &p), 0);
+        char c;
+        ASSERT_EQ(weft_read(weft_process_stdout(p), &c, 1, WEFT_NEVER), 0);
+        int st = -1;
+        ASSERT_EQ(weft_process_join(p, &st), 0);
+        ASSERT_EQ(st, 0);
+        ASSERT_EQ(weft_process_free(p), 0);
+    }
     o.out = (weft_stdio)7;
     ASSERT_EQ(weft_process_spawn(NULL, &o, &p), -EINVAL);
     o.out = WEFT_STDIO_INHERIT;
@@ -140,6 +154,8 @@ TEST(spawn_errors)
         weft_process_spawn(
             NULL, &(weft_process_opts){.argv = (char *[]){"true", NULL}}, &p),
         -EPERM); /* not in a task */
+    ASSERT_EQ(run2(errors_main, dir), 0);
+    errors_pdeathsig = SIGKILL; /* the same through fork and exec */
     ASSERT_EQ(run2(errors_main, dir), 0);
     unlink(a);
     unlink(b);
@@ -525,4 +541,60 @@ TEST(shutdown_reaps)
     ASSERT(p != NULL);
     ASSERT_EQ(weft_process_free(p), 0);
     ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+}
+
+struct orphan_arg {
+    int pdeathsig;
+    int report; /* the pipe the child's pid goes to */
+};
+
+static int orphan_main(void *arg)
+{
+    struct orphan_arg *a = arg;
+    weft_process_opts o = {.argv = sleeper, .pdeathsig = a->pdeathsig};
+    weft_process *p;
+    ASSERT_EQ(weft_process_spawn(NULL, &o, &p), 0);
+    int pid = weft_process_pid(p);
+    ASSERT_EQ(write(a->report, &pid, sizeof pid), (ssize_t)sizeof pid);
+    _exit(0); /* this process dies at once, as a crash would */
+}
+
+/* Whether a child with this pdeathsig outlives its parent process's
+ * sudden death: 1 alive (then killed here), 0 gone. */
+static int outlives_parent(int pdeathsig)
+{
+    int rp[2];
+    ASSERT_EQ(pipe2(rp, O_CLOEXEC), 0);
+    pid_t sub = fork(); /* before any runtime here: one thread */
+    ASSERT(sub >= 0);
+    if (sub == 0) {
+        struct orphan_arg a = {.pdeathsig = pdeathsig, .report = rp[1]};
+        t_run_mono(2, orphan_main, &a);
+        _exit(1);
+    }
+    close(rp[1]);
+    int pid = 0;
+    ASSERT_EQ(read(rp[0], &pid, sizeof pid), (ssize_t)sizeof pid);
+    close(rp[0]);
+    int st;
+    ASSERT_EQ(waitpid(sub, &st, 0), sub);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int fd = pidfd_of(pid); /* fails if it is gone already */
+    if (fd < 0)
+        return 0;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int alive = poll(&pf, 1, 10000) == 0; /* readable: it has exited */
+    if (alive)
+        syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+    close(fd);
+    return alive;
+}
+
+/* pdeathsig: a child started with it dies with its parent process, even
+ * a parent that ends without a word (_exit from a task, as a crash).
+ * The wait for its death is bounded (10 s) by its pidfd, not slept. */
+TEST(pdeathsig)
+{
+    ASSERT_EQ(outlives_parent(SIGKILL), 0);
+    assert_no_children();
 }

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -226,6 +227,132 @@ static int cloexec_pipe(int fds[2])
     return 0;
 }
 
+/* execvpe without its fallback of running a file the kernel refuses
+ * (ENOEXEC) with /bin/sh, so both ways of starting a child say the same;
+ * PATH is this process's, as posix_spawnp's. Returns the errno. */
+static int exec_path(char *const *argv, char *const *envp)
+{
+    const char *file = argv[0];
+    if (strchr(file, '/')) {
+        execve(file, argv, envp);
+        return errno;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/bin:/usr/bin";
+    size_t flen = strlen(file);
+    int seen_eacces = 0, e = ENOENT;
+    for (const char *d = path;; d++) {
+        const char *end = strchr(d, ':');
+        size_t dlen = end ? (size_t)(end - d) : strlen(d);
+        char buf[PATH_MAX];
+        if (dlen + flen + 2 <= sizeof buf) {
+            size_t n = 0;
+            if (dlen == 0)
+                buf[n++] = '.';
+            memcpy(buf + n, d, dlen);
+            n += dlen;
+            buf[n++] = '/';
+            memcpy(buf + n, file, flen + 1);
+            execve(buf, argv, envp);
+            e = errno;
+            if (e == EACCES)
+                seen_eacces = 1;
+            else if (e != ENOENT && e != ENOTDIR && e != ESTALE)
+                return e; /* found, and it failed: say why */
+        }
+        if (!end)
+            break;
+        d = end;
+    }
+    return seen_eacces ? EACCES : ENOENT;
+}
+
+/* The child's side of spawn_fork: only async-signal-safe calls (this is
+ * a fork of a threaded process). Reports the errno of what failed on ep. */
+static void child_exec(const weft_process_opts *o, int group, const int from[3],
+                       pid_t parent, int ep)
+{
+    int e = 0;
+    if (prctl(PR_SET_PDEATHSIG, (unsigned long)o->pdeathsig) < 0)
+        e = errno;
+    else if (getppid() != parent)
+        _exit(127); /* the parent died before the prctl: as if after */
+    if (!e && group && setpgid(0, 0) < 0)
+        e = errno;
+    for (int i = 0; i < 3 && !e; i++)
+        if (from[i] >= 0 && dup2(from[i], i) < 0)
+            e = errno;
+    if (!e && o->cwd && chdir(o->cwd) < 0)
+        e = errno;
+    if (!e) {
+        /* As posix_spawn's child: caught signals and SIGPIPE at their
+         * defaults (the parent's handlers are no code of the program to
+         * be run), then every signal unblocked. */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++) {
+            struct sigaction sa;
+            if (sig == SIGKILL || sig == SIGSTOP ||
+                sigaction(sig, NULL, &sa) < 0)
+                continue;
+            if (sig == SIGPIPE ||
+                (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN))
+                sigaction(sig, &dfl, NULL);
+        }
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        e = exec_path(o->argv, o->envp ? o->envp : environ);
+    }
+    while (write(ep, &e, sizeof e) < 0 && errno == EINTR) {
+    }
+    _exit(127);
+}
+
+/* fork and exec, for what posix_spawn cannot do (PR_SET_PDEATHSIG): the
+ * exec's errno comes back on a close-on-exec pipe, which the exec closes
+ * (nothing read: it ran). The worker's thread waits for the exec, as
+ * posix_spawn's does; signals are blocked in it meanwhile, so that no
+ * handler of this process runs in the child. */
+static int spawn_fork(const weft_process_opts *o, int group, const int from[3],
+                      pid_t *out)
+{
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) < 0)
+        return -errno;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ep[0]);
+        child_exec(o, group, from, parent, ep[1]);
+    }
+    int fe = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(ep[1]);
+    if (pid < 0) {
+        close(ep[0]);
+        return -fe;
+    }
+    int e = 0;
+    ssize_t n;
+    do
+        n = read(ep[0], &e, sizeof e);
+    while (n < 0 && errno == EINTR);
+    close(ep[0]);
+    if (n == (ssize_t)sizeof e) { /* the exec failed: the child exits */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        return -e;
+    }
+    *out = pid;
+    return 0;
+}
+
 int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
                        weft_process **out)
 {
@@ -237,7 +364,8 @@ int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
     for (int i = 0; i < 3; i++)
         if ((unsigned)modes[i] > WEFT_STDIO_PIPE)
             return -EINVAL;
-    if (o->kill_signal < 0 || o->kill_signal >= NSIG || o->grace_ns < 0)
+    if (o->kill_signal < 0 || o->kill_signal >= NSIG || o->grace_ns < 0 ||
+        o->pdeathsig < 0 || o->pdeathsig >= NSIG)
         return -EINVAL;
     if (!weft_scope_current())
         return -EPERM;
@@ -322,7 +450,14 @@ int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
         rc = -posix_spawnattr_setflags(&at, flags);
     }
     pid_t pid = -1;
-    if (rc == 0) {
+    if (rc == 0 && o->pdeathsig) {
+        int from[3];
+        for (int i = 0; i < 3; i++)
+            from[i] = modes[i] == WEFT_STDIO_PIPE   ? child_fds[i]
+                      : modes[i] == WEFT_STDIO_NULL ? devnull
+                                                    : -1;
+        rc = spawn_fork(o, p->group, from, &pid);
+    } else if (rc == 0) {
         char *const *envp = o->envp ? o->envp : environ;
         rc = -posix_spawnp(&pid, o->argv[0], fa_ok ? &fa : NULL, &at, o->argv,
                            envp);
