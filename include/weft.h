@@ -1611,10 +1611,10 @@ WEFT_EXTERN int weft_local_port(int fd);
  * is never signalled. Linux 5.3 or later (pidfd_open); older kernels get
  * -ENOSYS from weft_process_spawn. The child is started with
  * posix_spawn (vfork-like: the worker's thread waits for the exec, not
- * for the child), or with fork and exec for opts.pdeathsig, every signal
- * unblocked and SIGPIPE at its default;
- * descriptors without O_CLOEXEC are inherited, as with exec (every
- * descriptor weft makes has it). */
+ * for the child), or with fork and exec for opts.pdeathsig, with every
+ * signal unblocked and SIGPIPE at its default; descriptors without
+ * O_CLOEXEC are inherited, as with exec (every descriptor weft makes has
+ * it). */
 
 typedef struct weft_process weft_process;
 
@@ -1625,7 +1625,9 @@ typedef enum weft_stdio {
     /* A pipe; this side's end is a non-blocking descriptor that
      * weft_process_stdin / _stdout / _stderr return, for weft_read,
      * weft_write and weft_fd_wait. The handle owns it: weft_process_free
-     * closes it. */
+     * closes it. As on any pipe, a write after the child closed its end
+     * raises SIGPIPE, which ends this process unless it is ignored or
+     * blocked (weft_process_communicate keeps it off its writes). */
     WEFT_STDIO_PIPE = 2,
 } weft_stdio;
 

@@ -172,6 +172,7 @@ static int cycles_main(void *arg)
         weft_process_opts o = {.argv = sleeper, .out = WEFT_STDIO_PIPE};
         weft_process *p = NULL;
         ASSERT_EQ(weft_process_spawn(s, &o, &p), 0);
+        pid_t pid = (pid_t)weft_process_pid(p);
         switch (i % 4) {
         case 0: /* cancelled before its reaper ran */
             ASSERT_EQ(weft_scope_cancel(s), 0);
@@ -190,6 +191,9 @@ static int cycles_main(void *arg)
         }
         int jrc = weft_scope_join(s);
         ASSERT(jrc == 0 || jrc == -ECANCELED);
+        siginfo_t si; /* the join returned with the child reaped */
+        ASSERT(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 &&
+               errno == ECHILD);
         if (p) {
             int st = 0;
             ASSERT_EQ(weft_process_join(p, &st), 0); /* reaped already */

@@ -194,6 +194,10 @@ static int reaper(void *arg)
         if (try_reap(p))
             break;
         int rc = weft_fd_wait(p->pidfd, WEFT_IO_READ, WEFT_NEVER);
+        if (rc != 0 && rc != -ECANCELED)
+            /* The poller cannot take the pidfd (no memory): look again
+             * every 10 ms rather than spin or give the child up. */
+            rc = weft_sleep_for(10 * WEFT_MSEC);
         if (rc == -ECANCELED) {
             terminate(p);
             break;
