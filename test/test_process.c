@@ -318,6 +318,18 @@ static int pipes_main(void *arg)
     ASSERT_EQ(st, 0);
     ASSERT_EQ(weft_process_free(p), 0);
 
+    /* /dev/null as input and error: cat reads its end at once */
+    o = (weft_process_opts){.argv = (char *[]){"cat", NULL},
+                            .in = WEFT_STDIO_NULL,
+                            .out = WEFT_STDIO_PIPE,
+                            .err = WEFT_STDIO_NULL};
+    ASSERT_EQ(weft_process_spawn(NULL, &o, &p), 0);
+    ASSERT_EQ(weft_read(weft_process_stdout(p), buf, sizeof buf, WEFT_NEVER),
+              0);
+    ASSERT_EQ(weft_process_join(p, &st), 0);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(weft_process_free(p), 0);
+
     /* environment and working directory */
     char *env[] = {"WEFT_X=42", NULL};
     o = (weft_process_opts){

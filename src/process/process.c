@@ -357,35 +357,160 @@ static int spawn_fork(const weft_process_opts *o, int group, const int from[3],
     return 0;
 }
 
+/* posix_spawn: the exec's errno is its result (glibc's child runs on a
+ * vfork-like clone, and the worker's thread waits for the exec). */
+static int spawn_posix(const weft_process_opts *o, int group, const int from[3],
+                       pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    int rc = -posix_spawn_file_actions_init(&fa);
+    if (rc)
+        return rc;
+    rc = -posix_spawnattr_init(&at);
+    if (rc) {
+        posix_spawn_file_actions_destroy(&fa);
+        return rc;
+    }
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (from[i] >= 0)
+            rc = -posix_spawn_file_actions_adddup2(&fa, from[i], i);
+    if (rc == 0 && o->cwd)
+        rc = -posix_spawn_file_actions_addchdir_np(&fa, o->cwd);
+    if (rc == 0) {
+        /* The workers' mask (signals blocked for weft_signal_wait) is not
+         * the child's business; nor is an ignored SIGPIPE. */
+        sigset_t none, def;
+        sigemptyset(&none);
+        sigemptyset(&def);
+        sigaddset(&def, SIGPIPE);
+        short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+        if (group) {
+            flags |= POSIX_SPAWN_SETPGROUP;
+            posix_spawnattr_setpgroup(&at, 0);
+        }
+        posix_spawnattr_setsigmask(&at, &none);
+        posix_spawnattr_setsigdefault(&at, &def);
+        rc = -posix_spawnattr_setflags(&at, flags);
+    }
+    if (rc == 0)
+        rc = -posix_spawnp(pid, o->argv[0], &fa, &at, o->argv,
+                           o->envp ? o->envp : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    return rc;
+}
+
+/* The descriptors a spawn makes for the child's standard streams: from[i]
+ * is what goes to the child's i (-1: inherited), p->fds[i] this side's
+ * end of a pipe. Everything in from is closed by close_stdio once the
+ * child has its copies. */
+static int open_stdio(weft_process *p, const weft_stdio modes[3], int from[3])
+{
+    int devnull = -1;
+    for (int i = 0; i < 3; i++)
+        from[i] = -1;
+    for (int i = 0; i < 3; i++) {
+        if (modes[i] == WEFT_STDIO_PIPE) {
+            int pf[2];
+            int rc = cloexec_pipe(pf);
+            if (rc)
+                return rc;
+            /* stdin: the child reads pf[0]; stdout, stderr: it writes pf[1] */
+            p->fds[i] = i == 0 ? pf[1] : pf[0];
+            from[i] = i == 0 ? pf[0] : pf[1];
+            if (fcntl(p->fds[i], F_SETFL, O_NONBLOCK) < 0)
+                return -errno;
+        } else if (modes[i] == WEFT_STDIO_NULL) {
+            if (devnull < 0)
+                devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (devnull < 0)
+                return -errno;
+            from[i] = devnull; /* one for all: close_stdio closes it once */
+        }
+    }
+    return 0;
+}
+
+static void close_stdio(const int from[3])
+{
+    for (int i = 0; i < 3; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= from[j] == from[i];
+        if (from[i] >= 0 && !dup)
+            close(from[i]);
+    }
+}
+
+static int check_opts(const weft_process_opts *o)
+{
+    if (!o || !o->argv || !o->argv[0])
+        return -EINVAL;
+    if ((unsigned)o->in > WEFT_STDIO_PIPE ||
+        (unsigned)o->out > WEFT_STDIO_PIPE ||
+        (unsigned)o->err > WEFT_STDIO_PIPE)
+        return -EINVAL;
+    if (o->kill_signal < 0 || o->kill_signal >= NSIG || o->grace_ns < 0 ||
+        o->pdeathsig < 0 || o->pdeathsig >= NSIG)
+        return -EINVAL;
+    return 0;
+}
+
+/* Whether this kernel has pidfd_open (Linux 5.3), asked once. */
+static int have_pidfd(void)
+{
+    static _Atomic int known; /* 0 unknown, 1 yes, -1 no */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k == 0) {
+        int fd = pidfd_open_(getpid());
+        k = fd == -ENOSYS ? -1 : 1;
+        if (fd >= 0)
+            close(fd);
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k > 0;
+}
+
+/* The child is running, p->pid set: its pidfd and its reaper. On an error
+ * the child is killed and reaped here, never left running unowned. */
+static int own_child(weft_scope *s, weft_process *p)
+{
+    p->pidfd = pidfd_open_(p->pid);
+    if (p->pidfd < 0) { /* out of descriptors */
+        kill(p->pid, SIGKILL);
+        if (p->group)
+            kill(-p->pid, SIGKILL);
+        while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        return p->pidfd;
+    }
+    atomic_store_explicit(&p->refs, 2, memory_order_relaxed);
+    weft_spawn_opts so = {.name = "process reaper", .handle = &p->reaper};
+    int r = weft_spawn_ex(s, reaper, p, &so);
+    if (r < 0) {
+        /* The scope refused (cancelled meanwhile, joined, no memory): the
+         * child goes as a cancel would take it, at once. */
+        kill_and_reap_here(p);
+        return r;
+    }
+    return 0;
+}
+
 int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
                        weft_process **out)
 {
     if (out)
         *out = NULL;
-    if (!o || !o->argv || !o->argv[0] || !out)
-        return -EINVAL;
-    const weft_stdio modes[3] = {o->in, o->out, o->err};
-    for (int i = 0; i < 3; i++)
-        if ((unsigned)modes[i] > WEFT_STDIO_PIPE)
-            return -EINVAL;
-    if (o->kill_signal < 0 || o->kill_signal >= NSIG || o->grace_ns < 0 ||
-        o->pdeathsig < 0 || o->pdeathsig >= NSIG)
+    int rc = check_opts(o);
+    if (rc || !out)
         return -EINVAL;
     if (!weft_scope_current())
         return -EPERM;
     if (weft_cancelled() || (s && weft_scope_cancelled(s)))
         return -ECANCELED;
-    static _Atomic int have_pidfd; /* 0 unknown, 1 yes, -1 no */
-    if (atomic_load_explicit(&have_pidfd, memory_order_relaxed) == 0) {
-        int fd = pidfd_open_(getpid());
-        atomic_store_explicit(&have_pidfd, fd >= 0 || fd != -ENOSYS ? 1 : -1,
-                              memory_order_relaxed);
-        if (fd >= 0)
-            close(fd);
-    }
-    if (atomic_load_explicit(&have_pidfd, memory_order_relaxed) < 0)
+    if (!have_pidfd())
         return -ENOSYS;
-
     weft_process *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
@@ -398,107 +523,17 @@ int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
     p->wait_delay_ns = o->wait_delay_ns ? o->wait_delay_ns : WEFT_SEC;
     /* p->done: calloc made it WEFT_EVENT_INIT */
 
-    int child_fds[3] = {-1, -1, -1}; /* the child's ends, closed here after */
-    int devnull = -1, rc = 0;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    int fa_ok = 0, at_ok = 0;
-    for (int i = 0; i < 3 && rc == 0; i++) {
-        if (modes[i] == WEFT_STDIO_PIPE) {
-            int pf[2];
-            rc = cloexec_pipe(pf);
-            if (rc)
-                break;
-            /* stdin: the child reads pf[0]; stdout, stderr: it writes pf[1] */
-            p->fds[i] = i == 0 ? pf[1] : pf[0];
-            child_fds[i] = i == 0 ? pf[0] : pf[1];
-            if (fcntl(p->fds[i], F_SETFL, O_NONBLOCK) < 0)
-                rc = -errno;
-        } else if (modes[i] == WEFT_STDIO_NULL && devnull < 0) {
-            devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-            if (devnull < 0)
-                rc = -errno;
-        }
-    }
-    if (rc == 0) {
-        rc = -posix_spawn_file_actions_init(&fa);
-        fa_ok = rc == 0;
-    }
-    if (rc == 0) {
-        rc = -posix_spawnattr_init(&at);
-        at_ok = rc == 0;
-    }
-    for (int i = 0; i < 3 && rc == 0; i++) {
-        int from = modes[i] == WEFT_STDIO_PIPE   ? child_fds[i]
-                   : modes[i] == WEFT_STDIO_NULL ? devnull
-                                                 : -1;
-        if (from >= 0)
-            rc = -posix_spawn_file_actions_adddup2(&fa, from, i);
-    }
-    if (rc == 0 && o->cwd)
-        rc = -posix_spawn_file_actions_addchdir_np(&fa, o->cwd);
-    if (rc == 0) {
-        /* The workers' mask (signals blocked for weft_signal_wait) is not
-         * the child's business; nor is an ignored SIGPIPE. */
-        sigset_t none, def;
-        sigemptyset(&none);
-        sigemptyset(&def);
-        sigaddset(&def, SIGPIPE);
-        short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-        if (p->group) {
-            flags |= POSIX_SPAWN_SETPGROUP;
-            posix_spawnattr_setpgroup(&at, 0);
-        }
-        posix_spawnattr_setsigmask(&at, &none);
-        posix_spawnattr_setsigdefault(&at, &def);
-        rc = -posix_spawnattr_setflags(&at, flags);
-    }
+    const weft_stdio modes[3] = {o->in, o->out, o->err};
+    int from[3];
+    rc = open_stdio(p, modes, from);
     pid_t pid = -1;
-    if (rc == 0 && o->pdeathsig) {
-        int from[3];
-        for (int i = 0; i < 3; i++)
-            from[i] = modes[i] == WEFT_STDIO_PIPE   ? child_fds[i]
-                      : modes[i] == WEFT_STDIO_NULL ? devnull
-                                                    : -1;
-        rc = spawn_fork(o, p->group, from, &pid);
-    } else if (rc == 0) {
-        char *const *envp = o->envp ? o->envp : environ;
-        rc = -posix_spawnp(&pid, o->argv[0], fa_ok ? &fa : NULL, &at, o->argv,
-                           envp);
-    }
-    if (fa_ok)
-        posix_spawn_file_actions_destroy(&fa);
-    if (at_ok)
-        posix_spawnattr_destroy(&at);
-    for (int i = 0; i < 3; i++)
-        if (child_fds[i] >= 0)
-            close(child_fds[i]);
-    if (devnull >= 0)
-        close(devnull);
+    if (rc == 0)
+        rc = o->pdeathsig ? spawn_fork(o, p->group, from, &pid)
+                          : spawn_posix(o, p->group, from, &pid);
+    close_stdio(from); /* the child has its copies */
     if (rc == 0) {
         p->pid = pid;
-        p->pidfd = pidfd_open_(pid);
-        if (p->pidfd < 0) {
-            rc = p->pidfd;
-            /* No pidfd (out of descriptors): kill it and wait for it here,
-             * rather than leave it running unowned. */
-            kill(pid, SIGKILL);
-            if (p->group)
-                kill(-pid, SIGKILL);
-            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-            }
-        }
-    }
-    if (rc == 0) {
-        atomic_store_explicit(&p->refs, 2, memory_order_relaxed);
-        weft_spawn_opts so = {.name = "process reaper", .handle = &p->reaper};
-        int r = weft_spawn_ex(s, reaper, p, &so);
-        if (r < 0) {
-            /* The scope refused (cancelled meanwhile, joined, no memory):
-             * the child goes as a cancel would take it, at once. */
-            rc = r;
-            kill_and_reap_here(p);
-        }
+        rc = own_child(s, p);
     }
     if (rc < 0) {
         for (int i = 0; i < 3; i++)
