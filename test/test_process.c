@@ -620,3 +620,50 @@ TEST(pdeathsig)
     ASSERT_EQ(outlives_parent(SIGKILL), 0);
     assert_no_children();
 }
+
+static int fail_eio(void *arg)
+{
+    return -EIO;
+}
+
+static int join_timeout_main(void *arg)
+{
+    weft_scope *s = scope_open();
+    weft_process_opts o = {.argv = sleeper};
+    weft_process *p;
+    ASSERT_EQ(weft_process_spawn(s, &o, &p), 0);
+    /* a join that times out leaves the child running */
+    ASSERT_EQ(weft_process_join_until(p, NULL, weft_now() + WEFT_SEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_process_kill(p, 0), 0);
+    /* so does a cancelled one */
+    weft_scope *inner = scope_open();
+    ASSERT_EQ(weft_scope_cancel(inner), 0);
+    ASSERT_EQ(weft_process_join(p, NULL), -ECANCELED);
+    ASSERT_EQ(weft_scope_join(inner), -ECANCELED);
+    ASSERT_EQ(weft_scope_free(inner), 0);
+    ASSERT_EQ(weft_process_kill(p, 0), 0);
+    /* a failing sibling cancels the fail-fast scope, which ends the child;
+     * the reaper's own status is 0, so the scope's error is the sibling's */
+    spawn(fail_eio, NULL);
+    ASSERT_EQ(weft_scope_join(s), -EIO);
+    int st = 0;
+    ASSERT_EQ(weft_process_join(p, &st), 0);
+    /* SIGTERM; SIGKILL if sleep took 5 ms of real time to die of it (the
+     * virtual clock then jumps over the grace) */
+    ASSERT(st == -SIGTERM || st == -SIGKILL);
+    ASSERT_EQ(weft_process_free(p), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+/* The child belongs to its scope, not to the task that waits: a join that
+ * times out or is cancelled leaves it running; a fail-fast sibling's
+ * error ends it. On the virtual clock: the timeout takes no real second. */
+TEST(join_timeout_leaves_child)
+{
+    int fds = t_proc_count("/proc/self/fd");
+    ASSERT_EQ(t_run_virtual(2, join_timeout_main, NULL), 0);
+    assert_no_children();
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+}
