@@ -12,7 +12,7 @@
  *   5. Channels and select
  *   6. Task-aware synchronisation
  *   7. Blocking work
- *   8. I/O: file descriptors, sockets
+ *   8. I/O: file descriptors, sockets, child processes
  *   9. Futures and combinators
  *  10. Bounded parallelism and pipelines
  *  11. Resilience: retry, circuit breaker, rate limiter, bulkhead, fallback
@@ -1584,6 +1584,187 @@ WEFT_EXTERN int weft_unix_connect(const char *path, weft_time deadline);
  * 0), or -EBADF, -ENOTSOCK, -EAFNOSUPPORT (not IP). Any thread; never
  * blocks. */
 WEFT_EXTERN int weft_local_port(int fd);
+
+/* ---- Child processes ----
+ *
+ * A child process belongs to the scope it is spawned into, as a task
+ * does (Trio's run_process, Tokio's kill_on_drop made the rule): the
+ * spawn starts a small reaper task in that scope, which waits for the
+ * child's exit on a pidfd through this worker's poller and reaps it
+ * (waitid on the pidfd: never waitpid(-1), so no SIGCHLD handler is
+ * installed and none of another library's is disturbed). When the scope
+ * is cancelled (weft_scope_cancel, its deadline, a fail-fast sibling, an
+ * enclosing scope, the runtime's shutdown) or the handle is freed before
+ * the exit, the reaper sends opts.kill_signal (SIGTERM) to the child's
+ * process group, waits opts.grace_ns (5 s) for the exit, then sends
+ * SIGKILL to the group, and reaps. So the scope's join returns only once
+ * the child is reaped, and no path leaves a zombie. The reaper is one of
+ * the scope's children (weft_scope_spawned counts it); its status is
+ * always 0, so a fail-fast scope is never failed by it (a WEFT_FIRST or
+ * WEFT_RACE scope may take it for its winner: spawn processes into a
+ * scope of another policy). The child's exit status is read with
+ * weft_process_join: 0 to 255 for an exit, or minus the signal number for
+ * a child killed by a signal (-9 for SIGKILL).
+ *
+ * Signals go through the pidfd (pidfd_send_signal) or, for the group,
+ * while the child is not reaped yet, so a pid reused by another process
+ * is never signalled. Linux 5.3 or later (pidfd_open); older kernels get
+ * -ENOSYS from weft_process_spawn. The child is started with
+ * posix_spawn (vfork-like: the worker's thread waits for the exec, not
+ * for the child), or with fork and exec for opts.pdeathsig, with every
+ * signal unblocked and SIGPIPE at its default; descriptors without
+ * O_CLOEXEC are inherited, as with exec (every descriptor weft makes has
+ * it). */
+
+typedef struct weft_process weft_process;
+
+/* What a child's standard input, output or error is. */
+typedef enum weft_stdio {
+    WEFT_STDIO_INHERIT = 0, /* this process's own (the default) */
+    WEFT_STDIO_NULL = 1,    /* /dev/null */
+    /* A pipe; this side's end is a non-blocking descriptor that
+     * weft_process_stdin / _stdout / _stderr return, for weft_read,
+     * weft_write and weft_fd_wait. The handle owns it: weft_process_free
+     * closes it. As on any pipe, a write after the child closed its end
+     * raises SIGPIPE, which ends this process unless it is ignored or
+     * blocked (weft_process_communicate keeps it off its writes). */
+    WEFT_STDIO_PIPE = 2,
+} weft_stdio;
+
+typedef struct weft_process_opts {
+    /* The program and its arguments, NULL-terminated (required). argv[0]
+     * is looked up in this process's PATH unless it contains a '/'. */
+    char *const *argv;
+    /* The child's environment, NULL-terminated; NULL: this process's. */
+    char *const *envp;
+    /* The child's working directory; NULL: this process's. */
+    const char *cwd;
+    /* Standard input, output and error (zero: inherited). */
+    weft_stdio in, out, err;
+    /* Non-zero: the child stays in this process's group. By default it
+     * leads a new one (setpgid(0, 0)), so that a cancel's signals reach
+     * what it started too (a shell's pipeline, a build's compilers), and
+     * a Ctrl-C at the terminal goes to this process alone, which shuts
+     * down and so cancels its children (a child that reads the terminal
+     * needs same_group: another group's read stops it with SIGTTIN). */
+    int same_group;
+    /* Non-zero: the signal the child gets if this process dies first
+     * (PR_SET_PDEATHSIG; the kernel sends it when the thread that spawned
+     * it ends, and a worker's thread lives until weft_run returns, when
+     * every child is reaped already). So a crash, a SIGKILL, an abort of
+     * this process takes its children with it. The child is then started
+     * with fork and exec instead of posix_spawn: slower in a large
+     * process (its page tables are copied). 0: none. */
+    int pdeathsig;
+    /* The signal a cancel sends first; 0: SIGTERM. */
+    int kill_signal;
+    /* How long a cancel waits after kill_signal before SIGKILL; 0: 5 s,
+     * < 0: -EINVAL (kill_signal = SIGKILL for no grace). */
+    int64_t grace_ns;
+    /* weft_process_communicate: how long it still reads the pipes after
+     * the child's exit, while something else (a grandchild) holds them
+     * open (Go's Cmd.WaitDelay); 0: 1 s, < 0: until the end of the
+     * streams or the deadline. */
+    int64_t wait_delay_ns;
+} weft_process_opts;
+
+/* Starts the program opts->argv in a child process owned by scope s (NULL:
+ * the calling task's current scope), with its reaper task (see above).
+ * Returns 0 and sets *out to its handle, or -EINVAL (opts, argv or
+ * argv[0] NULL, out NULL, a bad weft_stdio, kill_signal, pdeathsig or
+ * grace_ns),
+ * what the exec said: -ENOENT (no such program, or cwd missing), -EACCES,
+ * -ENOEXEC, -E2BIG, ...; -ECANCELED (s or the caller's scope is
+ * cancelled: nothing started), -ESHUTDOWN (s was joined), -ENOSYS (no
+ * pidfd: Linux before 5.3), -EMFILE, -ENOMEM, -EPERM. On any error no
+ * child is left behind, and no descriptor. Never blocks the task (the
+ * worker's thread waits for the exec, as vfork does); -ECANCELED on entry
+ * in a cancelled scope, not a cancellation point otherwise. A task. */
+WEFT_EXTERN int weft_process_spawn(weft_scope *s, const weft_process_opts *opts,
+                                   weft_process **out);
+
+/* Waits for the child's exit and sets *status (if status is not NULL) to
+ * its exit code (0 to 255) or minus the signal that killed it. Every join
+ * of one handle gets the same status. Returns 0, -ECANCELED, -ECHILD
+ * (the child was reaped by someone else, a waitpid(-1) or SIGCHLD set to
+ * SIG_IGN: its status is lost), -EINVAL (p NULL), -EPERM. A cancellation
+ * point: a cancelled join leaves the child running (it is its scope's
+ * cancel that kills it, not the waiting task's); join again. Blocks. Any
+ * task, several at once. */
+WEFT_EXTERN int weft_process_join(weft_process *p, int *status);
+
+/* weft_process_join with a deadline: -ETIMEDOUT, the child left running.
+ * Blocks. */
+WEFT_EXTERN int weft_process_join_until(weft_process *p, int *status,
+                                        weft_time deadline);
+
+/* Sends signal sig to the child alone (pidfd_send_signal; sig 0 only
+ * checks that it has not exited). Returns 0, -ESRCH (it has exited, even
+ * if not reaped yet: no other process can be signalled by mistake),
+ * -EINVAL (p NULL, a bad signal), -EPERM. Any thread; never blocks. */
+WEFT_EXTERN int weft_process_kill(weft_process *p, int sig);
+
+/* The child's process id, for messages and for the system's tools: once
+ * the child is reaped another process may get it, so signal it with
+ * weft_process_kill, never kill(2). Any thread; never blocks. */
+WEFT_EXTERN int weft_process_pid(const weft_process *p);
+
+/* This side's end of the child's standard input, output or error, a
+ * non-blocking descriptor owned by the handle (do not close it: see
+ * weft_process_close_stdin); or -EBADF (not WEFT_STDIO_PIPE, or closed),
+ * -EINVAL (p NULL). Any thread; never blocks. */
+WEFT_EXTERN int weft_process_stdin(const weft_process *p);
+WEFT_EXTERN int weft_process_stdout(const weft_process *p);
+WEFT_EXTERN int weft_process_stderr(const weft_process *p);
+
+/* Closes this side's end of the child's standard input, so the child
+ * reads the end of its input (no more sends, as weft_chan_close). Returns
+ * 0, -EBADF (not a pipe, or closed already), -EINVAL. Call it when no
+ * task writes to it. Any thread; never blocks. */
+WEFT_EXTERN int weft_process_close_stdin(weft_process *p);
+
+/* One captured output of weft_process_communicate: the caller's buffer
+ * data of cap bytes; len is set to the bytes kept (the first ones, at
+ * most cap), total to the bytes the child wrote (more than len when it
+ * wrote more than cap: the rest was read and dropped). */
+typedef struct weft_process_output {
+    void *data;
+    size_t cap;
+    size_t len;
+    uint64_t total;
+} weft_process_output;
+
+/* Writes in_len bytes of `in` to the child's standard input and then
+ * closes it (weft_process_close_stdin), reads its standard output into
+ * *out and its standard error into *err, all at once (so a child that
+ * writes megabytes before it reads never deadlocks with its parent), and
+ * waits for its exit: *status as weft_process_join's. A pipe whose
+ * output is NULL is read and dropped; an output that is not a pipe must
+ * be NULL, and `in` non-empty needs a pipe (else -EINVAL). A child that
+ * stops reading its input (or exits) ends the write: that is not an
+ * error. After the exit the pipes are read to their end, for at most
+ * opts.wait_delay_ns if a grandchild holds them open (what it writes
+ * later is not read). Returns 0; -EMSGSIZE (an output passed its cap:
+ * its first cap bytes are kept, total counts all, and the exit and
+ * *status are there as on success); -ETIMEDOUT or -ECANCELED (the child
+ * is left running: its scope's cancel kills it; out and err hold what
+ * was read, in what was written went to the child); -ECHILD, -EINVAL,
+ * -EPERM, or a read's or write's error. Blocks; cancellation point. A
+ * task; one call at a time on a handle, and no other task reading or
+ * writing its pipes meanwhile. */
+WEFT_EXTERN int weft_process_communicate(weft_process *p, const void *in,
+                                         size_t in_len,
+                                         weft_process_output *out,
+                                         weft_process_output *err, int *status,
+                                         weft_time deadline);
+
+/* Gives up the handle: closes its pipes and, if the child has not exited,
+ * starts a cancel's kill (kill_signal to the group, the grace, SIGKILL),
+ * which the reaper finishes in the background; the scope's join still
+ * waits for the reap. Returns 0 or -EINVAL (NULL). No task may use p
+ * after (or during) the call. Never blocks; any thread, also after
+ * weft_run has returned (the child was reaped by then). */
+WEFT_EXTERN int weft_process_free(weft_process *p);
 
 /* ------------------------------------------------------------------------
  * 9. Futures and combinators

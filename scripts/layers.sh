@@ -47,6 +47,7 @@ LAYERS='
 5 sync       sync
 6 io         io
 7 future     future
+7 process    process
 8 select     select
 9 actor      actor
 10 supervisor supervisor
