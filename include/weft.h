@@ -1674,7 +1674,10 @@ typedef struct weft_process_opts {
  * argv[0] NULL, out NULL, a bad weft_stdio, kill_signal, pdeathsig or
  * grace_ns),
  * what the exec said: -ENOENT (no such program, or cwd missing), -EACCES,
- * -ENOEXEC, -E2BIG, ...; -ECANCELED (s or the caller's scope is
+ * -ENOEXEC, -E2BIG, ... (glibc's posix_spawn reports these; under an
+ * emulator whose vfork is a fork, qemu-user's, only the fork and exec
+ * path that pdeathsig takes does: elsewhere the child exits with 127);
+ * -ECANCELED (s or the caller's scope is
  * cancelled: nothing started), -ESHUTDOWN (s was joined), -ENOSYS (no
  * pidfd: Linux before 5.3), -EMFILE, -ENOMEM, -EPERM. On any error no
  * child is left behind, and no descriptor. Never blocks the task (the
