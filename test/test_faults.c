@@ -189,6 +189,31 @@ TEST(stack_fault_for_the_root_task_fails_the_run)
     ASSERT_EQ(run_plan(1, &none, nothing, NULL), 0); /* and the next runs */
 }
 
+/* Every allocation of a run's setup, failed in turn: the run returns
+ * -ENOMEM (or goes on without what it could not make: the watchdog), never
+ * aborts, and frees what it made (ASan). */
+TEST(setup_allocation_faults_fail_the_run_cleanly)
+{
+    need_sites();
+    weft_fault_plan counting = {0};
+    weft_config cfg = {
+        .workers = 2, .watchdog_ns = WEFT_SEC, .faults = &counting};
+    ASSERT_EQ(weft_run(&cfg, nothing, NULL), 0);
+    uint64_t n = passes(WEFT_FAULT_ALLOC);
+    ASSERT(n >= 4);
+    int before = t_proc_count("/proc/self/fd");
+    int failed = 0;
+    for (uint64_t k = 1; k <= n; k++) {
+        weft_fault_plan plan = {.site = WEFT_FAULT_ALLOC, .nth = k};
+        cfg.faults = &plan;
+        int rc = weft_run(&cfg, nothing, NULL);
+        ASSERT(rc == 0 || rc == -ENOMEM);
+        failed += rc == -ENOMEM;
+    }
+    ASSERT(failed >= 3); /* the runtime, its root scope, a worker's parts */
+    ASSERT_EQ(t_proc_count("/proc/self/fd"), before);
+}
+
 static int child(void *arg)
 {
     atomic_fetch_add((atomic_int *)arg, 1);
