@@ -3,10 +3,12 @@
 #
 #   make             release build of the library, tests, benchmarks and
 #                    examples, in build/release
-#   make test        release build with the runtime asserts on
-#                    (WEFT_ASSERTS=ON), then the whole test suite (ctest)
+#   make test        release build with the runtime asserts and the fault
+#                    injection sites on (WEFT_ASSERTS=ON, WEFT_FAULTS=ON),
+#                    then the whole test suite (ctest)
 #   make test-noasserts  the same suite against the release library as
-#                    users build it, its asserts compiled out
+#                    users build it, its asserts and fault sites compiled
+#                    out
 #   make bench       builds and runs the benchmarks (bench/run, in
 #                    build/bench); BENCH="switch spawn" picks some
 #   make demo        builds and runs examples/demo
@@ -41,6 +43,9 @@
 #                       the build it leaves in build/release has them:
 #                       make release, demo or install builds again
 #                       without
+#   WEFT_FAULTS=AUTO    the fault injection sites (weft.h, section 15):
+#                       as WEFT_ASSERTS, on in Debug builds; make test
+#                       sets ON, make test-noasserts OFF
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
 #                       empty: CMake's default (gcc on Debian); with
@@ -62,6 +67,7 @@ JOBS ?= 2
 WEFT_WERROR ?= OFF
 WEFT_LIBDW ?= ON
 WEFT_ASSERTS ?= AUTO
+WEFT_FAULTS ?= AUTO
 SAN_SCALE ?= 10
 SAN_CC ?=
 CMAKE_ARGS ?=
@@ -87,7 +93,7 @@ cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
 	cmake -S . -B $(1) $(2) >$(1)/configure.log 2>&1 || \
 	{ cat $(1)/configure.log; exit 1; }
 COMMON = -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) \
-	-DWEFT_ASSERTS=$(WEFT_ASSERTS) $(CMAKE_ARGS)
+	-DWEFT_ASSERTS=$(WEFT_ASSERTS) -DWEFT_FAULTS=$(WEFT_FAULTS) $(CMAKE_ARGS)
 SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
@@ -117,6 +123,7 @@ release: configure
 # The tests run against the library with its asserts on (a target-specific
 # value: release and configure, run for test, see it too).
 test: WEFT_ASSERTS = ON
+test: WEFT_FAULTS = ON
 test: release
 	cd $(REL) && $(CTEST)
 
@@ -124,6 +131,7 @@ test: release
 # code that only an assert's side effect kept right fails here, and the
 # tests' own halves for builds without asserts run.
 test-noasserts: WEFT_ASSERTS = OFF
+test-noasserts: WEFT_FAULTS = OFF
 test-noasserts: release
 	cd $(REL) && $(CTEST)
 

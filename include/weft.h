@@ -271,6 +271,12 @@ typedef struct weft_config {
      * weft_run write a message to stderr and return -EINVAL without
      * running anything. Out of range: -EINVAL. */
     weft_poller_kind poller;
+    /* Fault injection, for tests (section 15): NULL, none. A plan makes
+     * the system calls weft makes, and its own allocations, fail as it
+     * says. A library built without the fault sites (WEFT_FAULTS=OFF, the
+     * Release default) refuses a plan: weft_run returns -ENOTSUP. One
+     * runtime at a time runs with a plan: -EBUSY while another does. */
+    const struct weft_fault_plan *faults;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -2995,6 +3001,104 @@ typedef struct weft_watchdog_report {
     int ended;            /* 1: the hold is over (the task parked, yielded
                            * or finished) */
 } weft_watchdog_report;
+
+/* ------------------------------------------------------------------------
+ * 15. Testing: fault injection
+ *
+ * What a program does when the system says no (out of memory, out of
+ * descriptors, a connection reset, a short write) is the code least often
+ * run before production runs it. A fault plan in weft_config makes the
+ * calls weft makes on the program's behalf fail, at sites named below, as
+ * FoundationDB's BUGGIFY does: each public call then returns the error it
+ * documents, nothing leaks, and the runtime goes on working. Two modes,
+ * which may be combined:
+ * - counter: the nth pass through one site fails (for a unit test, and to
+ *   replay one fault found by a sweep);
+ * - random: the run first draws which sites are active (from the seed),
+ *   then each pass through an active site fails with a chance, with an
+ *   errno drawn from the site's realistic ones. With one worker and a
+ *   seed (weft_config.seed), a run is a function of its seed.
+ * The sites are compiled in with the CMake option WEFT_FAULTS (on in
+ * Debug builds, so in the sanitizer builds; off in Release, where each
+ * site is nothing at all). Compiled in without a plan, a site costs a
+ * relaxed load and a branch.
+ * ---------------------------------------------------------------------- */
+
+/* Where weft calls the system or allocates. Each says the errno values a
+ * fault there takes (a random fault draws one; a counter fault takes the
+ * plan's, or the first). */
+typedef enum weft_fault_site {
+    /* weft's own allocations (tasks' bookkeeping, channels, scopes,
+     * actors...): ENOMEM. */
+    WEFT_FAULT_ALLOC = 0,
+    /* mapping a task's stack: ENOMEM. */
+    WEFT_FAULT_STACK = 1,
+    /* pthread_create (workers, the blocking pool, the watchdog, the
+     * signal thread): EAGAIN. */
+    WEFT_FAULT_THREAD = 2,
+    /* eventfd (a poller's wake, the shutdown signals): EMFILE, ENFILE. */
+    WEFT_FAULT_EVENTFD = 3,
+    /* making a worker's poller (epoll_create1, io_uring_setup): EMFILE,
+     * ENOMEM. */
+    WEFT_FAULT_POLLER = 4,
+    /* registering a descriptor with epoll (epoll_ctl): ENOMEM, ENOSPC. */
+    WEFT_FAULT_POLLER_CTL = 5,
+    /* a poll of the worker's poller (epoll_wait, io_uring_enter): EINTR. */
+    WEFT_FAULT_POLL = 6,
+    /* socket(): EMFILE, ENFILE, ENOBUFS. */
+    WEFT_FAULT_SOCKET = 7,
+    /* accept4: EMFILE, ENFILE, ECONNABORTED, EINTR. */
+    WEFT_FAULT_ACCEPT = 8,
+    /* connect: ECONNREFUSED, ENETUNREACH, EADDRNOTAVAIL. */
+    WEFT_FAULT_CONNECT = 9,
+    /* read, recv, readv, recvfrom: ECONNRESET, EIO, EINTR, or a short
+     * read (err 0 in the plan's counter mode: fewer bytes than there
+     * were, at least one). */
+    WEFT_FAULT_READ = 10,
+    /* write, send, writev, sendmsg, sendto: ECONNRESET, EPIPE, EINTR, or
+     * a short write (err 0: fewer bytes taken than offered, at least
+     * one). */
+    WEFT_FAULT_WRITE = 11,
+    /* signalfd (weft_signal_wait, the shutdown signals): EMFILE, ENFILE. */
+    WEFT_FAULT_SIGNALFD = 12,
+    WEFT_FAULT_SITES = 13 /* how many */
+} weft_fault_site;
+
+/* A fault plan (weft_config.faults). Zero fields are "off". */
+typedef struct weft_fault_plan {
+    /* Counter mode: the nth pass (1-based) through `site` fails with
+     * `err` (0: the site's first errno; for READ and WRITE, 0 is a short
+     * transfer). nth 0: off. */
+    weft_fault_site site;
+    uint64_t nth;
+    int err;
+    /* Random mode: each site is active with this chance in thousandths
+     * (FoundationDB activates about a quarter: 250), drawn once per run;
+     * each pass through an active site fails with fail_permille. Both 0:
+     * off. The draws come from seed; 0: the run's seed (weft_seed()),
+     * and with neither, 1. */
+    unsigned active_permille;
+    unsigned fail_permille;
+    uint64_t seed;
+} weft_fault_plan;
+
+/* What the sites saw under the last plan (weft_fault_stats_get). */
+typedef struct weft_fault_stats {
+    uint64_t passes[WEFT_FAULT_SITES]; /* passes through each site */
+    uint64_t fired[WEFT_FAULT_SITES];  /* faults made there */
+    unsigned active;                   /* random mode: bit s set if site s
+                                        * was active */
+} weft_fault_stats;
+
+/* Copies what the sites counted under the running plan, or the last one
+ * (kept after weft_run returns, until the next run with a plan), into
+ * *out. Returns 0, -EINVAL (out NULL), -ENOTSUP (built without the
+ * sites). Any thread; never blocks. */
+WEFT_EXTERN int weft_fault_stats_get(weft_fault_stats *out);
+
+/* A site's name ("alloc", "stack", "read", ...), or NULL for a number
+ * that names none. Any thread; never blocks. */
+WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
 
 /* ------------------------------------------------------------------------
  * Deprecated names (0.2), removed in 0.4

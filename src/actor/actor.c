@@ -58,6 +58,7 @@
 #include "actor/struct.h"
 #include "scope/struct.h"
 #include "select/select.h"
+#include "util/fault.h"
 #include "wait/wait.h"
 
 #include <limits.h>
@@ -249,7 +250,7 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
         return NULL;
     }
     size = (size + WEFT_CACHELINE - 1) & ~(size_t)(WEFT_CACHELINE - 1);
-    weft_actor *a = aligned_alloc(WEFT_CACHELINE, size);
+    weft_actor *a = weft__aligned_alloc(WEFT_CACHELINE, size);
     if (!a) {
         *err = -ENOMEM;
         return NULL;
@@ -1028,7 +1029,7 @@ static size_t mons_want(const weft__monitors *ms)
  * O(1) a call amortised. */
 static void mons_resize(weft_actor *a, size_t want)
 {
-    weft__monitor **b = calloc(want, sizeof(*b));
+    weft__monitor **b = weft__calloc(want, sizeof(*b));
     if (!b)
         return;
     weft__monitors *ms = &a->mons;
@@ -1090,7 +1091,7 @@ long weft_actor_monitor(weft_actor *target, weft_actor *watcher)
     weft__lock_release(&watcher->lock);
     if (gone)
         return -ESRCH;
-    weft__monitor *m = calloc(1, sizeof(*m));
+    weft__monitor *m = weft__calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
     m->watcher = weft_actor_ref(watcher);
@@ -1101,7 +1102,7 @@ int weft_actor_monitor_future(weft_actor *target, weft_future **out)
 {
     if (!actor_ok(target) || !out)
         return -EINVAL;
-    weft__monitor *m = calloc(1, sizeof(*m));
+    weft__monitor *m = weft__calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
     weft_future *f;

@@ -14,6 +14,7 @@
  * the reference it runs on; weft_whereis takes one under the lock.
  */
 #include "actor/struct.h"
+#include "util/fault.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ static void grow(weft__registry *r)
     if (r->count < r->nbuckets * 2 && r->nbuckets)
         return;
     size_t nb = r->nbuckets ? r->nbuckets * 2 : 16;
-    struct weft__name **b = calloc(nb, sizeof(*b));
+    struct weft__name **b = weft__calloc(nb, sizeof(*b));
     if (!b)
         return;
     for (size_t i = 0; i < r->nbuckets; i++) {
@@ -109,7 +110,7 @@ int weft_register(const char *name, weft_actor *a)
         return -EPERM;
     if (a->rt != weft__wpub(weft__tl_worker)->rt)
         return -EINVAL;
-    struct weft__name *e = malloc(sizeof(*e));
+    struct weft__name *e = weft__malloc(sizeof(*e));
     if (!e)
         return -ENOMEM;
     memcpy(e->s, name, n);

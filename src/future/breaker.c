@@ -107,6 +107,7 @@
  * nothing touches a freed breaker: acquire, record and the reporter drop
  * every reference to it when they release the lock for the last time.
  */
+#include "util/fault.h"
 #include "util/util.h"
 
 #include <limits.h>
@@ -208,7 +209,7 @@ static void report_push(weft_breaker *b, weft_breaker_state from,
         /* on_change is slower than the changes: grow (rare; allocating
          * under the spinlock is acceptable here). */
         unsigned cap = b->rqcap * 2;
-        report *nq = cap > b->rqcap ? malloc(cap * sizeof(*nq)) : NULL;
+        report *nq = cap > b->rqcap ? weft__malloc(cap * sizeof(*nq)) : NULL;
         if (!nq)
             return; /* dropped: see the top comment */
         for (unsigned i = 0; i < b->rqlen; i++)
@@ -287,7 +288,7 @@ int weft_breaker_new(weft_breaker **out, const weft_breaker_opts *opts)
         o.min_calls < 0 || o.window_ns < 0 || o.cooldown_ns < 0 ||
         o.half_open_calls < 0)
         return -EINVAL;
-    weft_breaker *b = calloc(1, sizeof(*b));
+    weft_breaker *b = weft__calloc(1, sizeof(*b));
     if (!b)
         return -ENOMEM;
     int64_t window = o.window_ns ? o.window_ns : DEF_WINDOW;

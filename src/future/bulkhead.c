@@ -44,6 +44,7 @@
  * nothing.
  */
 #include "future/future.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -63,7 +64,7 @@ int weft_bulkhead_new(weft_bulkhead **out, int max_calls, int max_queue)
 {
     if (!out || max_calls < 1 || max_queue < 0)
         return -EINVAL;
-    weft_bulkhead *b = calloc(1, sizeof(*b));
+    weft_bulkhead *b = weft__calloc(1, sizeof(*b));
     if (!b)
         return -ENOMEM;
     b->max_calls = max_calls;

@@ -62,6 +62,7 @@
 #include "future/future.h"
 #include "scope/policy.h"
 #include "scope/scope.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/waitset.h"
 
@@ -117,7 +118,7 @@ int weft_future_new(weft_future **out, size_t value_size)
 {
     if (!out || value_size > MAX_VALUE)
         return -EINVAL;
-    weft_future *f = calloc(1, sizeof(*f) + value_size);
+    weft_future *f = weft__calloc(1, sizeof(*f) + value_size);
     if (!f)
         return -ENOMEM;
     f->magic = FUT_MAGIC;
@@ -482,8 +483,8 @@ static int combine(wait_op *op, int64_t deadline)
     fut_wait *ws = ws_small;
     int *fired = fired_small;
     if (op->n > STACK_WAITS) {
-        ws = malloc((size_t)op->n * sizeof(*ws));
-        fired = malloc((size_t)op->n * sizeof(*fired));
+        ws = weft__malloc((size_t)op->n * sizeof(*ws));
+        fired = weft__malloc((size_t)op->n * sizeof(*fired));
         if (!ws || !fired) {
             free(ws);
             free(fired);
@@ -648,7 +649,7 @@ int weft_gather_tasks(weft_policy policy, int n, const weft_fn *fns,
             return -EINVAL;
     if (!weft__current())
         return -EPERM;
-    gather_item *items = malloc((size_t)n * sizeof(*items));
+    gather_item *items = weft__malloc((size_t)n * sizeof(*items));
     if (!items)
         return -ENOMEM;
     for (int i = 0; i < n; i++)

@@ -52,6 +52,7 @@
  * reservation, for weft_limiter_free's -EBUSY.
  */
 #include "future/future.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -87,7 +88,7 @@ int weft_limiter_new(weft_limiter **out, int64_t tokens, int64_t per_ns,
 {
     if (!out || tokens < 1 || per_ns < 1 || burst < 1)
         return -EINVAL;
-    weft_limiter *l = calloc(1, sizeof(*l));
+    weft_limiter *l = weft__calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
     l->tokens = tokens;

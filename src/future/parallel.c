@@ -75,6 +75,7 @@
 #include "sched/task.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 
 #include <limits.h>
 #include <stdalign.h>
@@ -409,7 +410,7 @@ static int setup_worker(struct stage *st, struct pworker *w)
     int nslots = st->ordered ? SLOTS : 1;
     size_t in = round_up(st->in_size), out = round_up(st->out_size);
     w->st = st;
-    w->mem = malloc((size_t)nslots * (in + out));
+    w->mem = weft__malloc((size_t)nslots * (in + out));
     if (!w->mem)
         return -ENOMEM;
     for (int i = 0; i < nslots; i++) {
@@ -442,7 +443,7 @@ static int setup_stage(struct pipe *p, int k, const weft_stage *def)
         st->out = p->out;
     else if ((rc = weft_chan_new(&st->out, def->out_size, def->capacity)) != 0)
         return rc;
-    st->w = calloc((size_t)st->nw, sizeof(*st->w));
+    st->w = weft__calloc((size_t)st->nw, sizeof(*st->w));
     if (!st->w)
         return -ENOMEM;
     for (int j = 0; j < st->nw && rc == 0; j++)
@@ -498,7 +499,7 @@ int weft_pipeline(weft_chan *in, weft_chan *out, const weft_stage *stages,
     struct pipe p = {.in = in, .out = out, .n = n};
     atomic_init(&p.err, 0);
     atomic_init(&p.completed, 0);
-    p.st = calloc((size_t)n, sizeof(*p.st));
+    p.st = weft__calloc((size_t)n, sizeof(*p.st));
     if (!p.st)
         return -ENOMEM;
     for (int k = 0; k < n && rc == 0; k++)

@@ -52,6 +52,7 @@
  * last thread is gone, joins it and frees the pool.
  */
 #include "io/io.h"
+#include "util/fault.h"
 #include "wait/wait.h"
 
 #include <stdlib.h>
@@ -120,7 +121,7 @@ static struct timespec mono_after(int64_t ns)
 
 static pool *pool_new(weft_runtime *rt)
 {
-    pool *p = calloc(1, sizeof(*p));
+    pool *p = weft__calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     pthread_condattr_t ca;
@@ -171,7 +172,9 @@ static void dispatch(pool *p)
             ap = &attr;
         }
         p->threads++;
-        int rc = pthread_create(&th, ap, pool_thread, p);
+        int rc = weft__fault_fails(WEFT_FAULT_THREAD)
+                     ? errno
+                     : pthread_create(&th, ap, pool_thread, p);
         if (ap)
             pthread_attr_destroy(ap);
         if (rc != 0) {
@@ -406,7 +409,7 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
     weft_worker *wk = weft__tl_worker;
     if (weft__wait_past(deadline))
         return -ETIMEDOUT;
-    job *j = calloc(1, sizeof(*j));
+    job *j = weft__calloc(1, sizeof(*j));
     if (!j)
         return -ENOMEM;
     j->fn = fn;

@@ -94,6 +94,7 @@
 #include "io/io.h"
 #include "io/cases.h"
 #include "sched/poller.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -145,7 +146,7 @@ static fd_rec *fd_lookup(int fd, bool create)
     if (!chunk) {
         if (!create)
             return NULL;
-        fd_rec *fresh = calloc(FD_CHUNK, sizeof(*fresh));
+        fd_rec *fresh = weft__calloc(FD_CHUNK, sizeof(*fresh));
         if (!fresh)
             return NULL;
         if (cas_acq_rel(slot, &chunk, fresh))
@@ -608,7 +609,9 @@ int weft_signal_wait(const int *signals, int n, weft_time deadline)
             sigismember(&cur, signals[i]) != 1)
             return -EINVAL;
     }
-    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    int fd = weft__fault_fails(WEFT_FAULT_SIGNALFD)
+                 ? -1
+                 : signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (fd < 0)
         return -errno;
     weft__fd_own(fd, false);

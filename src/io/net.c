@@ -36,6 +36,7 @@
  * is freed by its caller at once (weft__blocking_call says which).
  */
 #include "io/io.h"
+#include "util/fault.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -81,7 +82,41 @@ typedef struct io_op {
     socklen_t alen;        /* sendto: in; accept, recvfrom: out */
 } io_op;
 
+/* The plan's fault for op, if any (fault.h): -1 with errno, or op->n
+ * shortened (a short transfer; op restored by the caller), or 0. */
+static int io_fault(io_op *op, size_t *full)
+{
+    weft_fault_site site = op->kind == IO_ACCEPT ? WEFT_FAULT_ACCEPT
+                           : op->kind < IO_SEND  ? WEFT_FAULT_READ
+                                                 : WEFT_FAULT_WRITE;
+    int e = weft__fault(site);
+    if (WEFT_LIKELY(e == 0))
+        return 0;
+    if (e != WEFT__FAULT_SHORT) {
+        errno = e;
+        return -1;
+    }
+    if (op->iov == NULL && op->n > 1 && op->kind != IO_ACCEPT) {
+        *full = op->n;
+        op->n = weft__fault_short(op->n);
+    }
+    return 0; /* a vector's short transfer: left whole */
+}
+
+static ptrdiff_t io_call_(int fd, io_op *op);
+
 static ptrdiff_t io_call(int fd, io_op *op)
+{
+    size_t full = 0;
+    if (io_fault(op, &full) < 0)
+        return -1;
+    ptrdiff_t r = io_call_(fd, op);
+    if (full)
+        op->n = full;
+    return r;
+}
+
+static ptrdiff_t io_call_(int fd, io_op *op)
 {
     switch (op->kind) {
     case IO_READ:
@@ -361,8 +396,8 @@ static int dns_blocking(const char *host, const char *svc,
                         const struct addrinfo *hints, weft_time deadline,
                         struct addrinfo **out)
 {
-    dns_req *q = calloc(1, sizeof(*q));
-    char *copy = strdup(host);
+    dns_req *q = weft__calloc(1, sizeof(*q));
+    char *copy = weft__strdup(host);
     if (!q || !copy) {
         free(q);
         free(copy);
@@ -446,7 +481,9 @@ int weft_local_port(int fd)
  * without a system call, and weft_close closes it. */
 static int sock_new(int family, int type)
 {
-    int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = weft__fault_fails(WEFT_FAULT_SOCKET)
+                 ? -1
+                 : socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     weft__fd_own(fd, false);
@@ -662,7 +699,8 @@ static int connect_fd(int fd, const struct sockaddr *sa, size_t len,
 {
     int64_t delay = CONNECT_BACKOFF_MIN;
     for (;;) {
-        if (connect(fd, sa, (socklen_t)len) == 0)
+        if (!weft__fault_fails(WEFT_FAULT_CONNECT) &&
+            connect(fd, sa, (socklen_t)len) == 0)
             return 0;
         int err = errno;
         if (err == EINPROGRESS || err == EINTR || err == EALREADY)

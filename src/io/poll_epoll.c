@@ -22,6 +22,7 @@
  * its set, tagged WAKE_TAG.
  */
 #include "sched/poller.h"
+#include "util/fault.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,19 +44,23 @@ typedef struct ep_poller {
 static weft__poller *ep_init(weft_worker *w, int *err)
 {
     WEFT_UNUSED(w);
-    ep_poller *e = calloc(1, sizeof(*e));
+    ep_poller *e = weft__calloc(1, sizeof(*e));
     if (!e) {
         *err = -ENOMEM;
         return NULL;
     }
     e->base.ops = &weft__poller_epoll;
-    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    e->epfd = weft__fault_fails(WEFT_FAULT_POLLER)
+                  ? -1
+                  : epoll_create1(EPOLL_CLOEXEC);
     if (e->epfd < 0) {
         *err = -errno;
         free(e);
         return NULL;
     }
-    e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->evfd = weft__fault_fails(WEFT_FAULT_EVENTFD)
+                  ? -1
+                  : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WAKE_TAG};
     if (e->evfd < 0 || epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->evfd, &ev) != 0) {
         *err = -errno;
@@ -94,7 +99,7 @@ static int ep_register(ep_poller *e, int fd, uint32_t gen)
         int n = e->nfdreg ? e->nfdreg : 256;
         while (n <= fd)
             n *= 2;
-        uint32_t *g = realloc(e->fdreg, (size_t)n * sizeof(*g));
+        uint32_t *g = weft__realloc(e->fdreg, (size_t)n * sizeof(*g));
         if (!g)
             return -ENOMEM;
         memset(g + e->nfdreg, 0, (size_t)(n - e->nfdreg) * sizeof(*g));
@@ -102,6 +107,8 @@ static int ep_register(ep_poller *e, int fd, uint32_t gen)
         e->nfdreg = n;
     }
     struct epoll_event ev = reg_event(fd, gen);
+    if (weft__fault_fails(WEFT_FAULT_POLLER_CTL))
+        return -errno;
     if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         if (errno == EPERM)
             return WEFT__POLL_ALWAYS; /* regular files and the like */
@@ -147,6 +154,8 @@ static void ep_dispatch(ep_poller *e, const struct epoll_event *ev)
 
 static int epoll_wait_ns(int epfd, struct epoll_event *evs, int64_t timeout)
 {
+    if (weft__fault_fails(WEFT_FAULT_POLL))
+        return -1;
 #if defined(SYS_epoll_pwait2)
     static atomic_int no_pwait2;
     if (timeout > 0 && timeout != WEFT_NEVER && !ld_rlx(&no_pwait2)) {

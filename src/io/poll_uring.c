@@ -68,6 +68,7 @@
 #include "io/io.h"
 #include "sched/park.h"
 #include "sched/poller.h"
+#include "util/fault.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,7 +259,9 @@ static int ring_setup(ur_poller *u)
     struct io_uring_params prm = {.flags = IORING_SETUP_CQSIZE |
                                            IORING_SETUP_SUBMIT_ALL,
                                   .cq_entries = CQ_ENTRIES};
-    int rc = io_uring_queue_init_params(SQ_ENTRIES, &u->ring, &prm);
+    int rc = weft__fault_fails(WEFT_FAULT_POLLER)
+                 ? -errno
+                 : io_uring_queue_init_params(SQ_ENTRIES, &u->ring, &prm);
     if (rc == -EINVAL) { /* no SUBMIT_ALL: an entry that fails to submit
                           * stops the rest, which the next enter submits */
         prm = (struct io_uring_params){.flags = IORING_SETUP_CQSIZE,
@@ -289,7 +292,7 @@ static int ring_setup(ur_poller *u)
 
 static weft__poller *ur_init(weft_worker *w, int *err)
 {
-    ur_poller *u = calloc(1, sizeof(*u));
+    ur_poller *u = weft__calloc(1, sizeof(*u));
     if (!u) {
         *err = -ENOMEM;
         return NULL;
@@ -306,7 +309,9 @@ static weft__poller *ur_init(weft_worker *w, int *err)
         free(u);
         return NULL;
     }
-    u->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    u->evfd = weft__fault_fails(WEFT_FAULT_EVENTFD)
+                  ? -1
+                  : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (u->evfd < 0) {
         *err = -errno;
         io_uring_queue_exit(&u->ring);
@@ -326,12 +331,12 @@ static int grow(ur_poller *u, int fd)
     int n = u->nslots ? u->nslots : 256;
     while (n <= fd)
         n *= 2;
-    uint64_t *rm = realloc(u->rm, (size_t)n * 2 * sizeof(*rm));
+    uint64_t *rm = weft__realloc(u->rm, (size_t)n * 2 * sizeof(*rm));
     if (!rm)
         return -ENOMEM;
     u->rm = rm;
     u->caprm = n * 2;
-    ur_fd *s = realloc(u->slots, (size_t)n * sizeof(*s));
+    ur_fd *s = weft__realloc(u->slots, (size_t)n * sizeof(*s));
     if (!s)
         return -ENOMEM;
     memset(s + u->nslots, 0, (size_t)(n - u->nslots) * sizeof(*s));
@@ -542,7 +547,10 @@ static int ur_poll(weft__poller *p, int64_t timeout)
     if (!flushed || rm_done || io_uring_cq_ready(&u->ring) ||
         io_uring_cq_has_overflow(&u->ring))
         timeout = 0;
-    if (timeout == 0) {
+    if (weft__fault_fails(WEFT_FAULT_POLL)) {
+        /* EINTR before the kernel took anything: nothing submitted,
+         * nothing waited for; the completions already there are read. */
+    } else if (timeout == 0) {
         if (io_uring_sq_ready(&u->ring))
             io_uring_submit(&u->ring);
     } else if (timeout == WEFT_NEVER) {

@@ -41,6 +41,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 #include "wait/seen.h"
 
 #include <stdarg.h>
@@ -412,8 +413,8 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
 {
     if (cfg->deadlock == WEFT_DEADLOCK_IGNORE)
         return 0;
-    struct weft__observe *ob = calloc(1, sizeof *ob);
-    unsigned *gens = calloc((size_t)rt->nworkers, sizeof *gens);
+    struct weft__observe *ob = weft__calloc(1, sizeof *ob);
+    unsigned *gens = weft__calloc((size_t)rt->nworkers, sizeof *gens);
     if (!ob || !gens) {
         free(ob);
         free(gens);

@@ -44,6 +44,7 @@
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 #include "util/json.h"
 #include "wait/seen.h"
 
@@ -667,8 +668,8 @@ int weft__dump_write(weft_runtime *rt, int fd, unsigned flags)
     size_t cap = weft__dump_buf_size;
     if (cap < ITEM_MAX + 256)
         cap = ITEM_MAX + 256;
-    dump *d = calloc(1, sizeof(*d));
-    char *buf = malloc(cap);
+    dump *d = weft__calloc(1, sizeof(*d));
+    char *buf = weft__malloc(cap);
     if (!d || !buf) {
         free(d);
         free(buf);

@@ -85,6 +85,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "sched/scheduler.h"
+#include "util/fault.h"
 #include "util/json.h"
 
 #include <stdarg.h>
@@ -488,11 +489,11 @@ void weft__watchdog_init(weft_runtime *rt, const weft_config *c)
     if (threshold == WEFT_NEVER && slow == WEFT_NEVER)
         return;
     int n = rt->nworkers;
-    struct weft__watchdog *wd = calloc(1, sizeof(*wd));
+    struct weft__watchdog *wd = weft__calloc(1, sizeof(*wd));
     if (wd) {
-        wd->table = calloc((size_t)n, sizeof(*wd->table));
-        wd->seen = calloc((size_t)n, sizeof(*wd->seen));
-        wd->reports = calloc((size_t)n, sizeof(*wd->reports));
+        wd->table = weft__calloc((size_t)n, sizeof(*wd->table));
+        wd->seen = weft__calloc((size_t)n, sizeof(*wd->seen));
+        wd->reports = weft__calloc((size_t)n, sizeof(*wd->reports));
     }
     if (!wd || !wd->table || !wd->seen || !wd->reports) {
         if (wd) {
@@ -541,7 +542,8 @@ void weft__watchdog_start(weft_runtime *rt)
     int64_t now = weft__mono_now();
     for (int i = 0; i < wd->nworkers; i++)
         wd->seen[i].since = wd->seen[i].last = now;
-    if (pthread_create(&wd->thread, NULL, wd_main, wd) == 0)
+    if (!weft__fault_fails(WEFT_FAULT_THREAD) &&
+        pthread_create(&wd->thread, NULL, wd_main, wd) == 0)
         wd->started = true;
     else
         fputs("weft: watchdog: cannot start its thread; running without "

@@ -30,6 +30,7 @@
 #include "sched/clock.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 #include "util/json.h"
 #include "wait/record.h"
 
@@ -147,8 +148,8 @@ static void *chunks_slot(chunks *a, size_t size)
     }
     size_t ci = a->n / CHUNK;
     if (ci == a->nc) {
-        void **nc = realloc(a->c, (a->nc + 1) * sizeof(*nc));
-        void *chunk = nc ? malloc(CHUNK * size) : NULL;
+        void **nc = weft__realloc(a->c, (a->nc + 1) * sizeof(*nc));
+        void *chunk = nc ? weft__malloc(CHUNK * size) : NULL;
         if (nc)
             a->c = nc;
         if (!chunk) {
@@ -299,12 +300,12 @@ const char *weft__trace_path(const weft_config *cfg)
 weft__trace *weft__trace_new(weft_runtime *rt, const char *path,
                              const weft_instrument *user, int *err)
 {
-    weft__trace *tr = calloc(1, sizeof(*tr));
+    weft__trace *tr = weft__calloc(1, sizeof(*tr));
     if (tr) {
-        tr->bufs =
-            aligned_alloc(WEFT_CACHELINE, (size_t)weft__rtpub(rt)->nworkers *
-                                              sizeof(*tr->bufs));
-        tr->path = strdup(path);
+        tr->bufs = weft__aligned_alloc(WEFT_CACHELINE,
+                                       (size_t)weft__rtpub(rt)->nworkers *
+                                           sizeof(*tr->bufs));
+        tr->path = weft__strdup(path);
     }
     if (!tr || !tr->bufs || !tr->path) {
         weft__trace_free(tr);
@@ -382,7 +383,7 @@ static int names_build(names *nm, weft__trace *tr)
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
-    nm->slot = calloc(cap, sizeof(*nm->slot));
+    nm->slot = weft__calloc(cap, sizeof(*nm->slot));
     if (!nm->slot)
         return -ENOMEM;
     nm->mask = cap - 1;

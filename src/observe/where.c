@@ -39,6 +39,7 @@
  */
 #include "observe/where.h"
 #include "sched/task.h"
+#include "util/fault.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -434,7 +435,7 @@ static const sym *sym_of(uintptr_t pc)
 {
     static sym one; /* the cache, if it could not be allocated */
     if (!cache)
-        cache = calloc(CACHE_SLOTS, sizeof(*cache));
+        cache = weft__calloc(CACHE_SLOTS, sizeof(*cache));
     sym *s = cache ? &cache[(pc * 0x9e3779b97f4a7c15ull) >> 53] : &one;
     if (s->pc == pc)
         return s;
@@ -583,7 +584,9 @@ void weft__on_big_stack(void (*fn)(void *), void *arg)
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 2 * 1024 * 1024);
-    int rc = pthread_create(&th, &at, big_main, &c);
+    int rc = weft__fault_fails(WEFT_FAULT_THREAD)
+                 ? errno
+                 : pthread_create(&th, &at, big_main, &c);
     pthread_attr_destroy(&at);
     if (rc != 0) {
         fn(arg); /* no thread: the walks see no room and are left out */

@@ -66,6 +66,7 @@
 #include "observe/observe.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
+#include "util/fault.h"
 #include "wait/wake.h"
 
 #include <poll.h>
@@ -122,7 +123,7 @@ static void thread_enter(weft_worker *w)
 #if defined(WEFT_TSAN)
     w->tsan_fiber = __tsan_get_current_fiber();
 #endif
-    w->altstack = malloc(ALTSTACK_SIZE);
+    w->altstack = weft__malloc(ALTSTACK_SIZE);
     if (w->altstack) {
         stack_t ss = {.ss_sp = w->altstack, .ss_size = ALTSTACK_SIZE};
         sigaltstack(&ss, NULL);
@@ -325,7 +326,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
         weft_runtime rt;
         weft__shutdown shut;
         weft__registry registry;
-    } *box = calloc(1, sizeof(*box));
+    } *box = weft__calloc(1, sizeof(*box));
     if (!box) {
         *err = -ENOMEM;
         return NULL;
@@ -346,17 +347,24 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
         }
         rt->instr = weft__trace_instrument(weft__observe_rt(rt)->trace);
     }
-    weft__scope_rt(rt)->root = malloc(sizeof(*weft__scope_rt(rt)->root));
-    rt->workers = aligned_alloc(WEFT_CACHELINE,
-                                (size_t)rt->nworkers * sizeof(weft_worker));
+    weft__scope_rt(rt)->root = weft__malloc(sizeof(*weft__scope_rt(rt)->root));
+    rt->workers = weft__aligned_alloc(WEFT_CACHELINE, (size_t)rt->nworkers *
+                                                          sizeof(weft_worker));
     if (!weft__scope_rt(rt)->root || !rt->workers) {
+        free(rt->workers); /* not set up: runtime_free must not end them */
+        rt->workers = NULL;
         runtime_free(rt);
         *err = -ENOMEM;
         return NULL;
     }
     weft__scope_init_root(rt, weft__scope_rt(rt)->root);
-    for (int i = 0; i < rt->nworkers; i++)
-        weft__worker_init(rt, &rt->workers[i], i);
+    for (int i = 0; i < rt->nworkers; i++) {
+        if ((*err = weft__worker_init(rt, &rt->workers[i], i)) != 0) {
+            rt->nworkers = i + 1; /* runtime_free ends those */
+            runtime_free(rt);
+            return NULL;
+        }
+    }
     if ((*err = weft__deadlock_init(rt, c)) != 0) {
         runtime_free(rt);
         return NULL;
@@ -473,13 +481,15 @@ static int start_workers(weft_runtime *rt)
     int started = 1;
     for (; started < rt->nworkers; started++) {
         weft_worker *w = &rt->workers[started];
-        if (pthread_create(&w->thread, NULL, weft__worker_thread, w) != 0)
+        if (weft__fault_fails(WEFT_FAULT_THREAD) ||
+            pthread_create(&w->thread, NULL, weft__worker_thread, w) != 0)
             break;
     }
-    if (started < rt->nworkers) {
+    /* The scheduling mode stays as set up: the root task is queued for
+     * it already (a seeded run keeps its ready tasks elsewhere), so a run
+     * left with one worker of several is not seeded. */
+    if (started < rt->nworkers)
         rt->nworkers = started;
-        rt->seeded = rt->seed != 0 && rt->nworkers == 1;
-    }
     return set_up;
 }
 
@@ -499,6 +509,30 @@ static void stop_workers(weft_runtime *rt, int set_up)
         weft__worker_fini(&rt->workers[i]);
 }
 
+/* The config's fault plan (weft.h, section 15), installed for this run:
+ * 0 (none, or installed), -ENOTSUP (built without the sites), -EINVAL (a
+ * site out of range, a chance over 1000, a bad WEFT_SEED), -EBUSY
+ * (another run has a plan). */
+static int faults_install(const weft_config *c)
+{
+    const weft_fault_plan *f = c->faults;
+    if (!f)
+        return 0;
+#if defined(WEFT__FAULTS)
+    if ((f->nth && (unsigned)f->site >= WEFT_FAULT_SITES) || f->err < 0 ||
+        f->active_permille > 1000 || f->fail_permille > 1000)
+        return -EINVAL;
+    uint64_t seed;
+    int rc = seed_from_env(c->seed, &seed);
+    return rc ? rc : weft__fault_install(f, seed);
+#else
+    return -ENOTSUP;
+#endif
+}
+
+static weft_runtime *run_body(const weft_config *cfg, weft_fn fn, void *arg,
+                              int *err, run_hook_fn hook, void *hook_ctx);
+
 static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
                               int *err, run_hook_fn hook, void *hook_ctx)
 {
@@ -513,8 +547,20 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         *err = -EBUSY;
         return NULL;
     }
-    if ((*err = check_config(cfg)) != 0)
+    if ((*err = check_config(cfg)) != 0 || (*err = faults_install(cfg)) != 0)
         return NULL;
+    weft_runtime *rt = run_body(cfg, fn, arg, err, hook, hook_ctx);
+#if defined(WEFT__FAULTS)
+    if (cfg->faults)
+        weft__fault_remove();
+#endif
+    return rt;
+}
+
+/* run_with's run, from a checked config (and its plan installed). */
+static weft_runtime *run_body(const weft_config *cfg, weft_fn fn, void *arg,
+                              int *err, run_hook_fn hook, void *hook_ctx)
+{
     weft__fence_init();
     weft_runtime *rt = runtime_new(cfg, err);
     if (!rt)
@@ -661,7 +707,7 @@ static int start_keeper(weft_runtime *rt)
 {
     weft__shutdown *sd = shut_of(rt);
     weft_worker *w0 = &rt->workers[0];
-    weft_scope *home = malloc(sizeof(*home));
+    weft_scope *home = weft__malloc(sizeof(*home));
     weft_task *t = home ? weft__task_alloc(w0, rt->pool.slot_size) : NULL;
     if (!t) {
         free(home);
@@ -920,7 +966,8 @@ static void start_signal_thread(weft_runtime *rt, void *ctx)
     struct sigctl *sc = ctx;
     sc->rt = rt;
     st_rel(&shut_of(rt)->notify_fd, sc->efd);
-    if (pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
+    if (weft__fault_fails(WEFT_FAULT_THREAD) ||
+        pthread_create(&sc->thread, NULL, signal_thread, sc) != 0) {
         st_rel(&shut_of(rt)->notify_fd, -1);
         sc->rt = NULL;
     }
@@ -1048,7 +1095,7 @@ int weft_on_worker_exit(void (*fn)(void *arg), void *arg)
         return -EINVAL;
     if (!w)
         return -EPERM;
-    struct weft__exit_hook *h = malloc(sizeof(*h));
+    struct weft__exit_hook *h = weft__malloc(sizeof(*h));
     if (!h)
         return -ENOMEM;
     h->fn = fn;

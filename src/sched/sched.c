@@ -93,6 +93,7 @@
 #include "sched/poller.h"
 #include "sched/scheduler.h"
 #include "timer/timer.h"
+#include "util/fault.h"
 #include "util/tsan.h"
 
 #if defined(WEFT_ASAN)
@@ -226,7 +227,7 @@ static inline weft_task *q_pop(weft__queue *q)
 static weft__dqbuf *dq_buf_new(int64_t cap)
 {
     size_t head = sizeof(weft__dqbuf) + (size_t)cap * sizeof(weft_task *);
-    weft__dqbuf *b = malloc(head + (size_t)cap * sizeof(atomic_uint));
+    weft__dqbuf *b = weft__malloc(head + (size_t)cap * sizeof(atomic_uint));
     if (b) {
         b->mask = cap - 1;
         b->retired = NULL;
@@ -344,6 +345,8 @@ static void ready_push(weft_worker *w, weft_task *t)
 {
     if (w->nready == w->capready) {
         size_t cap = w->capready ? w->capready * 2 : 1024;
+        /* Plain realloc, not a fault site: a wake has no way to fail, so
+         * running out of memory here ends the process. */
         weft_task **n = realloc(w->ready, cap * sizeof(*n));
         if (!n)
             weft__fatal("weft: out of memory growing the seeded run queue");
@@ -1490,9 +1493,10 @@ int weft__worker_loop(weft_worker *w)
 
 /* ---- worker setup ---- */
 
-void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
+int weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
 {
     memset(w, 0, sizeof(*w));
+    atomic_init(&w->stat_fd, -1); /* before a failure: worker_fini closes it */
     w->rt = rt;
     w->id = id;
     w->rng = (rt->seed ? rt->seed : 0x9E3779B97F4A7C15ull) +
@@ -1503,16 +1507,14 @@ void weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
     w->instr = rt->instr;
     w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
     w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
-    w->seen = calloc((size_t)rt->nworkers, sizeof(*w->seen));
+    w->seen = weft__calloc((size_t)rt->nworkers, sizeof(*w->seen));
     if (!w->seen)
-        weft__fatal("weft: out of memory creating a worker");
+        return -ENOMEM;
     for (int i = 0; i < rt->nworkers; i++)
         w->seen[i].cpu = -1;
     atomic_init(&w->probe_ready, 0);
-    atomic_init(&w->stat_fd, -1);
     weft__wheel_init(&w->wheel, weft__now(rt));
-    if (dq_init(&w->deque) != 0)
-        weft__fatal("weft: out of memory creating a worker");
+    return dq_init(&w->deque);
 }
 
 void weft__worker_fini(weft_worker *w)

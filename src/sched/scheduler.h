@@ -286,7 +286,8 @@ void weft__worker_quiesce(weft_worker *w);
 int weft__worker_loop(weft_worker *w);
 void *weft__worker_thread(void *arg);
 int weft__yield(weft_worker *w);
-void weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
+/* Sets w up: 0, or -ENOMEM with w as weft__worker_fini can end it. */
+int weft__worker_init(weft_runtime *rt, weft_worker *w, int id);
 void weft__worker_fini(weft_worker *w);
 void weft__task_main(void *arg);
 /* Idling, for the clocks (clock.c), on w's thread. */

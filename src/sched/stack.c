@@ -52,6 +52,7 @@
  * none starts: nothing here needs to wait for the watchdog.
  */
 #include "sched/scheduler.h"
+#include "util/fault.h"
 #include "util/sig.h"
 #include "util/tsan.h"
 
@@ -163,7 +164,7 @@ static int remember_chunk(weft__pool_global *g, void *p, size_t len)
     /* Chunk records are (address, length) pairs. */
     if (g->nchunks + 2 > g->capchunks) {
         size_t cap = g->capchunks ? g->capchunks * 2 : 64;
-        void **n = realloc(g->chunks, cap * sizeof(*n));
+        void **n = weft__realloc(g->chunks, cap * sizeof(*n));
         if (!n)
             return -ENOMEM;
         g->chunks = n;
@@ -280,8 +281,10 @@ static bool take_guard(weft__pool_global *g, char *lo)
 
 static void *map_region(size_t len)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = weft__fault_fails(WEFT_FAULT_STACK)
+                  ? MAP_FAILED
+                  : mmap(NULL, len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -409,7 +412,7 @@ static int cold_push(weft__pool_global *g, weft_task *t)
 {
     if (g->ncold == g->capcold) {
         size_t cap = g->capcold ? g->capcold * 2 : 1024;
-        void **n = realloc(g->cold, cap * sizeof(*n));
+        void **n = weft__realloc(g->cold, cap * sizeof(*n));
         if (!n)
             return -ENOMEM;
         g->cold = n;

@@ -42,6 +42,7 @@
 #include "scope/cases.h"
 #include "scope/struct.h"
 #include "timer/timer.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -214,7 +215,7 @@ static int grow_statuses(weft_scope *s)
     int cap = weft__scope_status_cap(s->capstatuses);
     if ((size_t)cap > SIZE_MAX / sizeof(*s->statuses))
         return -ENOMEM; /* 32-bit size_t */
-    int64_t *n = realloc(s->statuses, (size_t)cap * sizeof(*n));
+    int64_t *n = weft__realloc(s->statuses, (size_t)cap * sizeof(*n));
     if (!n)
         return -ENOMEM;
     s->statuses = n;
@@ -485,7 +486,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
         return -EINVAL;
     if (opts && opts->on_failure && !(pol->flags & WEFT__POL_REPORT))
         return -EINVAL;
-    weft_scope *s = calloc(1, sizeof(*s));
+    weft_scope *s = weft__calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     weft_scope *parent = weft__task_scope_cur(t);

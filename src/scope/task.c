@@ -41,6 +41,7 @@
  */
 #include "scope/cases.h"
 #include "scope/struct.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -64,7 +65,7 @@ static int add_chunk(void)
 {
     if (nchunks == NCHUNKS)
         return -ENOMEM; /* 16 M handles at once */
-    weft__handle *c = calloc(CHUNK, sizeof(*c));
+    weft__handle *c = weft__calloc(CHUNK, sizeof(*c));
     if (!c)
         return -ENOMEM;
     for (unsigned i = CHUNK; i-- > 0;) {

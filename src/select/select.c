@@ -33,6 +33,7 @@
 #include "scope/scope.h"
 #include "sync/cases.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/record.h"
 #include "wait/wake.h"
@@ -155,10 +156,10 @@ static int sel_alloc(sel *s, void *small_arms, void *small_order,
         s->st = small_st;
         return 0;
     }
-    s->arms = malloc((size_t)n * sizeof(*s->arms));
-    s->order = malloc((size_t)n * sizeof(*s->order));
-    s->perm = malloc((size_t)n * sizeof(*s->perm));
-    s->st = malloc((size_t)n * sizeof(*s->st));
+    s->arms = weft__malloc((size_t)n * sizeof(*s->arms));
+    s->order = weft__malloc((size_t)n * sizeof(*s->order));
+    s->perm = weft__malloc((size_t)n * sizeof(*s->perm));
+    s->st = weft__malloc((size_t)n * sizeof(*s->st));
     if (s->arms && s->order && s->perm && s->st)
         return 0;
     free(s->arms);

@@ -51,6 +51,7 @@
  */
 #include "actor/actor.h"
 #include "scope/struct.h"
+#include "util/fault.h"
 #include "wait/wait.h"
 
 #include <limits.h>
@@ -186,7 +187,7 @@ static child *find_child(weft_sup *s, const char *name)
 
 static child *child_new(weft_sup *s, const weft_child_spec *spec)
 {
-    child *c = calloc(1, sizeof(*c));
+    child *c = weft__calloc(1, sizeof(*c));
     if (!c)
         return NULL;
     c->sup = s;
@@ -413,7 +414,7 @@ static bool window_add(weft_sup *s, weft_time now)
         cap = cap > INT_MAX / 2 ? INT_MAX : cap * 2;
         if (cap - 1 > s->intensity)
             cap = s->intensity + 1;
-        weft_time *r = malloc((size_t)cap * sizeof(*r));
+        weft_time *r = weft__malloc((size_t)cap * sizeof(*r));
         if (!r && s->ring_cap == 0)
             return true; /* no memory to count with */
         if (r) {
@@ -738,7 +739,7 @@ static int sup_new(const weft_sup_opts *o, const weft_child_spec *children,
             if (strcmp(children[i].name, children[j].name) == 0)
                 return -EINVAL;
     }
-    weft_sup *s = calloc(1, sizeof(*s));
+    weft_sup *s = weft__calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->o = *o;
@@ -753,7 +754,7 @@ static int sup_new(const weft_sup_opts *o, const weft_child_spec *children,
     s->pend_tail = &s->pend_head;
     if (s->intensity >= 0 && s->intensity < RING_PREALLOC) {
         s->ring_cap = s->intensity + 1;
-        s->ring = malloc((size_t)s->ring_cap * sizeof(*s->ring));
+        s->ring = weft__malloc((size_t)s->ring_cap * sizeof(*s->ring));
         if (!s->ring) {
             free(s);
             return -ENOMEM;

@@ -30,6 +30,7 @@
  */
 #include "sync/cases.h"
 #include "sync/sync.h"
+#include "util/fault.h"
 #include "wait/many.h"
 #include "wait/wait.h"
 
@@ -72,11 +73,11 @@ int weft_chan_new(weft_chan **out, size_t elem_size, size_t capacity)
         return -EINVAL;
     if (capacity > SIZE_MAX / elem_size / 2)
         return -EINVAL;
-    weft_chan *c = calloc(1, sizeof(*c));
+    weft_chan *c = weft__calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
     if (capacity) {
-        c->buf = malloc(capacity * elem_size);
+        c->buf = weft__malloc(capacity * elem_size);
         if (!c->buf) {
             free(c);
             return -ENOMEM;
