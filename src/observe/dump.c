@@ -41,6 +41,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "observe/where.h"
+#include "pool/pool.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
@@ -331,6 +332,16 @@ static void wait_details(dump *d, const weft__wait_seen *w)
             if (dir)
                 put(d, ", %s", dir);
             put(d, ")");
+        }
+    } else if (w->kind == &weft__wk_pool) {
+        const char *name = weft__pool_name(w->obj);
+        if (d->json) {
+            put(d, ",\"pool\":");
+            put_json_str(d, name, NAME_SHOWN);
+        } else if (name[0]) {
+            put(d, " \"");
+            put_text_str(d, name, NAME_SHOWN);
+            put(d, "\"");
         }
     } else if (w->kind == &weft__wk_sleep || w->kind == &weft__wk_limiter) {
         int64_t until = w->until;
