@@ -422,7 +422,10 @@ static int make(weft_pool *p, entry *e)
             dispatch(p, now, &a); /* others may make theirs now */
         }
     } else {
-        create_failed(p, rc, now);
+        /* A create cut short by our own cancel says nothing of the
+         * server: no failure counted, no backoff. */
+        if (rc != -ECANCELED || !weft__task_cancelled(weft__current()))
+            create_failed(p, rc, now);
         unslot(p, e);
         dispatch(p, now, &a);
         pass_probe(p, &a);
