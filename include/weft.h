@@ -2307,10 +2307,10 @@ typedef struct weft_pool_stats {
  * out of range, min_size > max_size), -ENOMEM. Any thread; never blocks. */
 WEFT_EXTERN int weft_pool_new(weft_pool **out, const weft_pool_opts *opts);
 
-/* Frees a pool that is closed with nothing borrowed (weft_pool_close
- * returned 0). Returns 0, -EBUSY (not closed, or something is borrowed, or
- * a task is still inside a call: nothing freed), -EINVAL. Any thread;
- * never blocks. */
+/* Frees a pool that holds no resource and that no task waits in: one
+ * closed (weft_pool_close returned 0), or one never used. Returns 0,
+ * -EBUSY (resources exist, idle or borrowed, or a task waits: close it
+ * first; nothing freed), -EINVAL. Any thread; never blocks. */
 WEFT_EXTERN int weft_pool_free(weft_pool *p);
 
 /* Borrows a resource: an idle one (validated first, if opts.validate is
@@ -2357,8 +2357,10 @@ WEFT_EXTERN int weft_pool_release_broken(weft_pool *p, void *res);
  * idle resources are destroyed now, borrowed ones when they come back.
  * Waits until nothing is borrowed or being made (0), or the deadline
  * (-ETIMEDOUT: the rest is destroyed as it comes back; call again to wait
- * more). -ECANCELED, -EINVAL, -EPERM (not in a task). Cancellation point
- * (the pool stays closed). Blocks (and runs destroy). */
+ * more). -ECANCELED, -EINVAL, -EPERM (not in a task). A cancellation
+ * point only where it waits: in a cancelled scope it still closes and
+ * destroys the idle ones, and returns -ECANCELED only if something is
+ * still borrowed (the pool stays closed). Blocks (and runs destroy). */
 WEFT_EXTERN int weft_pool_close(weft_pool *p, weft_time deadline);
 
 /* A snapshot of the pool's figures, after a look for leaks (which may

@@ -1013,3 +1013,63 @@ TEST(pool_stress_cancels_and_broken)
 {
     ASSERT_EQ(t_run(2, WEFT_CLOCK_VIRTUAL, T_SEED(7), stress_root, NULL), 0);
 }
+
+/* ---- the deadlock detector ---- */
+
+/* A task holds the pool's one resource and asks for one more, with no
+ * deadline: nobody can ever give one back. Every task is asleep, and the
+ * detector says so, naming the pool wait; the root's cancel then ends the
+ * acquire, and the task gives back what it holds. */
+static int greedy_twice(void *arg)
+{
+    weft_pool *p = arg;
+    void *a, *b;
+    ASSERT_EQ(weft_pool_acquire(p, &a, WEFT_NEVER), 0);
+    int rc = weft_pool_acquire(p, &b, WEFT_NEVER);
+    ASSERT_EQ(weft_pool_release(p, a), 0);
+    return rc;
+}
+
+static int deadlock_root(void *arg)
+{
+    weft_pool **pp = arg;
+    weft_scope *s = scope_open();
+    ASSERT(weft_spawn_ex(s, greedy_twice, *pp,
+                         &(weft_spawn_opts){.name = "asks twice"}) >= 0);
+    int rc = weft_scope_join(s);
+    weft_scope_free(s);
+    ASSERT_EQ(weft_pool_close(*pp, WEFT_NEVER), 0);
+    return rc;
+}
+
+TEST(pool_wait_counts_for_the_deadlock_detector)
+{
+    for (int workers = 1; workers <= 2; workers++) {
+        weft_pool_opts o = base_opts(1);
+        weft_pool *p = mk(&o);
+        weft_config cfg = {.workers = workers,
+                           .clock = WEFT_CLOCK_VIRTUAL,
+                           .deadlock_grace_ns = 20 * WEFT_MSEC};
+        FILE *f = tmpfile();
+        ASSERT(f);
+        fflush(stderr);
+        int saved = dup(2);
+        ASSERT(saved >= 0);
+        if (!getenv("T_SHOW_REPORT"))
+            ASSERT(dup2(fileno(f), 2) == 2);
+        int rc = weft_run(&cfg, deadlock_root, &p);
+        fflush(stderr);
+        ASSERT(dup2(saved, 2) == 2);
+        close(saved);
+        ASSERT_EQ(rc, -EDEADLK);
+        static char err[1 << 16];
+        ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+        size_t n = fread(err, 1, sizeof err - 1, f);
+        err[n] = 0;
+        fclose(f);
+        if (!strstr(err, "\"asks twice\"") || !strstr(err, "waits for pool"))
+            T_FAIL("report without the pool wait:\n%s", err);
+        ASSERT_EQ(atomic_load(&srv.live), 0);
+        ASSERT_EQ(weft_pool_free(p), 0);
+    }
+}

@@ -339,9 +339,8 @@ static void wait_details(dump *d, const weft__wait_seen *w)
             put(d, ",\"pool\":");
             put_json_str(d, name, NAME_SHOWN);
         } else if (name[0]) {
-            put(d, " \"");
+            put_ch(d, ' ');
             put_text_str(d, name, NAME_SHOWN);
-            put(d, "\"");
         }
     } else if (w->kind == &weft__wk_sleep || w->kind == &weft__wk_limiter) {
         int64_t until = w->until;

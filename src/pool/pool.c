@@ -627,9 +627,10 @@ int weft_pool_close(weft_pool *p, weft_time deadline)
 {
     if (!p)
         return -EINVAL;
-    int rc = weft__checkpoint();
-    if (rc)
-        return rc;
+    if (!weft__current())
+        return -EPERM;
+    /* Not a checkpoint at entry: a cleanup path in a cancelled scope still
+     * closes, and only the wait for the borrowed ones is cut short. */
     for (;;) {
         after a;
         weft__chain shut;
@@ -662,11 +663,11 @@ int weft_pool_close(weft_pool *p, weft_time deadline)
         }
         weft__waiter self;
         weft__waiter_init(&self, NULL, 0);
-        rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_pool,
-                                                  .obj = p,
-                                                  .lock = &p->lock,
-                                                  .q = &p->closers,
-                                                  .deadline = deadline});
+        int rc = weft__wait(&self, &(weft__wait_spec){.kind = &weft__wk_pool,
+                                                      .obj = p,
+                                                      .lock = &p->lock,
+                                                      .q = &p->closers,
+                                                      .deadline = deadline});
         if (rc)
             return rc;
     }
