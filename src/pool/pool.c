@@ -471,6 +471,10 @@ int weft_pool_acquire_at(weft_pool *p, void **res, const char *file, int line,
         }
         after_init(p, &a);
         upkeep(p, now, &a);
+        if (a.ndead) { /* places freed: the ones ahead of us first */
+            dispatch(p, now, &a);
+            pass_probe(p, &a);
+        }
         entry *e = NULL;
         if (!p->q.head || front) {
             if (p->idle)
@@ -478,7 +482,7 @@ int weft_pool_acquire_at(weft_pool *p, void **res, const char *file, int line,
             else if (may_create(p, now))
                 e = reserve(p);
         }
-        if (!e && (a.ndead || a.nleak)) { /* do that first, then wait */
+        if (!e && (a.ndead || a.nleak || a.woken.head)) { /* first that */
             weft__lock_release(&p->lock);
             after_run(&a);
             continue;
