@@ -692,6 +692,50 @@ TEST(pool_leak_reported_once_with_holder_and_site)
     ASSERT_EQ(t_run_virtual(1, leak_root, NULL), 0);
 }
 
+/* Without on_leak: one line on stderr, naming the pool, the task, and the
+ * file and line of the acquire. */
+static int leak_line_root(void *arg)
+{
+    (void)arg;
+    weft_pool_opts o = base_opts(1);
+    o.leak_threshold_ns = WEFT_SEC;
+    weft_pool *p = mk(&o);
+    weft_scope *s = scope_open();
+    ASSERT(weft_spawn_ex(NULL, leaker, p,
+                         &(weft_spawn_opts){.name = "holder"}) >= 0);
+    ASSERT_EQ(weft_sleep_for(2 * WEFT_SEC), 0);
+    stats(p);
+    stats(p);
+    scope_end(s);
+    check_rest_and_free(p);
+    return 0;
+}
+
+TEST(pool_leak_default_report_on_stderr)
+{
+    FILE *f = tmpfile();
+    ASSERT(f);
+    fflush(stderr);
+    int saved = dup(2);
+    ASSERT(saved >= 0 && dup2(fileno(f), 2) == 2);
+    int rc = t_run_virtual(1, leak_line_root, NULL);
+    fflush(stderr);
+    ASSERT(dup2(saved, 2) == 2);
+    close(saved);
+    ASSERT_EQ(rc, 0);
+    static char err[4096];
+    ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+    size_t n = fread(err, 1, sizeof err - 1, f);
+    err[n] = 0;
+    fclose(f);
+    char site[64];
+    snprintf(site, sizeof site, "test_pool.c:%d", leak_line);
+    const char *hit = strstr(err, "pool \"db\"");
+    if (!hit || !strstr(hit, " holder,") || !strstr(hit, site) ||
+        strstr(hit + 1, "pool \"db\""))
+        T_FAIL("not one leak line naming the pool, task and site:\n%s", err);
+}
+
 /* ---- fairness ---- */
 
 #define FQ_N 24
@@ -882,6 +926,16 @@ static int dump_root(void *arg)
     ASSERT(on != NULL && on < end);
     const char *name = strstr(line, "\"db\"");
     ASSERT(name != NULL && name < end);
+    /* The JSON dump names the pool too. */
+    f = tmpfile();
+    ASSERT(f);
+    ASSERT_EQ(weft_dump(fileno(f), WEFT_DUMP_JSON), 0);
+    ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    ASSERT(strstr(buf, "\"kind\":\"pool\"") != NULL);
+    ASSERT(strstr(buf, "\"pool\":\"db\"") != NULL);
     ASSERT_EQ(weft_pool_release(p, held), 0);
     scope_end(s);
     ASSERT_EQ(w.rc, 0);
