@@ -1016,9 +1016,15 @@ static int driver_task(void *arg)
         weft_task_handle h;
         ASSERT(weft_spawn_ex(NULL, op_task, &o,
                              &(weft_spawn_opts){.handle = &h}) >= 0);
-        int y = (int)(rnd(&rng) % 4);
-        for (int k = 0; k < y; k++)
-            weft_yield();
+        /* A few turns, or half milliseconds: the holders give back on the
+         * same half-millisecond marks, so some cancels land between a
+         * hand-over and the moment its waiter runs. */
+        int y = (int)(rnd(&rng) % 6);
+        if (y < 4)
+            for (int k = 0; k < y; k++)
+                weft_yield();
+        else
+            weft_sleep_for((y - 3) * MS / 2);
         if (rnd(&rng) % 4 == 0)
             ASSERT_EQ(weft_task_cancel(h), 0);
         ASSERT_EQ(weft_task_join(h, NULL), 0);
