@@ -2249,9 +2249,11 @@ typedef struct weft_pool_leak_info {
 } weft_pool_leak_info;
 
 typedef struct weft_pool_opts {
-    /* Makes a resource: 0 and *res, or a negative errno code (the acquire
-     * that asked for it returns that code, and the next creation waits
-     * for the backoff). Required. May block; runs on an acquiring task. */
+    /* Makes a resource: 0 and a non-NULL *res, or a negative errno code
+     * (the acquire that asked for it returns that code, and the next
+     * creation waits for the backoff; but -ECANCELED from a create whose
+     * task was cancelled counts as no failure). Required. May block; runs
+     * on an acquiring task. */
     int (*create)(void *ctx, void **res);
     /* Ends a resource (closes the connection). Required. May block; runs
      * on the task that let the resource go. */
