@@ -449,6 +449,138 @@ static void hand_back(weft_pool *p, entry *e, bool broken)
     after_run(&a);
 }
 
+/* What a look at the pool ends with, besides 0 (GOT: *e is ours) and an
+ * error: look again (first in line if front was set). */
+enum { AGAIN = 1 };
+
+/* A waiter that nobody claimed (rc: -ETIMEDOUT or -ECANCELED) is off the
+ * queue: uncounted, it passes the prober's role on, or, woken at the
+ * backoff's end as the prober (probe), looks again first in line. Returns
+ * AGAIN, or the acquire's error: the last creation's while creations fail
+ * and the deadline passed. */
+static int left_line(weft_pool *p, int rc, bool probe, bool *front)
+{
+    bool again = probe && rc == -ETIMEDOUT;
+    after a;
+    weft__lock_acquire(&p->lock);
+    after_init(p, &a);
+    p->waiting--;
+    int err = rc;
+    if (!again) {
+        pass_probe(p, &a);
+        if (rc == -ETIMEDOUT) {
+            p->timeouts++;
+            if (p->fails)
+                err = p->last_err;
+        }
+    }
+    weft__lock_release(&p->lock);
+    after_run(&a);
+    if (again)
+        *front = true;
+    return again ? AGAIN : err;
+}
+
+/* Under the lock, nothing to take: waits for a hand-over. The prober
+ * (first in line while creations fail with a place free) wakes at the
+ * backoff's end to try again. Returns 0 with *e handed to us (ours
+ * whatever comes), AGAIN, or an error; the lock released. */
+static int wait_turn(weft_pool *p, int64_t now, weft_time deadline, bool *front,
+                     entry **e)
+{
+    bool probe = p->fails && !p->creating && p->size < p->cap &&
+                 (!p->q.head || *front) && p->retry_at > now &&
+                 p->retry_at < deadline;
+    weft__waiter self;
+    weft__waiter_init(&self, NULL, 0);
+    p->waiting++;
+    int rc = weft__wait(
+        &self, &(weft__wait_spec){.kind = &weft__wk_pool,
+                                  .obj = p,
+                                  .lock = &p->lock,
+                                  .q = &p->q,
+                                  .deadline = probe ? p->retry_at : deadline,
+                                  .flags = *front ? WEFT__WAIT_FRONT : 0});
+    if (rc == 0 && self.n == W_RETRY) {
+        *front = true;
+        return AGAIN;
+    }
+    if (rc == 0) {
+        *e = self.elem;
+        return 0;
+    }
+    if (weft__wait_unclaimed(rc))
+        return left_line(p, rc, probe, front);
+    return rc; /* -ESHUTDOWN: closed while we waited */
+}
+
+/* One look: an idle resource or a free place to make one in, taken if
+ * nobody waits ahead of us (or front), else a wait in line. Returns 0 with
+ * *e borrowed or E_CREATING for us, AGAIN, or an error. */
+static int look(weft_pool *p, weft_time deadline, bool *front, entry **e)
+{
+    int64_t now = weft_now();
+    after a;
+    weft__lock_acquire(&p->lock);
+    if (p->closed) {
+        weft__lock_release(&p->lock);
+        return -ESHUTDOWN;
+    }
+    after_init(p, &a);
+    upkeep(p, now, &a);
+    if (a.ndead) { /* places freed: the ones ahead of us first */
+        dispatch(p, now, &a);
+        pass_probe(p, &a);
+    }
+    *e = NULL;
+    if (!p->q.head || *front) {
+        if (p->idle)
+            *e = take_idle(p);
+        else if (may_create(p, now))
+            *e = reserve(p);
+    }
+    if (!*e && !a.ndead && !a.nleak && !a.woken.head)
+        return wait_turn(p, now, deadline, front, e);
+    weft__lock_release(&p->lock);
+    after_run(&a); /* before any wait: destroys, reports, wakes */
+    return *e ? 0 : AGAIN;
+}
+
+/* What a look got made ready: made (E_CREATING), or checked (an idle one:
+ * too old, or validate says no, and it is destroyed). Returns 0, AGAIN
+ * (first in line), or create's error. */
+static int make_ready(weft_pool *p, entry *e, bool *front)
+{
+    if (e->state == E_CREATING)
+        return make(p, e);
+    WEFT_ASSERT(e->state == E_BORROWED);
+    if (too_old(p, e, weft_now()) ||
+        (p->o.validate && p->o.validate(p->o.ctx, e->res) != 0)) {
+        hand_back(p, e, true);
+        *front = true;
+        return AGAIN;
+    }
+    return 0;
+}
+
+/* e is t's now: notes the borrow for leak reports. */
+static void *stamp(weft_pool *p, entry *e, weft_task *t, const char *file,
+                   int line)
+{
+    const char *name = ld_rlx(&t->name);
+    weft__lock_acquire(&p->lock);
+    e->since = weft_now();
+    e->holder = ld_rlx(&t->id);
+    snprintf(e->holder_name, NAME_COPY, "%s", name ? name : "");
+    e->file = file;
+    e->line = line;
+    e->leak_told = false;
+    p->acquired++;
+    void *res = e->res;
+    weft__lock_release(&p->lock);
+    return res;
+}
+
 int weft_pool_acquire_at(weft_pool *p, void **res, const char *file, int line,
                          weft_time deadline)
 {
@@ -462,112 +594,20 @@ int weft_pool_acquire_at(weft_pool *p, void **res, const char *file, int line,
         int rc = weft__checkpoint();
         if (rc)
             return rc;
-        int64_t now = weft_now();
-        after a;
-        weft__lock_acquire(&p->lock);
-        if (p->closed) {
-            weft__lock_release(&p->lock);
-            return -ESHUTDOWN;
-        }
-        after_init(p, &a);
-        upkeep(p, now, &a);
-        if (a.ndead) { /* places freed: the ones ahead of us first */
-            dispatch(p, now, &a);
-            pass_probe(p, &a);
-        }
         entry *e = NULL;
-        if (!p->q.head || front) {
-            if (p->idle)
-                e = take_idle(p);
-            else if (may_create(p, now))
-                e = reserve(p);
-        }
-        if (!e && (a.ndead || a.nleak || a.woken.head)) { /* first that */
-            weft__lock_release(&p->lock);
-            after_run(&a);
+        rc = look(p, deadline, &front, &e);
+        if (rc == 0)
+            rc = make_ready(p, e, &front);
+        if (rc == AGAIN)
             continue;
-        }
-        if (!e) {
-            /* Wait. The prober (first in line while creations fail with a
-             * place free) wakes at the backoff's end to try again. */
-            bool probe = p->fails && !p->creating && p->size < p->cap &&
-                         (!p->q.head || front) && p->retry_at > now &&
-                         p->retry_at < deadline;
-            weft__waiter self;
-            weft__waiter_init(&self, NULL, 0);
-            p->waiting++;
-            rc = weft__wait(
-                &self,
-                &(weft__wait_spec){.kind = &weft__wk_pool,
-                                   .obj = p,
-                                   .lock = &p->lock,
-                                   .q = &p->q,
-                                   .deadline = probe ? p->retry_at : deadline,
-                                   .flags = front ? WEFT__WAIT_FRONT : 0});
-            if (rc == 0 && self.n == W_RETRY) {
-                front = true;
-                continue;
-            }
-            if (rc == 0) {
-                e = self.elem; /* handed to us: ours whatever comes */
-            } else if (weft__wait_unclaimed(rc)) {
-                /* Handed nothing, off the queue. */
-                bool again = probe && rc == -ETIMEDOUT;
-                weft__lock_acquire(&p->lock);
-                after_init(p, &a);
-                p->waiting--;
-                int err = rc;
-                if (!again) {
-                    pass_probe(p, &a);
-                    if (rc == -ETIMEDOUT) {
-                        p->timeouts++;
-                        if (p->fails)
-                            err = p->last_err;
-                    }
-                }
-                weft__lock_release(&p->lock);
-                after_run(&a);
-                if (again) {
-                    front = true;
-                    continue;
-                }
-                return err;
-            } else {
-                return rc; /* -ESHUTDOWN: closed while we waited */
-            }
-        } else {
-            weft__lock_release(&p->lock);
-            after_run(&a);
-        }
-        if (e->state == E_CREATING) {
-            rc = make(p, e);
-            if (rc)
-                return rc;
-        } else {
-            WEFT_ASSERT(e->state == E_BORROWED);
-            if (too_old(p, e, weft_now()) ||
-                (p->o.validate && p->o.validate(p->o.ctx, e->res) != 0)) {
-                hand_back(p, e, true);
-                front = true;
-                continue;
-            }
-        }
+        if (rc)
+            return rc;
         /* Ours. A cancel that came meanwhile: give it back, hold nothing. */
         if (weft__task_cancelled(t)) {
             hand_back(p, e, false);
             return -ECANCELED;
         }
-        const char *name = ld_rlx(&t->name);
-        weft__lock_acquire(&p->lock);
-        e->since = weft_now();
-        e->holder = ld_rlx(&t->id);
-        snprintf(e->holder_name, NAME_COPY, "%s", name ? name : "");
-        e->file = file;
-        e->line = line;
-        e->leak_told = false;
-        p->acquired++;
-        *res = e->res;
-        weft__lock_release(&p->lock);
+        *res = stamp(p, e, t, file, line);
         return 0;
     }
 }
