@@ -2223,6 +2223,162 @@ WEFT_EXTERN int weft_bulkhead_call(weft_bulkhead *b, weft_fn fn, void *arg,
 WEFT_EXTERN int weft_call_fallback_for(weft_fn fn, void *arg, weft_fn fallback,
                                        void *fallback_arg, int64_t timeout_ns);
 
+/* ---- Resource pools ----
+ *
+ * A pool of resources the program makes and reuses (connections, mostly):
+ * at most max_size exist at once; a task borrows one with
+ * weft_pool_acquire and gives it back with weft_pool_release, or with
+ * weft_pool_release_broken when it found it unusable. Tasks that wait for
+ * one are served in arrival order, across workers. The pool makes them
+ * on demand with opts.create, on the task that needs one (no background
+ * task, no thread): a creation that fails is that acquire's result at
+ * once, and the next creation waits out a backoff (opts.backoff), one
+ * trial at a time, so that a dead server is not hammered. Idle timeout,
+ * maximum lifetime and the leak threshold are looked at on every acquire,
+ * release and weft_pool_stats_get (on the runtime's clock: virtual in
+ * tests). A task waiting for a pool shows in the task dump as "on pool".
+ * The callbacks run on the task that calls into the pool, with no lock
+ * held: they may block (connect, send, weft calls) and are cancelled with
+ * that task. A pool belongs to one runtime.
+ */
+
+typedef struct weft_pool weft_pool;
+
+/* A resource borrowed longer than opts.leak_threshold_ns, told once per
+ * borrow to opts.on_leak. The strings are valid during the call only. */
+typedef struct weft_pool_leak_info {
+    const char *pool;      /* the pool's name ("" if none) */
+    void *res;             /* the resource */
+    uint64_t task_id;      /* the borrower (weft_task_info.id) */
+    const char *task_name; /* its name ("" if none) */
+    const char *file;      /* where it was acquired (weft_pool_acquire) */
+    int line;
+    weft_time since; /* when it was acquired */
+    int64_t held_ns; /* how long it has been held */
+} weft_pool_leak_info;
+
+typedef struct weft_pool_opts {
+    /* Makes a resource: 0 and a non-NULL *res, or a negative errno code
+     * (the acquire that asked for it returns that code, and the next
+     * creation waits for the backoff; but -ECANCELED from a create whose
+     * task was cancelled counts as no failure). Required. May block; runs
+     * on an acquiring task. */
+    int (*create)(void *ctx, void **res);
+    /* Ends a resource (closes the connection). Required. May block; runs
+     * on the task that let the resource go. */
+    void (*destroy)(void *ctx, void *res);
+    /* Optional: asked before an idle resource is handed out: 0 to use it;
+     * anything else destroys it and another is tried (or made). */
+    int (*validate)(void *ctx, void *res);
+    /* Optional: called on weft_pool_release before the resource goes back
+     * (rolls back a transaction): 0, or anything else to destroy it. */
+    int (*reset)(void *ctx, void *res);
+    void *ctx; /* the callbacks' */
+    int min_size; /* the idle timeout keeps at least this many; 0: none */
+    int max_size; /* at most this many at once (>= 1); 0: 10 */
+    int64_t idle_timeout_ns;   /* an idle resource unused this long is
+                                * destroyed (down to min_size); 0: never */
+    int64_t max_lifetime_ns;   /* a resource this old is destroyed when
+                                * next idle or returned; 0: no limit */
+    int64_t leak_threshold_ns; /* a borrow longer than this is told to
+                                * on_leak, once; 0: not looked for */
+    /* Told of each leak (see weft_pool_leak_info); NULL: a line on stderr
+     * naming the pool, the task and the acquire's file and line. Runs with
+     * no lock held, on the task or thread that noticed. */
+    void (*on_leak)(const weft_pool_leak_info *info, void *ctx);
+    /* The delays between failed creations (weft_retry's base_ns, cap_ns,
+     * jitter and seed; the attempts and budget are not used: a pool keeps
+     * trying while tasks ask). Copied. NULL: base 100 ms, doubling, capped
+     * at 10 s, with full jitter; a cap_ns of 0 is also 10 s. */
+    const weft_retry *backoff;
+    const char *name; /* for the dump and leak reports (copied); NULL: "" */
+} weft_pool_opts;
+
+typedef struct weft_pool_stats {
+    int size;     /* resources that exist or are being made (<= max_size) */
+    int idle;     /* of them, idle in the pool */
+    int in_use;   /* borrowed (from the grant to the release) */
+    int creating; /* being made by an acquire */
+    int waiting;  /* acquires waiting for a resource */
+    int64_t acquired;        /* acquires that returned a resource */
+    int64_t timeouts;        /* acquires that ended at their deadline */
+    int64_t created;         /* successful creations */
+    int64_t destroyed;       /* resources destroyed (broken, invalid,
+                              * expired, at close): at rest, created -
+                              * destroyed == size */
+    int64_t create_failures; /* creations that returned an error */
+    int64_t leaks;           /* borrows told to on_leak */
+    /* The code of the last creation if it failed, 0 if it succeeded (or
+     * none was made): a pool that only times out says why here. */
+    int last_create_error;
+} weft_pool_stats;
+
+/* Makes an empty pool (nothing is created until an acquire needs it).
+ * Returns 0 and sets *out, -EINVAL (create or destroy NULL, a size or time
+ * out of range, min_size > max_size), -ENOMEM. Any thread; never blocks. */
+WEFT_EXTERN int weft_pool_new(weft_pool **out, const weft_pool_opts *opts);
+
+/* Frees a pool that holds no resource and that no task waits in: one
+ * closed (weft_pool_close returned 0), or one never used. Returns 0,
+ * -EBUSY (resources exist, idle or borrowed, or a task waits: close it
+ * first; nothing freed), -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_pool_free(weft_pool *p);
+
+/* Borrows a resource: an idle one (validated first, if opts.validate is
+ * set), or a new one made by this task with opts.create while the pool has
+ * fewer than max_size, or else waits for one, behind the tasks that came
+ * first (FIFO across workers: a release hands its resource straight to the
+ * first waiter, and nobody arriving later overtakes it). Returns 0 and
+ * sets *res; -ETIMEDOUT (the deadline passed, WEFT_NEVER: none), or, when
+ * the deadline passed while creations were failing (the last one failed:
+ * see weft_pool_stats.last_create_error), that creation's code, so that a
+ * dead server reads as -ECONNREFUSED rather than as a pool too small;
+ * create's code (this acquire made a resource and it failed, at once, not
+ * at the deadline); -ECANCELED; -ESHUTDOWN (closed); -EINVAL; -EPERM (not in
+ * a task). A deadline because the pool waits on the outside world (a
+ * creation is a connect, and a resource comes back when a remote peer
+ * answers its borrower): one form, deadline required, as the bulkhead's.
+ * Cancellation point: a cancelled or timed-out acquire holds nothing and
+ * leaves no waiter; a resource handed over as the cancel came, or made by
+ * a create that finished after it, goes back to the pool (to the next
+ * waiter). Blocks (and runs create, validate, destroy). Use the macro,
+ * which records the call site for leak reports. */
+WEFT_EXTERN int weft_pool_acquire_at(weft_pool *p, void **res,
+                                     const char *file, int line,
+                                     weft_time deadline);
+#define weft_pool_acquire(p, res, deadline)                                    \
+    weft_pool_acquire_at((p), (res), __FILE__, __LINE__, (deadline))
+
+/* Gives back a resource weft_pool_acquire handed out: opts.reset first (if
+ * set; a failure destroys it), then to the first waiter, or idle (or
+ * destroyed, if it has outlived max_lifetime_ns or the pool is closed).
+ * Returns 0, -EINVAL (not a resource of this pool that is borrowed: not
+ * given back twice), -EPERM (not in a task). Any task, not only the
+ * borrower's; not a cancellation point (a cancelled task gives back all the
+ * same). May block in reset and destroy. */
+WEFT_EXTERN int weft_pool_release(weft_pool *p, void *res);
+
+/* Gives back a resource that is broken (its connection failed): it is
+ * destroyed, and its place goes to the first waiter, which makes a new one.
+ * Returns 0, -EINVAL, -EPERM, as weft_pool_release. Any task; not a
+ * cancellation point. May block in destroy. */
+WEFT_EXTERN int weft_pool_release_broken(weft_pool *p, void *res);
+
+/* Closes the pool: acquires waiting, and later ones, return -ESHUTDOWN;
+ * idle resources are destroyed now, borrowed ones when they come back.
+ * Waits until nothing is borrowed or being made (0), or the deadline
+ * (-ETIMEDOUT: the rest is destroyed as it comes back; call again to wait
+ * more). -ECANCELED, -EINVAL, -EPERM (not in a task). A cancellation
+ * point only where it waits: in a cancelled scope it still closes and
+ * destroys the idle ones, and returns -ECANCELED only if something is
+ * still borrowed (the pool stays closed). Blocks (and runs destroy). */
+WEFT_EXTERN int weft_pool_close(weft_pool *p, weft_time deadline);
+
+/* A snapshot of the pool's figures, after a look for leaks (which may
+ * call on_leak, on the calling thread). Returns 0 or -EINVAL. Any thread;
+ * never blocks but in on_leak. */
+WEFT_EXTERN int weft_pool_stats_get(weft_pool *p, weft_pool_stats *out);
+
 /* ------------------------------------------------------------------------
  * 12. Actors
  *
@@ -2765,6 +2921,7 @@ typedef enum weft_wait_kind {
     WEFT_WAIT_ASK,        /* an ask: room, then its reply */
     WEFT_WAIT_ACTOR,      /* weft_actor_join, weft_actor_join_until */
     WEFT_WAIT_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
+    WEFT_WAIT_POOL,       /* weft_pool_acquire, weft_pool_close */
     WEFT_WAIT_YIELD,      /* not a wait: weft_yield, or a spawning loop's
                            * turn (the task stays runnable) */
 } weft_wait_kind;

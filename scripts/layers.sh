@@ -49,6 +49,7 @@ LAYERS='
 7 future     future
 7 process    process
 8 select     select
+8 pool       pool
 9 actor      actor
 10 supervisor supervisor
 11 observe   observe

@@ -41,6 +41,7 @@
 #include "io/io.h"
 #include "observe/observe.h"
 #include "observe/where.h"
+#include "pool/pool.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
 #include "sync/sync.h"
@@ -295,6 +296,19 @@ static int running_on(dump *d, weft_task *t)
     return -1;
 }
 
+/* A pool wait: the pool's name. */
+static void pool_details(dump *d, const void *pool)
+{
+    const char *name = weft__pool_name(pool);
+    if (d->json) {
+        put(d, ",\"pool\":");
+        put_json_str(d, name, NAME_SHOWN);
+    } else if (name[0]) {
+        put_ch(d, ' ');
+        put_text_str(d, name, NAME_SHOWN);
+    }
+}
+
 /* What a parked task waits on, per kind, after the kind and object. */
 static void wait_details(dump *d, const weft__wait_seen *w)
 {
@@ -333,6 +347,8 @@ static void wait_details(dump *d, const weft__wait_seen *w)
                 put(d, ", %s", dir);
             put(d, ")");
         }
+    } else if (w->kind == &weft__wk_pool) {
+        pool_details(d, w->obj);
     } else if (w->kind == &weft__wk_sleep || w->kind == &weft__wk_limiter) {
         int64_t until = w->until;
         if (d->json) {

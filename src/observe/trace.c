@@ -27,6 +27,7 @@
 #include "future/future.h"
 #include "io/io.h"
 #include "observe/observe.h"
+#include "pool/pool.h"
 #include "sched/clock.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
@@ -69,6 +70,7 @@ static const weft__wait_kind *const kinds[] = {
     &weft__wk_ask,
     &weft__wk_actor,
     &weft__wk_supervisor,
+    &weft__wk_pool,
     &yield,
 };
 _Static_assert(sizeof kinds / sizeof *kinds == WEFT_WAIT_YIELD + 1,
