@@ -103,10 +103,12 @@ static int bio_puts(BIO *b, const char *s)
 
 static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-    (void)b, (void)num, (void)ptr;
+    (void)num, (void)ptr;
     switch (cmd) {
     case BIO_CTRL_FLUSH:
-        return 1; /* nothing is buffered here */
+        return 1;      /* nothing is buffered here */
+    case BIO_CTRL_EOF: /* OpenSSL 3 asks, to tell an EOF from an error */
+        return ((weft_tls *)BIO_get_data(b))->eof;
     default:
         return 0;
     }
@@ -179,7 +181,11 @@ static int alpn_select(SSL *ssl, const unsigned char **out,
  * read, else its content. */
 static int file_error(const char *path)
 {
+    unsigned long code = ERR_peek_last_error();
     ERR_clear_error();
+    if (ERR_GET_LIB(code) == ERR_LIB_X509 &&
+        ERR_GET_REASON(code) == X509_R_KEY_VALUES_MISMATCH)
+        return -EINVAL; /* a key, but not the certificate's */
     if (access(path, R_OK) != 0)
         return errno == EACCES ? -EACCES : -ENOENT;
     return -EBADMSG;
