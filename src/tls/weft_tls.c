@@ -329,7 +329,12 @@ static int classify(weft_tls *t, int ret, int op)
                  X509_verify_cert_error_string(v));
         err = -EKEYREJECTED;
     } else if (t->sys_err) {
-        err = t->sys_err == EPIPE && op == OP_READ ? -ECONNRESET : -t->sys_err;
+        /* A send to a closed peer is -EPIPE for a write; for a read
+         * (a TLS 1.3 key update's reply) or a handshake, a broken
+         * connection. */
+        err = t->sys_err == EPIPE && op != OP_WRITE && op != OP_SHUTDOWN
+                  ? -ECONNRESET
+                  : -t->sys_err;
         if (!code)
             snprintf(t->why, sizeof t->why, "%s", strerror(t->sys_err));
     } else if (t->eof) {
