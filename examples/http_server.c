@@ -313,7 +313,8 @@ int main(int argc, char **argv)
             return 1;
         }
 #else
-        fprintf(stderr, "http_server: -T: built without weft_tls\n");
+        fprintf(stderr, "http_server: -T %s %s: built without weft_tls\n", cert,
+                key);
         return 2;
 #endif
     }

@@ -134,14 +134,14 @@ typedef struct weft_tls weft_tls;
  * thread, also outside a runtime; never blocks (reads the files). */
 int weft_tls_ctx_new(weft_tls_ctx **ctx, int mode, const weft_tls_opts *opts);
 
-/* Frees ctx. Free it after the streams made with it (they use its ALPN
- * list). NULL: nothing. Any thread; never blocks. */
+/* Frees ctx. Free it after the streams made with it (a server's use its
+ * ALPN list). NULL: nothing. Any thread; never blocks. */
 void weft_tls_ctx_free(weft_tls_ctx *ctx);
 
 /* ctx's SSL_CTX, for OpenSSL's settings that weft_tls_opts lacks (cipher
  * lists, session cache, a verify callback); set them before the first
  * stream. Do not change its verify mode's meaning for clients, its BIOs
- * or its ALPN callback. Never blocks. */
+ * or its ALPN callback. Any thread; never blocks. */
 SSL_CTX *weft_tls_ctx_ssl(weft_tls_ctx *ctx);
 
 /* The client's handshake over fd, a connected non-blocking TCP socket (a
@@ -160,7 +160,8 @@ SSL_CTX *weft_tls_ctx_ssl(weft_tls_ctx *ctx);
  * close fd (OpenSSL may have sent part of the handshake).
  * The stream does not own fd: weft_tls_free leaves it open, and fd must
  * stay open while the stream is used.
- * Blocks; cancellation point. */
+ * Call from a task. Blocks; cancellation point (a cancel or the deadline
+ * while it waits leaves the stream dead, as above). */
 int weft_tls_connect(weft_tls_ctx *ctx, int fd, const char *host,
                      weft_tls **stream, weft_time deadline);
 
@@ -169,8 +170,9 @@ int weft_tls_connect(weft_tls_ctx *ctx, int fd, const char *host,
  * deadline (-ETIMEDOUT), so give each one its own (weft_now() + a few
  * seconds) and run it in the connection's task, not the accept loop.
  * Returns and sets *stream as weft_tls_connect (-EKEYREJECTED only with
- * WEFT_TLS_VERIFY_CLIENT; -EINVAL: ctx a client's). Blocks;
- * cancellation point. */
+ * WEFT_TLS_VERIFY_CLIENT; -EINVAL: ctx a client's). Call from a task.
+ * Blocks; cancellation point (cancelled or timed out: the stream is
+ * dead). */
 int weft_tls_accept(weft_tls_ctx *ctx, int fd, weft_tls **stream,
                     weft_time deadline);
 
@@ -184,7 +186,7 @@ int weft_tls_accept(weft_tls_ctx *ctx, int fd, weft_tls **stream,
  * between OpenSSL's calls, and a record it had partly received stays in
  * its buffer for the next read. After 0 the stream still writes (TLS
  * half-closes); after the others it is dead.
- * Blocks; cancellation point. */
+ * Call from a task. Blocks; cancellation point. */
 ptrdiff_t weft_tls_read(weft_tls *stream, void *buf, size_t n,
                         weft_time deadline);
 
@@ -199,7 +201,7 @@ ptrdiff_t weft_tls_read(weft_tls *stream, void *buf, size_t n,
  * the stream is then broken for writing, and later writes and
  * weft_tls_shutdown return -EIO; reading still works. A cancel seen at
  * the entry, before any byte, leaves it whole.
- * Blocks; cancellation point. */
+ * Call from a task. Blocks; cancellation point. */
 int weft_tls_write(weft_tls *stream, const void *buf, size_t n, size_t *done,
                    weft_time deadline);
 
@@ -213,7 +215,10 @@ int weft_tls_write(weft_tls *stream, const void *buf, size_t n, size_t *done,
  * discarding any data. Returns 0, or -EPIPE (the TCP stream ended before
  * the peer's close_notify), -ECONNRESET, -ETIMEDOUT, -ECANCELED, -EIO,
  * -EINVAL (bad flags). fd stays open: close it after (weft_close).
- * Blocks; cancellation point. */
+ * A cancel or the deadline while close_notify is being sent leaves it
+ * half sent: the stream is broken for writing (-EIO), and still reads;
+ * while waiting for the peer's, the stream is as after a cancelled read.
+ * Call from a task. Blocks; cancellation point. */
 int weft_tls_shutdown(weft_tls *stream, int flags, weft_time deadline);
 
 /* Frees the stream (NULL: nothing); fd stays open. Send close_notify
@@ -222,27 +227,31 @@ int weft_tls_shutdown(weft_tls *stream, int flags, weft_time deadline);
 void weft_tls_free(weft_tls *stream);
 
 /* The application protocol the handshake agreed on ("h2"), or NULL: none
- * (or no handshake yet). Valid until weft_tls_free. Never blocks. */
+ * (or no handshake yet). Valid until weft_tls_free. Any thread (not
+ * while the handshake runs); never blocks. */
 const char *weft_tls_alpn(weft_tls *stream);
 
 /* Whether the peer presented a certificate and it was verified (chain and
  * name): 1 or 0. A client with verification on that completed its
- * handshake always has 1. Never blocks. */
+ * handshake always has 1. Any thread (not while the handshake runs);
+ * never blocks. */
 int weft_tls_peer_verified(weft_tls *stream);
 
 /* The verification's result, OpenSSL's X509_V_OK (0) or an X509_V_ERR_*
- * code (X509_V_ERR_HOSTNAME_MISMATCH, ...). Never blocks. */
+ * code (X509_V_ERR_HOSTNAME_MISMATCH, ...). Any thread (not while the
+ * handshake runs); never blocks. */
 long weft_tls_verify_result(weft_tls *stream);
 
 /* Why the stream's last call failed, in OpenSSL's words ("certificate
  * verify failed: hostname mismatch", "tlsv1 alert unknown ca",
  * "unexpected eof while reading"); "" when nothing failed. Valid until the
- * next call on the stream. Never blocks. */
+ * next call on the stream (with a reader and a writer task, the text is
+ * the last failed call's, of either). Any thread; never blocks. */
 const char *weft_tls_error(weft_tls *stream);
 
 /* The stream's SSL, for OpenSSL's queries (the cipher, the peer's
- * certificate). Do not read, write or shut it down directly. Never
- * blocks. */
+ * certificate). Do not read, write or shut it down directly. Any
+ * thread; never blocks. */
 SSL *weft_tls_ssl(weft_tls *stream);
 
 #ifdef __cplusplus

@@ -328,6 +328,10 @@ static int classify(weft_tls *t, int ret, int op)
         snprintf(t->why, sizeof t->why, "certificate verify failed: %s",
                  X509_verify_cert_error_string(v));
         err = -EKEYREJECTED;
+    } else if (op == OP_HANDSHAKE && ERR_GET_LIB(code) == ERR_LIB_SSL &&
+               ERR_GET_REASON(code) ==
+                   SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+        err = -EKEYREJECTED; /* a server's WEFT_TLS_VERIFY_CLIENT */
     } else if (t->sys_err) {
         /* A send to a closed peer is -EPIPE for a write; for a read
          * (a TLS 1.3 key update's reply) or a handshake, a broken
@@ -386,6 +390,31 @@ static int step(weft_tls *t, int op, void *buf, int n)
     return r;
 }
 
+/* The stream's flags and text are read and set under its lock: a reader
+ * and a writer may be on two threads. enter() starts a call: clears its
+ * text, and returns 1 (go on), 0 (a read after close_notify) or -EIO (the
+ * stream, or its writing side, is broken). */
+static int enter(weft_tls *t, int op)
+{
+    pthread_mutex_lock(&t->lock);
+    t->why[0] = 0;
+    int r = 1;
+    if (op == OP_READ && t->closed)
+        r = 0;
+    else if (t->dead || (op != OP_READ && t->wbroken))
+        r = -EIO;
+    pthread_mutex_unlock(&t->lock);
+    return r;
+}
+
+/* A write or shutdown stopped with a record partly sent. */
+static void break_writing(weft_tls *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->wbroken = true;
+    pthread_mutex_unlock(&t->lock);
+}
+
 /* Runs op until it is done, fails, or the wait for the readiness it
  * needs ends (a cancel, the deadline). *waited_write: the last wait was
  * for writing (a write stopped mid-record). */
@@ -401,7 +430,11 @@ static int drive(weft_tls *t, int op, void *buf, int n, weft_time deadline,
             *waited_write = true;
         int w = weft_fd_wait(t->fd, ev, deadline);
         if (w < 0) {
+            pthread_mutex_lock(&t->lock);
             snprintf(t->why, sizeof t->why, "%s", weft_strerror(w));
+            if (op == OP_HANDSHAKE)
+                t->dead = true; /* OpenSSL cannot resume it for another */
+            pthread_mutex_unlock(&t->lock);
             return w;
         }
     }
@@ -457,8 +490,11 @@ static int handshake(weft_tls_ctx *ctx, int mode, int fd, const char *host,
     int r = drive(t, OP_HANDSHAKE, NULL, 0, deadline, NULL);
     if (r > 0)
         return 0;
+    /* Dead already (classify, drive), unless close_notify came. */
+    pthread_mutex_lock(&t->lock);
     t->dead = true;
-    return r == 0 ? -ECONNRESET : r; /* 0: close_notify in a handshake */
+    pthread_mutex_unlock(&t->lock);
+    return r == 0 ? -ECONNRESET : r;
 nomem:
     ERR_clear_error();
     weft_tls_free(t);
@@ -483,13 +519,9 @@ ptrdiff_t weft_tls_read(weft_tls *stream, void *buf, size_t n,
     weft_tls *t = stream;
     if (!t || (!buf && n))
         return -EINVAL;
-    t->why[0] = 0;
-    if (t->closed)
-        return 0;
-    if (t->dead)
-        return -EIO;
-    if (n == 0)
-        return 0;
+    int e = enter(t, OP_READ);
+    if (e <= 0 || n == 0)
+        return e < 0 ? e : 0;
     if (weft_cancelled())
         return -ECANCELED;
     int k = n > INT_MAX ? INT_MAX : (int)n;
@@ -504,9 +536,9 @@ int weft_tls_write(weft_tls *stream, const void *buf, size_t n, size_t *done,
         *done = 0;
     if (!t || (!buf && n))
         return -EINVAL;
-    t->why[0] = 0;
-    if (t->dead || t->wbroken)
-        return -EIO;
+    int e = enter(t, OP_WRITE);
+    if (e < 0)
+        return e;
     if (n && weft_cancelled())
         return -ECANCELED;
     size_t sent = 0;
@@ -521,11 +553,8 @@ int weft_tls_write(weft_tls *stream, const void *buf, size_t n, size_t *done,
                 *done = sent;
             continue;
         }
-        if (r == -ETIMEDOUT || r == -ECANCELED) {
-            /* OpenSSL holds a record it encrypted and partly sent. */
-            if (waited)
-                t->wbroken = true;
-        }
+        if ((r == -ETIMEDOUT || r == -ECANCELED) && waited)
+            break_writing(t); /* OpenSSL holds a record partly sent */
         return r == 0 ? -EPIPE : r;
     }
     return 0;
@@ -536,16 +565,16 @@ int weft_tls_shutdown(weft_tls *stream, int flags, weft_time deadline)
     weft_tls *t = stream;
     if (!t || (flags & ~WEFT_TLS_SHUTDOWN_WAIT))
         return -EINVAL;
-    t->why[0] = 0;
-    if (t->dead || t->wbroken)
-        return -EIO;
+    int e = enter(t, OP_SHUTDOWN);
+    if (e < 0)
+        return e;
     if (weft_cancelled())
         return -ECANCELED;
     bool waited = false;
     int r = drive(t, OP_SHUTDOWN, NULL, 0, deadline, &waited);
     if (r < 0) {
         if (r == -ETIMEDOUT || r == -ECANCELED)
-            t->wbroken = true;
+            break_writing(t);
         return r;
     }
     if (!(flags & WEFT_TLS_SHUTDOWN_WAIT))
