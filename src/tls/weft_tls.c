@@ -191,6 +191,54 @@ static int file_error(const char *path)
     return -EBADMSG;
 }
 
+/* The trusted certificates, and this side's certificate and key. */
+static int ctx_files(weft_tls_ctx *c, const weft_tls_opts *opts)
+{
+    if (opts->ca_file || opts->ca_dir) {
+        if (!SSL_CTX_load_verify_locations(c->ssl, opts->ca_file, opts->ca_dir))
+            return file_error(opts->ca_file ? opts->ca_file : opts->ca_dir);
+    } else if (!SSL_CTX_set_default_verify_paths(c->ssl)) {
+        return -ENOENT;
+    }
+    if (!opts->cert_file)
+        return 0;
+    if (SSL_CTX_use_certificate_chain_file(c->ssl, opts->cert_file) != 1)
+        return file_error(opts->cert_file);
+    const char *key = opts->key_file ? opts->key_file : opts->cert_file;
+    if (SSL_CTX_use_PrivateKey_file(c->ssl, key, SSL_FILETYPE_PEM) != 1)
+        return file_error(key);
+    if (SSL_CTX_check_private_key(c->ssl) != 1)
+        return -EINVAL;
+    return 0;
+}
+
+/* Whom to verify, and the ALPN list. */
+static int ctx_peer(weft_tls_ctx *c, const weft_tls_opts *opts)
+{
+    if (c->mode == WEFT_TLS_CLIENT) {
+        c->verify = !(opts->flags & WEFT_TLS_NO_VERIFY);
+        SSL_CTX_set_verify(c->ssl,
+                           c->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+    } else {
+        c->verify = opts->flags & WEFT_TLS_VERIFY_CLIENT;
+        SSL_CTX_set_verify(c->ssl,
+                           c->verify ? SSL_VERIFY_PEER |
+                                           SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                                     : SSL_VERIFY_NONE,
+                           NULL);
+    }
+    if (!opts->alpn)
+        return 0;
+    int err = alpn_wire(opts->alpn, &c->alpn, &c->alpn_len);
+    if (err)
+        return err;
+    if (c->mode == WEFT_TLS_SERVER)
+        SSL_CTX_set_alpn_select_cb(c->ssl, alpn_select, c);
+    else if (SSL_CTX_set_alpn_protos(c->ssl, c->alpn, c->alpn_len))
+        return -ENOMEM;
+    return 0;
+}
+
 int weft_tls_ctx_new(weft_tls_ctx **ctx, int mode, const weft_tls_opts *opts)
 {
     static const weft_tls_opts none = {0};
@@ -212,73 +260,27 @@ int weft_tls_ctx_new(weft_tls_ctx **ctx, int mode, const weft_tls_opts *opts)
     int err = -ENOMEM;
     c->ssl = SSL_CTX_new(mode == WEFT_TLS_CLIENT ? TLS_client_method()
                                                  : TLS_server_method());
-    if (!c->ssl)
-        goto fail;
-    SSL_CTX_set_min_proto_version(c->ssl, minv);
-    /* Partial writes: each SSL_write returns once one record went out
-     * whole, so a write's count is exact. A moving buffer: a retry may
-     * pass the same bytes from another address. No renegotiation (TLS
-     * 1.2): a write never has to read. An unexpected EOF stays an error
-     * (SSL_OP_IGNORE_UNEXPECTED_EOF is not set): see weft_tls_read. */
-    SSL_CTX_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE |
-                                 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION);
-    if (opts->ca_file || opts->ca_dir) {
-        if (!SSL_CTX_load_verify_locations(c->ssl, opts->ca_file,
-                                           opts->ca_dir)) {
-            err = file_error(opts->ca_file ? opts->ca_file : opts->ca_dir);
-            goto fail;
-        }
-    } else if (!SSL_CTX_set_default_verify_paths(c->ssl)) {
-        err = -ENOENT;
-        goto fail;
-    }
-    if (opts->cert_file) {
-        if (SSL_CTX_use_certificate_chain_file(c->ssl, opts->cert_file) != 1) {
-            err = file_error(opts->cert_file);
-            goto fail;
-        }
-        const char *key = opts->key_file ? opts->key_file : opts->cert_file;
-        if (SSL_CTX_use_PrivateKey_file(c->ssl, key, SSL_FILETYPE_PEM) != 1) {
-            err = file_error(key);
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(c->ssl) != 1) {
-            err = -EINVAL;
-            goto fail;
-        }
-    }
-    if (mode == WEFT_TLS_CLIENT) {
-        c->verify = !(opts->flags & WEFT_TLS_NO_VERIFY);
-        SSL_CTX_set_verify(c->ssl,
-                           c->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
-    } else {
-        c->verify = opts->flags & WEFT_TLS_VERIFY_CLIENT;
-        SSL_CTX_set_verify(c->ssl,
-                           c->verify ? SSL_VERIFY_PEER |
-                                           SSL_VERIFY_FAIL_IF_NO_PEER_CERT
-                                     : SSL_VERIFY_NONE,
-                           NULL);
-    }
-    if (opts->alpn) {
-        if ((err = alpn_wire(opts->alpn, &c->alpn, &c->alpn_len)))
-            goto fail;
-        if (mode == WEFT_TLS_CLIENT) {
-            if (SSL_CTX_set_alpn_protos(c->ssl, c->alpn, c->alpn_len)) {
-                err = -ENOMEM;
-                goto fail;
-            }
-        } else {
-            SSL_CTX_set_alpn_select_cb(c->ssl, alpn_select, c);
-        }
+    if (c->ssl) {
+        SSL_CTX_set_min_proto_version(c->ssl, minv);
+        /* Partial writes: each SSL_write returns once one record went out
+         * whole, so a write's count is exact. A moving buffer: a retry may
+         * pass the same bytes from another address. No renegotiation (TLS
+         * 1.2): a write never has to read. An unexpected EOF stays an
+         * error (SSL_OP_IGNORE_UNEXPECTED_EOF is not set): see
+         * weft_tls_read. */
+        SSL_CTX_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION);
+        if (!(err = ctx_files(c, opts)))
+            err = ctx_peer(c, opts);
     }
     ERR_clear_error();
+    if (err) {
+        weft_tls_ctx_free(c);
+        return err;
+    }
     *ctx = c;
     return 0;
-fail:
-    ERR_clear_error();
-    weft_tls_ctx_free(c);
-    return err;
 }
 
 void weft_tls_ctx_free(weft_tls_ctx *ctx)
