@@ -33,7 +33,8 @@
  * weft_tls_error's string:
  *   -EKEYREJECTED  the peer's certificate was not accepted (weft_tls_error:
  *                  OpenSSL's verify error, "hostname mismatch",
- *                  "self-signed certificate", ...)
+ *                  "self-signed certificate", ...), or a server with
+ *                  WEFT_TLS_VERIFY_CLIENT got none
  *   -EPROTO        the handshake failed otherwise (no common version or
  *                  cipher, the peer's alert, a malformed record), or a
  *                  record was bad after it
