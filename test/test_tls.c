@@ -488,6 +488,56 @@ TEST(truncation_is_not_a_clean_end)
     ASSERT_EQ(t_run_virtual(1, truncation_root, NULL), 0);
 }
 
+static int shutdown_root(void *arg)
+{
+    (void)arg;
+    weft_tls_ctx *sctx = server_ctx(cert, key, NULL);
+    weft_tls_ctx *cctx = client_ctx(cert, NULL);
+    tls_pair p;
+    /* Both close_notify: the client's shutdown waits for the server's,
+     * reading past what the server still sent. */
+    ASSERT_EQ(pair_open(&p, cctx, sctx, "localhost", NULL), 0);
+    ASSERT_EQ(weft_tls_write(p.s, "late", 4, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_tls_shutdown(p.s, 0, WEFT_NEVER), 0);
+    ASSERT_EQ(
+        weft_tls_shutdown(p.c, WEFT_TLS_SHUTDOWN_WAIT, weft_now() + WEFT_SEC),
+        0);
+    char b[8];
+    ASSERT_EQ(weft_tls_read(p.c, b, sizeof b, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_tls_read(p.s, b, sizeof b, WEFT_NEVER), 0);
+    pair_close(&p);
+    /* The server's TCP ends without its close_notify: the wait says so. */
+    ASSERT_EQ(pair_open(&p, cctx, sctx, "localhost", NULL), 0);
+    weft_tls_free(p.s);
+    p.s = NULL;
+    ASSERT_EQ(weft_shutdown(p.sfd, SHUT_WR), 0);
+    ASSERT_EQ(
+        weft_tls_shutdown(p.c, WEFT_TLS_SHUTDOWN_WAIT, weft_now() + WEFT_SEC),
+        WEFT_TLS_TRUNCATED);
+    pair_close(&p);
+    /* A peer that never answers: the wait ends at its deadline. */
+    ASSERT_EQ(pair_open(&p, cctx, sctx, "localhost", NULL), 0);
+    weft_time start = weft_now();
+    ASSERT_EQ(
+        weft_tls_shutdown(p.c, WEFT_TLS_SHUTDOWN_WAIT, start + 3 * WEFT_SEC),
+        -ETIMEDOUT);
+    ASSERT(weft_now() - start >= 3 * WEFT_SEC);
+    ASSERT_EQ(weft_tls_read(p.s, b, sizeof b, WEFT_NEVER), 0);
+    pair_close(&p);
+    weft_tls_ctx_free(sctx);
+    weft_tls_ctx_free(cctx);
+    return 0;
+}
+
+/* weft_tls_shutdown with WEFT_TLS_SHUTDOWN_WAIT: 0 once the peer's
+ * close_notify came, WEFT_TLS_TRUNCATED if its TCP ended first,
+ * -ETIMEDOUT at the deadline. */
+TEST(shutdown_waits_for_the_peer)
+{
+    certs();
+    ASSERT_EQ(t_run_virtual(1, shutdown_root, NULL), 0);
+}
+
 /* ---- handshake deadlines ---- */
 
 static int stall_root(void *arg)
@@ -669,6 +719,12 @@ static int cancel_read_root(void *arg)
     weft_scope_join(s);
     weft_scope_free(s);
     ASSERT_EQ(j.rc, -ECANCELED);
+    /* So does a read whose deadline passes, on the virtual clock. */
+    char b0[4];
+    weft_time start = weft_now();
+    ASSERT_EQ(weft_tls_read(p.c, b0, sizeof b0, start + 2 * WEFT_SEC),
+              -ETIMEDOUT);
+    ASSERT(weft_now() - start >= 2 * WEFT_SEC);
     /* The stream is still good. */
     ASSERT_EQ(weft_tls_write(p.s, "after", 5, NULL, WEFT_NEVER), 0);
     char b[8];
@@ -680,8 +736,8 @@ static int cancel_read_root(void *arg)
     return 0;
 }
 
-/* A read waiting for data, cancelled: -ECANCELED, and the stream reads
- * on. */
+/* A read waiting for data, cancelled: -ECANCELED; or timed out:
+ * -ETIMEDOUT; either way the stream reads on. */
 TEST(cancel_read)
 {
     certs();
