@@ -8,7 +8,7 @@
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http fetch ask ask2 ring restart"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 ring restart"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {
@@ -66,7 +66,7 @@ build_weft_from() {
     fi
 }
 
-# The BENCH line of the last run_program or run_http that succeeded. (They
+# The BENCH line of the last run_program, run_http or run_https that succeeded. (They
 # set it rather than print it so that they run in the calling shell, where
 # an interrupted run's trap can still stop the server.)
 bench_line=
@@ -114,15 +114,15 @@ stop_server() {
 HTTP_RESPONSE=$'HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, World!'
 HTTP_REQUEST=$'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'
 
-# start_server BIN: starts the http server BIN (port 0: any free one), which
-# prints `LISTEN <port>` on stderr, and sets server_port once it accepts
-# connections. Returns 1, saying why on stderr and stopping it, if it did not
-# start. Every wait is bounded.
+# start_server BIN [ARG...]: starts the http server BIN (with ARG..., then
+# port 0: any free one), which prints `LISTEN <port>` on stderr, and sets
+# server_port once it accepts connections. Returns 1, saying why on stderr
+# and stopping it, if it did not start. Every wait is bounded.
 server_port=
 start_server() {
     local bin=$1 port='' i
     server_log=$(mktemp)
-    "$bin" 0 >/dev/null 2>"$server_log" &
+    "$bin" "${@:2}" 0 >/dev/null 2>"$server_log" &
     server_pid=$!
     for ((i = 0; i < 100; i++)); do
         port=$(awk '/^LISTEN [0-9]+$/ {print $2; exit}' "$server_log")
@@ -141,6 +141,39 @@ start_server() {
         sleep 0.1
     done
     server_port=$port
+}
+
+# run_https IMPL BIN: the https benchmark: the http benchmark's server
+# over TLS. BIN takes -T CERT KEY PORT (a certificate made once per run by
+# scripts/test-cert.sh, in BUILD_DIR/https-cert); two requests on one connection are
+# checked with curl against that certificate, then `wrk -t1 -c64 -d5s`
+# loads https://127.0.0.1:PORT/ (its connections are kept alive: the
+# handshakes are 64 of some hundred thousand requests, and the figure is
+# mostly the records' encryption). Sets bench_line; returns 1, saying why
+# on stderr, if anything went wrong.
+run_https() {
+    local impl=$1 bin=$2 got wrk_out rps https_certs=$BUILD_DIR/https-cert
+    if [[ ! -f $https_certs/key.pem ]]; then
+        "$repo/scripts/test-cert.sh" "$https_certs" || return 1
+    fi
+    start_server "$bin" -T "$https_certs/cert.pem" "$https_certs/key.pem" || return 1
+    got=$(timeout 10 curl -sS --cacert "$https_certs/cert.pem" \
+        "https://127.0.0.1:$server_port/" "https://127.0.0.1:$server_port/" 2>&1 || true)
+    if [[ $got != "Hello, World!Hello, World!" ]]; then
+        log "https $impl: wrong or missing answers on 127.0.0.1:$server_port: $got"
+        stop_server
+        return 1
+    fi
+    wrk_out=$(timeout 30 wrk -t1 -c64 -d5s "https://127.0.0.1:$server_port/" 2>&1) || true
+    stop_server
+    rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$wrk_out")
+    if [[ -z $rps ]] || grep -qE 'Socket errors|Non-2xx' <<<"$wrk_out"; then
+        log "https $impl: wrk failed or saw errors:"
+        echo "$wrk_out" >&2
+        return 1
+    fi
+    printf '  wrk: %s\n' "${wrk_out//$'\n'/$'\n'  wrk: }" >&2
+    printf -v bench_line 'BENCH https %s %.0f req/s' "$impl" "$rps"
 }
 
 # run_http IMPL BIN: the http benchmark. BIN takes a port as its first

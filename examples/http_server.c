@@ -40,12 +40,22 @@
  * on one CPU while the other idles. SIGINT/SIGTERM stop it gracefully
  * (weft_main): the accept and the connections see -ECANCELED and close.
  *
+ * HTTPS (-T CERT KEY, when built with the weft_tls module): each
+ * connection's task runs the TLS handshake first, under the request
+ * deadline (a client that stalls in it is closed then, as one that
+ * stalls in its request), then the same protocol over the stream. A
+ * client that closes without close_notify (weft_tls_read's -EPIPE) is
+ * taken as a close: HTTP/1.1 frames every message (Content-Length), so a
+ * request cut short is only left unanswered, never taken for whole.
+ *
  *   http_server [OPTIONS] [PORT]   PORT 0: any free port (default 8080).
  *                                  Prints "LISTEN <port>" on stderr once
  *                                  it accepts.
  *   -r, --request-timeout SEC   default 10
  *   -w, --write-timeout SEC     default 10
  *   -i, --idle-timeout SEC      default 60
+ *   -T, --tls CERT KEY          HTTPS, with this certificate (PEM, its
+ *                               chain after it) and key
  * SEC is a number of seconds, fractions allowed (0.5).
  */
 #ifndef _GNU_SOURCE
@@ -61,6 +71,10 @@
 
 #include "http_parse.h"
 #include "weft.h"
+#ifdef WEFT_HAVE_TLS
+#include "weft_tls.h"
+static weft_tls_ctx *tls_ctx; /* -T: HTTPS; NULL: plain HTTP */
+#endif
 
 #define OUT_SIZE 4096
 
@@ -89,6 +103,29 @@ static int flush(int fd, const char *out, size_t n, weft_time now, bool *waited)
     return weft_write_all(fd, out + sent, n - sent, NULL, now + timeout.write);
 }
 
+#ifdef WEFT_HAVE_TLS
+/* HTTPS's read and write, as serve() makes them over plain sockets. */
+static ptrdiff_t conn_read(int fd, weft_tls *tls, void *buf, size_t n,
+                           weft_time deadline)
+{
+    return tls ? weft_tls_read(tls, buf, n, deadline)
+               : weft_read(fd, buf, n, deadline);
+}
+
+static int conn_flush(int fd, weft_tls *tls, const char *out, size_t n,
+                      weft_time now, bool *waited)
+{
+    if (!tls)
+        return flush(fd, out, n, now, waited);
+    *waited = true; /* maybe: the idle deadline then reads the clock */
+    return weft_tls_write(tls, out, n, NULL, now + timeout.write);
+}
+#else
+typedef void weft_tls;
+#define conn_read(fd, tls, buf, n, deadline) weft_read(fd, buf, n, deadline)
+#define conn_flush(fd, tls, out, n, now, waited) flush(fd, out, n, now, waited)
+#endif
+
 /* Closes in stages after an answer that closes the connection (RFC 9112,
  * 9.6): a close with the client's bytes still unread would send a reset,
  * and a reset makes the client's TCP drop the answer it has not read yet.
@@ -110,6 +147,7 @@ static void linger(int fd)
 static int serve(void *arg)
 {
     int fd = (int)(intptr_t)arg;
+    weft_tls *tls = NULL;
     struct http_conn c;
     char out[OUT_SIZE];
     http_conn_init(&c);
@@ -118,12 +156,16 @@ static int serve(void *arg)
     bool in_request = true;
     weft_time deadline = weft_now() + timeout.request;
     int err = 0;
+#ifdef WEFT_HAVE_TLS
+    if (tls_ctx && (err = weft_tls_accept(tls_ctx, fd, &tls, deadline)))
+        goto done; /* not TLS, a stall, a cancel */
+#endif
     for (;;) {
         ptrdiff_t got =
-            weft_read(fd, c.in + c.have, sizeof c.in - c.have, deadline);
+            conn_read(fd, tls, c.in + c.have, sizeof c.in - c.have, deadline);
         if (got <= 0) {
             err = (int)got; /* 0: the client closed; or a deadline, a reset */
-            if (err == -ETIMEDOUT && c.have) /* no waiting */
+            if (err == -ETIMEDOUT && c.have && !tls) /* no waiting */
                 (void)weft_write(fd, TIMEOUT, sizeof TIMEOUT - 1, deadline);
             break;
         }
@@ -136,12 +178,18 @@ static int serve(void *arg)
         weft_time now = weft_now();
         bool waited = false;
         while (n) {
-            if ((err = flush(fd, out, n, now, &waited)))
+            if ((err = conn_flush(fd, tls, out, n, now, &waited)))
                 goto done;
             n = c.full ? http_answer(&c, out, sizeof out) : 0;
         }
         if (c.close) {
-            linger(fd);
+#ifdef WEFT_HAVE_TLS
+            if (tls) /* close_notify, then the client's */
+                (void)weft_tls_shutdown(tls, WEFT_TLS_SHUTDOWN_WAIT,
+                                        weft_now() + WEFT_SEC);
+            else
+#endif
+                linger(fd);
             break;
         }
         in_request = c.have || c.skip;
@@ -151,6 +199,13 @@ static int serve(void *arg)
             deadline = now + timeout.request;
     }
 done:
+#ifdef WEFT_HAVE_TLS
+    if (tls && err == 0) /* the client's close_notify: ours back */
+        (void)weft_tls_shutdown(tls, 0, weft_now() + timeout.write);
+    weft_tls_free(tls);
+    if (tls_ctx && (err == -EPROTO || err == -EKEYREJECTED || err == -EIO))
+        err = 0; /* not TLS, or a broken stream: the client's doing */
+#endif
     weft_close(fd);
     return err == -ECANCELED || err == -ETIMEDOUT || err == -ECONNRESET ||
                    err == -EPIPE
@@ -202,13 +257,17 @@ static bool seconds(const char *s, int64_t *ns)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: http_server [-r SEC] [-w SEC] [-i SEC] [PORT]\n"
-                    "  -r, --request-timeout SEC  a request must arrive "
-                    "within SEC of its first byte (10)\n"
-                    "  -w, --write-timeout SEC    answers must be written "
-                    "within SEC (10)\n"
-                    "  -i, --idle-timeout SEC     a keep-alive connection "
-                    "may idle SEC (60)\n");
+    fprintf(stderr,
+            "usage: http_server [-r SEC] [-w SEC] [-i SEC] [-T CERT KEY] "
+            "[PORT]\n"
+            "  -r, --request-timeout SEC  a request must arrive "
+            "within SEC of its first byte (10)\n"
+            "  -w, --write-timeout SEC    answers must be written "
+            "within SEC (10)\n"
+            "  -i, --idle-timeout SEC     a keep-alive connection "
+            "may idle SEC (60)\n"
+            "  -T, --tls CERT KEY         HTTPS with this "
+            "certificate and key (PEM)\n");
     return 2;
 }
 
@@ -218,9 +277,18 @@ int main(int argc, char **argv)
         {"request-timeout", required_argument, NULL, 'r'},
         {"write-timeout", required_argument, NULL, 'w'},
         {"idle-timeout", required_argument, NULL, 'i'},
+        {"tls", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0}};
+    const char *cert = NULL, *key = NULL;
     int o;
-    while ((o = getopt_long(argc, argv, "r:w:i:", longs, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "r:w:i:T:", longs, NULL)) != -1) {
+        if (o == 'T') { /* CERT, then KEY: the next argument */
+            if (optind >= argc)
+                return usage();
+            cert = optarg;
+            key = argv[optind++];
+            continue;
+        }
         int64_t *t = o == 'r'   ? &timeout.request
                      : o == 'w' ? &timeout.write
                      : o == 'i' ? &timeout.idle
@@ -233,6 +301,23 @@ int main(int argc, char **argv)
     if (argc - optind > 1 || (end && (*end || end == argv[optind])) ||
         port < 0 || port > 65535)
         return usage();
+    if (cert) {
+#ifdef WEFT_HAVE_TLS
+        int e = weft_tls_ctx_new(&tls_ctx, WEFT_TLS_SERVER,
+                                 &(weft_tls_opts){.cert_file = cert,
+                                                  .key_file = key,
+                                                  .alpn = "http/1.1"});
+        if (e < 0) {
+            fprintf(stderr, "http_server: %s, %s: %s\n", cert, key,
+                    weft_strerror(e));
+            return 1;
+        }
+#else
+        fprintf(stderr, "http_server: -T %s %s: built without weft_tls\n", cert,
+                key);
+        return 2;
+#endif
+    }
     weft_config cfg = {.pin_workers = 1};
     int err = weft_main_cfg(&cfg, root, (void *)(intptr_t)port);
     if (err < 0) {

@@ -7,6 +7,7 @@
 #                   hole the ABI leaves between fields: a layout note, not a
 #                   defect; configuration structs are set by field name)
 #   g++ and clang++ -std=c++11 -Wall -Wextra -pedantic (and -std=c++17)
+# weft_curl.h and weft_tls.h too, when their libraries' headers are there.
 # Then checks that a program written against 0.2's names (test/compat/v02.c)
 # still compiles, warning for each old name, and not with WEFT_NO_DEPRECATED.
 # Installs g++ and clang when missing (scripts/deps.sh cxx clang).
@@ -54,6 +55,25 @@ if [ -n "$have_curl" ]; then
     check g++ -std=c++11 -Wall -Wextra -pedantic -Werror "$dir/curl.cpp"
 else
     echo "header-check: weft_curl.h skipped (no curl/curl.h)"
+fi
+# weft_tls.h, when OpenSSL's headers are there (the module is optional;
+# scripts/deps.sh build installs them).
+have_ssl=
+if printf '#include <openssl/ssl.h>\n' | cc -E -x c - >/dev/null 2>&1; then
+    have_ssl=1
+elif [ -n "${CI:-}" ]; then
+    echo "header-check: no <openssl/ssl.h> in CI" >&2
+    exit 1
+fi
+if [ -n "$have_ssl" ]; then
+    printf '#include "weft_tls.h"\nint main(void) { return 0; }\n' \
+        >"$dir/tls.c"
+    cp "$dir/tls.c" "$dir/tls.cpp"
+    check gcc -std=c11 -Wall -Wextra -pedantic -Werror "$dir/tls.c"
+    check clang -std=c11 -Weverything -Wno-padded -Werror "$dir/tls.c"
+    check g++ -std=c++11 -Wall -Wextra -pedantic -Werror "$dir/tls.cpp"
+else
+    echo "header-check: weft_tls.h skipped (no openssl/ssl.h)"
 fi
 # 0.2's names (removed in 0.4): test/compat/v02.c, written against them,
 # compiles without -Werror, with a deprecation warning for each old name

@@ -5,6 +5,8 @@
 # 400 to ambiguous framing, a client that never finishes its request), a
 # bounded wrk run for load with no socket errors, then SIGTERM: the
 # server must exit 0, gracefully.
+# With the weft_tls module, a server started with -T serves HTTPS: curl
+# checks it against the test certificate (scripts/test-cert.sh).
 # Then test/http_slow_clients attacks a second server, started with 2 s
 # deadlines, with 1000 slowloris and 1000 non-reading clients: it must
 # keep answering a normal client, and close every attacking connection
@@ -21,10 +23,12 @@ fi
 cmake --build "$build" -j2 --target http_server http_slow_clients >/dev/null
 
 log=$(mktemp)
+certs=$(mktemp -d)
 server=""
 cleanup() {
     [ -n "$server" ] && kill -9 "$server" 2>/dev/null || true
     rm -f "$log"
+    rm -rf "$certs"
 }
 trap cleanup EXIT
 
@@ -101,6 +105,46 @@ rc=0
 wait "$server" || rc=$?
 server=""
 [ "$rc" -eq 0 ] || fail "exit status $rc after SIGTERM"
+
+# HTTPS (-T), when http_server was built with weft_tls.
+if "$build/http_server" -T /nonexistent /nonexistent 0 2>&1 |
+    grep -q 'built without weft_tls'; then
+    echo "http-check: HTTPS skipped (http_server built without weft_tls)"
+else
+    scripts/test-cert.sh "$certs"
+    : >"$log"
+    "$build/http_server" -T "$certs/cert.pem" "$certs/key.pem" 0 2>"$log" &
+    server=$!
+    tport=""
+    for _ in $(seq 100); do
+        tport=$(awk '/^LISTEN [0-9]+$/ {print $2; exit}' "$log")
+        [ -n "$tport" ] && break
+        sleep 0.05
+    done
+    [ -n "$tport" ] || { echo "http-check: HTTPS server did not start"; cat "$log"; exit 1; }
+    surl="https://localhost:$tport/"
+    body=$(curl -sS --max-time 5 --cacert "$certs/cert.pem" "$surl")
+    [ "$body" = "Hello, World!" ] || fail "HTTPS GET body '$body'"
+    # One TLS connection for several requests, ALPN's http/1.1.
+    out=$(curl -sS --max-time 5 --cacert "$certs/cert.pem" -v "$surl" "$surl" 2>&1)
+    echo "$out" | grep -q 'ALPN.*accepted http/1.1' || fail "HTTPS: no ALPN http/1.1"
+    n=$(echo "$out" | grep -c 'Re-using existing connection\|Reusing existing connection' || true)
+    [ "$n" -ge 1 ] || fail "HTTPS keep-alive: connection not reused"
+    # Not trusted without the test certificate; plain HTTP is not served.
+    rc=0
+    curl -sS --max-time 5 -o /dev/null "$surl" 2>/dev/null || rc=$?
+    [ "$rc" -eq 60 ] || fail "HTTPS: an untrusted certificate was accepted ($rc)"
+    ! curl -sS --max-time 5 -o /dev/null "http://127.0.0.1:$tport/" 2>/dev/null ||
+        fail "HTTPS port answered plain HTTP"
+    [ "$(curl -sS --max-time 5 -k "$surl")" = "Hello, World!" ] ||
+        fail "HTTPS server stopped serving after a bad client"
+    kill -TERM "$server"
+    rc=0
+    wait "$server" || rc=$?
+    server=""
+    [ "$rc" -eq 0 ] || fail "HTTPS: exit status $rc after SIGTERM"
+    echo "http-check: HTTPS ok (port $tport)"
+fi
 
 # Slow clients, against a server of their own with short deadlines.
 "$build/http_slow_clients" "$build/http_server" 1000 1000 ||

@@ -11,7 +11,9 @@
 # Against each, four consumers are built and run: a C program with
 # pkg-config (shared library), a C++ program (g++) with pkg-config (weft.h
 # compiles as C++ and links), and CMake's find_package(weft) linking
-# weft::weft (shared) and weft::weft_static. Each must have taken weft
+# weft::weft (shared) and weft::weft_static; and, for each module built
+# (weft_curl, weft_tls), a program through its pkg-config file and its
+# CMake component. Each must have taken weft
 # from that tree (pkg-config's prefix, CMake's weft_DIR), so weft.pc and
 # the CMake package must be relocatable.
 #
@@ -155,6 +157,43 @@ int main(int argc, char **argv)
 }
 C
 
+# The TLS module's consumer (when weft was built with it): a client
+# context with the system's trusted certificates, and a handshake whose
+# peer has closed: -ECONNRESET, from OpenSSL driven by weft.
+cat >"$work/app_tls.c" <<'C'
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <weft_tls.h>
+
+static int root(void *arg)
+{
+    (void)arg;
+    weft_tls_ctx *ctx;
+    int rc = weft_tls_ctx_new(&ctx, WEFT_TLS_CLIENT, NULL);
+    if (rc < 0)
+        return rc;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0)
+        return -1;
+    close(sv[1]);
+    weft_tls *t = NULL;
+    rc = weft_tls_connect(ctx, sv[0], "localhost", &t,
+                          weft_now() + 10 * WEFT_SEC);
+    weft_tls_free(t);
+    weft_close(sv[0]);
+    weft_tls_ctx_free(ctx);
+    return rc == -ECONNRESET ? 0 : rc;
+}
+
+int main(void)
+{
+    int rc = weft_run(NULL, root, NULL);
+    printf("weft_tls %#x: %s\n", WEFT_TLS_VERSION, weft_strerror(rc));
+    return rc == 0 ? 0 : 1;
+}
+C
+
 # same_dir A B: A and B are the same directory.
 same_dir() { [ "$(cd "$1" && pwd -P)" = "$(cd "$2" && pwd -P)" ]; }
 # inside A B: directory A is B or under it.
@@ -196,6 +235,15 @@ consumers() {
             fail "the weft_curl program failed"
         curl_targets="weft::curl weft::curl_static"
     fi
+    if [ -f "$lib/pkgconfig/weft_tls.pc" ]; then
+        read -ra flags <<<"$(pkg-config --cflags --libs weft_tls)"
+        run "$work/tls.log" cc -o "$work/app-tls" "$work/app_tls.c" \
+            "${flags[@]}"
+        printf '  pkg-config, weft_tls: '
+        LD_LIBRARY_PATH="$lib" "$work/app-tls" ||
+            fail "the weft_tls program failed"
+        curl_targets="$curl_targets weft::tls weft::tls_static"
+    fi
     unset PKG_CONFIG_PATH
 
     for target in weft::weft weft::weft_static $curl_targets; do
@@ -203,6 +251,7 @@ consumers() {
         case $target in weft::curl*)
             comp=" COMPONENTS curl" src=app_curl.c arg="file://$work/app_curl.c"
             ;;
+        weft::tls*) comp=" COMPONENTS tls" src=app_tls.c ;;
         esac
         rm -rf "$work/cm"
         mkdir -p "$work/cm"
