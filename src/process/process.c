@@ -795,6 +795,21 @@ static int comm_watcher(void *arg)
     return 0;
 }
 
+/* What communicate's tasks ended with, jrc their scope's join: the first
+ * error that is not the echo of another's cancel, else a cancel; 0. */
+static int comm_result(const struct comm *c, int jrc)
+{
+    for (int i = 0; i < 4; i++)
+        if (c->rcs[i] && c->rcs[i] != -ECANCELED)
+            return c->rcs[i];
+    for (int i = 0; i < 4; i++)
+        if (c->rcs[i])
+            return c->rcs[i];
+    if (jrc == -ECANCELED && !atomic_load(&c->delay_over))
+        return -ECANCELED; /* the caller's cancel, which reached them */
+    return 0;
+}
+
 int weft_process_communicate(weft_process *p, const void *in, size_t in_len,
                              weft_process_output *out, weft_process_output *err,
                              int *status, weft_time deadline)
@@ -843,20 +858,8 @@ int weft_process_communicate(weft_process *p, const void *in, size_t in_len,
     }
     int jrc = weft_scope_join(c.scope);
     weft_scope_free(c.scope);
-    if (rc == 0 && spawned == 0) {
-        /* The first error that is not the echo of another's cancel. */
-        for (int i = 0; i < 4; i++)
-            if (c.rcs[i] && c.rcs[i] != -ECANCELED) {
-                rc = c.rcs[i];
-                break;
-            }
-        if (rc == 0)
-            for (int i = 0; i < 4; i++)
-                if (c.rcs[i])
-                    rc = c.rcs[i];
-        if (rc == 0 && jrc == -ECANCELED && !atomic_load(&c.delay_over))
-            rc = -ECANCELED; /* the caller's cancel, which reached them */
-    }
+    if (rc == 0 && spawned == 0)
+        rc = comm_result(&c, jrc);
     if (rc)
         return rc;
     if (p->err)
