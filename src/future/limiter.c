@@ -122,19 +122,35 @@ static i128 reserve_z(const weft_limiter *l, weft_time now, int64_t n)
     return z + (i128)n * l->per_ns;
 }
 
+/* Under the lock: keeps the reservation that leaves z. */
+static void reserve(weft_limiter *l, i128 z)
+{
+    l->z = z;
+    l->started = true;
+}
+
+/* Under the lock: takes n tokens if they are due at now (true). Else
+ * false, with *z the Z that reserving them would leave and *due the
+ * instant they would be due. The one test of try_acquire, acquire and
+ * select's case. */
+static bool take_if_due(weft_limiter *l, weft_time now, int64_t n, i128 *z,
+                        i128 *due)
+{
+    *z = reserve_z(l, now, n);
+    *due = div_ceil(*z, l->tokens);
+    if (*due > now)
+        return false;
+    reserve(l, *z);
+    return true;
+}
+
 int weft_limiter_try_acquire(weft_limiter *l, int64_t n)
 {
     if (!l || n < 1 || n > l->burst)
         return -EINVAL;
     weft__lock_acquire(&l->lock);
-    weft_time now = weft_now();
-    i128 z = reserve_z(l, now, n);
-    int rc = -EAGAIN;
-    if (div_ceil(z, l->tokens) <= now) {
-        l->z = z;
-        l->started = true;
-        rc = 0;
-    }
+    i128 z, due;
+    int rc = take_if_due(l, weft_now(), n, &z, &due) ? 0 : -EAGAIN;
     weft__lock_release(&l->lock);
     return rc;
 }
@@ -150,12 +166,8 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
      * then or later could only be waited for in vain. */
     weft_time scoped = weft_deadline();
     weft__lock_acquire(&l->lock);
-    weft_time now = weft_now();
-    i128 zr = reserve_z(l, now, n);
-    i128 due = div_ceil(zr, l->tokens);
-    if (due <= now) {
-        l->z = zr;
-        l->started = true;
+    i128 zr, due;
+    if (take_if_due(l, weft_now(), n, &zr, &due)) {
         weft__lock_release(&l->lock);
         return 0;
     }
@@ -163,8 +175,7 @@ int weft_limiter_acquire(weft_limiter *l, int64_t n, weft_time deadline)
         weft__lock_release(&l->lock);
         return -ETIMEDOUT;
     }
-    l->z = zr;
-    l->started = true;
+    reserve(l, zr);
     l->sleepers++;
     weft__lock_release(&l->lock);
 
@@ -217,12 +228,8 @@ weft__lock *weft__limiter_case_lock(weft_case *c)
 int weft__limiter_case_try(weft_case *c, weft__arm *a, weft__chain *woken)
 {
     WEFT_UNUSED(woken);
-    weft_limiter *l = c->limiter;
-    weft_time now = weft_now();
-    i128 z = reserve_z(l, now, case_n(c));
-    if (div_ceil(z, l->tokens) <= now) {
-        l->z = z;
-        l->started = true;
+    i128 z, due;
+    if (take_if_due(c->limiter, weft_now(), case_n(c), &z, &due)) {
         c->rc = 0;
         return 0;
     }
