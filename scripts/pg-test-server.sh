@@ -64,6 +64,8 @@ log=$dir/server.log
 case "$cmd" in
 start)
     mkdir -p "$dir"
+    # The server's user may not be allowed into the caller's directory.
+    cd "$dir"
     if [ "$(id -u)" -eq 0 ]; then
         chown nobody "$dir"
         [ -d "$data" ] && chown -R nobody "$data"
@@ -85,10 +87,12 @@ start)
     }
     ;;
 restart)
+    cd "$dir"
     as "$bin/pg_ctl" -D "$data" -l "$log" -w -t 30 -m fast restart >/dev/null
     ;;
 stop)
     [ -f "$data/postmaster.pid" ] || exit 0
+    cd "$dir"
     as "$bin/pg_ctl" -D "$data" -w -t 30 -m immediate stop >/dev/null
     ;;
 *) usage ;;
