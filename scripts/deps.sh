@@ -10,7 +10,8 @@
 # default), uring (liburing-dev, for the io_uring poller),
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
-# tests), http (curl and wrk, to test the HTTP server), aarch64 (a
+# tests), pg (PostgreSQL's server and libpq's headers, for the libpq
+# example and its tests), http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
 # which the build needs to tell valgrind about task stacks; configure again
 # after installing it). When everything asked for is present this
@@ -106,6 +107,18 @@ for need in "$@"; do
                 libcurl4-openssl-dev
         fi
         have openssl || add "the HTTPS tests make a certificate" openssl
+        ;;
+    pg)
+        # examples/pg (libpq on weft) builds when libpq's headers are there;
+        # its tests start a server (scripts/pg-test-server.sh).
+        found=""
+        for h in /usr/include/postgresql/libpq-fe.h /usr/include/libpq-fe.h; do
+            [ -e "$h" ] && found=1
+        done
+        [ -n "$found" ] || add "the libpq example (libpq's headers)" libpq-dev
+        if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+            add "the libpq example's tests run a PostgreSQL server" postgresql
+        fi
         ;;
     http)
         have curl || add "scripts/http-check.sh" curl

@@ -13,6 +13,8 @@
 #    <!-- from examples/patterns/NAME.c --> appears verbatim in that file:
 #    the same consecutive whole lines, once the block's leading and
 #    trailing blank lines are trimmed. So the quoted code stays true.
+#    <!-- from examples/pg/NAME.c --> is checked the same way (the libpq
+#    example, which needs a PostgreSQL server: its tests run it).
 # 3. Every example is quoted at least once that way.
 #
 # Usage: scripts/patterns-check.sh [BUILD_DIR]  (default: build/release)
@@ -90,7 +92,7 @@ want {
         FILENAME, FNR - 1 > "/dev/stderr"
     bad = 1
 }
-/^<!-- from examples\/patterns\/[A-Za-z0-9_]+\.c -->[ \t]*$/ {
+/^<!-- from examples\/(patterns|pg)\/[A-Za-z0-9_]+\.c -->[ \t]*$/ {
     src = $0
     sub(/^<!-- from /, "", src); sub(/ -->.*$/, "", src)
     want = 1
