@@ -1614,8 +1614,10 @@ WEFT_EXTERN int weft_local_port(int fd);
  *
  * Signals go through the pidfd (pidfd_send_signal) or, for the group,
  * while the child is not reaped yet, so a pid reused by another process
- * is never signalled. Linux 5.3 or later (pidfd_open); older kernels get
- * -ENOSYS from weft_process_spawn. The child is started with
+ * is never signalled. Without pidfd (Linux before 5.3), by the pid, which
+ * stays the child's until its reaper reaps it, and the exit is found by
+ * waitid(P_PID, WNOHANG) at intervals up to 100 ms (so seen up to 100 ms
+ * late): no SIGCHLD handler, never waitpid(-1). The child is started with
  * posix_spawn (vfork-like: the worker's thread waits for the exec, not
  * for the child), or with fork and exec for opts.pdeathsig, with every
  * signal unblocked and SIGPIPE at its default; descriptors without
@@ -1683,9 +1685,8 @@ typedef struct weft_process_opts {
  * -ENOEXEC, -E2BIG, ... (glibc's posix_spawn reports these; under an
  * emulator whose vfork is a fork, qemu-user's, only the fork and exec
  * path that pdeathsig takes does: elsewhere the child exits with 127);
- * -ECANCELED (s or the caller's scope is
- * cancelled: nothing started), -ESHUTDOWN (s was joined), -ENOSYS (no
- * pidfd: Linux before 5.3), -EMFILE, -ENOMEM, -EPERM. On any error no
+ * -ECANCELED (s or the caller's scope is cancelled: nothing started),
+ * -ESHUTDOWN (s was joined), -EMFILE, -ENOMEM, -EPERM. On any error no
  * child is left behind, and no descriptor. Never blocks the task (the
  * worker's thread waits for the exec, as vfork does); -ECANCELED on entry
  * in a cancelled scope, not a cancellation point otherwise. A task. */

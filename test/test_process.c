@@ -14,16 +14,27 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 /* No child of this process is left, reaped or not. */
 static void assert_no_children(void)
@@ -678,4 +689,63 @@ TEST(join_timeout_leaves_child)
     ASSERT_EQ(t_run_virtual(2, join_timeout_main, NULL), 0);
     assert_no_children();
     ASSERT_EQ(t_proc_count("/proc/self/fd"), fds);
+}
+
+/* ---- without pidfd (Linux before 5.3) ---- */
+
+/* A scope with a 100 ms deadline over `sleep 1000`: the reaper's cancel
+ * path (SIGTERM to the group, its exit, the reap) on the fallback. */
+static int no_pidfd_main(void *arg)
+{
+    (void)arg;
+    ASSERT_EQ(exit_of((char *[]){"true", NULL}), 0);
+    ASSERT_EQ(exit_of((char *[]){"sh", "-c", "exit 7", NULL}), 7);
+    ASSERT_EQ(exit_of((char *[]){"sh", "-c", "kill -USR1 $$", NULL}), -SIGUSR1);
+    weft_scope *s;
+    weft_scope_opts so = {.deadline = weft_now() + 100 * WEFT_MSEC};
+    ASSERT_EQ(weft_scope_open(&s, &so), 0);
+    weft_process *p = NULL;
+    weft_process_opts o = {.argv = (char *[]){"sleep", "1000", NULL}};
+    ASSERT_EQ(weft_process_spawn(s, &o, &p), 0);
+    ASSERT_EQ(weft_process_kill(p, 0), 0); /* by its pid: still ours */
+    ASSERT_EQ(weft_scope_join(s), -ETIMEDOUT);
+    int st = 0;
+    ASSERT_EQ(weft_process_join(p, &st), 0);
+    ASSERT_EQ(st, -SIGTERM);
+    ASSERT_EQ(weft_process_kill(p, 0), -ESRCH); /* reaped: no signal */
+    ASSERT_EQ(weft_process_free(p), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+/* In a child whose kernel seems to have no pidfd (a seccomp filter makes
+ * pidfd_open and pidfd_send_signal fail with ENOSYS): children are still
+ * spawned, joined, signalled by pid and reaped, one by one (never
+ * waitpid(-1)), and none is left a zombie. */
+TEST(without_pidfd_children_are_still_reaped_and_killed)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        struct sock_filter f[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                     offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 2, 0),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_send_signal, 1, 0),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & 0xffff)),
+        };
+        struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+            _exit(3);
+        if (syscall(SYS_pidfd_open, getpid(), 0) >= 0 || errno != ENOSYS)
+            _exit(4);
+        ASSERT_EQ(run2(no_pidfd_main, NULL), 0);
+        _exit(0);
+    }
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
 }

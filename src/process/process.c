@@ -15,6 +15,10 @@
  * SIGKILL, waits again and reaps. The record has two owners, the handle
  * and the reaper; the last one closes the pidfd (never earlier, so
  * weft_process_kill never signals through a number reused) and frees it.
+ * Without pidfd (Linux before 5.3), the child is owned by its pid, which
+ * is its own until the reaper reaps it: signals go by kill(pid), and the
+ * reaper looks for the exit with waitid(P_PID, WNOHANG) at growing
+ * intervals (exit_wait), never with waitpid(-1) or a SIGCHLD handler.
  *
  * Built on the public API alone (scopes, tasks, descriptor waits,
  * events): every wait goes through the layers below.
@@ -67,7 +71,8 @@ static void put(weft_process *p)
 {
     if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
         return;
-    weft_close(p->pidfd);
+    if (p->pidfd >= 0)
+        weft_close(p->pidfd);
     free(p);
 }
 
@@ -77,12 +82,36 @@ static int pidfd_open_(pid_t pid)
     return fd < 0 ? -errno : (int)fd;
 }
 
+/* Signals the child: through its pidfd, or without one (Linux before
+ * 5.3) by its pid, which stays the child's until it is reaped, and only
+ * the reaper reaps. 0 or -errno. */
+static int signal_child(weft_process *p, int sig)
+{
+    long rc = p->pidfd >= 0
+                  ? syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, 0)
+                  : kill(p->pid, sig);
+    return rc < 0 ? -errno : 0;
+}
+
+/* waitid on the child alone: by its pidfd, or by its pid without one
+ * (never P_ALL: other children are not weft's to reap). */
+static int wait_child(weft_process *p, siginfo_t *si, int options)
+{
+    int rc;
+    do
+        rc = p->pidfd >= 0
+                 ? waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, si, options)
+                 : waitid(P_PID, (id_t)p->pid, si, options);
+    while (rc < 0 && errno == EINTR);
+    return rc;
+}
+
 /* Signals the child and, if it leads its own group, the group: called
  * before the child is reaped, so neither its pid nor its group's id can
  * name another process yet. */
 static void signal_all(weft_process *p, int sig)
 {
-    syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, 0);
+    signal_child(p, sig);
     if (p->group)
         kill(-p->pid, sig);
 }
@@ -105,10 +134,7 @@ static int try_reap(weft_process *p)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc;
-    do
-        rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si, WEXITED | WNOHANG);
-    while (rc < 0 && errno == EINTR);
+    int rc = wait_child(p, &si, WEXITED | WNOHANG);
     if (rc == 0 && si.si_pid == 0)
         return 0;
     record(p, rc, &si);
@@ -123,10 +149,7 @@ static void kill_and_reap_here(weft_process *p)
     signal_all(p, SIGKILL);
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc;
-    do
-        rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si, WEXITED);
-    while (rc < 0 && errno == EINTR);
+    int rc = wait_child(p, &si, WEXITED);
     record(p, rc, &si);
 }
 
@@ -136,22 +159,40 @@ static int has_exited(weft_process *p)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc;
-    do
-        rc = waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si,
-                    WEXITED | WNOHANG | WNOWAIT);
-    while (rc < 0 && errno == EINTR);
+    int rc = wait_child(p, &si, WEXITED | WNOHANG | WNOWAIT);
     return rc < 0 || si.si_pid != 0;
+}
+
+/* Until the child may have exited, or the deadline: its pidfd's
+ * readiness through the poller; without a pidfd, a sleep that grows from
+ * 1 ms to 100 ms across the calls of one wait (*delay, 0 at first): no
+ * SIGCHLD handler to fight other libraries over, no thread per child.
+ * 0 (look now), -ETIMEDOUT, -ECANCELED, or the poller's error. */
+static int exit_wait(weft_process *p, weft_time deadline, int64_t *delay)
+{
+    if (p->pidfd >= 0)
+        return weft_fd_wait(p->pidfd, WEFT_IO_READ, deadline);
+    *delay = *delay ? *delay * 2 : WEFT_MSEC;
+    if (*delay > 100 * WEFT_MSEC)
+        *delay = 100 * WEFT_MSEC;
+    weft_time now = weft_now();
+    weft_time until = now + *delay;
+    if (until >= deadline) {
+        int rc = weft_sleep_until(deadline);
+        return rc ? rc : -ETIMEDOUT;
+    }
+    return weft_sleep_until(until);
 }
 
 /* Waits, in a shielded scope, until the child exits or the deadline
  * passes, without reaping it: 1 exited, 0 timed out, -1 cannot wait. */
 static int wait_exit(weft_process *p, weft_time deadline)
 {
+    int64_t delay = 0;
     for (;;) {
         if (has_exited(p))
             return 1;
-        int rc = weft_fd_wait(p->pidfd, WEFT_IO_READ, deadline);
+        int rc = exit_wait(p, deadline, &delay);
         if (rc == -ETIMEDOUT)
             return has_exited(p);
         if (rc == -ECANCELED || rc == -EBADF || rc == -ENOMEM || rc == -EPERM)
@@ -190,10 +231,11 @@ static void terminate(weft_process *p)
 static int reaper(void *arg)
 {
     weft_process *p = arg;
+    int64_t delay = 0;
     for (;;) {
         if (try_reap(p))
             break;
-        int rc = weft_fd_wait(p->pidfd, WEFT_IO_READ, WEFT_NEVER);
+        int rc = exit_wait(p, WEFT_NEVER, &delay);
         if (rc != 0 && rc != -ECANCELED)
             /* The poller cannot take the pidfd (no memory): look again
              * every 10 ms rather than spin or give the child up. */
@@ -476,8 +518,8 @@ static int have_pidfd(void)
  * the child is killed and reaped here, never left running unowned. */
 static int own_child(weft_scope *s, weft_process *p)
 {
-    p->pidfd = pidfd_open_(p->pid);
-    if (p->pidfd < 0) { /* out of descriptors */
+    p->pidfd = have_pidfd() ? pidfd_open_(p->pid) : -1;
+    if (have_pidfd() && p->pidfd < 0) { /* out of descriptors */
         kill(p->pid, SIGKILL);
         if (p->group)
             kill(-p->pid, SIGKILL);
@@ -509,8 +551,6 @@ int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
         return -EPERM;
     if (weft_cancelled() || (s && weft_scope_cancelled(s)))
         return -ECANCELED;
-    if (!have_pidfd())
-        return -ENOSYS;
     weft_process *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
@@ -573,9 +613,7 @@ int weft_process_kill(weft_process *p, int sig)
 {
     if (!p || sig < 0 || sig >= NSIG)
         return -EINVAL;
-    if (syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, 0) < 0)
-        return -errno;
-    return 0;
+    return signal_child(p, sig);
 }
 
 int weft_process_pid(const weft_process *p)
