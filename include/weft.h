@@ -1656,6 +1656,10 @@ typedef struct weft_process_opts {
      * down and so cancels its children (a child that reads the terminal
      * needs same_group: another group's read stops it with SIGTTIN). */
     int same_group;
+    /* Non-zero: the child starts a new session (setsid): it has no
+     * controlling terminal, as a daemon's children should not, and leads
+     * its own group as well (same_group must be 0: -EINVAL). */
+    int new_session;
     /* Non-zero: the signal the child gets if this process dies first
      * (PR_SET_PDEATHSIG; the kernel sends it when the thread that spawned
      * it ends, and a worker's thread lives until weft_run returns, when
@@ -1680,7 +1684,7 @@ typedef struct weft_process_opts {
  * the calling task's current scope), with its reaper task (see above).
  * Returns 0 and sets *out to its handle, or -EINVAL (opts, argv or
  * argv[0] NULL, out NULL, a bad weft_stdio, kill_signal, pdeathsig or
- * grace_ns),
+ * grace_ns, new_session with same_group),
  * what the exec said: -ENOENT (no such program, or cwd missing), -EACCES,
  * -ENOEXEC, -E2BIG, ... (glibc's posix_spawn reports these; under an
  * emulator whose vfork is a fork, qemu-user's, only the fork and exec

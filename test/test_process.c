@@ -749,3 +749,51 @@ TEST(without_pidfd_children_are_still_reaped_and_killed)
     ASSERT(WIFEXITED(status));
     ASSERT_EQ(WEXITSTATUS(status), 0);
 }
+
+/* ---- process groups and sessions ---- */
+
+static int groups_main(void *arg)
+{
+    int fork_path = *(int *)arg; /* pdeathsig takes fork and exec */
+    weft_scope *s = scope_open();
+    struct {
+        int same_group, new_session;
+    } ways[] = {{0, 0}, {1, 0}, {0, 1}};
+    weft_process *p[3];
+    for (int i = 0; i < 3; i++) {
+        weft_process_opts o = {.argv = (char *[]){"sleep", "1000", NULL},
+                               .same_group = ways[i].same_group,
+                               .new_session = ways[i].new_session,
+                               .pdeathsig = fork_path ? SIGKILL : 0};
+        ASSERT_EQ(weft_process_spawn(s, &o, &p[i]), 0);
+    }
+    pid_t a = weft_process_pid(p[0]), b = weft_process_pid(p[1]),
+          c = weft_process_pid(p[2]);
+    ASSERT_EQ(getpgid(a), a); /* the default: a group of its own */
+    ASSERT_EQ(getsid(a), getsid(0));
+    ASSERT_EQ(getpgid(b), getpgrp()); /* same_group */
+    ASSERT_EQ(getsid(c), c);          /* new_session: leads both */
+    ASSERT_EQ(getpgid(c), c);
+    weft_process_opts bad = {
+        .argv = (char *[]){"true", NULL}, .same_group = 1, .new_session = 1};
+    weft_process *q = NULL;
+    ASSERT_EQ(weft_process_spawn(s, &bad, &q), -EINVAL);
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    weft_scope_join(s);
+    for (int i = 0; i < 3; i++) {
+        int st = 0;
+        ASSERT_EQ(weft_process_join(p[i], &st), 0);
+        ASSERT_EQ(st, -SIGTERM);
+        ASSERT_EQ(weft_process_free(p[i]), 0);
+    }
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(same_group_new_group_or_new_session)
+{
+    int fork_path = 0;
+    ASSERT_EQ(run2(groups_main, &fork_path), 0);
+    fork_path = 1;
+    ASSERT_EQ(run2(groups_main, &fork_path), 0);
+}

@@ -52,12 +52,17 @@
 
 extern char **environ;
 
+/* Where the child goes (weft_process.group): nonzero, it leads a
+ * process group of its own, whose id is its pid. */
+enum { GROUP_SAME = 0, GROUP_NEW = 1, GROUP_SESSION = 2 };
+
 struct weft_process {
     _Atomic int refs; /* the handle and the reaper */
     pid_t pid;
     int pidfd;
     _Atomic int fds[3]; /* this side's pipe ends, or -1 */
-    int group;          /* the child leads its own process group */
+    int group;          /* GROUP_*: whether the child leads its own
+                         * process group (and session) */
     int kill_signal;
     int64_t grace_ns;
     int64_t wait_delay_ns;
@@ -324,7 +329,9 @@ static void child_exec(const weft_process_opts *o, int group, const int from[3],
         e = errno;
     else if (getppid() != parent)
         _exit(127); /* the parent died before the prctl: as if after */
-    if (!e && group && setpgid(0, 0) < 0)
+    if (!e && group == GROUP_SESSION && setsid() < 0)
+        e = errno;
+    else if (!e && group == GROUP_NEW && setpgid(0, 0) < 0)
         e = errno;
     for (int i = 0; i < 3 && !e; i++)
         if (from[i] >= 0 && dup2(from[i], i) < 0)
@@ -427,7 +434,9 @@ static int spawn_posix(const weft_process_opts *o, int group, const int from[3],
         sigemptyset(&def);
         sigaddset(&def, SIGPIPE);
         short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-        if (group) {
+        if (group == GROUP_SESSION) {
+            flags |= POSIX_SPAWN_SETSID;
+        } else if (group == GROUP_NEW) {
             flags |= POSIX_SPAWN_SETPGROUP;
             posix_spawnattr_setpgroup(&at, 0);
         }
@@ -496,6 +505,8 @@ static int check_opts(const weft_process_opts *o)
     if (o->kill_signal < 0 || o->kill_signal >= NSIG || o->grace_ns < 0 ||
         o->pdeathsig < 0 || o->pdeathsig >= NSIG)
         return -EINVAL;
+    if (o->new_session && o->same_group)
+        return -EINVAL; /* a session's leader leads a new group too */
     return 0;
 }
 
@@ -557,7 +568,9 @@ int weft_process_spawn(weft_scope *s, const weft_process_opts *o,
     p->pidfd = -1;
     for (int i = 0; i < 3; i++)
         p->fds[i] = -1;
-    p->group = !o->same_group;
+    p->group = o->new_session  ? GROUP_SESSION
+               : o->same_group ? GROUP_SAME
+                               : GROUP_NEW;
     p->kill_signal = o->kill_signal ? o->kill_signal : SIGTERM;
     p->grace_ns = o->grace_ns ? o->grace_ns : 5 * WEFT_SEC;
     p->wait_delay_ns = o->wait_delay_ns ? o->wait_delay_ns : WEFT_SEC;
