@@ -2369,6 +2369,17 @@ WEFT_EXTERN int weft_pool_release(weft_pool *p, void *res);
  * cancellation point. May block in destroy. */
 WEFT_EXTERN int weft_pool_release_broken(weft_pool *p, void *res);
 
+/* Makes resources until at least opts.min_size exist (idle or borrowed),
+ * as a service does at its start so that its first requests do not each
+ * wait for a connection (HikariCP's minimumIdle, bb8's min_idle, made
+ * when asked rather than by a task of the pool's own, which would need a
+ * scope). Each is made as an acquire makes one (create, its backoff and
+ * its error) and left idle. Returns 0; the first creation's error (those
+ * made before it stay); -ETIMEDOUT, -ECANCELED, -ESHUTDOWN, -EINVAL,
+ * -EPERM, as weft_pool_acquire. Blocks; a cancellation point, which leaves
+ * what it made idle and holds nothing. */
+WEFT_EXTERN int weft_pool_fill(weft_pool *p, weft_time deadline);
+
 /* Closes the pool: acquires waiting, and later ones, return -ESHUTDOWN;
  * idle resources are destroyed now, borrowed ones when they come back.
  * Waits until nothing is borrowed or being made (0), or the deadline

@@ -1133,3 +1133,58 @@ TEST(pool_wait_counts_for_the_deadlock_detector)
         ASSERT_EQ(weft_pool_free(p), 0);
     }
 }
+
+/* ---- filling to min_size ---- */
+
+static int fill_main(void *arg)
+{
+    (void)arg;
+    weft_pool_opts o = base_opts(5);
+    o.min_size = 3;
+    o.idle_timeout_ns = 100 * MS;
+    weft_pool *p = mk(&o);
+    ASSERT_EQ(weft_pool_fill(p, WEFT_NEVER), 0);
+    weft_pool_stats st = stats(p);
+    ASSERT_EQ(st.size, 3);
+    ASSERT_EQ(st.idle, 3);
+    ASSERT_EQ(st.created, 3);
+    ASSERT_EQ(weft_pool_fill(p, WEFT_NEVER), 0); /* full already */
+    ASSERT_EQ(stats(p).created, 3);
+    /* Borrowed ones count: one out, the pool is still full. */
+    void *r = NULL;
+    ASSERT_EQ(weft_pool_acquire(p, &r, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_pool_fill(p, WEFT_NEVER), 0);
+    ASSERT_EQ(stats(p).created, 3);
+    ASSERT_EQ(weft_pool_release(p, r), 0);
+    /* The idle timeout keeps min_size. */
+    ASSERT_EQ(weft_sleep_for(200 * MS), 0);
+    ASSERT_EQ(stats(p).size, 3);
+    /* One broken: the next fill makes it again. */
+    ASSERT_EQ(weft_pool_acquire(p, &r, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_pool_release_broken(p, r), 0);
+    ASSERT_EQ(stats(p).size, 2);
+    ASSERT_EQ(weft_pool_fill(p, WEFT_NEVER), 0);
+    ASSERT_EQ(stats(p).size, 3);
+    check_rest_and_free(p);
+
+    /* A creation that fails: its error, and what was made stays. */
+    o = base_opts(5);
+    o.min_size = 3;
+    p = mk(&o);
+    ASSERT_EQ(weft_pool_acquire(p, &r, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_pool_release(p, r), 0);
+    atomic_store(&srv.fail, -ECONNREFUSED);
+    ASSERT_EQ(weft_pool_fill(p, WEFT_NEVER), -ECONNREFUSED);
+    st = stats(p);
+    ASSERT_EQ(st.size, 1);
+    ASSERT_EQ(st.idle, 1);
+    ASSERT_EQ(st.in_use, 0);
+    atomic_store(&srv.fail, 0);
+    check_rest_and_free(p);
+    return 0;
+}
+
+TEST(pool_fill_to_min_size)
+{
+    ASSERT_EQ(t_run_virtual(1, fill_main, NULL), 0);
+}

@@ -613,6 +613,36 @@ int weft_pool_acquire_at(weft_pool *p, void **res, const char *file, int line,
     }
 }
 
+/* ---- filling to min_size ---- */
+
+int weft_pool_fill(weft_pool *p, weft_time deadline)
+{
+    if (!p)
+        return -EINVAL;
+    /* Borrows until min_size exist (an idle one first, then new ones,
+     * as any acquire), then gives them all back: what exists then is
+     * idle, and the FIFO hand-over and the counts stay the acquire's. */
+    int want = p->o.min_size;
+    void **held = want ? weft__calloc((size_t)want, sizeof(*held)) : NULL;
+    if (want && !held)
+        return -ENOMEM;
+    int n = 0, rc = 0;
+    for (;;) {
+        weft_pool_stats st;
+        weft_pool_stats_get(p, &st);
+        if (st.size >= want || n == want)
+            break;
+        rc = weft_pool_acquire_at(p, &held[n], __FILE__, __LINE__, deadline);
+        if (rc)
+            break;
+        n++;
+    }
+    for (int i = 0; i < n; i++)
+        weft_pool_release(p, held[i]);
+    free(held);
+    return rc;
+}
+
 /* ---- release ---- */
 
 static entry *find_borrowed(weft_pool *p, const void *res)
