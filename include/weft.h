@@ -2278,7 +2278,7 @@ typedef struct weft_pool_opts {
     /* Optional: called on weft_pool_release before the resource goes back
      * (rolls back a transaction): 0, or anything else to destroy it. */
     int (*reset)(void *ctx, void *res);
-    void *ctx; /* the callbacks' */
+    void *ctx;    /* the callbacks' */
     int min_size; /* the idle timeout keeps at least this many; 0: none */
     int max_size; /* at most this many at once (>= 1); 0: 10 */
     int64_t idle_timeout_ns;   /* an idle resource unused this long is
@@ -2300,14 +2300,14 @@ typedef struct weft_pool_opts {
 } weft_pool_opts;
 
 typedef struct weft_pool_stats {
-    int size;     /* resources that exist or are being made (<= max_size) */
-    int idle;     /* of them, idle in the pool */
-    int in_use;   /* borrowed (from the grant to the release) */
-    int creating; /* being made by an acquire */
-    int waiting;  /* acquires waiting for a resource */
-    int64_t acquired;        /* acquires that returned a resource */
-    int64_t timeouts;        /* acquires that ended at their deadline */
-    int64_t created;         /* successful creations */
+    int size;         /* resources that exist or are being made (<= max_size) */
+    int idle;         /* of them, idle in the pool */
+    int in_use;       /* borrowed (from the grant to the release) */
+    int creating;     /* being made by an acquire */
+    int waiting;      /* acquires waiting for a resource */
+    int64_t acquired; /* acquires that returned a resource */
+    int64_t timeouts; /* acquires that ended at their deadline */
+    int64_t created;  /* successful creations */
     int64_t destroyed;       /* resources destroyed (broken, invalid,
                               * expired, at close): at rest, created -
                               * destroyed == size */
@@ -2348,9 +2348,8 @@ WEFT_EXTERN int weft_pool_free(weft_pool *p);
  * a create that finished after it, goes back to the pool (to the next
  * waiter). Blocks (and runs create, validate, destroy). Use the macro,
  * which records the call site for leak reports. */
-WEFT_EXTERN int weft_pool_acquire_at(weft_pool *p, void **res,
-                                     const char *file, int line,
-                                     weft_time deadline);
+WEFT_EXTERN int weft_pool_acquire_at(weft_pool *p, void **res, const char *file,
+                                     int line, weft_time deadline);
 #define weft_pool_acquire(p, res, deadline)                                    \
     weft_pool_acquire_at((p), (res), __FILE__, __LINE__, (deadline))
 
