@@ -76,8 +76,9 @@ static void t_pg_start(void)
         snprintf(line, sizeof(line), "cat '%s.log' >&2", t_dir);
         if (system(line) != 0)
             fprintf(stderr, "no log\n");
-        T_SKIP("could not start a PostgreSQL server "
-               "(scripts/pg-test-server.sh; scripts/deps.sh pg installs it)");
+        T_NEED("pg", "could not start a PostgreSQL server "
+                     "(scripts/pg-test-server.sh; scripts/deps.sh pg installs "
+                     "it)");
     }
     snprintf(t_conninfo, sizeof(t_conninfo),
              "host=%s dbname=postgres user=postgres connect_timeout=5", t_dir);

@@ -47,7 +47,7 @@ static void need_uring(void)
     unsetenv("WEFT_POLLER");
     if (run_with(WEFT_POLLER_IO_URING, 1, WEFT_CLOCK_MONOTONIC, name_is,
                  "io_uring") != 0) {
-        T_SKIP("no io_uring here");
+        T_NEED("io_uring", "no io_uring here");
     }
 }
 
