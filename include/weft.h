@@ -277,6 +277,15 @@ typedef struct weft_config {
      * Release default) refuses a plan: weft_run returns -ENOTSUP. One
      * runtime at a time runs with a plan: -EBUSY while another does. */
     const struct weft_fault_plan *faults;
+    /* The virtual clock only: the real time it waits, when every task is
+     * parked and some wait for descriptors or weft_blocking calls, before
+     * it jumps to the next deadline (Trio's autojump threshold), so that
+     * loopback I/O and a quick blocking call complete at the virtual
+     * instant they started. 0: 5 ms for descriptors, 50 ms for blocking
+     * calls. A test that needs its calls to finish before the clock moves,
+     * on a machine however loaded, sets a long one (a jump then waits that
+     * long when a call does not finish). Negative: -EINVAL. */
+    int64_t autojump_ns;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):

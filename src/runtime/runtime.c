@@ -180,7 +180,8 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->clock != WEFT_CLOCK_MONOTONIC && c->clock != WEFT_CLOCK_VIRTUAL)
         return -EINVAL;
-    if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0)
+    if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0 ||
+        c->autojump_ns < 0)
         return -EINVAL;
     if ((unsigned)c->poller > WEFT_POLLER_IO_URING)
         return -EINVAL;
@@ -305,7 +306,7 @@ static void runtime_settle(weft_runtime *rt, const weft_config *c,
                                         &rt->cpus) == 0 &&
                  CPU_COUNT(&rt->cpus) > 0;
     rt->nworkers = c->workers ? c->workers : online_cpus();
-    weft__clock_init(rt, c->clock);
+    weft__clock_init(rt, c->clock, c->autojump_ns);
     rt->hooks = weft__scope_hooks;
     rt->seed = seed;
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
