@@ -1789,6 +1789,69 @@ WEFT_EXTERN int weft_process_communicate(weft_process *p, const void *in,
  * weft_run has returned (the child was reaped by then). */
 WEFT_EXTERN int weft_process_free(weft_process *p);
 
+/* ---- Files ----
+ *
+ * Regular files and block devices, without holding the worker: a read of
+ * a page that is not in the page cache waits for the disk, and epoll
+ * cannot wait for a file. Each call runs on the blocking pool (section
+ * 7), as a call that is waited for once it runs, so its buffer may be on
+ * the calling task's stack. For pipes, sockets and terminals use
+ * weft_read and weft_write (a non-blocking descriptor here may return
+ * -EAGAIN).
+ *
+ * Every call below but weft_file_close is a cancellation point with one
+ * contract: a deadline or a cancel that comes before the call started
+ * drops it and returns -ETIMEDOUT or -ECANCELED, and the call had no
+ * effect; one that comes while the call runs waits for its end and
+ * returns its result (bytes read are never lost, a descriptor opened is
+ * the caller's). So -ECANCELED always means "nothing happened". A
+ * deadline is absolute (WEFT_NEVER: none); one already past returns
+ * -ETIMEDOUT at once. Each blocks the task, not the worker, and returns
+ * -EPERM outside a task. Any number of tasks may use one descriptor at
+ * once (pread and pwrite for ordered access). */
+
+/* Opens path as open(2) does with flags (O_CLOEXEC always added) and
+ * mode, and sets *fd to the new descriptor (-1 on error). Returns 0, or
+ * open(2)'s error as a negative code (-ENOENT, -EACCES, -EMFILE, ...),
+ * -EINVAL (fd or path NULL), -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no
+ * pool thread could start). Blocks. */
+WEFT_EXTERN int weft_file_open(int *fd, const char *path, int flags,
+                               unsigned mode, weft_time deadline);
+
+/* Reads up to n bytes at the descriptor's offset into buf, as read(2).
+ * Returns the count (0: the end of the file), or a negative code:
+ * read(2)'s error, -EBADF (fd negative), -EINVAL (buf NULL with n > 0),
+ * -ETIMEDOUT, -ECANCELED. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_read(int fd, void *buf, size_t n,
+                                     weft_time deadline);
+
+/* Writes up to n bytes of buf at the descriptor's offset (its end with
+ * O_APPEND), as write(2): a short count is possible (a full disk). Returns
+ * the count or a negative code as weft_file_read's. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_write(int fd, const void *buf, size_t n,
+                                      weft_time deadline);
+
+/* weft_file_read at offset, leaving the descriptor's offset alone
+ * (pread(2)); -EINVAL for a negative offset. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_pread(int fd, void *buf, size_t n,
+                                      int64_t offset, weft_time deadline);
+
+/* weft_file_write at offset (pwrite(2)); -EINVAL for a negative offset.
+ * Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_pwrite(int fd, const void *buf, size_t n,
+                                       int64_t offset, weft_time deadline);
+
+/* Flushes the file's data and metadata to its device (fsync(2)). Returns
+ * 0 or a negative code as weft_file_read's. Blocks. */
+WEFT_EXTERN int weft_file_fsync(int fd, weft_time deadline);
+
+/* Closes fd (close(2)), also in a cancelled scope: not a cancellation
+ * point. The number is free when it returns, whatever it returns: 0,
+ * -EBADF, -EIO (an earlier write failed to reach the device: fsync
+ * first to find out which). Never blocks the task for long (a local
+ * file's close does not wait for the disk). Any thread. */
+WEFT_EXTERN int weft_file_close(int fd);
+
 /* ------------------------------------------------------------------------
  * 9. Futures and combinators
  *

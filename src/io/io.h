@@ -65,6 +65,12 @@ void weft__blocking_fini(weft_runtime *rt);
  * use arg until it returns) or never will (dropped while queued). */
 int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
                         bool *abandoned);
+/* weft_blocking_until whose call, once it runs, is waited for: a deadline
+ * or a cancel that comes while fn runs waits (firm) for fn's status and
+ * returns it; one that comes before fn starts drops the call (-ETIMEDOUT,
+ * -ECANCELED: fn never ran). So arg may point into the caller's stack
+ * (the files' calls: their buffers are the caller's). */
+int weft__blocking_finish(weft_fn fn, void *arg, int64_t deadline);
 /* rt's pool as weft_blocking_stats_get tells it (all zero before its first
  * call), from any thread while rt runs. */
 void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out);
