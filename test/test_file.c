@@ -14,9 +14,11 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +65,23 @@ static int pool_running(void)
     weft_blocking_info i;
     ASSERT_EQ(weft_blocking_stats_get(&i), 0);
     return i.running;
+}
+
+/* True if a task's call runs: on the pool, or in the worker's ring (the
+ * dump shows a task parked "on file"). */
+static bool call_runs(void)
+{
+    if (pool_running() == 1)
+        return true;
+    int fd = memfd_create("dump", MFD_CLOEXEC);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(weft_dump(fd, 0), 0);
+    char text[8192];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    ASSERT(n > 0);
+    text[n] = 0;
+    close(fd);
+    return strstr(text, " on file ") != NULL;
 }
 
 /* ---- what the calls do ---- */
@@ -223,28 +242,56 @@ static int open_writer(void)
     return fd;
 }
 
+static bool on_ring(void)
+{
+    const char *name = weft_poller_name();
+    return name && strcmp(name, "io_uring") == 0;
+}
+
+/* A cancel while the call runs. On the pool the call runs to its end and
+ * returns its result. In the ring the kernel stops a read that has not
+ * read anything (a FIFO's: it polls), which returns -ECANCELED with the
+ * bytes left for the next read. (A FIFO's open is not tried there: the
+ * ring's first, non-blocking try of an open may succeed without a
+ * writer.) */
 static int cancel_running_main(void *arg)
 {
     int cancel_at = *(int *)arg; /* 1: during the open, 2: the read */
+    bool ring = on_ring();
+    if (ring && cancel_at == 1)
+        return 0;
     static struct fifo_reader r;
     memset(&r, 0, sizeof r);
     r.fd = -1;
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, fifo_reader, &r) >= 0);
-    SETTLE(atomic_load(&r.stage) == 1 && pool_running() == 1);
     int wfd = -1;
     if (cancel_at == 2) {
         /* Let the open finish: a writer opens the other end. */
-        SETTLE((wfd = open_writer()) >= 0);
-        SETTLE(atomic_load(&r.stage) == 2 && pool_running() == 1);
+        SETTLE(atomic_load(&r.stage) >= 1 && (wfd = open_writer()) >= 0);
+        SETTLE(atomic_load(&r.stage) == 2 && call_runs());
+    } else {
+        SETTLE(atomic_load(&r.stage) == 1 && call_runs());
     }
-    /* The call runs on the pool now. */
+    /* The call runs now. */
     ASSERT_EQ(weft_scope_cancel(atomic_load(&r.scope)), 0);
+    if (ring) {
+        SETTLE(atomic_load(&r.stage) == 3);
+        ASSERT_EQ(r.got, -ECANCELED);
+        ASSERT_EQ(write(wfd, "data!", 5), 5);
+        ASSERT_EQ(weft_scope_join(s), 0);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        ASSERT_EQ(read(r.fd, r.buf, sizeof r.buf), 5); /* nothing lost */
+        ASSERT(memcmp(r.buf, "data!", 5) == 0);
+        ASSERT_EQ(weft_file_close(r.fd), 0);
+        ASSERT_EQ(close(wfd), 0);
+        return 0;
+    }
     /* The reader waits for its call, which cannot end before it is fed. */
     for (int i = 0; i < 100; i++)
         weft_yield();
-    ASSERT_EQ(pool_running(), 1);
+    ASSERT(call_runs());
     ASSERT_EQ(atomic_load(&r.stage), cancel_at);
     if (cancel_at == 1) {
         SETTLE((wfd = open_writer()) >= 0);
@@ -304,7 +351,14 @@ static int deadline_running_main(void *arg)
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, late_writer, &wfd) >= 0);
     char buf[8];
-    ASSERT_EQ(weft_file_read(rfd, buf, sizeof buf, t0 + 10 * WEFT_MSEC), 4);
+    ptrdiff_t n = weft_file_read(rfd, buf, sizeof buf, t0 + 10 * WEFT_MSEC);
+    if (on_ring()) {
+        /* Stopped by the kernel at the deadline, nothing read. */
+        ASSERT_EQ(n, -ETIMEDOUT);
+        ASSERT_EQ(weft_now(), t0 + 10 * WEFT_MSEC);
+        n = weft_file_read(rfd, buf, sizeof buf, WEFT_NEVER);
+    }
+    ASSERT_EQ(n, 4);
     ASSERT(memcmp(buf, "late", 4) == 0);
     ASSERT_EQ(weft_now(), t0 + 20 * WEFT_MSEC);
     ASSERT_EQ(weft_scope_join(s), 0);
@@ -376,4 +430,56 @@ TEST(many_tasks_write_and_read_their_own_blocks)
         n = 16;
     ASSERT_EQ(t_run_mono(2, many_main, &n), 0);
     remove_dir();
+}
+
+/* ---- where the calls run ---- */
+
+struct where {
+    int ring; /* the worker's poller is io_uring */
+    uint64_t pool_calls;
+};
+
+static int where_main(void *arg)
+{
+    struct where *w = arg;
+    const char *name = weft_poller_name();
+    w->ring = name && strcmp(name, "io_uring") == 0;
+    int fd;
+    ASSERT_EQ(weft_file_open(&fd, path_a, O_CREAT | O_RDWR, 0600, WEFT_NEVER),
+              0);
+    char buf[4096] = {1};
+    for (int i = 0; i < 16; i++)
+        ASSERT_EQ(weft_file_pwrite(fd, buf, sizeof buf, i * 4096, WEFT_NEVER),
+                  4096);
+    for (int i = 0; i < 16; i++)
+        ASSERT_EQ(weft_file_read(fd, buf, sizeof buf, WEFT_NEVER), 4096);
+    ASSERT_EQ(weft_file_read(fd, buf, sizeof buf, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_file_fsync(fd, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_file_close(fd), 0);
+    weft_blocking_info i;
+    ASSERT_EQ(weft_blocking_stats_get(&i), 0);
+    w->pool_calls = i.calls;
+    return 0;
+}
+
+/* With io_uring the calls go through the worker's ring, no thread hop;
+ * with epoll through the pool. */
+TEST(files_run_in_the_ring_where_the_worker_has_one)
+{
+    make_dir();
+    struct where w;
+    bool rang = false;
+    /* (WEFT_POLLER, in the environment, overrides the config's.) */
+    for (int k = 0; k < 2; k++) {
+        weft_config cfg = {.workers = 1,
+                           .poller =
+                               k ? WEFT_POLLER_IO_URING : WEFT_POLLER_EPOLL};
+        ASSERT_EQ(weft_run(&cfg, where_main, &w), 0);
+        /* open, 16 + 17 reads and writes, fsync */
+        ASSERT_EQ(w.pool_calls, w.ring ? 0u : 35u);
+        rang |= w.ring;
+    }
+    remove_dir();
+    if (!rang)
+        T_NEED("io_uring", "no io_uring here: the ring's half not checked");
 }

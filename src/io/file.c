@@ -18,6 +18,9 @@
  * waited for, before the call returns).
  */
 #include "io/io.h"
+#include "sched/clock.h"
+#include "sched/poller.h"
+#include "wait/wait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,9 +76,121 @@ static int run(void *arg)
     return 0;
 }
 
+/* ---- through the worker's ring ---- */
+
+static const weft__wait_kind wk_file = {WEFT_WAIT_BLOCKING, "file"};
+
+/* An operation in the ring and the task that waits for it, on the task's
+ * stack. */
+typedef struct ring_call {
+    weft__op op;
+    weft__lock lock;      /* guards done and waiter */
+    bool done;            /* op.res is the result */
+    weft__waiter *waiter; /* the task, parked for it; or NULL */
+} ring_call;
+
+/* The poller's owner thread, once: the result is in; the waiting task, if
+ * parked, is woken. */
+static void ring_complete(weft__op *op)
+{
+    ring_call *c = (ring_call *)op;
+    weft__lock_acquire(&c->lock);
+    c->done = true;
+    weft__waiter *w = weft__slot_claim(&c->waiter);
+    weft_task *t = w ? w->task : NULL;
+    weft__lock_release(&c->lock);
+    if (t)
+        weft__wake_finish(t, 0);
+}
+
+/* Parks until c is done, or the deadline or a cancel (unless firm);
+ * returns 0 once done, else the park's -ETIMEDOUT or -ECANCELED. */
+static int ring_wait(ring_call *c, int64_t deadline, int flags)
+{
+    weft__lock_acquire(&c->lock);
+    if (c->done) {
+        weft__lock_release(&c->lock);
+        return 0;
+    }
+    weft__waiter w;
+    weft__waiter_init(&w, NULL, 0);
+    int rc = weft__wait(&w, &(weft__wait_spec){.kind = &wk_file,
+                                               .obj = c,
+                                               .lock = &c->lock,
+                                               .slot = &c->waiter,
+                                               .deadline = deadline,
+                                               .flags = flags});
+    return rc;
+}
+
+static const uint8_t ring_code[] = {
+    [OP_OPEN] = WEFT__OP_OPEN,    [OP_READ] = WEFT__OP_READ,
+    [OP_WRITE] = WEFT__OP_WRITE,  [OP_PREAD] = WEFT__OP_READ,
+    [OP_PWRITE] = WEFT__OP_WRITE, [OP_FSYNC] = WEFT__OP_FSYNC,
+};
+
+/* Runs o in p's ring, waiting for it, with the same contract as the
+ * pool's (file.c's head), and sets *res. Returns false if it could not be
+ * started (the kernel lacks an operation, no room in the ring): run it on
+ * the pool. */
+static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
+                     int64_t deadline, ptrdiff_t *res)
+{
+    bool plain = o->op == OP_READ || o->op == OP_WRITE;
+    ring_call c = {.op = {.code = ring_code[o->op],
+                          .fd = o->fd,
+                          .path = o->path,
+                          .flags = o->flags,
+                          .mode = o->mode,
+                          .buf = o->buf,
+                          .n = (uint32_t)o->n,
+                          .off = plain ? -1 : o->off, /* -1: its offset */
+                          .complete = ring_complete}};
+    for (;;) {
+        if (p->ops->op_submit(p, &c.op) != 0)
+            return false;
+        int rc = ring_wait(&c, deadline, 0);
+        if (rc) {
+            /* A deadline or a cancel: ask the kernel to stop it, and wait
+             * for whichever comes, its cancel or its own result. */
+            if (weft__tl_worker == wk)
+                p->ops->op_cancel(p, &c.op);
+            int frc = ring_wait(&c, WEFT_NEVER, WEFT__WAIT_FIRM);
+            WEFT_ASSERT(frc == 0);
+            (void)frc;
+            /* Stopped before it moved anything (an interrupted read or
+             * write transferred nothing). */
+            *res = c.op.res == -ECANCELED || c.op.res == -EINTR ? rc : c.op.res;
+            return true;
+        }
+        if (c.op.res != -EINTR) {
+            *res = c.op.res;
+            return true;
+        }
+        c.done = false; /* interrupted, nothing moved: again */
+    }
+}
+
 /* Runs o; its result, or the wait's error (the call did not run). */
 static ptrdiff_t file_call(file_op *o, weft_time deadline)
 {
+    weft_worker *wk = weft__tl_worker;
+    if (wk && o->n <= UINT32_MAX) {
+        int err;
+        weft__poller *p = weft__io_poller(wk, &err);
+        if (p && p->ops->op_submit) {
+            int rc = weft__checkpoint();
+            if (rc)
+                return rc;
+            if (deadline != WEFT_NEVER &&
+                (weft__wait_past(deadline) ||
+                 deadline <= weft__now(weft__wpub(wk)->rt)))
+                return -ETIMEDOUT;
+            ptrdiff_t r;
+            if (ring_run(wk, p, o, deadline, &r))
+                return r;
+        }
+    }
     int rc = weft__blocking_finish(run, o, deadline);
     return rc < 0 ? rc : o->res;
 }

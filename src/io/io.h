@@ -50,6 +50,10 @@ unsigned weft__fd_read_edges(int fd);
 void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
 int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
+/* Worker w's poller (sched/poller.h), made at its first use as weft's
+ * descriptor waits make it; NULL with *err if it cannot be. w's thread. */
+struct weft__poller *weft__io_poller(weft_worker *w, int *err);
+
 /* ---- blocking.c ---- */
 
 /* The wait kinds of this layer (wait/record.h): a descriptor (io.c; obj: its

@@ -93,16 +93,19 @@ static void virt_unidle(weft_worker *w)
 /* Before time jumps: real work the clock cannot see may still wake a
  * task. Tasks waiting for descriptors give the kernel autojump_io_ns of
  * real time to make one ready, and tasks waiting for weft_blocking calls
- * (on any worker) give the pool autojump_pool_ns to finish them (Trio's
- * autojump threshold), so that loopback I/O and a quick blocking call
- * complete at the virtual instant they started. Asleep meanwhile, so a
- * wake from another thread ends the wait at once. Returns true if work
- * turned up. */
+ * give the pool autojump_pool_ns to finish them (Trio's autojump
+ * threshold), so that loopback I/O and a quick blocking call complete at
+ * the virtual instant they started. Asleep meanwhile, so a wake from
+ * another thread ends the wait at once. Returns true if work turned up.
+ * Only the worker whose tasks wait naps: time cannot jump while it does
+ * (it is not idle in the books), and another worker napping for it would
+ * not be woken by the call's end, holding the clock for the whole grace
+ * after the call returned. */
 static bool autojump_grace(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     int64_t grace =
-        weft__pending_all(rt, WEFT__PENDING_POOL) ? rt->autojump_pool_ns : 0;
+        weft__pending(w, WEFT__PENDING_POOL) ? rt->autojump_pool_ns : 0;
     if (weft__pending(w, WEFT__PENDING_IO) && grace < rt->autojump_io_ns)
         grace = rt->autojump_io_ns;
     return grace && (weft__nap(w, grace) || weft__work_visible(w));

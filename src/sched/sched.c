@@ -1361,14 +1361,6 @@ bool weft__nap(weft_worker *w, int64_t timeout)
     return events;
 }
 
-int weft__pending_all(weft_runtime *rt, int kind)
-{
-    int n = 0;
-    for (int i = 0; i < rt->nworkers; i++)
-        n += ld_rlx(&rt->workers[i].pending[kind]);
-    return n;
-}
-
 int64_t weft__idle_forever_enter(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
