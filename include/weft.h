@@ -1793,18 +1793,21 @@ WEFT_EXTERN int weft_process_free(weft_process *p);
  *
  * Regular files and block devices, without holding the worker: a read of
  * a page that is not in the page cache waits for the disk, and epoll
- * cannot wait for a file. Each call runs on the blocking pool (section
- * 7), as a call that is waited for once it runs, so its buffer may be on
- * the calling task's stack. For pipes, sockets and terminals use
- * weft_read and weft_write (a non-blocking descriptor here may return
- * -EAGAIN).
+ * cannot wait for a file. Each call goes through the worker's io_uring
+ * ring where the worker has one (weft_config.poller; the kernel does the
+ * work, no thread hop), else runs on the blocking pool (section 7). Either
+ * way the call is waited for once it runs, so its buffer may be on the
+ * calling task's stack. For pipes, sockets and terminals use weft_read
+ * and weft_write (a non-blocking descriptor here may return -EAGAIN).
  *
  * Every call below but weft_file_close is a cancellation point with one
  * contract: a deadline or a cancel that comes before the call started
  * drops it and returns -ETIMEDOUT or -ECANCELED, and the call had no
- * effect; one that comes while the call runs waits for its end and
- * returns its result (bytes read are never lost, a descriptor opened is
- * the caller's). So -ECANCELED always means "nothing happened". A
+ * effect; one that comes while the call runs either stops it before it
+ * had any effect (the same codes: the ring asks the kernel to cancel it)
+ * or waits for its end and returns its result (bytes read are never
+ * lost, a descriptor opened is the caller's). So -ECANCELED and
+ * -ETIMEDOUT always mean "nothing happened". A
  * deadline is absolute (WEFT_NEVER: none); one already past returns
  * -ETIMEDOUT at once. Each blocks the task, not the worker, and returns
  * -EPERM outside a task. Any number of tasks may use one descriptor at
