@@ -522,6 +522,9 @@ static int faults_install(const weft_config *c)
     if ((f->nth && (unsigned)f->site >= WEFT_FAULT_SITES) || f->err < 0 ||
         f->active_permille > 1000 || f->fail_permille > 1000)
         return -EINVAL;
+    for (int s = 0; s < WEFT_FAULT_SITES; s++)
+        if (f->site_permille[s] > 1000)
+            return -EINVAL;
     uint64_t seed;
     int rc = seed_from_env(c->seed, &seed);
     return rc ? rc : weft__fault_install(f, seed);

@@ -94,6 +94,7 @@
 #include "sched/scheduler.h"
 #include "timer/timer.h"
 #include "util/fault.h"
+#include "util/runlog.h"
 #include "util/tsan.h"
 
 #if defined(WEFT_ASAN)
@@ -735,6 +736,16 @@ static uint64_t rng_next(weft_worker *w)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* Logs t's resume for the determinism check (util/runlog.h): its id, but
+ * 0 for a task made outside a worker (the root task), whose count is
+ * process-wide, and the virtual time. */
+WEFT_COLD static void runlog_resume(weft_worker *w, weft_task *t)
+{
+    uint64_t id = ld_rlx(&t->id);
+    weft__runlog_add(WEFT_SWARM_EVENT_RESUME, id >> WEFT__ID_BITS ? id : 0,
+                     (uint64_t)weft__now(w->rt));
+}
+
 static weft_task *pick_seeded(weft_worker *w)
 {
     inbox_drain(w);
@@ -745,6 +756,8 @@ static weft_task *pick_seeded(weft_worker *w)
     size_t i = (size_t)(rng_next(w) % w->nready);
     weft_task *t = w->ready[i];
     w->ready[i] = w->ready[--w->nready];
+    if (WEFT_UNLIKELY(ld_rlx(&weft__runlog_on))) /* the determinism check */
+        runlog_resume(w, t);
     return t;
 }
 
