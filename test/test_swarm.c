@@ -193,6 +193,30 @@ TEST(the_printed_seed_replays_the_failure)
            head[0] == '[');
 }
 
+/* A trace is how a run is looked at: it must not change the run. */
+TEST(a_traced_replay_makes_the_same_faults)
+{
+    need_sites();
+    weft_swarm_opts o = bug_opts();
+    char path[] = "/tmp/weft_swarm_traceXXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    close(fd);
+    int found = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        weft_fault_stats plain, traced;
+        int rc = weft_swarm_replay(&o, seed, 0, 0, NULL, pipe_body, NULL);
+        ASSERT_EQ(weft_fault_stats_get(&plain), 0);
+        ASSERT_EQ(weft_swarm_replay(&o, seed, 0, 0, path, pipe_body, NULL), rc);
+        ASSERT_EQ(weft_fault_stats_get(&traced), 0);
+        ASSERT_EQ(memcmp(plain.passes, traced.passes, sizeof(plain.passes)), 0);
+        ASSERT_EQ(memcmp(plain.fired, traced.fired, sizeof(plain.fired)), 0);
+        found += plain.fired[WEFT_FAULT_ALLOC] != 0;
+    }
+    unlink(path);
+    ASSERT(found > 0); /* some of them with allocation faults */
+}
+
 /* ---- the determinism check ---- */
 
 typedef struct tree {
