@@ -106,7 +106,7 @@ SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
 CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
-FORMAT_DIRS := src include test bench examples
+FORMAT_DIRS := src include test tools bench examples
 
 .PHONY: all release configure test test-noasserts bench demo install asan tsan tsan-churn \
 	swarm layers structure api-names format clean deps san-deps help

@@ -571,122 +571,180 @@ static void report_coverage(const char *name, const weft_swarm_opts *o,
     pthread_mutex_unlock(&sometimes_lock);
 }
 
-static int sweep(const weft_swarm_opts *o, weft_fn body, void *arg,
-                 weft_swarm_stats *st)
+/* A sweep in progress. */
+typedef struct sweep_ctx {
+    const weft_swarm_opts *o;
+    const char *name;
+    weft_fn body;
+    void *arg;
+    weft_swarm_stats *st;
+    uint64_t first, seeds;
+    bool sites_set; /* WEFT_SWARM_SITES gives the active sites */
+    unsigned sites;
+    int problems;
+} sweep_ctx;
+
+/* The seeds to run, from the options and the environment (WEFT_SEED:
+ * that seed alone). 0, or -EINVAL. */
+static int sweep_range(sweep_ctx *c)
 {
-    const char *name = o->name ? o->name : "swarm";
-    uint64_t first = o->first_seed ? o->first_seed : 1;
-    uint64_t seeds = o->seeds ? o->seeds : 100, env_seed = 0, env_seeds = 0;
-    unsigned env_sites = 0;
+    uint64_t env_seed = 0, env_seeds = 0;
     bool replay, seeds_set;
-    const char *sites_env = getenv("WEFT_SWARM_SITES");
+    const char *sites = getenv("WEFT_SWARM_SITES");
+    c->first = c->o->first_seed ? c->o->first_seed : 1;
+    c->seeds = c->o->seeds ? c->o->seeds : 100;
+    c->sites_set = sites != NULL;
     if (env_number("WEFT_SEED", &env_seed, &replay) ||
         env_number("WEFT_SWARM_SEEDS", &env_seeds, &seeds_set) ||
-        (sites_env && parse_sites(sites_env, &env_sites))) {
+        (sites && parse_sites(sites, &c->sites))) {
         fprintf(stderr,
                 "swarm %s: WEFT_SEED, WEFT_SWARM_SEEDS or WEFT_SWARM_SITES "
                 "not understood\n",
-                name);
+                c->name);
         return -EINVAL;
     }
     if (seeds_set)
-        seeds = env_seeds;
+        c->seeds = env_seeds;
     if (replay) {
-        first = env_seed;
-        seeds = 1;
+        c->first = env_seed;
+        c->seeds = 1;
     }
-    int max_failures = o->max_failures ? o->max_failures : 1;
-    st->faults = faults_built();
-    int64_t t0 = real_now();
-    int problems = 0;
-    for (uint64_t i = 0; i < seeds; i++) {
-        weft_swarm_profile p;
-        weft_swarm_profile_get(o, first + i, &p);
-        if (sites_env)
-            profile_limit(&p, env_sites, o);
-        if (!st->faults)
-            profile_limit(&p, 0, o);
-        outcome oc;
-        run_one(o, &p, NULL, body, arg, &oc);
-        st->runs++;
-        weft_fault_stats fs;
-        if (st->faults && weft_fault_stats_get(&fs) == 0)
-            for (unsigned s = 0; s < WEFT_FAULT_SITES; s++) {
-                st->passes[s] += fs.passes[s];
-                st->fired[s] += fs.fired[s];
-                st->active[s] += (p.sites >> s) & 1;
-            }
-        if (!oc.started && oc.status) {
-            if (!oc.fired) { /* not a fault's doing: a misuse */
-                fprintf(stderr, "swarm %s: seed %llu: weft_run: %s\n", name,
-                        (unsigned long long)p.seed, weft_strerror(oc.status));
-                return oc.status;
-            }
-            st->not_started++;
-        }
-        if (o->verbose > 0)
-            fprintf(stderr, "swarm %s: seed %llu: %d\n", name,
-                    (unsigned long long)p.seed, oc.status);
-        if (oc.failed) {
-            problems++;
-            st->failed++;
-            report_failure(o, name, &p, &oc);
-            if (st->failed == 1) {
-                st->first_failed_seed = p.seed;
-                st->first_status = oc.status;
-                st->failed_sites = p.sites;
-                if (o->shrink && p.sites &&
-                    shrink(o, &p, body, arg, &st->shrunk_sites) == 1) {
-                    st->shrunk = 1;
-                    report_shrunk(o, name, p.seed, st->shrunk_sites);
-                }
-                if (o->trace_path) {
-                    run_one(o, &p, o->trace_path, body, arg, &oc);
-                    fprintf(stderr, "swarm %s: seed %llu traced to %s\n", name,
-                            (unsigned long long)p.seed, o->trace_path);
-                }
-            }
-        }
-        if (o->check_every && i % (uint64_t)o->check_every == 0 &&
-            p.deterministic) {
-            weft_swarm_diff d;
-            int rc = check(o, &p, body, arg, &d);
-            if (rc < 0)
-                return rc;
-            st->checked++;
-            if (rc) {
-                st->nondeterministic++;
-                problems++;
-                report_diff(name, p.seed, &d);
-            }
-        }
-        if (st->failed >= (uint64_t)max_failures)
-            break;
+    return 0;
+}
+
+/* Adds the last run's fault counts to the sweep's. */
+static void count_sites(weft_swarm_stats *st, const weft_swarm_profile *p)
+{
+    weft_fault_stats fs;
+    if (!st->faults || weft_fault_stats_get(&fs) != 0)
+        return;
+    for (unsigned s = 0; s < WEFT_FAULT_SITES; s++) {
+        st->passes[s] += fs.passes[s];
+        st->fired[s] += fs.fired[s];
+        st->active[s] += (p->sites >> s) & 1;
     }
-    st->elapsed_ns = real_now() - t0;
+}
+
+/* A failing seed: reported; the first one shrunk and traced as asked. */
+static void on_failure(sweep_ctx *c, const weft_swarm_profile *p,
+                       const outcome *oc)
+{
+    const weft_swarm_opts *o = c->o;
+    weft_swarm_stats *st = c->st;
+    c->problems++;
+    report_failure(o, c->name, p, oc);
+    if (++st->failed > 1)
+        return;
+    st->first_failed_seed = p->seed;
+    st->first_status = oc->status;
+    st->failed_sites = p->sites;
+    if (o->shrink && p->sites &&
+        shrink(o, p, c->body, c->arg, &st->shrunk_sites) == 1) {
+        st->shrunk = 1;
+        report_shrunk(o, c->name, p->seed, st->shrunk_sites);
+    }
+    if (o->trace_path) {
+        outcome again;
+        run_one(o, p, o->trace_path, c->body, c->arg, &again);
+        fprintf(stderr, "swarm %s: seed %llu traced to %s\n", c->name,
+                (unsigned long long)p->seed, o->trace_path);
+    }
+}
+
+/* Runs the i-th seed of the sweep (and checks it, if its turn): 0, or a
+ * negative code that ends the sweep. */
+static int sweep_seed(sweep_ctx *c, uint64_t i)
+{
+    const weft_swarm_opts *o = c->o;
+    weft_swarm_stats *st = c->st;
+    weft_swarm_profile p;
+    weft_swarm_profile_get(o, c->first + i, &p);
+    if (c->sites_set)
+        profile_limit(&p, c->sites, o);
+    if (!st->faults)
+        profile_limit(&p, 0, o);
+    outcome oc;
+    run_one(o, &p, NULL, c->body, c->arg, &oc);
+    st->runs++;
+    count_sites(st, &p);
+    if (!oc.started && oc.status) {
+        if (!oc.fired) { /* not a fault's doing: a misuse */
+            fprintf(stderr, "swarm %s: seed %llu: weft_run: %s\n", c->name,
+                    (unsigned long long)p.seed, weft_strerror(oc.status));
+            return oc.status;
+        }
+        st->not_started++;
+    }
+    if (o->verbose > 0)
+        fprintf(stderr, "swarm %s: seed %llu: %d\n", c->name,
+                (unsigned long long)p.seed, oc.status);
+    if (oc.failed)
+        on_failure(c, &p, &oc);
+    if (o->check_every && i % (uint64_t)o->check_every == 0 &&
+        p.deterministic) {
+        weft_swarm_diff d;
+        int rc = check(o, &p, c->body, c->arg, &d);
+        if (rc < 0)
+            return rc;
+        st->checked++;
+        if (rc) {
+            st->nondeterministic++;
+            c->problems++;
+            report_diff(c->name, p.seed, &d);
+        }
+    }
+    return 0;
+}
+
+/* The sweep's end: required sites and sometimes-names, the report. */
+static void sweep_end(sweep_ctx *c)
+{
+    const weft_swarm_opts *o = c->o;
+    weft_swarm_stats *st = c->st;
     if (st->faults)
         for (unsigned s = 0; s < WEFT_FAULT_SITES; s++)
             if ((o->must_fire & (1u << s)) && !st->fired[s]) {
                 st->unfired |= 1u << s;
-                problems++;
+                c->problems++;
             }
-    report_coverage(name, o, st);
+    report_coverage(c->name, o, st);
     if (o->require_sometimes)
-        problems += st->sometimes_never;
-    if (o->verbose >= 0 || problems)
-        fprintf(stderr,
-                "swarm %s: %llu seeds from %llu in %.2f s (%.0f/s): %llu "
-                "failed, %llu checked twice (%llu parted), %llu stopped by a "
-                "fault before the body%s\n",
-                name, (unsigned long long)st->runs, (unsigned long long)first,
-                (double)st->elapsed_ns / 1e9,
-                st->elapsed_ns ? (double)st->runs * 1e9 / (double)st->elapsed_ns
-                               : 0.0,
-                (unsigned long long)st->failed, (unsigned long long)st->checked,
-                (unsigned long long)st->nondeterministic,
-                (unsigned long long)st->not_started,
-                st->faults ? "" : "; built without the fault sites");
-    return problems;
+        c->problems += st->sometimes_never;
+    if (o->verbose < 0 && !c->problems)
+        return;
+    double secs = (double)st->elapsed_ns / 1e9;
+    fprintf(stderr,
+            "swarm %s: %llu seeds from %llu in %.2f s (%.0f/s): %llu "
+            "failed, %llu checked twice (%llu parted), %llu stopped by a "
+            "fault before the body%s\n",
+            c->name, (unsigned long long)st->runs, (unsigned long long)c->first,
+            secs, secs > 0 ? (double)st->runs / secs : 0.0,
+            (unsigned long long)st->failed, (unsigned long long)st->checked,
+            (unsigned long long)st->nondeterministic,
+            (unsigned long long)st->not_started,
+            st->faults ? "" : "; built without the fault sites");
+}
+
+static int sweep(const weft_swarm_opts *o, weft_fn body, void *arg,
+                 weft_swarm_stats *st)
+{
+    sweep_ctx c = {.o = o,
+                   .name = o->name ? o->name : "swarm",
+                   .body = body,
+                   .arg = arg,
+                   .st = st};
+    int rc = sweep_range(&c);
+    if (rc)
+        return rc;
+    uint64_t max_failures = o->max_failures ? (uint64_t)o->max_failures : 1;
+    st->faults = faults_built();
+    int64_t t0 = real_now();
+    for (uint64_t i = 0; i < c.seeds && st->failed < max_failures; i++)
+        if ((rc = sweep_seed(&c, i)) != 0)
+            return rc;
+    st->elapsed_ns = real_now() - t0;
+    sweep_end(&c);
+    return c.problems;
 }
 
 int weft_swarm_run(const weft_swarm_opts *opts, weft_fn body, void *arg,
