@@ -161,9 +161,17 @@ static void thread_leave(weft_worker *w)
     weft__tl_worker = NULL;
 }
 
+/* Held by start_workers while it starts a runtime's threads: a started
+ * worker waits here until the count of workers the run goes on with is
+ * final (start_workers lowers it when a thread cannot be made). Shared by
+ * every runtime: they start one at a time, which takes microseconds. */
+static pthread_mutex_t starting = PTHREAD_MUTEX_INITIALIZER;
+
 void *weft__worker_thread(void *arg)
 {
     weft_worker *w = arg;
+    pthread_mutex_lock(&starting);
+    pthread_mutex_unlock(&starting);
     thread_enter(w);
     weft__worker_loop(w);
     thread_leave(w);
@@ -479,6 +487,7 @@ static int start_workers(weft_runtime *rt)
 {
     int set_up = rt->nworkers;
     int started = 1;
+    pthread_mutex_lock(&starting);
     for (; started < rt->nworkers; started++) {
         weft_worker *w = &rt->workers[started];
         if (weft__fault_fails(WEFT_FAULT_THREAD) ||
@@ -490,6 +499,7 @@ static int start_workers(weft_runtime *rt)
      * left with one worker of several is not seeded. */
     if (started < rt->nworkers)
         rt->nworkers = started;
+    pthread_mutex_unlock(&starting);
     return set_up;
 }
 
