@@ -3324,6 +3324,13 @@ typedef struct weft_swarm_profile {
     weft_fault_plan faults;
     /* Bit 1u << site for each active site. */
     unsigned sites;
+    /* Schedule exploration on the seeded worker (PCT's random priorities
+     * with change points): 0, each pick takes a ready task uniformly at
+     * random; s (2 to 8), it takes the ready task of highest priority,
+     * and at each pick, with a chance of 1 in 2^s, every task's priority
+     * is drawn again, so that a task may be held back for many steps,
+     * and rare interleavings come up in few seeds. */
+    unsigned explore;
 } weft_swarm_profile;
 
 /* Options of a sweep; zero fields are the defaults. */
@@ -3343,6 +3350,9 @@ typedef struct weft_swarm_opts {
     int max_workers;
     /* Sites a profile may make active (bit 1u << site). 0: every site. */
     unsigned sites;
+    /* Schedule exploration (weft_swarm_profile.explore): 0, half the
+     * seeds draw it; 1, every seed; -1, none. */
+    int explore;
     /* An active site's rate is drawn from 1 to this many thousandths
      * (log-uniformly: most runs see rare faults, some see many). 0: 50. */
     unsigned max_permille;

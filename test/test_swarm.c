@@ -327,6 +327,84 @@ TEST(determinism_check_logs_the_faults)
     ASSERT(d.hash[0] != d_off.hash[0]);
 }
 
+/* ---- schedule exploration ---- */
+
+/* A deep ordering bug: it shows only when B takes all of its DEEP steps
+ * between A's two, which uniform picks between two ready tasks do once in
+ * billions of runs; PCT's priorities hold A back for as long as its
+ * priority stays low. */
+#define DEEP 30
+
+typedef struct ordering {
+    int a1, a2;
+    bool broken;
+} ordering;
+
+static int step_a(void *arg)
+{
+    ordering *o = arg;
+    o->a1 = 1;
+    weft_yield();
+    o->a2 = 1;
+    return 0;
+}
+
+static int step_b(void *arg)
+{
+    ordering *o = arg;
+    for (int i = 0; i < DEEP; i++)
+        weft_yield();
+    o->broken = o->a1 && !o->a2;
+    return 0;
+}
+
+static int ordering_body(void *arg)
+{
+    (void)arg;
+    ordering o = {0};
+    weft_scope *s = NULL;
+    if (weft_scope_open(&s, NULL) != 0)
+        return 0;
+    if (weft_spawn(s, step_a, &o) >= 0)
+        weft_spawn(s, step_b, &o);
+    weft_scope_join(s);
+    weft_scope_free(s);
+    return o.broken ? -EILSEQ : 0;
+}
+
+TEST(schedule_exploration_finds_a_deep_ordering_bug_uniform_picks_miss)
+{
+    weft_swarm_opts o = {.seeds = 3000,
+                         .sites = 1u << WEFT_FAULT_SIGNALFD, /* no fault */
+                         .explore = -1,
+                         .verbose = -1,
+                         .config = &quiet_cfg};
+    weft_swarm_stats st;
+    ASSERT_EQ(weft_swarm_run(&o, ordering_body, NULL, &st), 0);
+    ASSERT_EQ(st.runs, 3000);
+    o.explore = 1;
+    ASSERT_EQ(weft_swarm_run(&o, ordering_body, NULL, &st), 1);
+    ASSERT_EQ(st.first_status, -EILSEQ);
+    weft_swarm_profile p;
+    ASSERT_EQ(weft_swarm_profile_get(&o, st.first_failed_seed, &p), 0);
+    ASSERT(p.explore >= 2 && p.explore <= 8);
+    /* Its replay explores the same way, and fails the same. */
+    ASSERT_EQ(weft_swarm_replay(&o, st.first_failed_seed, 0, 0, NULL,
+                                ordering_body, NULL),
+              -EILSEQ);
+    weft_swarm_diff d;
+    ASSERT_EQ(
+        weft_swarm_check(&o, st.first_failed_seed, ordering_body, NULL, &d), 0);
+    /* By default half the seeds explore. */
+    o.explore = 0;
+    int exploring = 0;
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        ASSERT_EQ(weft_swarm_profile_get(&o, seed, &p), 0);
+        exploring += p.explore != 0;
+    }
+    ASSERT(exploring > 25 && exploring < 75);
+}
+
 /* ---- coverage ---- */
 
 static int coverage_body(void *arg)

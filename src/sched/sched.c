@@ -746,6 +746,25 @@ WEFT_COLD static void runlog_resume(weft_worker *w, weft_task *t)
                      (uint64_t)weft__now(w->rt));
 }
 
+/* Schedule exploration (util/runlog.h): the ready task of highest
+ * priority, after a change point with a chance of 1 in 2^shift. */
+WEFT_COLD static size_t pick_pct(weft_worker *w, unsigned shift)
+{
+    if ((rng_next(w) & ((UINT64_C(1) << shift) - 1)) == 0)
+        weft__pct_change();
+    size_t at = 0;
+    uint64_t best = 0;
+    for (size_t k = 0; k < w->nready; k++) {
+        uint64_t id = ld_rlx(&w->ready[k]->id);
+        uint64_t p = weft__pct_priority(id >> WEFT__ID_BITS ? id : 0);
+        if (p >= best) {
+            best = p;
+            at = k;
+        }
+    }
+    return at;
+}
+
 static weft_task *pick_seeded(weft_worker *w)
 {
     inbox_drain(w);
@@ -753,7 +772,9 @@ static weft_task *pick_seeded(weft_worker *w)
         poll_timers(w);
     if (!w->nready)
         return NULL;
-    size_t i = (size_t)(rng_next(w) % w->nready);
+    unsigned pct = ld_rlx(&weft__pct_shift);
+    size_t i = WEFT_UNLIKELY(pct) ? pick_pct(w, pct)
+                                  : (size_t)(rng_next(w) % w->nready);
     weft_task *t = w->ready[i];
     w->ready[i] = w->ready[--w->nready];
     if (WEFT_UNLIKELY(ld_rlx(&weft__runlog_on))) /* the determinism check */

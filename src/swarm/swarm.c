@@ -97,7 +97,8 @@ static int opts_check(const weft_swarm_opts *o)
 {
     if (o->max_workers < 0 || o->max_workers > MAX_WORKERS ||
         (o->sites & ~ALL_SITES) || (o->must_fire & ~ALL_SITES) ||
-        o->max_permille > 1000 || o->check_every < 0 || o->max_failures < 0)
+        o->max_permille > 1000 || o->check_every < 0 || o->max_failures < 0 ||
+        o->explore < -1 || o->explore > 1)
         return -EINVAL;
     return 0;
 }
@@ -135,6 +136,12 @@ int weft_swarm_profile_get(const weft_swarm_opts *opts, uint64_t seed,
         out->faults.site_permille[s] = permille < max ? permille : max;
         out->sites |= 1u << s;
     }
+    /* Schedule exploration, from a stream of its own (the fault draws
+     * above stay as they were). */
+    uint64_t e = seed ^ 0x4558504c4f524531u;
+    if (out->deterministic &&
+        (o->explore > 0 || (o->explore == 0 && next(&e) % 2)))
+        out->explore = 2 + (unsigned)(next(&e) % 7);
     return 0;
 }
 
@@ -190,7 +197,9 @@ static void run_one(const weft_swarm_opts *o, const weft_swarm_profile *p,
     root r = {body, arg, false};
     st_rlx(&run_failed, 0);
     run_what[0] = '\0';
+    weft__pct_set(p->explore, p->seed);
     int rc = weft_run(&cfg, root_fn, &r);
+    weft__pct_set(0, 0);
     memset(out, 0, sizeof(*out));
     out->status = rc;
     out->started = r.started;
@@ -501,12 +510,13 @@ static void report_failure(const weft_swarm_opts *o, const char *name,
     const char *c = command_line(o, cmd, sizeof(cmd));
     fprintf(stderr,
             "swarm %s: seed %llu FAILED: status %d (%s)%s%s%s; %d worker%s, "
-            "fault sites %s\n",
+            "fault sites %s%s\n",
             name, (unsigned long long)p->seed, oc->status,
             oc->status < 0 ? weft_strerror(oc->status) : "the body's",
             oc->what[0] ? ", \"" : "", oc->what, oc->what[0] ? "\"" : "",
             p->workers, p->workers > 1 ? "s (not a function of the seed)" : "",
-            site_list(p->sites, list, sizeof(list)));
+            site_list(p->sites, list, sizeof(list)),
+            p->explore ? ", schedule explored" : "");
     fprintf(stderr, "  replay: WEFT_SEED=%llu %s\n",
             (unsigned long long)p->seed, c);
 }

@@ -82,3 +82,26 @@ void weft__runlog_free(weft__runlog *log)
     free(log->ev);
     memset(log, 0, sizeof(*log));
 }
+
+/* ---- schedule exploration ---- */
+
+atomic_uint weft__pct_shift;
+static uint64_t pct_epoch; /* change points so far; the seeded worker's */
+static uint64_t pct_salt;  /* the run's seed */
+
+void weft__pct_set(unsigned shift, uint64_t seed)
+{
+    pct_epoch = 0;
+    pct_salt = seed;
+    st_rel(&weft__pct_shift, shift);
+}
+
+void weft__pct_change(void)
+{
+    pct_epoch++;
+}
+
+uint64_t weft__pct_priority(uint64_t id)
+{
+    return chain(pct_salt, 0x5043540000000000u, id, pct_epoch);
+}

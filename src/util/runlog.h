@@ -39,4 +39,21 @@ void weft__runlog_stop(void);
 /* Frees log's events. */
 void weft__runlog_free(weft__runlog *log);
 
+/* Schedule exploration (weft_swarm_profile.explore), PCT's random
+ * priorities with change points: while shift is non-zero, the seeded pick
+ * runs the ready task of highest priority (weft__pct_priority of its id),
+ * and at each pick, with a chance of 1 in 2^shift (drawn from the
+ * worker's seeded stream), every priority is drawn again. Process-wide,
+ * as the log is: set by the swarm around one run. */
+extern atomic_uint weft__pct_shift;
+
+/* Sets the shift (0: off) and starts the priorities afresh, drawn from
+ * seed. */
+void weft__pct_set(unsigned shift, uint64_t seed);
+/* A change point: every task's priority is drawn again. */
+void weft__pct_change(void);
+/* The priority of the task whose id is id (0 for the tasks made outside a
+ * worker), in the run's current draw. */
+uint64_t weft__pct_priority(uint64_t id);
+
 #endif
