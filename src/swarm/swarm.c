@@ -258,20 +258,34 @@ static int parse_sites(const char *s, unsigned *mask)
     return 0;
 }
 
-/* Writes the names of mask's sites, comma-separated ("none" for none). */
-static const char *site_list(unsigned mask, char *buf, size_t len)
+/* Writes the names of mask's sites, comma-separated ("none" for none),
+ * each with its rate in thousandths if rates is not NULL. */
+static const char *site_list_rates(unsigned mask, const unsigned *rates,
+                                   char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = '\0';
     for (unsigned s = 0; s < WEFT_FAULT_SITES; s++)
         if (mask & (1u << s)) {
-            int n = snprintf(buf + at, len - at, "%s%s", at ? "," : "",
-                             weft_fault_site_name((weft_fault_site)s));
+            char rate[16] = "";
+            if (rates)
+                snprintf(rate, sizeof(rate), " %u/1000", rates[s]);
+            int n = snprintf(buf + at, len - at, "%s%s%s",
+                             !at     ? ""
+                             : rates ? ", "
+                                     : ",",
+                             weft_fault_site_name((weft_fault_site)s), rate);
             if (n < 0 || (size_t)n >= len - at)
                 break;
             at += (size_t)n;
         }
     return at ? buf : "none";
+}
+
+/* The names alone, as WEFT_SWARM_SITES takes them. */
+static const char *site_list(unsigned mask, char *buf, size_t len)
+{
+    return site_list_rates(mask, NULL, buf, len);
 }
 
 /* The command that runs this process again: opts' or the command line,
@@ -506,17 +520,18 @@ static int64_t real_now(void)
 static void report_failure(const weft_swarm_opts *o, const char *name,
                            const weft_swarm_profile *p, const outcome *oc)
 {
-    char cmd[1200], list[160];
+    char cmd[1200], list[320];
     const char *c = command_line(o, cmd, sizeof(cmd));
-    fprintf(stderr,
-            "swarm %s: seed %llu FAILED: status %d (%s)%s%s%s; %d worker%s, "
-            "fault sites %s%s\n",
-            name, (unsigned long long)p->seed, oc->status,
-            oc->status < 0 ? weft_strerror(oc->status) : "the body's",
-            oc->what[0] ? ", \"" : "", oc->what, oc->what[0] ? "\"" : "",
-            p->workers, p->workers > 1 ? "s (not a function of the seed)" : "",
-            site_list(p->sites, list, sizeof(list)),
-            p->explore ? ", schedule explored" : "");
+    fprintf(
+        stderr,
+        "swarm %s: seed %llu FAILED: status %d (%s)%s%s%s; %d worker%s, "
+        "fault sites %s%s\n",
+        name, (unsigned long long)p->seed, oc->status,
+        oc->status < 0 ? weft_strerror(oc->status) : "the body's",
+        oc->what[0] ? ", \"" : "", oc->what, oc->what[0] ? "\"" : "",
+        p->workers, p->workers > 1 ? "s (not a function of the seed)" : "",
+        site_list_rates(p->sites, p->faults.site_permille, list, sizeof(list)),
+        p->explore ? ", schedule explored" : "");
     fprintf(stderr, "  replay: WEFT_SEED=%llu %s\n",
             (unsigned long long)p->seed, c);
 }
