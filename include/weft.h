@@ -3294,7 +3294,9 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * profile, and WEFT_TRACE=file.json gives its trace), then shrinks its
  * fault set: it reruns the seed with the active sites switched off one at
  * a time and keeps the smallest set that still fails, printed with its
- * own replay command (WEFT_SWARM_SITES=read,write).
+ * own replay command (WEFT_SWARM_SITES=read,write). Half the seeds also
+ * explore the schedule (PCT, see weft_swarm_profile.explore), which
+ * brings up interleavings that uniform random picks almost never take.
  *
  * A run is a function of its seed when it runs on one seeded worker (the
  * default profile). The determinism check runs a seed twice and compares
@@ -3305,7 +3307,9 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * and fails if one the options require never did; weft_sim_sometimes
  * does the same for the body's own paths (Antithesis' "sometimes").
  *
- * One sweep at a time in a process (the fault plan is process-wide).
+ * One sweep at a time in a process (the fault plan, the run log and the
+ * schedule exploration are process-wide: a seeded runtime started on
+ * another thread during a sweep's run would share them).
  * Built without the fault sites (WEFT_FAULTS=OFF, the Release default) a
  * sweep runs its seeds without faults, and says so.
  * ---------------------------------------------------------------------- */
