@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_nats: NATS messaging (publish, subscribe, request and reply) from
+ * weft tasks, on the NATS C client (nats.c, Debian's libnats-dev).
+ *
+ * A task connects with weft_nats_connect, publishes with weft_nats_publish,
+ * subscribes with weft_nats_subscribe and takes the messages with
+ * weft_nats_sub_recv, asks with weft_nats_request, and closes with
+ * weft_nats_close. Every call that waits parks the task, never its worker,
+ * takes an absolute deadline (WEFT_NEVER: none) and is a cancellation
+ * point; each says below what a cancel leaves behind.
+ *
+ * How. nats.c is driven through its event-loop adapter
+ * (natsOptions_SetEventLoop): its socket is watched by weft's poller from
+ * one task per connection, the driver, spawned in the scope given to
+ * weft_nats_connect, which calls natsConnection_ProcessReadEvent and
+ * natsConnection_ProcessWriteEvent when the socket is ready. nats.c calls
+ * the adapter's attach, read, write and detach from its own threads too
+ * (a reconnect attaches a new socket from nats.c's reconnect thread):
+ * those calls only record what they ask for under a lock and wake the
+ * driver, which does the work on its worker. No nats.c call that blocks
+ * (natsConnection_Request, _Flush, natsSubscription_NextMsg) runs on a
+ * worker: a request is natsConnection_PublishRequest and a reply taken
+ * from the connection's own reply inbox (one wildcard subscription); a
+ * flush is a message sent to that inbox and waited for; connecting and
+ * closing, which nats.c does with blocking calls, run on weft's blocking
+ * pool (weft_blocking).
+ *
+ * nats.c's own threads stay: it hands each subscription's messages to the
+ * subscription's callback on a thread of its own, and connection events
+ * (disconnected, reconnected, closed, errors) to a callback on another.
+ * Each of those callbacks only puts what it got into a bounded queue that
+ * tasks read: a subscription's messages into the subscription's queue
+ * (weft_nats_sub_recv), in the order the server sent them; connection
+ * events into the connection's queue (weft_nats_event_recv).
+ *
+ * Backpressure and what is dropped. When a subscription's queue is full,
+ * nats.c's delivery thread for it waits for room (it is not a worker), and
+ * the messages that keep arriving pile up in nats.c's own pending list for
+ * the subscription, bounded by weft_nats_sub_opts' pending limits. Past
+ * those limits nats.c drops messages and calls the subscription a slow
+ * consumer: the drops are counted (weft_nats_sub_stats.dropped, nats.c's
+ * own count), the notice is a WEFT_NATS_EVENT_SLOW_CONSUMER event and
+ * counted in weft_nats_conn_stats, never silent. The connection's event
+ * queue drops events when full, and counts them (events_dropped); the
+ * per-kind counters of weft_nats_conn_stats count every event, queued or
+ * not.
+ *
+ * Delivery contract. NATS core is at most once: a published message (and
+ * a request) reaches the subscribers that are subscribed, connected and
+ * keeping up when the server routes it, or nobody; nothing is stored or
+ * retried. weft_nats_publish returning 0 means nats.c has the message in
+ * its outgoing buffer, not that anyone received it; weft_nats_flush
+ * returning 0 means the server has received everything published on the
+ * connection before the flush. A request that times out (-ETIMEDOUT) or is
+ * cancelled may have been handled by a responder: its outcome is unknown.
+ *
+ * Threads. Every call here is made from a task (-EPERM elsewhere), except
+ * the _stats_get calls (any thread). A connection and its subscriptions
+ * may be used by any number of tasks on any workers at once, except that
+ * weft_nats_close and weft_nats_sub_free end the object: no other call on
+ * it may run or start then.
+ *
+ * Messages are nats.c's natsMsg: read them with natsMsg_GetSubject,
+ * natsMsg_GetData, natsMsg_GetDataLength, natsMsg_GetReply, and free
+ * each with natsMsg_Destroy. Reply to a request by publishing to its
+ * natsMsg_GetReply subject.
+ *
+ * TLS, credentials and nats.c's other options are not offered yet: the
+ * connection is plain TCP to the URLs given.
+ *
+ * Link with -lweft_nats -lweft -lnats (pkg-config weft_nats; CMake:
+ * find_package(weft COMPONENTS nats), target weft::nats). Nothing in
+ * libweft depends on nats.c.
+ */
+#ifndef WEFT_NATS_H
+#define WEFT_NATS_H
+
+#include <errno.h> /* the codes below: -ETIMEDOUT, -ESRCH, ... */
+#include <nats/nats.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_NATS_VERSION 0x000100 /* 0.1.0 */
+
+/* A connection to a NATS server (or cluster). */
+typedef struct weft_nats_conn weft_nats_conn;
+/* A subscription of a connection, with its queue of messages. */
+typedef struct weft_nats_sub weft_nats_sub;
+
+/* Options of weft_nats_connect; zero is the defaults. */
+typedef struct weft_nats_opts {
+    /* The server, or a comma-separated list of them
+     * ("nats://127.0.0.1:4222"); NULL: NATS_DEFAULT_URL. */
+    const char *url;
+    /* The connection's name, as the server shows it; NULL: none. */
+    const char *name;
+    /* Room in the connection's event queue (weft_nats_event_recv); 0: 64.
+     * Events that find it full are dropped and counted. */
+    size_t event_queue;
+    /* Bytes waiting to be sent past which weft_nats_publish and
+     * weft_nats_request wait for the driver to write some out; 0: 8 MiB. */
+    size_t max_buffered;
+    /* Reconnection: the wait between two attempts on one server (0:
+     * nats.c's 2 s), and the attempts before giving up (0: nats.c's 60;
+     * negative: forever). noreconnect set: never reconnect. */
+    int64_t reconnect_wait_ns;
+    int max_reconnect;
+    int noreconnect;
+} weft_nats_opts;
+
+/* Connects to the server, parking the calling task while nats.c connects
+ * on a thread of weft's blocking pool, and spawns the connection's driver
+ * task in scope s (NULL: the caller's current scope), which must stay open
+ * until the connection is closed: weft_scope_join(s) waits for the driver,
+ * which ends after weft_nats_close, or after nats.c gave up reconnecting
+ * and the connection is closed. If s is cancelled the driver closes the
+ * connection itself (every later call on it fails with -ENOTCONN) and
+ * ends; weft_nats_close is still needed to free it.
+ * o may be NULL (the defaults). deadline bounds the connect (nats.c's
+ * own connect timeout is set from it). Returns 0 and sets *out, or
+ * -ECONNREFUSED (no server could be reached), -ETIMEDOUT, -ECANCELED,
+ * -EINVAL, -ENOMEM, -EPERM (not in a task), -EIO (any other nats.c error).
+ * Cancellation point: a cancelled or timed-out connect leaves nothing
+ * behind for the caller (a connection that nats.c completes after the
+ * caller left is closed by its driver). Blocks. */
+int weft_nats_connect(weft_scope *s, const weft_nats_opts *o,
+                      weft_nats_conn **out, weft_time deadline);
+
+/* Closes the connection, as natsConnection_Close (which first tries for
+ * up to 0.5 s to send what is buffered), and frees it; its subscriptions
+ * end (their weft_nats_sub_recv return -EPIPE once drained; each still
+ * needs weft_nats_sub_free), and requests still waiting return -ENOTCONN.
+ * Waits until nats.c has closed the connection, or the deadline. Returns
+ * 0, -ETIMEDOUT or -ECANCELED (the close goes on without the caller: the
+ * driver finishes it and ends), -EINVAL. c is freed in every case: no
+ * other call on it may run or start. Cancellation point. Blocks. */
+int weft_nats_close(weft_nats_conn *c, weft_time deadline);
+
+/* Publishes len bytes of data to subject. Waits only while the
+ * connection's outgoing buffer holds more than max_buffered bytes
+ * (backpressure: the driver writes it out). Returns 0 once nats.c has the
+ * message (see the delivery contract above), or -ETIMEDOUT, -ECANCELED
+ * (nothing published), -EINVAL (a bad subject), -ENOTCONN (closed),
+ * -ENOBUFS (disconnected, and nats.c's reconnect buffer is full), -EPERM,
+ * -EIO. Cancellation point: an error means nothing was published.
+ * Blocks. */
+int weft_nats_publish(weft_nats_conn *c, const char *subject, const void *data,
+                      size_t len, weft_time deadline);
+
+/* Publishes a request (len bytes of data) to subject with a reply subject
+ * of the connection's inbox, and waits for the first reply, which it
+ * stores in *reply (free it with natsMsg_Destroy). Returns 0, or
+ * -ETIMEDOUT, -ECANCELED, -ESRCH (no responders: the server says nobody
+ * subscribes to subject), -ENOTCONN, -ENOBUFS, -EINVAL, -EPERM, -EIO.
+ * Cancellation point: after -ETIMEDOUT or -ECANCELED the request may have
+ * been sent and handled (the outcome is unknown); a reply that comes
+ * later is dropped and counted (weft_nats_conn_stats.late_replies).
+ * Blocks. */
+int weft_nats_request(weft_nats_conn *c, const char *subject, const void *data,
+                      size_t len, natsMsg **reply, weft_time deadline);
+
+/* Waits until the server has received everything published on c before
+ * the call (a message to the connection's own inbox, which the server
+ * sends back after the earlier ones). Returns 0, -ETIMEDOUT, -ECANCELED,
+ * -ENOTCONN, -EPERM, -EIO. Cancellation point: a cancel leaves nothing
+ * behind but the marker message, whose late arrival is dropped.
+ * Blocks. */
+int weft_nats_flush(weft_nats_conn *c, weft_time deadline);
+
+/* Options of weft_nats_subscribe; zero is the defaults. */
+typedef struct weft_nats_sub_opts {
+    /* A queue group: each message goes to one member; NULL: none. */
+    const char *queue;
+    /* Room in the subscription's queue, in messages; 0: 1024. */
+    size_t capacity;
+    /* nats.c's pending limits for the subscription, beyond the queue:
+     * messages and bytes it keeps while the queue is full before it drops
+     * (0: nats.c's 65536 messages, 64 MiB; negative: no limit). */
+    int pending_msgs;
+    int pending_bytes;
+} weft_nats_sub_opts;
+
+/* Subscribes to subject (wildcards allowed) and waits until the server
+ * has the subscription (a flush), so that a message published after this
+ * returns, from anywhere, is delivered to it. o may be NULL. Returns 0 and
+ * sets *out, or -ETIMEDOUT, -ECANCELED, -EINVAL (a bad subject),
+ * -ENOTCONN, -ENOMEM, -EPERM, -EIO. Cancellation point: on any error no
+ * subscription is left. Blocks. */
+int weft_nats_subscribe(weft_nats_conn *c, const char *subject,
+                        const weft_nats_sub_opts *o, weft_nats_sub **out,
+                        weft_time deadline);
+
+/* Takes the subscription's next message, in the order the server sent
+ * them, waiting until there is one. Returns 0 and sets *msg (free it with
+ * natsMsg_Destroy), or -ETIMEDOUT, -ECANCELED, -EPIPE (the subscription
+ * ended, its connection closed, and every message was taken), -EINVAL,
+ * -EPERM. Cancellation point: on any error nothing was taken. Any number
+ * of tasks may receive from one subscription; each message goes to one.
+ * Blocks. */
+int weft_nats_sub_recv(weft_nats_sub *s, natsMsg **msg, weft_time deadline);
+
+/* Unsubscribes, drops the messages still queued and frees s. No task may
+ * be receiving from s, or start to. Returns 0 or -EINVAL. Never blocks;
+ * not a cancellation point. */
+int weft_nats_sub_free(weft_nats_sub *s);
+
+/* A subscription's figures (weft_nats_sub_stats_get). */
+typedef struct weft_nats_sub_stats {
+    uint64_t received;    /* messages nats.c handed to the queue */
+    uint64_t taken;       /* messages taken by weft_nats_sub_recv */
+    size_t queued;        /* in the queue now */
+    size_t capacity;      /* the queue's room */
+    uint64_t full_waits;  /* times nats.c's thread waited for room */
+    int producer_waiting; /* 1 while nats.c's thread waits for room now */
+    int pending;          /* messages nats.c holds beyond the queue */
+    int64_t dropped;      /* messages nats.c dropped (slow consumer) */
+} weft_nats_sub_stats;
+
+/* Fills *out with s's figures now. Returns 0 or -EINVAL. Any thread;
+ * never blocks (takes nats.c's and the queue's locks for a moment). */
+int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out);
+
+/* What happened to a connection (weft_nats_event_recv). */
+typedef enum weft_nats_event_kind {
+    WEFT_NATS_EVENT_DISCONNECTED = 1,  /* the socket broke; reconnecting */
+    WEFT_NATS_EVENT_RECONNECTED = 2,   /* connected again (a new socket) */
+    WEFT_NATS_EVENT_CLOSED = 3,        /* closed for good */
+    WEFT_NATS_EVENT_SLOW_CONSUMER = 4, /* a subscription dropped messages */
+    WEFT_NATS_EVENT_ERROR = 5,         /* another asynchronous error */
+} weft_nats_event_kind;
+
+typedef struct weft_nats_event {
+    weft_nats_event_kind kind;
+    int status; /* nats.c's natsStatus, for SLOW_CONSUMER and ERROR */
+} weft_nats_event;
+
+/* Takes the connection's next event, in the order nats.c reported them,
+ * waiting until there is one. Returns 0, -ETIMEDOUT, -ECANCELED, -EINVAL,
+ * -EPERM. Cancellation point: on any error nothing was taken. Blocks. */
+int weft_nats_event_recv(weft_nats_conn *c, weft_nats_event *ev,
+                         weft_time deadline);
+
+/* A connection's figures (weft_nats_conn_stats_get). */
+typedef struct weft_nats_conn_stats {
+    uint64_t attaches;       /* sockets nats.c attached (1 + reconnects) */
+    uint64_t disconnects;    /* DISCONNECTED events */
+    uint64_t reconnects;     /* RECONNECTED events */
+    uint64_t slow_consumers; /* SLOW_CONSUMER notices */
+    uint64_t errors;         /* other asynchronous errors */
+    uint64_t events_dropped; /* events that found the queue full */
+    uint64_t late_replies;   /* replies whose requester had left */
+    uint64_t read_events;    /* natsConnection_ProcessReadEvent calls */
+    uint64_t write_events;   /* natsConnection_ProcessWriteEvent calls */
+    size_t requests_waiting; /* requests and flushes waiting now */
+    int connected;           /* 1 while connected */
+} weft_nats_conn_stats;
+
+/* Fills *out with c's figures now. Returns 0 or -EINVAL. Any thread;
+ * never blocks. */
+int weft_nats_conn_stats_get(weft_nats_conn *c, weft_nats_conn_stats *out);
+
+/* The weft code for a nats.c status (0 for NATS_OK). Any thread; never
+ * blocks. */
+int weft_nats_error(natsStatus s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1054 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_nats: nats.c driven by weft (see include/weft_nats.h). Built on
+ * weft.h alone: this file knows nothing of the runtime's insides, and the
+ * runtime nothing of nats.c.
+ *
+ * Three kinds of threads touch a connection, and what each may do:
+ *
+ * 1. The driver task (one per connection, on one worker). It alone calls
+ *    natsConnection_ProcessReadEvent and _ProcessWriteEvent. It parks in
+ *    one weft_select on the connection's wake semaphore and on the socket
+ *    (READ while nats.c wants reads, WRITE while it wants writes).
+ *
+ * 2. nats.c's callers of the adapter: attach (the blocking pool's thread
+ *    that runs natsConnection_Connect, then nats.c's reconnect thread),
+ *    read and write (any thread that holds nats.c's connection lock: a
+ *    publishing task, the driver itself, nats.c's ping timer) and detach
+ *    (whoever closes). They never touch the socket: under c->mu they
+ *    record what nats.c asks for (the socket, read and write interest,
+ *    detached) and post the driver (wake()). One exception: the read
+ *    interest is removed only by nats.c's _evStopPolling, just before it
+ *    closes the socket, so that callback also tells weft to forget the
+ *    descriptor (weft_fd_forget) while its number still names it.
+ *
+ * 3. nats.c's delivery threads (one per subscription) and its callback
+ *    thread (connection events). They only put what they get into bounded
+ *    queues: a subscription's ring (its thread waits on a pthread
+ *    condition variable while the ring is full: nats.c's thread, never a
+ *    worker), the request table's futures, the connection's event channel
+ *    (weft_chan_try_send, counted when full).
+ *
+ * Edge-triggered readiness. weft's poller reports edges, and nats.c reads
+ * and writes once per Process*Event call. So the driver reads again while
+ * a MSG_PEEK says bytes are waiting (yielding now and then, so that a
+ * busy connection does not starve its worker), and writes as soon as
+ * nats.c adds write interest (the socket is usually writable, and no edge
+ * would come): it waits for a WRITE edge only after a write that left
+ * data behind, which means the socket's buffer was full.
+ *
+ * Lifetime. A connection is reference-counted: its user, its driver, the
+ * connect call on the blocking pool while it runs, the reply inbox's
+ * subscription until nats.c says it completed, and nats.c's callbacks
+ * until the closed callback. natsConnection_Destroy runs with the last
+ * reference, after natsConnection_Close (run by the driver, on the
+ * blocking pool) has returned. Closing: weft_nats_close (or a cancel of
+ * the driver's scope, or nats.c giving up reconnecting) makes the driver
+ * open a shielded scope and run natsConnection_Close in a child task
+ * while it keeps driving the socket (Close flushes, and a flush needs the
+ * driver); the driver ends once Close has returned and nats.c has
+ * detached.
+ */
+#define _GNU_SOURCE 1
+#include "weft_nats.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define NBUCKETS 64
+#define DEFAULT_EVENTS 64
+#define DEFAULT_BUFFERED ((size_t)8 << 20)
+#define DEFAULT_CAPACITY 1024
+#define READS_BEFORE_YIELD 32
+
+/* A request (or flush) waiting for its reply: on the requesting task's
+ * stack, linked in c->buckets under c->pmu while it waits. */
+typedef struct pending {
+    uint64_t token;       /* the last part of its reply subject */
+    weft_future *f;       /* resolved with the reply's natsMsg * */
+    struct pending *next; /* its bucket's list */
+} pending;
+
+struct weft_nats_conn {
+    _Atomic long refs;   /* see "Lifetime" above; the last frees */
+    natsConnection *nc;  /* set by the first attach, under mu; fixed */
+    natsOptions *nopts;  /* for connect_fn */
+    _Atomic int cstate;  /* connect_fn: 0 not started, 1 ran, 2 dropped */
+    size_t max_buffered; /* publish's backpressure threshold */
+    _Atomic int closing; /* set once: calls fail with -ENOTCONN */
+
+    /* The adapter's state: written by nats.c's threads and the connect
+     * and close calls, read by the driver, all under mu. */
+    pthread_mutex_t mu;
+    int fd;              /* the socket to watch, -1: none */
+    uint64_t gen;        /* attaches so far: a new socket when it moves */
+    bool want_read;      /* nats.c polls for reads */
+    bool want_write;     /* ... and for writes */
+    uint64_t write_adds; /* times nats.c added write interest */
+    bool detached;       /* nats.c detached: the connection is closed */
+    bool connect_done;   /* connect_fn returned */
+    bool connect_failed; /* ... with an error: nothing to close */
+    bool abandoned;      /* weft_nats_connect's caller left first */
+    bool close_req;      /* weft_nats_close asked the driver to close */
+    bool closer_done;    /* natsConnection_Close has returned */
+    _Atomic int woken;   /* a wake permit is posted and not yet seen */
+    weft_sem wake;       /* the driver's wake-up (at most one permit) */
+    weft_future *ended;  /* resolved when the driver ends */
+
+    /* Requests: under pmu (nats.c's inbox thread and requesting tasks). */
+    pthread_mutex_t pmu;
+    pending *buckets[NBUCKETS];
+    size_t npending;
+    bool inbox_closed; /* the inbox subscription completed */
+    _Atomic uint64_t next_token;
+    char inbox[64]; /* "_INBOX.<nuid>": replies come to inbox.<token> */
+    natsSubscription *isub;
+
+    /* Publish's backpressure: publishers wait on bcv, the driver
+     * broadcasts after writes when bwaiters says someone waits. */
+    weft_mutex bmu;
+    weft_cond bcv;
+    _Atomic int bwaiters;
+
+    weft_chan *events; /* weft_nats_event, filled by nats.c's threads */
+    _Atomic uint64_t st_attaches, st_disconnects, st_reconnects, st_slow,
+        st_errors, st_events_dropped, st_late, st_reads, st_writes;
+};
+
+struct weft_nats_sub {
+    _Atomic long refs; /* its user and nats.c (until on-complete) */
+    natsSubscription *ns;
+    weft_nats_conn *c;
+    weft_sem items; /* a permit per queued message, +1 once ended */
+    /* The ring, under mu: nats.c's delivery thread pushes, tasks pop. */
+    pthread_mutex_t mu;
+    pthread_cond_t room; /* signalled when a pop makes room */
+    natsMsg **ring;
+    size_t cap, head, len;
+    bool closed;           /* weft_nats_sub_free: drop what comes */
+    bool producer_waiting; /* nats.c's thread waits on room */
+    uint64_t received, taken, full_waits;
+    int64_t last_dropped; /* nats.c's count, kept once it forgets */
+};
+
+/* ---- errors ---- */
+
+int weft_nats_error(natsStatus s)
+{
+    switch (s) {
+    case NATS_OK:
+        return 0;
+    case NATS_TIMEOUT:
+        return -ETIMEDOUT;
+    case NATS_NO_SERVER:
+        return -ECONNREFUSED;
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_STALE_CONNECTION:
+        return -ENOTCONN;
+    case NATS_INVALID_SUBJECT:
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBSCRIPTION:
+    case NATS_ILLEGAL_STATE:
+    case NATS_INVALID_QUEUE_NAME:
+        return -EINVAL;
+    case NATS_NO_MEMORY:
+        return -ENOMEM;
+    case NATS_INSUFFICIENT_BUFFER:
+        return -ENOBUFS;
+    case NATS_NO_RESPONDERS:
+        return -ESRCH;
+    case NATS_MAX_PAYLOAD:
+        return -EMSGSIZE;
+    case NATS_NOT_PERMITTED:
+    case NATS_CONNECTION_AUTH_FAILED:
+        return -EACCES;
+    default:
+        return -EIO;
+    }
+}
+
+/* ---- the connection's lifetime ---- */
+
+static void conn_ref(weft_nats_conn *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+static void conn_unref(weft_nats_conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    if (c->nc)
+        natsConnection_Destroy(c->nc); /* closed already: does not block */
+    if (c->nopts)
+        natsOptions_Destroy(c->nopts);
+    weft_chan_unref(c->events);
+    weft_future_unref(c->ended);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->pmu);
+    free(c);
+}
+
+/* Wakes the driver: at most one permit is ever posted, and the driver
+ * clears c->woken before it reads the state (see drive_once). */
+static void wake(weft_nats_conn *c)
+{
+    if (!atomic_exchange(&c->woken, 1))
+        weft_sem_release(&c->wake, 1);
+}
+
+/* Runs stmt holding c->mu, then wakes the driver. */
+#define WITH_STATE(c, stmt)                                                    \
+    do {                                                                       \
+        pthread_mutex_lock(&(c)->mu);                                          \
+        stmt;                                                                  \
+        pthread_mutex_unlock(&(c)->mu);                                        \
+        wake(c);                                                               \
+    } while (0)
+
+/* ---- the event-loop adapter: any thread (see the top) ---- */
+
+static natsStatus ev_attach(void **user, void *loop, natsConnection *nc,
+                            natsSock sock)
+{
+    weft_nats_conn *c = loop;
+    WITH_STATE(c, {
+        c->nc = nc; /* the first attach comes before Connect returns */
+        c->fd = (int)sock;
+        c->gen++;
+        c->want_read = true;
+        c->want_write = false;
+    });
+    atomic_fetch_add(&c->st_attaches, 1);
+    *user = c;
+    return NATS_OK;
+}
+
+static natsStatus ev_read(void *user, bool add)
+{
+    weft_nats_conn *c = user;
+    int gone = -1;
+    WITH_STATE(c, {
+        c->want_read = add;
+        if (!add) { /* _evStopPolling: nats.c closes the socket next */
+            gone = c->fd;
+            c->fd = -1;
+        }
+    });
+    if (gone >= 0)
+        weft_fd_forget(gone);
+    return NATS_OK;
+}
+
+static natsStatus ev_write(void *user, bool add)
+{
+    weft_nats_conn *c = user;
+    WITH_STATE(c, {
+        c->want_write = add;
+        c->write_adds += add;
+    });
+    return NATS_OK;
+}
+
+static natsStatus ev_detach(void *user)
+{
+    weft_nats_conn *c = user;
+    WITH_STATE(c, {
+        c->detached = true;
+        c->fd = -1;
+    });
+    return NATS_OK;
+}
+
+/* ---- connection events: nats.c's callback thread ---- */
+
+static void post_event(weft_nats_conn *c, weft_nats_event_kind kind,
+                       natsStatus s)
+{
+    weft_nats_event ev = {.kind = kind, .status = (int)s};
+    if (weft_chan_try_send(c->events, &ev) != 0)
+        atomic_fetch_add(&c->st_events_dropped, 1);
+}
+
+static void on_disconnected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    weft_nats_conn *c = closure;
+    atomic_fetch_add(&c->st_disconnects, 1);
+    post_event(c, WEFT_NATS_EVENT_DISCONNECTED, NATS_OK);
+}
+
+static void on_reconnected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    weft_nats_conn *c = closure;
+    atomic_fetch_add(&c->st_reconnects, 1);
+    post_event(c, WEFT_NATS_EVENT_RECONNECTED, NATS_OK);
+}
+
+/* The last callback nats.c makes for a connection: it drops their
+ * reference. */
+static void on_closed(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    weft_nats_conn *c = closure;
+    post_event(c, WEFT_NATS_EVENT_CLOSED, NATS_OK);
+    conn_unref(c);
+}
+
+static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
+                     void *closure)
+{
+    (void)nc;
+    (void)sub;
+    weft_nats_conn *c = closure;
+    if (err == NATS_SLOW_CONSUMER) {
+        atomic_fetch_add(&c->st_slow, 1);
+        post_event(c, WEFT_NATS_EVENT_SLOW_CONSUMER, err);
+    } else {
+        atomic_fetch_add(&c->st_errors, 1);
+        post_event(c, WEFT_NATS_EVENT_ERROR, err);
+    }
+}
+
+/* ---- the driver ---- */
+
+typedef struct snapshot {
+    natsConnection *nc;
+    int fd;
+    uint64_t gen, write_adds;
+    bool want_read, want_write, detached, connect_done, connect_failed,
+        close_req, closer_done;
+} snapshot;
+
+static snapshot look(weft_nats_conn *c)
+{
+    atomic_store(&c->woken, 0);
+    pthread_mutex_lock(&c->mu);
+    snapshot s = {
+        .nc = c->nc,
+        .fd = c->fd,
+        .gen = c->gen,
+        .write_adds = c->write_adds,
+        .want_read = c->want_read,
+        .want_write = c->want_write,
+        .detached = c->detached,
+        .connect_done = c->connect_done,
+        .connect_failed = c->connect_failed,
+        .close_req = c->close_req,
+        .closer_done = c->closer_done,
+    };
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+/* Bytes are waiting on fd (not EOF, not an error: those the next
+ * ProcessReadEvent after a READ edge finds by itself). */
+static bool bytes_waiting(int fd)
+{
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+/* Wakes publishers waiting for the outgoing buffer to drain. */
+static void room_made(weft_nats_conn *c)
+{
+    if (atomic_load(&c->bwaiters) == 0)
+        return;
+    if (weft_mutex_lock(&c->bmu) == 0) {
+        weft_cond_broadcast(&c->bcv);
+        weft_mutex_unlock(&c->bmu);
+    }
+}
+
+/* Runs natsConnection_Close on the blocking pool, then tells the
+ * driver. A child of the driver's shielded scope: never cancelled. */
+static int close_blocking(void *arg)
+{
+    natsConnection_Close(((weft_nats_conn *)arg)->nc);
+    return 0;
+}
+
+static int closer(void *arg)
+{
+    weft_nats_conn *c = arg;
+    weft_blocking(close_blocking, c);
+    WITH_STATE(c, c->closer_done = true);
+    return 0;
+}
+
+/* Where the driver stands between two looks at the state. */
+typedef struct drive_state {
+    uint64_t gen, write_adds; /* as last seen */
+    bool try_read, try_write; /* call nats.c without waiting first */
+    unsigned reads;           /* ProcessReadEvent calls since a park */
+    weft_scope *shield;       /* open once the connection is ending */
+    bool closer_started;
+} drive_state;
+
+/* Opens the shielded scope the driver ends in, and starts the closer
+ * there once there is a connection to close. */
+static void ending(weft_nats_conn *c, drive_state *d, const snapshot *s)
+{
+    atomic_store(&c->closing, 1);
+    if (!d->shield) {
+        weft_scope_opts o = {.shield = 1};
+        if (weft_scope_open(&d->shield, &o) != 0)
+            d->shield = NULL;
+        room_made(c);
+    }
+    if (d->shield && s->connect_done && !s->connect_failed &&
+        !d->closer_started && weft_spawn(d->shield, closer, c) >= 0)
+        d->closer_started = true;
+}
+
+/* One step of the driver: calls nats.c if it can without waiting, else
+ * parks until the socket or the state says something. Returns 1 when the
+ * driver is done. */
+static int drive_once(weft_nats_conn *c, drive_state *d)
+{
+    snapshot s = look(c);
+    if (s.connect_done && s.connect_failed)
+        return 1;
+    if (d->closer_started && s.closer_done && s.detached)
+        return 1;
+    if (s.close_req || s.detached)
+        ending(c, d, &s);
+    if (s.gen != d->gen) { /* a new socket: look at it at once */
+        d->gen = s.gen;
+        d->try_read = true;
+    }
+    if (s.write_adds != d->write_adds) {
+        d->write_adds = s.write_adds;
+        d->try_write = true;
+    }
+    if (s.fd >= 0 && s.want_write && d->try_write) {
+        d->try_write = false;
+        atomic_fetch_add(&c->st_writes, 1);
+        natsConnection_ProcessWriteEvent(s.nc);
+        room_made(c);
+        return 0;
+    }
+    if (s.fd >= 0 && s.want_read && d->try_read) {
+        atomic_fetch_add(&c->st_reads, 1);
+        natsConnection_ProcessReadEvent(s.nc);
+        d->try_read = bytes_waiting(s.fd);
+        if (d->try_read && ++d->reads % READS_BEFORE_YIELD == 0)
+            weft_yield();
+        return 0;
+    }
+    d->reads = 0;
+    weft_case cases[3] = {
+        {.op = WEFT_OP_SEM, .sem = &c->wake},
+        {.op = WEFT_OP_READ, .fd = s.fd >= 0 && s.want_read ? s.fd : -1},
+        {.op = WEFT_OP_WRITE, .fd = s.fd >= 0 && s.want_write ? s.fd : -1},
+    };
+    int i = weft_select(cases, 3, WEFT_NEVER);
+    if (i == 1)
+        d->try_read = true;
+    else if (i == 2)
+        d->try_write = true;
+    else if (i < 0) /* cancelled (or out of memory): close, shielded */
+        ending(c, d, &s);
+    return 0;
+}
+
+static int driver(void *arg)
+{
+    weft_nats_conn *c = arg;
+    drive_state d = {0};
+    while (!drive_once(c, &d)) {
+    }
+    atomic_store(&c->closing, 1);
+    if (d.shield) {
+        weft_scope_join(d.shield);
+        weft_scope_free(d.shield);
+    }
+    room_made(c);
+    weft_future_resolve(c->ended, NULL);
+    conn_unref(c);
+    return 0;
+}
+
+/* ---- connecting ---- */
+
+static int connect_fn(void *arg)
+{
+    weft_nats_conn *c = arg;
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&c->cstate, &idle, 1))
+        return -ECANCELED; /* its caller left: the references are its */
+    natsConnection *nc = NULL;
+    natsStatus st = natsConnection_Connect(&nc, c->nopts);
+    WITH_STATE(c, {
+        c->nc = st == NATS_OK ? nc : NULL;
+        c->connect_done = true;
+        c->connect_failed = st != NATS_OK;
+        if (st == NATS_OK && c->abandoned)
+            c->close_req = true;
+    });
+    if (st != NATS_OK)
+        conn_unref(c); /* nats.c's callbacks' reference: none will come */
+    conn_unref(c);
+    return weft_nats_error(st);
+}
+
+static natsOptions *make_options(weft_nats_conn *c, const weft_nats_opts *o,
+                                 weft_time deadline)
+{
+    natsOptions *no = NULL;
+    if (natsOptions_Create(&no) != NATS_OK)
+        return NULL;
+    natsStatus st = natsOptions_SetURL(no, o->url ? o->url : NATS_DEFAULT_URL);
+    if (st == NATS_OK && o->name)
+        st = natsOptions_SetName(no, o->name);
+    if (st == NATS_OK)
+        st = natsOptions_SetEventLoop(no, c, ev_attach, ev_read, ev_write,
+                                      ev_detach);
+    if (st == NATS_OK)
+        st = natsOptions_SetDisconnectedCB(no, on_disconnected, c);
+    if (st == NATS_OK)
+        st = natsOptions_SetReconnectedCB(no, on_reconnected, c);
+    if (st == NATS_OK)
+        st = natsOptions_SetClosedCB(no, on_closed, c);
+    if (st == NATS_OK)
+        st = natsOptions_SetErrorHandler(no, on_error, c);
+    if (st == NATS_OK && o->noreconnect)
+        st = natsOptions_SetAllowReconnect(no, false);
+    if (st == NATS_OK && o->max_reconnect)
+        st = natsOptions_SetMaxReconnect(no, o->max_reconnect);
+    if (st == NATS_OK && o->reconnect_wait_ns > 0)
+        st = natsOptions_SetReconnectWait(
+            no, (o->reconnect_wait_ns + WEFT_MSEC - 1) / WEFT_MSEC);
+    if (st == NATS_OK && deadline != WEFT_NEVER) {
+        int64_t left = (deadline - weft_now()) / WEFT_MSEC;
+        st = natsOptions_SetTimeout(no, left < 1 ? 1 : left);
+    }
+    if (st != NATS_OK) {
+        natsOptions_Destroy(no);
+        return NULL;
+    }
+    return no;
+}
+
+static weft_nats_conn *conn_new(const weft_nats_opts *o)
+{
+    weft_nats_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    atomic_init(&c->refs, 1);
+    c->fd = -1;
+    c->max_buffered = o->max_buffered ? o->max_buffered : DEFAULT_BUFFERED;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->pmu, NULL);
+    weft_sem_init(&c->wake, 0);
+    size_t nev = o->event_queue ? o->event_queue : DEFAULT_EVENTS;
+    if (weft_chan_new(&c->events, sizeof(weft_nats_event), nev) != 0 ||
+        weft_future_new(&c->ended, 0) != 0) {
+        conn_unref(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void inbox_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                     void *closure);
+static void inbox_done(void *closure);
+
+/* The connection's reply inbox: one subscription to inbox.*. */
+static int inbox_open(weft_nats_conn *c)
+{
+    char *ib = NULL;
+    if (natsInbox_Create(&ib) != NATS_OK)
+        return -ENOMEM;
+    snprintf(c->inbox, sizeof c->inbox, "%s", ib);
+    natsInbox_Destroy(ib);
+    char wild[sizeof c->inbox + 2];
+    snprintf(wild, sizeof wild, "%s.*", c->inbox);
+    natsStatus st =
+        natsConnection_Subscribe(&c->isub, c->nc, wild, inbox_cb, c);
+    if (st != NATS_OK)
+        return weft_nats_error(st);
+    /* Replies are never dropped for a slow consumer: each has a waiter,
+     * and the inbox's callback never waits. */
+    natsSubscription_SetPendingLimits(c->isub, -1, -1);
+    conn_ref(c);
+    st = natsSubscription_SetOnCompleteCB(c->isub, inbox_done, c);
+    if (st != NATS_OK) {
+        /* Closed already: its thread may still run inbox_cb, so its
+         * reference is kept (a leak of one connection, on a close that
+         * raced with the connect). */
+        return weft_nats_error(st);
+    }
+    return 0;
+}
+
+int weft_nats_connect(weft_scope *s, const weft_nats_opts *o,
+                      weft_nats_conn **out, weft_time deadline)
+{
+    weft_nats_opts none = {0};
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!o)
+        o = &none;
+    if (weft_worker_id() < 0)
+        return -EPERM;
+    weft_nats_conn *c = conn_new(o);
+    if (!c)
+        return -ENOMEM;
+    if (!(c->nopts = make_options(c, o, deadline))) {
+        conn_unref(c);
+        return -ENOMEM;
+    }
+    conn_ref(c); /* the driver's */
+    int rc = weft_spawn_ex(s, driver, c, &(weft_spawn_opts){.name = "nats"});
+    if (rc < 0) {
+        conn_unref(c);
+        conn_unref(c);
+        return rc;
+    }
+    conn_ref(c); /* connect_fn's */
+    conn_ref(c); /* nats.c's callbacks', dropped by on_closed */
+    rc = weft_blocking_until(connect_fn, c, deadline);
+    if (rc == 0)
+        rc = inbox_open(c);
+    if (rc == 0) {
+        *out = c;
+        return 0;
+    }
+    /* Failed, or the caller leaves first: the driver closes what was
+     * made, or ends when connect_fn says nothing was. A connect_fn that
+     * never started never will (weft_blocking dropped it): its two
+     * references are dropped here. */
+    int idle = 0;
+    if (atomic_compare_exchange_strong(&c->cstate, &idle, 2)) {
+        WITH_STATE(c, c->connect_done = c->connect_failed = true);
+        conn_unref(c);
+        conn_unref(c);
+    } else {
+        WITH_STATE(c, {
+            if (!c->connect_done)
+                c->abandoned = true;
+            else if (!c->connect_failed)
+                c->close_req = true;
+        });
+    }
+    conn_unref(c);
+    return rc;
+}
+
+int weft_nats_close(weft_nats_conn *c, weft_time deadline)
+{
+    if (!c)
+        return -EINVAL;
+    atomic_store(&c->closing, 1);
+    WITH_STATE(c, c->close_req = true);
+    int rc = weft_future_await(c->ended, NULL, deadline);
+    conn_unref(c);
+    return rc;
+}
+
+/* ---- requests and the inbox ---- */
+
+static pending **bucket(weft_nats_conn *c, uint64_t token)
+{
+    return &c->buckets[token % NBUCKETS];
+}
+
+/* Unlinks the request with this token; returns it, or NULL. Holding pmu. */
+static pending *unlink_locked(weft_nats_conn *c, uint64_t token)
+{
+    for (pending **pp = bucket(c, token); *pp; pp = &(*pp)->next) {
+        pending *p = *pp;
+        if (p->token == token) {
+            *pp = p->next;
+            c->npending--;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* A reply: to its waiting request, or dropped and counted. nats.c's
+ * delivery thread of the inbox. */
+static void inbox_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                     void *closure)
+{
+    (void)nc;
+    (void)sub;
+    weft_nats_conn *c = closure;
+    const char *subj = natsMsg_GetSubject(msg);
+    size_t n = strlen(c->inbox);
+    weft_future *f = NULL;
+    if (strncmp(subj, c->inbox, n) == 0 && subj[n] == '.') {
+        uint64_t token = strtoull(subj + n + 1, NULL, 10);
+        pthread_mutex_lock(&c->pmu);
+        pending *p = unlink_locked(c, token);
+        if (p) /* its waiter may leave once resolved: hold f meanwhile */
+            f = weft_future_ref(p->f);
+        pthread_mutex_unlock(&c->pmu);
+    }
+    if (!f || weft_future_resolve(f, &msg) != 0) {
+        natsMsg_Destroy(msg);
+        atomic_fetch_add(&c->st_late, 1);
+    }
+    if (f)
+        weft_future_unref(f);
+}
+
+/* The inbox ended (the connection closed): requests still waiting fail
+ * with -ENOTCONN, and new ones are refused. */
+static void inbox_done(void *closure)
+{
+    weft_nats_conn *c = closure;
+    pthread_mutex_lock(&c->pmu);
+    c->inbox_closed = true;
+    for (int i = 0; i < NBUCKETS; i++) {
+        for (pending *p = c->buckets[i]; p; p = p->next)
+            weft_future_reject(p->f, -ENOTCONN);
+        c->buckets[i] = NULL;
+    }
+    c->npending = 0;
+    pthread_mutex_unlock(&c->pmu);
+    conn_unref(c);
+}
+
+/* Waits while nats.c's outgoing buffer holds more than max_buffered. */
+static int wait_room(weft_nats_conn *c, weft_time deadline)
+{
+    if (natsConnection_Buffered(c->nc) <= (int64_t)c->max_buffered)
+        return 0;
+    int rc = weft_mutex_lock_until(&c->bmu, deadline);
+    if (rc != 0)
+        return rc;
+    atomic_fetch_add(&c->bwaiters, 1);
+    while (rc == 0 && !atomic_load(&c->closing) &&
+           natsConnection_Buffered(c->nc) > (int64_t)c->max_buffered)
+        rc = weft_cond_wait_until(&c->bcv, &c->bmu, deadline);
+    atomic_fetch_sub(&c->bwaiters, 1);
+    weft_mutex_unlock(&c->bmu);
+    return rc;
+}
+
+/* What every publishing call checks first. */
+static int usable(weft_nats_conn *c, weft_time deadline)
+{
+    if (weft_worker_id() < 0)
+        return -EPERM;
+    if (weft_cancelled())
+        return -ECANCELED;
+    if (atomic_load(&c->closing))
+        return -ENOTCONN;
+    return wait_room(c, deadline);
+}
+
+/* Sends to subject (NULL: a flush marker to the inbox itself) with a
+ * reply subject of the inbox, and waits for what comes back there. */
+static int round_trip(weft_nats_conn *c, const char *subject, const void *data,
+                      size_t len, natsMsg **reply, weft_time deadline)
+{
+    int rc = usable(c, deadline);
+    if (rc != 0)
+        return rc;
+    if (len > INT32_MAX)
+        return -EMSGSIZE;
+    pending p = {.token = atomic_fetch_add(&c->next_token, 1) + 1};
+    if ((rc = weft_future_new(&p.f, sizeof(natsMsg *))) != 0)
+        return rc;
+    pthread_mutex_lock(&c->pmu);
+    if (c->inbox_closed) {
+        pthread_mutex_unlock(&c->pmu);
+        weft_future_unref(p.f);
+        return -ENOTCONN;
+    }
+    p.next = *bucket(c, p.token);
+    *bucket(c, p.token) = &p;
+    c->npending++;
+    pthread_mutex_unlock(&c->pmu);
+
+    char to[sizeof c->inbox + 24];
+    snprintf(to, sizeof to, "%s.%" PRIu64, c->inbox, p.token);
+    natsStatus st = subject ? natsConnection_PublishRequest(c->nc, subject, to,
+                                                            data, (int)len)
+                            : natsConnection_Publish(c->nc, to, NULL, 0);
+    natsMsg *m = NULL;
+    rc = st == NATS_OK ? weft_future_await(p.f, &m, deadline)
+                       : weft_nats_error(st);
+    if (rc != 0) {
+        pthread_mutex_lock(&c->pmu);
+        bool mine = unlink_locked(c, p.token) != NULL;
+        pthread_mutex_unlock(&c->pmu);
+        /* Not linked any more: a reply came just as we gave up. */
+        if (!mine && weft_future_try_await(p.f, &m) == 0) {
+            natsMsg_Destroy(m);
+            atomic_fetch_add(&c->st_late, 1);
+        }
+    }
+    weft_future_unref(p.f);
+    if (rc == 0 && natsMsg_IsNoResponders(m)) {
+        natsMsg_Destroy(m);
+        return -ESRCH;
+    }
+    if (rc == 0)
+        *reply = m;
+    return rc;
+}
+
+int weft_nats_request(weft_nats_conn *c, const char *subject, const void *data,
+                      size_t len, natsMsg **reply, weft_time deadline)
+{
+    if (!c || !subject || !reply || (!data && len))
+        return -EINVAL;
+    *reply = NULL;
+    return round_trip(c, subject, data, len, reply, deadline);
+}
+
+int weft_nats_flush(weft_nats_conn *c, weft_time deadline)
+{
+    if (!c)
+        return -EINVAL;
+    natsMsg *m = NULL;
+    int rc = round_trip(c, NULL, NULL, 0, &m, deadline);
+    if (rc == 0)
+        natsMsg_Destroy(m);
+    return rc;
+}
+
+int weft_nats_publish(weft_nats_conn *c, const char *subject, const void *data,
+                      size_t len, weft_time deadline)
+{
+    if (!c || !subject || (!data && len))
+        return -EINVAL;
+    if (len > INT32_MAX)
+        return -EMSGSIZE;
+    int rc = usable(c, deadline);
+    if (rc != 0)
+        return rc;
+    return weft_nats_error(
+        natsConnection_Publish(c->nc, subject, data, (int)len));
+}
+
+int weft_nats_event_recv(weft_nats_conn *c, weft_nats_event *ev,
+                         weft_time deadline)
+{
+    if (!c || !ev)
+        return -EINVAL;
+    return weft_chan_recv_until(c->events, ev, deadline);
+}
+
+int weft_nats_conn_stats_get(weft_nats_conn *c, weft_nats_conn_stats *out)
+{
+    if (!c || !out)
+        return -EINVAL;
+    *out = (weft_nats_conn_stats){
+        .attaches = atomic_load(&c->st_attaches),
+        .disconnects = atomic_load(&c->st_disconnects),
+        .reconnects = atomic_load(&c->st_reconnects),
+        .slow_consumers = atomic_load(&c->st_slow),
+        .errors = atomic_load(&c->st_errors),
+        .events_dropped = atomic_load(&c->st_events_dropped),
+        .late_replies = atomic_load(&c->st_late),
+        .read_events = atomic_load(&c->st_reads),
+        .write_events = atomic_load(&c->st_writes),
+    };
+    pthread_mutex_lock(&c->pmu);
+    out->requests_waiting = c->npending;
+    pthread_mutex_unlock(&c->pmu);
+    out->connected = c->nc && !atomic_load(&c->closing) &&
+                     natsConnection_Status(c->nc) == NATS_CONN_STATUS_CONNECTED;
+    return 0;
+}
+
+/* ---- subscriptions ---- */
+
+static void sub_unref(weft_nats_sub *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    while (s->len) {
+        natsMsg_Destroy(s->ring[s->head]);
+        s->head = (s->head + 1) % s->cap;
+        s->len--;
+    }
+    if (s->ns)
+        natsSubscription_Destroy(s->ns);
+    conn_unref(s->c);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->room);
+    free(s->ring);
+    free(s);
+}
+
+/* A message, from nats.c's delivery thread of the subscription: into the
+ * ring, waiting for room while it is full (backpressure: nats.c's own
+ * pending list grows meanwhile, up to its limits). */
+static void sub_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
+                   void *closure)
+{
+    (void)nc;
+    (void)sub;
+    weft_nats_sub *s = closure;
+    pthread_mutex_lock(&s->mu);
+    if (s->len == s->cap && !s->closed)
+        s->full_waits++;
+    while (s->len == s->cap && !s->closed) {
+        s->producer_waiting = true;
+        pthread_cond_wait(&s->room, &s->mu);
+    }
+    s->producer_waiting = false;
+    bool closed = s->closed;
+    if (!closed) {
+        s->ring[(s->head + s->len) % s->cap] = msg;
+        s->len++;
+        s->received++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (closed)
+        natsMsg_Destroy(msg);
+    else
+        weft_sem_release(&s->items, 1);
+}
+
+/* nats.c is done with the subscription (unsubscribed, or its connection
+ * closed): no sub_cb runs or will. Receivers get -EPIPE once drained. */
+static void sub_done(void *closure)
+{
+    weft_nats_sub *s = closure;
+    weft_sem_release(&s->items, 1);
+    sub_unref(s);
+}
+
+static int sub_make(weft_nats_conn *c, const char *subject,
+                    const weft_nats_sub_opts *o, weft_nats_sub **out)
+{
+    weft_nats_sub *s = calloc(1, sizeof *s);
+    size_t cap = o->capacity ? o->capacity : DEFAULT_CAPACITY;
+    if (!s || !(s->ring = calloc(cap, sizeof *s->ring))) {
+        free(s);
+        return -ENOMEM;
+    }
+    atomic_init(&s->refs, 1);
+    s->cap = cap;
+    s->c = c;
+    conn_ref(c);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->room, NULL);
+    weft_sem_init(&s->items, 0);
+    natsStatus st =
+        o->queue ? natsConnection_QueueSubscribe(&s->ns, c->nc, subject,
+                                                 o->queue, sub_cb, s)
+                 : natsConnection_Subscribe(&s->ns, c->nc, subject, sub_cb, s);
+    if (st != NATS_OK) {
+        sub_unref(s);
+        return weft_nats_error(st);
+    }
+    atomic_fetch_add(&s->refs, 1); /* nats.c's, until sub_done */
+    st = natsSubscription_SetOnCompleteCB(s->ns, sub_done, s);
+    if (st != NATS_OK) /* closed: its thread may still be in sub_cb */
+        return weft_nats_error(st); /* s is left to it: a leak */
+    if (o->pending_msgs || o->pending_bytes) {
+        int pm = 0, pb = 0;
+        natsSubscription_GetPendingLimits(s->ns, &pm, &pb);
+        st = natsSubscription_SetPendingLimits(
+            s->ns, o->pending_msgs ? o->pending_msgs : pm,
+            o->pending_bytes ? o->pending_bytes : pb);
+        if (st != NATS_OK) {
+            weft_nats_sub_free(s);
+            return weft_nats_error(st);
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+int weft_nats_subscribe(weft_nats_conn *c, const char *subject,
+                        const weft_nats_sub_opts *o, weft_nats_sub **out,
+                        weft_time deadline)
+{
+    weft_nats_sub_opts none = {0};
+    if (!c || !subject || !out)
+        return -EINVAL;
+    *out = NULL;
+    int rc = usable(c, deadline);
+    if (rc != 0)
+        return rc;
+    weft_nats_sub *s = NULL;
+    if ((rc = sub_make(c, subject, o ? o : &none, &s)) != 0)
+        return rc;
+    if ((rc = weft_nats_flush(c, deadline)) != 0) {
+        weft_nats_sub_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int weft_nats_sub_recv(weft_nats_sub *s, natsMsg **msg, weft_time deadline)
+{
+    if (!s || !msg)
+        return -EINVAL;
+    int rc = weft_sem_acquire_until(&s->items, 1, deadline);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&s->mu);
+    if (s->len == 0) { /* the end's permit: leave it for the others */
+        pthread_mutex_unlock(&s->mu);
+        weft_sem_release(&s->items, 1);
+        return -EPIPE;
+    }
+    *msg = s->ring[s->head];
+    s->head = (s->head + 1) % s->cap;
+    s->len--;
+    s->taken++;
+    if (s->producer_waiting)
+        pthread_cond_signal(&s->room);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int weft_nats_sub_free(weft_nats_sub *s)
+{
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->mu);
+    s->closed = true;
+    pthread_cond_broadcast(&s->room);
+    pthread_mutex_unlock(&s->mu);
+    natsSubscription_Unsubscribe(s->ns);
+    sub_unref(s);
+    return 0;
+}
+
+int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
+{
+    if (!s || !out)
+        return -EINVAL;
+    int npend = 0, bytes = 0;
+    int64_t dropped = 0;
+    bool live = natsSubscription_GetPending(s->ns, &npend, &bytes) == NATS_OK &&
+                natsSubscription_GetDropped(s->ns, &dropped) == NATS_OK;
+    pthread_mutex_lock(&s->mu);
+    if (live)
+        s->last_dropped = dropped;
+    *out = (weft_nats_sub_stats){
+        .received = s->received,
+        .taken = s->taken,
+        .queued = s->len,
+        .capacity = s->cap,
+        .full_waits = s->full_waits,
+        .producer_waiting = s->producer_waiting,
+        .pending = live ? npend : 0,
+        .dropped = s->last_dropped,
+    };
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}

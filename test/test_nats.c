@@ -1,0 +1,708 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_nats (include/weft_nats.h) against a real nats-server, which each
+ * test starts itself on 127.0.0.1 and a free port, and stops by its PID
+ * (SIGKILL, then waitpid). The server is a child of a worker thread with
+ * PR_SET_PDEATHSIG, so a test that aborts leaves none behind. Where no
+ * nats-server is installed the tests are skipped, saying why (failed where
+ * WEFT_TEST_REQUIRE names nats). Real time: a real server cannot run on
+ * the virtual clock.
+ */
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t.h"
+#include "weft_nats.h"
+
+#define T_DEADLINE (weft_now() + 20 * WEFT_SEC)
+
+/* ---- the server ---- */
+
+typedef struct t_server {
+    pid_t pid;
+    int port;
+    int err; /* the read end of its stderr, drained by a task */
+} t_server;
+
+static const char *t_server_path(void)
+{
+    static const char *const paths[] = {"/usr/sbin/nats-server",
+                                        "/usr/bin/nats-server",
+                                        "/usr/local/bin/nats-server"};
+    const char *env = getenv("WEFT_NATS_SERVER");
+    if (env && *env)
+        return env;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (access(paths[i], X_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
+static int t_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ASSERT(fd >= 0);
+    ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Reads the server's stderr until it ends (the server exited): a task. */
+static int t_drain(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[4096];
+    while (weft_read(fd, buf, sizeof buf, WEFT_NEVER) > 0) {
+    }
+    weft_close(fd);
+    return 0;
+}
+
+/* Starts nats-server on port (0: a free one) and waits, reading its
+ * stderr, until it says it is ready; then a task of scope sc drains that
+ * stderr. Called from a task: the server is a child of this worker's
+ * thread, which lives as long as the runtime. */
+static void t_server_start(t_server *s, int port, weft_scope *sc)
+{
+    const char *path = t_server_path();
+    if (!path)
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    s->port = port ? port : t_free_port();
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", s->port);
+    int p[2];
+    ASSERT(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+    pid_t parent = getpid();
+    s->pid = fork();
+    ASSERT(s->pid >= 0);
+    if (s->pid == 0) {
+        dup2(p[1], 2);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    s->err = p[0];
+    char log[8192];
+    size_t got = 0;
+    weft_time deadline = T_DEADLINE;
+    for (;;) {
+        ptrdiff_t n =
+            weft_read(s->err, log + got, sizeof log - 1 - got, deadline);
+        if (n <= 0) {
+            log[got] = 0;
+            T_FAIL("nats-server did not start (%s): %s", weft_strerror((int)n),
+                   log);
+        }
+        got += (size_t)n;
+        log[got] = 0;
+        if (strstr(log, "Server is ready"))
+            break;
+        if (got == sizeof log - 1)
+            got = 0;
+    }
+    ASSERT(weft_spawn(sc, t_drain, (void *)(intptr_t)s->err) >= 0);
+}
+
+static void t_server_stop(t_server *s)
+{
+    ASSERT(kill(s->pid, SIGKILL) == 0);
+    int st;
+    ASSERT(waitpid(s->pid, &st, 0) == s->pid);
+    s->pid = 0;
+}
+
+static void t_url(char *buf, size_t n, const t_server *s)
+{
+    snprintf(buf, n, "nats://127.0.0.1:%d", s->port);
+}
+
+static int t_run_nats(int workers, weft_fn fn)
+{
+    weft_config cfg = {0};
+    cfg.workers = workers;
+    return weft_run(&cfg, fn, NULL);
+}
+
+/* Connects to s, with a driver in sc, or fails the test. */
+static weft_nats_conn *t_connect(const t_server *s, weft_scope *sc,
+                                 weft_nats_opts *o)
+{
+    char url[64];
+    weft_nats_opts none = {0};
+    if (!o)
+        o = &none;
+    t_url(url, sizeof url, s);
+    o->url = url;
+    weft_nats_conn *c = NULL;
+    int rc = weft_nats_connect(sc, o, &c, T_DEADLINE);
+    if (rc != 0)
+        T_FAIL("connect to %s: %s", url, weft_strerror(rc));
+    o->url = NULL;
+    return c;
+}
+
+static int64_t t_seq(natsMsg *m)
+{
+    char buf[32];
+    int n = natsMsg_GetDataLength(m);
+    ASSERT(n > 0 && n < (int)sizeof buf);
+    memcpy(buf, natsMsg_GetData(m), (size_t)n);
+    buf[n] = 0;
+    return atoll(buf);
+}
+
+static int t_publish_seq(weft_nats_conn *c, const char *subj, int64_t i)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%lld", (long long)i);
+    return weft_nats_publish(c, subj, buf, (size_t)n, T_DEADLINE);
+}
+
+/* ---- pub/sub keeps the order ---- */
+
+static int order_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.order", NULL, &s, T_DEADLINE), 0);
+    long n = T_SCALE(5000);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.order", i), 0);
+    for (long i = 0; i < n; i++) {
+        natsMsg *m;
+        ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), 0);
+        ASSERT_EQ(t_seq(m), i);
+        ASSERT(strcmp(natsMsg_GetSubject(m), "t.order") == 0);
+        natsMsg_Destroy(m);
+    }
+    /* Nothing more, and the deadline is honoured. */
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, weft_now() + 20 * WEFT_MSEC),
+              -ETIMEDOUT);
+    weft_nats_sub_stats st;
+    ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
+    ASSERT_EQ(st.received, n);
+    ASSERT_EQ(st.taken, n);
+    ASSERT_EQ(st.queued, 0);
+    ASSERT_EQ(st.dropped, 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.attaches, 1);
+    ASSERT_EQ(cs.connected, 1);
+    ASSERT(cs.read_events > 0 && cs.write_events > 0);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(pubsub_order)
+{
+    ASSERT_EQ(t_run_nats(2, order_root), 0);
+}
+
+/* ---- request and reply, with deadlines ---- */
+
+/* Replies to each request on s with its data and "!" appended, until s
+ * ends. */
+static int echo_task(void *arg)
+{
+    weft_nats_sub *s = ((void **)arg)[0];
+    weft_nats_conn *c = ((void **)arg)[1];
+    natsMsg *m;
+    while (weft_nats_sub_recv(s, &m, WEFT_NEVER) == 0) {
+        char buf[256];
+        int n = natsMsg_GetDataLength(m);
+        ASSERT(n >= 0 && n < (int)sizeof buf - 1);
+        memcpy(buf, natsMsg_GetData(m), (size_t)n);
+        buf[n++] = '!';
+        if (natsMsg_GetReply(m))
+            ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(m), buf, (size_t)n,
+                                        T_DEADLINE),
+                      0);
+        natsMsg_Destroy(m);
+    }
+    return 0;
+}
+
+static int request_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *echo, *silent;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.echo", NULL, &echo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_subscribe(c, "t.silent", NULL, &silent, T_DEADLINE), 0);
+    void *ea[2] = {echo, c};
+    ASSERT(weft_spawn(sc, echo_task, ea) >= 0);
+
+    natsMsg *r = NULL;
+    ASSERT_EQ(weft_nats_request(c, "t.echo", "hi", 2, &r, T_DEADLINE), 0);
+    ASSERT_EQ(natsMsg_GetDataLength(r), 3);
+    ASSERT(memcmp(natsMsg_GetData(r), "hi!", 3) == 0);
+    natsMsg_Destroy(r);
+
+    /* Nobody subscribes: the server says so at once. */
+    ASSERT_EQ(weft_nats_request(c, "t.nobody", "x", 1, &r, T_DEADLINE), -ESRCH);
+    ASSERT(r == NULL);
+
+    /* A subscriber that never answers: the deadline passes. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(
+        weft_nats_request(c, "t.silent", "x", 1, &r, t0 + 100 * WEFT_MSEC),
+        -ETIMEDOUT);
+    ASSERT(weft_now() >= t0 + 100 * WEFT_MSEC);
+    /* It got the request: answer it now, late. */
+    natsMsg *q;
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    ASSERT(natsMsg_GetReply(q) != NULL);
+    ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(q), "late", 4, T_DEADLINE),
+              0);
+    natsMsg_Destroy(q);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.late_replies, 1);
+    ASSERT_EQ(cs.requests_waiting, 0);
+
+    /* A deadline already past: -ETIMEDOUT, nothing left waiting. */
+    ASSERT_EQ(weft_nats_request(c, "t.silent", "y", 1, &r, weft_now()),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    natsMsg_Destroy(q);
+
+    ASSERT_EQ(weft_nats_sub_free(silent), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    /* The echo task saw its subscription end (-EPIPE); then it is freed. */
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    ASSERT_EQ(weft_nats_sub_free(echo), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(request_reply_deadline)
+{
+    ASSERT_EQ(t_run_nats(2, request_root), 0);
+}
+
+/* ---- a blocked request, cancelled ---- */
+
+static weft_nats_conn *cancel_conn;
+
+static int blocked_request(void *arg)
+{
+    (void)arg;
+    natsMsg *r = NULL;
+    int rc = weft_nats_request(cancel_conn, "t.silent", "x", 1, &r, WEFT_NEVER);
+    ASSERT(r == NULL);
+    return rc;
+}
+
+static int cancel_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = cancel_conn = t_connect(&srv, sc, NULL);
+    weft_nats_sub *silent;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.silent", NULL, &silent, T_DEADLINE), 0);
+    weft_task_handle h = {0};
+    ASSERT(weft_spawn_ex(sc, blocked_request, NULL,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    /* The request reached the responder: the requester is blocked. */
+    natsMsg *q;
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, 1);
+    ASSERT_EQ(weft_task_cancel(h), 0);
+    int status = 0;
+    ASSERT_EQ(weft_task_join(h, &status), 0);
+    ASSERT_EQ(status, -ECANCELED);
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, 0);
+    /* Its reply, now, finds nobody: dropped and counted. */
+    ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(q), "late", 4, T_DEADLINE),
+              0);
+    natsMsg_Destroy(q);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.late_replies, 1);
+    /* A request in a cancelled scope does not start. */
+    weft_scope *cx;
+    ASSERT(weft_scope_open(&cx, NULL) == 0);
+    weft_scope_cancel(cx);
+    natsMsg *r = NULL;
+    ASSERT_EQ(weft_nats_request(c, "t.silent", "x", 1, &r, WEFT_NEVER),
+              -ECANCELED);
+    weft_scope_join(cx);
+    weft_scope_free(cx);
+    ASSERT_EQ(weft_nats_sub_free(silent), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    weft_scope_join(sc); /* counts the cancelled requester's status */
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(request_cancel)
+{
+    ASSERT_EQ(t_run_nats(2, cancel_root), 0);
+}
+
+/* ---- the bounded queue: backpressure, and nats.c's drops counted ---- */
+
+static int slow_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 4, .pending_msgs = 16};
+    ASSERT_EQ(weft_nats_subscribe(c, "t.slow", &so, &s, T_DEADLINE), 0);
+    const long n = 400;
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.slow", i), 0);
+    /* Once the flush is back, nats.c has read every message: each is in
+     * the queue, in nats.c's hands or dropped. */
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    weft_nats_sub_stats st;
+    do { /* nats.c's delivery thread fills the queue, then waits */
+        ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
+        weft_yield();
+    } while (!st.producer_waiting);
+    ASSERT_EQ(st.queued, 4);
+    ASSERT_EQ(st.capacity, 4);
+    ASSERT_EQ(st.received, 4);
+    ASSERT(st.full_waits >= 1);
+    ASSERT(st.pending <= 16);
+    ASSERT(st.dropped > 0);
+    /* queued + the one nats.c's thread holds + nats.c's pending + dropped */
+    ASSERT_EQ(st.queued + 1 + (uint64_t)st.pending + (uint64_t)st.dropped, n);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_SLOW_CONSUMER);
+    ASSERT_EQ(ev.status, NATS_SLOW_CONSUMER);
+    /* Draining: in order, each at most once, all but the dropped ones. */
+    long got = 0;
+    int64_t last = -1;
+    while (got < n - st.dropped) {
+        natsMsg *m;
+        ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), 0);
+        int64_t seq = t_seq(m);
+        ASSERT(seq > last);
+        last = seq;
+        natsMsg_Destroy(m);
+        got++;
+    }
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, weft_now() + 20 * WEFT_MSEC),
+              -ETIMEDOUT);
+    weft_nats_sub_stats st2;
+    ASSERT_EQ(weft_nats_sub_stats_get(s, &st2), 0);
+    ASSERT_EQ(st2.dropped, st.dropped);
+    ASSERT_EQ(st2.taken, got);
+    ASSERT_EQ(st2.producer_waiting, 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT(cs.slow_consumers >= 1);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(backpressure_slow_consumer)
+{
+    ASSERT_EQ(t_run_nats(2, slow_root), 0);
+}
+
+/* A subscription freed while nats.c's thread waits for room in its full
+ * queue: the thread lets go, and nothing is left. */
+static int free_full_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 2};
+    ASSERT_EQ(weft_nats_subscribe(c, "t.full", &so, &s, T_DEADLINE), 0);
+    for (long i = 0; i < 50; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.full", i), 0);
+    weft_nats_sub_stats st;
+    do {
+        ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
+        weft_yield();
+    } while (!st.producer_waiting);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(free_while_full)
+{
+    ASSERT_EQ(t_run_nats(2, free_full_root), 0);
+}
+
+/* ---- the server killed and restarted mid-stream ---- */
+
+static int restart_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
+                        .max_reconnect = -1};
+    weft_nats_conn *c = t_connect(&srv, sc, &o);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.stream", NULL, &s, T_DEADLINE), 0);
+    long n = T_SCALE(500);
+    int64_t seq = 0, last = -1;
+    for (; seq < n; seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+
+    t_server_stop(&srv);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    /* Published while disconnected: nats.c keeps them for the new
+     * socket. */
+    for (long i = 0; i < 10; i++, seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    t_server_start(&srv, srv.port, sc);
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    int64_t resumed = seq;
+    for (long i = 0; i < n; i++, seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+
+    /* In order, none twice; those sent before the kill (received before
+     * it: flushed back) and after the reconnect all came. */
+    long got = 0, after = 0;
+    for (;;) {
+        natsMsg *m;
+        int rc = weft_nats_sub_recv(s, &m, weft_now() + 200 * WEFT_MSEC);
+        if (rc == -ETIMEDOUT)
+            break;
+        ASSERT_EQ(rc, 0);
+        int64_t v = t_seq(m);
+        ASSERT(v > last);
+        last = v;
+        got++;
+        after += v >= resumed;
+        natsMsg_Destroy(m);
+    }
+    ASSERT(got >= 2 * n);
+    ASSERT_EQ(after, n);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.attaches, 2);
+    ASSERT_EQ(cs.disconnects, 1);
+    ASSERT_EQ(cs.reconnects, 1);
+    ASSERT_EQ(cs.connected, 1);
+    /* Requests work on the new socket too. */
+    ASSERT_EQ(
+        weft_nats_request(c, "t.none", "x", 1, &(natsMsg *){NULL}, T_DEADLINE),
+        -ESRCH);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(server_restart_reconnects)
+{
+    ASSERT_EQ(t_run_nats(2, restart_root), 0);
+}
+
+/* ---- many tasks on two workers, publishing and requesting at once ---- */
+
+typedef struct many {
+    weft_nats_conn *c;
+    long per_task;
+    atomic_long replies;
+    atomic_long published;
+} many;
+
+static int many_task(void *arg)
+{
+    many *m = arg;
+    for (long i = 0; i < m->per_task; i++) {
+        char buf[64];
+        int n = snprintf(buf, sizeof buf, "%d:%ld", weft_worker_id(), i);
+        ASSERT_EQ(
+            weft_nats_publish(m->c, "t.many.pub", buf, (size_t)n, T_DEADLINE),
+            0);
+        atomic_fetch_add(&m->published, 1);
+        natsMsg *r;
+        ASSERT_EQ(weft_nats_request(m->c, "t.many.echo", buf, (size_t)n, &r,
+                                    T_DEADLINE),
+                  0);
+        ASSERT_EQ(natsMsg_GetDataLength(r), n + 1);
+        ASSERT(memcmp(natsMsg_GetData(r), buf, (size_t)n) == 0);
+        natsMsg_Destroy(r);
+        atomic_fetch_add(&m->replies, 1);
+    }
+    return 0;
+}
+
+static int many_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    /* Requesters on one connection, responders (a queue group) and a
+     * counting subscriber on another. */
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    weft_nats_sub *echo, *pubs;
+    weft_nats_sub_opts qo = {.queue = "echoers", .capacity = 64};
+    ASSERT_EQ(weft_nats_subscribe(d, "t.many.echo", &qo, &echo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_subscribe(d, "t.many.pub", NULL, &pubs, T_DEADLINE), 0);
+    weft_scope *responders;
+    ASSERT(weft_scope_open(&responders, NULL) == 0);
+    void *ea[2] = {echo, d};
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(responders, echo_task, ea) >= 0);
+
+    static many m;
+    m.c = c;
+    m.per_task = T_SCALE(100);
+    int tasks = (int)T_LIVE(32);
+    weft_scope *work;
+    ASSERT(weft_scope_open(&work, NULL) == 0);
+    for (int i = 0; i < tasks; i++)
+        ASSERT(weft_spawn(work, many_task, &m) >= 0);
+    ASSERT_EQ(weft_scope_join(work), 0);
+    weft_scope_free(work);
+    ASSERT_EQ(atomic_load(&m.replies), tasks * m.per_task);
+
+    long want = tasks * m.per_task;
+    for (long i = 0; i < want; i++) {
+        natsMsg *msg;
+        ASSERT_EQ(weft_nats_sub_recv(pubs, &msg, T_DEADLINE), 0);
+        natsMsg_Destroy(msg);
+    }
+    weft_nats_sub_stats st;
+    ASSERT_EQ(weft_nats_sub_stats_get(pubs, &st), 0);
+    ASSERT_EQ(st.dropped, 0);
+    ASSERT_EQ(weft_nats_sub_free(pubs), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    ASSERT_EQ(weft_scope_join(responders), 0);
+    weft_scope_free(responders);
+    ASSERT_EQ(weft_nats_sub_free(echo), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(many_tasks_two_workers)
+{
+    ASSERT_EQ(t_run_nats(2, many_root), 0);
+}
+
+/* ---- connecting: refused, and a connection whose scope is cancelled ---- */
+
+static int refused_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    if (!t_server_path())
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", t_free_port());
+    weft_nats_opts o = {.url = url};
+    weft_nats_conn *c = (weft_nats_conn *)1;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), -ECONNREFUSED);
+    ASSERT(c == NULL);
+    ASSERT_EQ(weft_scope_join(sc), 0); /* its driver ended */
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(connect_refused)
+{
+    ASSERT_EQ(t_run_nats(2, refused_root), 0);
+}
+
+static int scope_cancel_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc, *conn_scope;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
+    weft_nats_conn *c = t_connect(&srv, conn_scope, NULL);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.x", NULL, &s, T_DEADLINE), 0);
+    /* Cancelling the driver's scope closes the connection: the join ends,
+     * the subscription ends, calls say -ENOTCONN. */
+    weft_scope_cancel(conn_scope);
+    weft_scope_join(conn_scope);
+    weft_scope_free(conn_scope);
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), -EPIPE);
+    ASSERT_EQ(weft_nats_publish(c, "t.x", "a", 1, T_DEADLINE), -ENOTCONN);
+    ASSERT_EQ(weft_nats_request(c, "t.x", "a", 1, &m, T_DEADLINE), -ENOTCONN);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(scope_cancel_closes)
+{
+    ASSERT_EQ(t_run_nats(2, scope_cancel_root), 0);
+}
