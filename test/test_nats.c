@@ -130,11 +130,16 @@ static void t_url(char *buf, size_t n, const t_server *s)
     snprintf(buf, n, "nats://127.0.0.1:%d", s->port);
 }
 
+/* Runs fn in a runtime of its own; then checks that nats.c let go of
+ * everything (every connection and subscription released, its threads
+ * done), which it says only once they are. */
 static int t_run_nats(int workers, weft_fn fn)
 {
     weft_config cfg = {0};
     cfg.workers = workers;
-    return weft_run(&cfg, fn, NULL);
+    int rc = weft_run(&cfg, fn, NULL);
+    ASSERT_EQ(nats_CloseAndWait(10000), NATS_OK);
+    return rc;
 }
 
 /* Connects to s, with a driver in sc, or fails the test. */
@@ -705,4 +710,56 @@ static int scope_cancel_root(void *arg)
 TEST(scope_cancel_closes)
 {
     ASSERT_EQ(t_run_nats(2, scope_cancel_root), 0);
+}
+
+/* ---- a burst bigger than nats.c's read buffer, read on one worker ---- */
+
+/* The publishing task keeps the only worker busy while the server sends
+ * the burst to the other connection, whose socket then holds far more
+ * than one read of nats.c takes (32 KiB): with an edge-triggered poller
+ * its driver must read on until the socket is empty, or the rest waits
+ * for an edge that never comes. */
+static int burst_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 4096};
+    ASSERT_EQ(weft_nats_subscribe(d, "t.burst", &so, &s, T_DEADLINE), 0);
+    const long n = 2000;
+    static char big[1000];
+    memset(big, 'x', sizeof big);
+    for (long i = 0; i < n; i++) {
+        int k = snprintf(big, 32, "%ld", i);
+        big[k] = ' ';
+        ASSERT_EQ(weft_nats_publish(c, "t.burst", big, sizeof big, T_DEADLINE),
+                  0);
+    }
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    for (long i = 0; i < n; i++) {
+        natsMsg *m;
+        int rc = weft_nats_sub_recv(s, &m, weft_now() + 5 * WEFT_SEC);
+        if (rc != 0)
+            T_FAIL("message %ld of %ld: %s", i, n, weft_strerror(rc));
+        ASSERT_EQ(natsMsg_GetDataLength(m), sizeof big);
+        ASSERT_EQ(atol(natsMsg_GetData(m)), i);
+        natsMsg_Destroy(m);
+    }
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(burst_one_worker)
+{
+    ASSERT_EQ(t_run_nats(1, burst_root), 0);
 }

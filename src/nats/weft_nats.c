@@ -186,6 +186,8 @@ static void conn_unref(weft_nats_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    if (c->isub)
+        natsSubscription_Destroy(c->isub);
     if (c->nc)
         natsConnection_Destroy(c->nc); /* closed already: does not block */
     if (c->nopts)
