@@ -125,6 +125,32 @@ static void t_server_stop(t_server *s)
     s->pid = 0;
 }
 
+/* Opens the test's scope and starts a server whose stderr a task of it
+ * drains. */
+static void t_begin(weft_scope **sc, t_server *srv)
+{
+    ASSERT(weft_scope_open(sc, NULL) == 0);
+    t_server_start(srv, 0, *sc);
+}
+
+/* Stops the server and joins the scope (the drain task, the drivers). */
+static void t_end(weft_scope *sc, t_server *srv)
+{
+    t_server_stop(srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+}
+
+/* Waits until nats.c's delivery thread for s waits for room in its full
+ * queue (it fills the queue first). */
+static void t_wait_producer(weft_nats_sub *s, weft_nats_sub_stats *st)
+{
+    do {
+        ASSERT_EQ(weft_nats_sub_stats_get(s, st), 0);
+        weft_yield();
+    } while (!st->producer_waiting);
+}
+
 static void t_url(char *buf, size_t n, const t_server *s)
 {
     snprintf(buf, n, "nats://127.0.0.1:%d", s->port);
@@ -184,8 +210,7 @@ static int order_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
     ASSERT_EQ(weft_nats_subscribe(c, "t.order", NULL, &s, T_DEADLINE), 0);
@@ -216,9 +241,7 @@ static int order_root(void *arg)
     ASSERT(cs.read_events > 0 && cs.write_events > 0);
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -256,8 +279,7 @@ static int request_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *echo, *silent;
     ASSERT_EQ(weft_nats_subscribe(c, "t.echo", NULL, &echo, T_DEADLINE), 0);
@@ -333,8 +355,7 @@ static int cancel_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = cancel_conn = t_connect(&srv, sc, NULL);
     weft_nats_sub *silent;
     ASSERT_EQ(weft_nats_subscribe(c, "t.silent", NULL, &silent, T_DEADLINE), 0);
@@ -389,8 +410,7 @@ static int slow_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
     weft_nats_sub_opts so = {.capacity = 4, .pending_msgs = 16};
@@ -443,9 +463,7 @@ static int slow_root(void *arg)
     ASSERT(cs.slow_consumers >= 1);
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -461,8 +479,7 @@ static int free_full_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
     weft_nats_sub_opts so = {.capacity = 2};
@@ -470,15 +487,10 @@ static int free_full_root(void *arg)
     for (long i = 0; i < 50; i++)
         ASSERT_EQ(t_publish_seq(c, "t.full", i), 0);
     weft_nats_sub_stats st;
-    do {
-        ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
-        weft_yield();
-    } while (!st.producer_waiting);
+    t_wait_producer(s, &st);
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -494,8 +506,7 @@ static int restart_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
                         .max_reconnect = -1};
     weft_nats_conn *c = t_connect(&srv, sc, &o);
@@ -553,9 +564,7 @@ static int restart_root(void *arg)
         -ESRCH);
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -600,8 +609,7 @@ static int many_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     /* Requesters on one connection, responders (a queue group) and a
      * counting subscriber on another. */
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
@@ -643,9 +651,7 @@ static int many_root(void *arg)
     ASSERT_EQ(weft_scope_join(responders), 0);
     weft_scope_free(responders);
     ASSERT_EQ(weft_nats_sub_free(echo), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -701,9 +707,7 @@ static int scope_cancel_root(void *arg)
     ASSERT_EQ(weft_nats_request(c, "t.x", "a", 1, &m, T_DEADLINE), -ENOTCONN);
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
@@ -724,8 +728,7 @@ static int burst_root(void *arg)
     (void)arg;
     weft_scope *sc;
     t_server srv;
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_conn *d = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
@@ -753,9 +756,7 @@ static int burst_root(void *arg)
     ASSERT_EQ(weft_nats_sub_free(s), 0);
     ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
     ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_server_stop(&srv);
-    ASSERT_EQ(weft_scope_join(sc), 0);
-    weft_scope_free(sc);
+    t_end(sc, &srv);
     return 0;
 }
 
