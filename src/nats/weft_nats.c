@@ -223,7 +223,8 @@ static natsStatus ev_attach(void **user, void *loop, natsConnection *nc,
 {
     weft_nats_conn *c = loop;
     WITH_STATE(c, {
-        c->nc = nc; /* the first attach comes before Connect returns */
+        if (!c->nc)     /* the first attach comes before Connect returns; */
+            c->nc = nc; /* later ones (reconnects) do not write it again */
         c->fd = (int)sock;
         c->gen++;
         c->want_read = true;
