@@ -270,6 +270,119 @@ int weft_nats_conn_stats_get(weft_nats_conn *c, weft_nats_conn_stats *out);
  * blocks. */
 int weft_nats_error(natsStatus s);
 
+/* ------------------------------------------------------------------------
+ * Remote actors
+ *
+ * An actor (weft.h's weft_actor) exported on a connection is reachable
+ * from any process connected to the same NATS servers, by its reference:
+ * the node that exported it, its number on that node and its incarnation,
+ * a random number drawn at each export, so that an actor restarted and
+ * exported again is never taken for its predecessor (a message to the
+ * old reference finds no responder). The reference's subject is
+ * "weft.actor.<node>.<id>.<incarnation>"; its text form (for handing it
+ * to another process) is "<node>.<id>.<incarnation>".
+ *
+ * Delivery, per call:
+ * - weft_nats_tell is at most once: 0 means the message is in the
+ *   connection's outgoing buffer. It may be lost (no server, no such
+ *   actor or incarnation, a full mailbox on the other side past the
+ *   deadline carried with it), and nothing says so.
+ * - weft_nats_ask returns the actor's reply (0, or the error the actor
+ *   replied with), or -ESRCH when it certainly was not handled (no
+ *   responder for that reference: not exported, its exporter gone, or
+ *   another incarnation; or the actor exited before handling it), or
+ *   WEFT_NATS_OUTCOME_UNKNOWN when the deadline passed first: the actor
+ *   may have handled it, or may still (Jepsen's "info"). A cancel
+ *   (-ECANCELED) leaves the outcome unknown too.
+ * Messages are bytes, msg_size of them (the actor's), copied as they are:
+ * send plain data in an agreed byte order, never pointers.
+ * ---------------------------------------------------------------------- */
+
+/* An ask whose deadline passed before its reply came: the outcome is
+ * unknown (the message may have been handled, or be handled later).
+ * Distinct from -ETIMEDOUT, which weft's local calls return. */
+#define WEFT_NATS_OUTCOME_UNKNOWN (-ETIME)
+
+/* A remote actor's reference. */
+typedef struct weft_nats_ref {
+    char node[48];        /* the exporting node's name */
+    uint64_t id;          /* the actor's number there */
+    uint64_t incarnation; /* drawn at the export: never reused */
+} weft_nats_ref;
+
+/* Writes r's text form, "<node>.<id>.<incarnation>", into buf (n bytes).
+ * Returns its length, or -ENOSPC (buf too small), -EINVAL. Any thread;
+ * never blocks. */
+int weft_nats_ref_format(const weft_nats_ref *r, char *buf, size_t n);
+
+/* Reads a reference from its text form. Returns 0, or -EINVAL (not one).
+ * Any thread; never blocks. */
+int weft_nats_ref_parse(weft_nats_ref *r, const char *text);
+
+/* An actor's export (weft_nats_export_new). */
+typedef struct weft_nats_export weft_nats_export;
+
+/* Options of weft_nats_export_new. */
+typedef struct weft_nats_export_opts {
+    /* This node's name: letters, digits, '-' and '_', 1 to 47 of them
+     * (required). */
+    const char *node;
+    /* The actor's msg_size and reply_size, as it was spawned with
+     * (msg_size required). A message of another size is dropped. */
+    size_t msg_size;
+    size_t reply_size;
+    /* The scope of the export's server task (NULL: the caller's current
+     * scope); it must stay open until weft_nats_export_free. */
+    weft_scope *scope;
+    /* Asks handled at once (each waits for the actor in a task of its
+     * own); more wait in the export's queue. 0: 64. */
+    int max_asks;
+} weft_nats_export_opts;
+
+/* Exports actor a on connection c: a server task in o->scope subscribes
+ * to a's subject and hands each tell to weft_actor_tell and each ask to
+ * weft_actor_ask (with the deadline its sender gave, on this machine's
+ * clock), publishing the reply. Holds a reference to a until freed.
+ * Returns 0 and sets *out (its reference: weft_nats_export_ref), or
+ * -EINVAL, -ENOMEM, -ENOTCONN, -ETIMEDOUT, -ECANCELED (the subscription
+ * is made with a flush, as weft_nats_subscribe's). Cancellation point: on
+ * any error nothing is exported. Blocks. */
+int weft_nats_export_new(weft_nats_export **out, weft_nats_conn *c,
+                         weft_actor *a, const weft_nats_export_opts *o,
+                         weft_time deadline);
+
+/* The reference under which e's actor is exported. Returns 0 or -EINVAL.
+ * Any thread; never blocks. */
+int weft_nats_export_ref(const weft_nats_export *e, weft_nats_ref *out);
+
+/* Withdraws the export: stops its server, cancels the asks it is
+ * handling (their askers get no reply: for them the outcome is unknown),
+ * unsubscribes, drops its reference to the actor and frees e. Messages
+ * find no responder once the server has the unsubscription: a
+ * weft_nats_flush of the export's connection after this call waits for
+ * that. Returns 0 or -EINVAL. Waits for the server and
+ * its asks to end, which they do at once; not a cancellation point. */
+int weft_nats_export_free(weft_nats_export *e);
+
+/* Tells the remote actor r the message msg (len bytes, its msg_size): at
+ * most once (see above). The receiving side waits for room in the
+ * actor's mailbox until deadline (WEFT_NEVER: as long as it takes).
+ * Returns 0 (sent), or as weft_nats_publish. Cancellation point: an error
+ * means nothing was sent. Blocks only as weft_nats_publish does. */
+int weft_nats_tell(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
+                   size_t len, weft_time deadline);
+
+/* Asks the remote actor r with msg (len bytes) and waits for its reply,
+ * copied to reply (reply_len bytes at most; reply may be NULL). Returns 0,
+ * the negative code the actor replied with (as weft_actor_ask's: -ENOMSG,
+ * -ESRCH when it exited first, ...), -ESRCH (no responder: see above),
+ * WEFT_NATS_OUTCOME_UNKNOWN (the deadline passed), -ECANCELED (outcome
+ * unknown too), -EMSGSIZE (the reply is longer than reply_len), -ENOTCONN,
+ * -EINVAL, -EPERM. Cancellation point. Blocks. */
+int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
+                  size_t len, void *reply, size_t reply_len,
+                  weft_time deadline);
+
 #ifdef __cplusplus
 }
 #endif

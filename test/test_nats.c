@@ -764,3 +764,101 @@ TEST(burst_one_worker)
 {
     ASSERT_EQ(t_run_nats(1, burst_root), 0);
 }
+
+/* ---- remote actors: tell and ask across connections ---- */
+
+/* A counter: a tell adds its value; an ask adds it and replies with the
+ * sum, or, for a negative value, sleeps that many milliseconds first (a
+ * slow actor). */
+static int counter_fn(void *state, weft_actor_msg *m)
+{
+    int64_t *sum = state, v;
+    memcpy(&v, m->data, sizeof v);
+    if (m->kind == WEFT_MSG_ASK && v < 0) {
+        weft_sleep_for(-v * WEFT_MSEC);
+        v = 0;
+    }
+    *sum += v;
+    if (m->kind == WEFT_MSG_ASK)
+        weft_actor_reply(m, sum);
+    return 0;
+}
+
+static int remote_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL); /* the asking node */
+    weft_nats_conn *d = t_connect(&srv, sc, NULL); /* the actor's node */
+    static int64_t sum;
+    weft_actor *a;
+    weft_actor_opts ao = {.fn = counter_fn,
+                          .state = &sum,
+                          .msg_size = sizeof(int64_t),
+                          .reply_size = sizeof(int64_t),
+                          .capacity = 64};
+    ASSERT_EQ(weft_actor_spawn(sc, &ao, &a), 0);
+    weft_nats_export *e;
+    weft_nats_export_opts eo = {.node = "n1",
+                                .msg_size = sizeof(int64_t),
+                                .reply_size = sizeof(int64_t),
+                                .scope = sc};
+    ASSERT_EQ(weft_nats_export_new(&e, d, a, &eo, T_DEADLINE), 0);
+    weft_nats_ref r, back;
+    ASSERT_EQ(weft_nats_export_ref(e, &r), 0);
+    ASSERT(strcmp(r.node, "n1") == 0);
+    ASSERT(r.incarnation != 0);
+    char text[96];
+    ASSERT(weft_nats_ref_format(&r, text, sizeof text) > 0);
+    ASSERT_EQ(weft_nats_ref_parse(&back, text), 0);
+    ASSERT(memcmp(&back, &r, sizeof r) == 0);
+    ASSERT_EQ(weft_nats_ref_parse(&back, "no dots"), -EINVAL);
+
+    /* Tells, then an ask behind them: it sees their sum (one sender's
+     * messages keep their order). */
+    long n = T_SCALE(200);
+    for (int64_t i = 1; i <= n; i++)
+        ASSERT_EQ(weft_nats_tell(c, &r, &i, sizeof i, T_DEADLINE), 0);
+    int64_t zero = 0, got = -1;
+    ASSERT_EQ(
+        weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        0);
+    ASSERT_EQ(got, n * (n + 1) / 2);
+
+    /* Another incarnation of the same actor number: nobody answers, and
+     * that is certain. */
+    weft_nats_ref old = r;
+    old.incarnation++;
+    ASSERT_EQ(weft_nats_ask(c, &old, &zero, sizeof zero, &got, sizeof got,
+                            T_DEADLINE),
+              -ESRCH);
+
+    /* A slow actor: the deadline passes, the outcome is unknown (not
+     * -ETIMEDOUT: the ask may still be handled, and here it is). */
+    int64_t slow = -300;
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_nats_ask(c, &r, &slow, sizeof slow, &got, sizeof got,
+                            t0 + 50 * WEFT_MSEC),
+              WEFT_NATS_OUTCOME_UNKNOWN);
+    ASSERT(weft_now() - t0 < 250 * WEFT_MSEC);
+
+    /* Withdrawn: no responder any more. */
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    ASSERT_EQ(weft_nats_flush(d, T_DEADLINE), 0);
+    ASSERT_EQ(
+        weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        -ESRCH);
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(remote_actor_tell_ask)
+{
+    ASSERT_EQ(t_run_nats(2, remote_root), 0);
+}

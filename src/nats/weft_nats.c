@@ -60,7 +60,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define NBUCKETS 64
 #define DEFAULT_EVENTS 64
@@ -1054,4 +1056,329 @@ int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
     };
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+/* ---- remote actors ----
+ *
+ * An export is a subscription to the actor's subject and a server task
+ * that takes its messages in order: a tell is handed to weft_actor_tell
+ * by the server itself (so tells keep their order), an ask to a task of
+ * its own (at most max_asks at once) that waits in weft_actor_ask and
+ * publishes the reply. On the wire a message is one byte of kind ('T' or
+ * 'A'), eight bytes of the time its sender lets it take (little-endian
+ * nanoseconds, INT64_MAX: no limit), then the actor's msg_size bytes; a
+ * reply is four bytes of status (little-endian, 0 or a negative errno),
+ * then reply_size bytes when the status is 0. */
+
+#define WIRE_HEAD 9
+#define REPLY_HEAD 4
+
+struct weft_nats_export {
+    weft_nats_conn *c;
+    weft_actor *a;      /* a reference of the export's own */
+    weft_nats_sub *sub; /* the actor's subject */
+    weft_nats_ref ref;  /* under which it is exported */
+    size_t msg_size, reply_size;
+    weft_sem asks; /* a permit per ask that may be handled now */
+    weft_task_handle server;
+};
+
+/* An ask being handled: the task owns the message. */
+typedef struct remote_ask {
+    weft_nats_export *e;
+    natsMsg *m;
+} remote_ask;
+
+static _Atomic uint64_t next_export_id;
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static bool node_ok(const char *node)
+{
+    size_t n = node ? strlen(node) : 0;
+    if (n == 0 || n >= sizeof(((weft_nats_ref *)0)->node))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = node[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
+            return false;
+    }
+    return true;
+}
+
+int weft_nats_ref_format(const weft_nats_ref *r, char *buf, size_t n)
+{
+    if (!r || !buf || !node_ok(r->node))
+        return -EINVAL;
+    int k = snprintf(buf, n, "%s.%" PRIu64 ".%" PRIu64, r->node, r->id,
+                     r->incarnation);
+    return k < 0 ? -EINVAL : (size_t)k >= n ? -ENOSPC : k;
+}
+
+int weft_nats_ref_parse(weft_nats_ref *r, const char *text)
+{
+    if (!r || !text)
+        return -EINVAL;
+    weft_nats_ref t;
+    memset(&t, 0, sizeof t);
+    const char *dot = strchr(text, '.');
+    if (!dot || (size_t)(dot - text) >= sizeof t.node)
+        return -EINVAL;
+    memcpy(t.node, text, (size_t)(dot - text));
+    char *end;
+    errno = 0;
+    t.id = strtoull(dot + 1, &end, 10);
+    if (*end != '.' || errno)
+        return -EINVAL;
+    t.incarnation = strtoull(end + 1, &end, 10);
+    if (*end || errno || !node_ok(t.node))
+        return -EINVAL;
+    *r = t;
+    return 0;
+}
+
+static int ref_subject(const weft_nats_ref *r, char *buf, size_t n)
+{
+    static const char prefix[] = "weft.actor.";
+    if (n < sizeof prefix)
+        return -ENOSPC;
+    memcpy(buf, prefix, sizeof prefix);
+    int k = weft_nats_ref_format(r, buf + sizeof prefix - 1,
+                                 n - (sizeof prefix - 1));
+    return k < 0 ? k : 0;
+}
+
+/* The deadline a message carries, as time left, and back. */
+static int64_t time_left(weft_time deadline)
+{
+    if (deadline == WEFT_NEVER)
+        return INT64_MAX;
+    int64_t left = deadline - weft_now();
+    return left < 0 ? 0 : left;
+}
+
+static weft_time deadline_of(int64_t left)
+{
+    if (left == INT64_MAX || left < 0)
+        return WEFT_NEVER;
+    weft_time now = weft_now();
+    return left > WEFT_NEVER - now ? WEFT_NEVER : now + left;
+}
+
+/* Handles one ask on a task of its own, and replies. */
+static int ask_task(void *arg)
+{
+    remote_ask *q = arg;
+    weft_nats_export *e = q->e;
+    const unsigned char *d = (const unsigned char *)natsMsg_GetData(q->m);
+    unsigned char *out = calloc(1, REPLY_HEAD + e->reply_size);
+    int st = -ENOMEM;
+    if (out)
+        st = weft_actor_ask(e->a, d + WIRE_HEAD, out + REPLY_HEAD,
+                            deadline_of((int64_t)get_le(d + 1, 8)));
+    if (out && natsMsg_GetReply(q->m)) {
+        put_le(out, (uint64_t)(uint32_t)st, REPLY_HEAD);
+        weft_nats_publish(e->c, natsMsg_GetReply(q->m), out,
+                          REPLY_HEAD + (st == 0 ? e->reply_size : 0),
+                          WEFT_NEVER);
+    }
+    free(out);
+    natsMsg_Destroy(q->m);
+    free(q);
+    weft_sem_release(&e->asks, 1);
+    return 0;
+}
+
+/* Takes one message: a tell to the actor now, an ask to a task. Returns
+ * 0, or -ECANCELED when the server is stopping. */
+static int serve_one(weft_nats_export *e, weft_scope *asks, natsMsg *m)
+{
+    const unsigned char *d = (const unsigned char *)natsMsg_GetData(m);
+    if ((size_t)natsMsg_GetDataLength(m) != WIRE_HEAD + e->msg_size ||
+        (d[0] != 'T' && d[0] != 'A')) {
+        natsMsg_Destroy(m); /* not ours: dropped */
+        return 0;
+    }
+    weft_time deadline = deadline_of((int64_t)get_le(d + 1, 8));
+    if (d[0] == 'T') { /* at most once: a tell that fails is dropped */
+        int rc = weft_actor_tell(e->a, d + WIRE_HEAD, deadline);
+        natsMsg_Destroy(m);
+        return rc == -ECANCELED ? rc : 0;
+    }
+    remote_ask *q = malloc(sizeof *q);
+    int rc = q ? weft_sem_acquire(&e->asks, 1) : -ENOMEM;
+    if (rc == 0) {
+        *q = (remote_ask){.e = e, .m = m};
+        rc = weft_spawn(asks, ask_task, q);
+        if (rc >= 0)
+            return 0;
+        weft_sem_release(&e->asks, 1);
+    }
+    free(q);
+    natsMsg_Destroy(m); /* its asker learns nothing: outcome unknown */
+    return rc == -ECANCELED ? rc : 0;
+}
+
+/* The export's server: runs until weft_nats_export_free cancels it (or
+ * the subscription ends with its connection), then waits for its asks. */
+static int export_server(void *arg)
+{
+    weft_nats_export *e = arg;
+    weft_scope *asks;
+    int rc = weft_scope_open(&asks, NULL);
+    if (rc != 0)
+        return rc;
+    natsMsg *m;
+    while (weft_nats_sub_recv(e->sub, &m, WEFT_NEVER) == 0 &&
+           serve_one(e, asks, m) == 0) {
+    }
+    weft_scope_cancel(asks);
+    weft_scope_join(asks);
+    weft_scope_free(asks);
+    return 0;
+}
+
+int weft_nats_export_new(weft_nats_export **out, weft_nats_conn *c,
+                         weft_actor *a, const weft_nats_export_opts *o,
+                         weft_time deadline)
+{
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!c || !a || !o || !node_ok(o->node) || o->msg_size == 0 ||
+        o->msg_size > 65536 || o->reply_size > 65536)
+        return -EINVAL;
+    weft_nats_export *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    e->c = c;
+    e->msg_size = o->msg_size;
+    e->reply_size = o->reply_size;
+    weft_sem_init(&e->asks, o->max_asks > 0 ? o->max_asks : 64);
+    snprintf(e->ref.node, sizeof e->ref.node, "%s", o->node);
+    e->ref.id = atomic_fetch_add(&next_export_id, 1) + 1;
+    if (getrandom(&e->ref.incarnation, sizeof e->ref.incarnation, 0) !=
+        sizeof e->ref.incarnation)
+        e->ref.incarnation = (uint64_t)weft_now() ^ ((uint64_t)getpid() << 32);
+    char subj[128];
+    int rc = ref_subject(&e->ref, subj, sizeof subj);
+    if (rc == 0)
+        rc = weft_nats_subscribe(c, subj, NULL, &e->sub, deadline);
+    if (rc != 0) {
+        free(e);
+        return rc;
+    }
+    e->a = weft_actor_ref(a);
+    rc = weft_spawn_ex(
+        o->scope, export_server, e,
+        &(weft_spawn_opts){.name = "nats export", .handle = &e->server});
+    if (rc < 0) {
+        weft_nats_sub_free(e->sub);
+        weft_actor_unref(e->a);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+int weft_nats_export_ref(const weft_nats_export *e, weft_nats_ref *out)
+{
+    if (!e || !out)
+        return -EINVAL;
+    *out = e->ref;
+    return 0;
+}
+
+int weft_nats_export_free(weft_nats_export *e)
+{
+    if (!e)
+        return -EINVAL;
+    weft_scope *shield = NULL;
+    weft_scope_opts so = {.shield = 1};
+    bool shielded = weft_scope_open(&shield, &so) == 0;
+    weft_task_cancel(e->server);
+    weft_task_join(e->server, NULL);
+    if (shielded) {
+        weft_scope_join(shield);
+        weft_scope_free(shield);
+    }
+    weft_nats_sub_free(e->sub);
+    weft_actor_unref(e->a);
+    free(e);
+    return 0;
+}
+
+/* Sends a tell or an ask to r's subject: the wire form above. */
+static int remote_send(weft_nats_conn *c, const weft_nats_ref *r, char kind,
+                       const void *msg, size_t len, natsMsg **reply,
+                       weft_time deadline)
+{
+    char subj[128];
+    int rc = ref_subject(r, subj, sizeof subj);
+    if (rc != 0)
+        return rc == -ENOSPC ? -EINVAL : rc;
+    if (len > 65536)
+        return -EMSGSIZE;
+    unsigned char *buf = malloc(WIRE_HEAD + len);
+    if (!buf)
+        return -ENOMEM;
+    buf[0] = (unsigned char)kind;
+    put_le(buf + 1, (uint64_t)time_left(deadline), 8);
+    memcpy(buf + WIRE_HEAD, msg, len);
+    rc =
+        kind == 'T'
+            ? weft_nats_publish(c, subj, buf, WIRE_HEAD + len, deadline)
+            : weft_nats_request(c, subj, buf, WIRE_HEAD + len, reply, deadline);
+    free(buf);
+    return rc;
+}
+
+int weft_nats_tell(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
+                   size_t len, weft_time deadline)
+{
+    if (!c || !r || !msg || !len)
+        return -EINVAL;
+    return remote_send(c, r, 'T', msg, len, NULL, deadline);
+}
+
+int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
+                  size_t len, void *reply, size_t reply_len, weft_time deadline)
+{
+    if (!c || !r || !msg || !len || (!reply && reply_len))
+        return -EINVAL;
+    natsMsg *m = NULL;
+    int rc = remote_send(c, r, 'A', msg, len, &m, deadline);
+    if (rc == -ETIMEDOUT)
+        return WEFT_NATS_OUTCOME_UNKNOWN;
+    if (rc != 0)
+        return rc;
+    const unsigned char *d = (const unsigned char *)natsMsg_GetData(m);
+    size_t n = (size_t)natsMsg_GetDataLength(m);
+    if (n < REPLY_HEAD) {
+        rc = -EBADMSG;
+    } else {
+        rc = (int)(int32_t)(uint32_t)get_le(d, REPLY_HEAD);
+        if (rc == -ETIMEDOUT) /* it may still be queued there, and run */
+            rc = WEFT_NATS_OUTCOME_UNKNOWN;
+        else if (rc == 0 && n - REPLY_HEAD > reply_len)
+            rc = -EMSGSIZE;
+        else if (rc == 0 && reply)
+            memcpy(reply, d + REPLY_HEAD, n - REPLY_HEAD);
+    }
+    natsMsg_Destroy(m);
+    return rc;
 }
