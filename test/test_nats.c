@@ -862,3 +862,159 @@ TEST(remote_actor_tell_ask)
 {
     ASSERT_EQ(t_run_nats(2, remote_root), 0);
 }
+
+/* ---- remote actors between two processes ---- */
+
+/* The peer: this test program again, run by the test below with
+ * WEFT_NATS_PEER set to the server's URL. It exports a counter as node
+ * "peer", writes the reference's text form on its standard output, and
+ * runs until its standard input ends (or it is killed). */
+static int peer_root(void *arg)
+{
+    const char *url = arg;
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    weft_nats_opts o = {.url = url};
+    weft_nats_conn *c;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), 0);
+    static int64_t sum;
+    weft_actor *a;
+    weft_actor_opts ao = {.fn = counter_fn,
+                          .state = &sum,
+                          .msg_size = sizeof(int64_t),
+                          .reply_size = sizeof(int64_t),
+                          .capacity = 64};
+    ASSERT_EQ(weft_actor_spawn(sc, &ao, &a), 0);
+    weft_nats_export *e;
+    weft_nats_export_opts eo = {.node = "peer",
+                                .msg_size = sizeof(int64_t),
+                                .reply_size = sizeof(int64_t),
+                                .scope = sc};
+    ASSERT_EQ(weft_nats_export_new(&e, c, a, &eo, T_DEADLINE), 0);
+    weft_nats_ref r;
+    char line[128];
+    ASSERT_EQ(weft_nats_export_ref(e, &r), 0);
+    int n = weft_nats_ref_format(&r, line, sizeof line - 1);
+    ASSERT(n > 0);
+    line[n++] = '\n';
+    ASSERT_EQ(weft_write_all(1, line, (size_t)n, NULL, T_DEADLINE), 0);
+    char b;
+    while (weft_read(0, &b, 1, WEFT_NEVER) > 0) {
+    }
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    weft_scope_join(sc);
+    weft_scope_free(sc);
+    return 0;
+}
+
+/* Starts a peer process; reads its reference. */
+static weft_process *peer_start(const char *url, weft_nats_ref *r)
+{
+    char env[128];
+    snprintf(env, sizeof env, "WEFT_NATS_PEER=%s", url);
+    char *envp[] = {env, NULL};
+    char *argv[] = {"/proc/self/exe", "remote_two_processes", NULL};
+    weft_process_opts po = {.argv = argv,
+                            .envp = envp,
+                            .in = WEFT_STDIO_PIPE,
+                            .out = WEFT_STDIO_PIPE,
+                            .pdeathsig = SIGKILL,
+                            .kill_signal = SIGKILL};
+    weft_process *p;
+    ASSERT_EQ(weft_process_spawn(NULL, &po, &p), 0);
+    char line[128];
+    size_t got = 0;
+    while (got == 0 || line[got - 1] != '\n') {
+        ptrdiff_t n = weft_read(weft_process_stdout(p), line + got,
+                                sizeof line - 1 - got, T_DEADLINE);
+        ASSERT(n > 0);
+        got += (size_t)n;
+    }
+    line[got - 1] = 0;
+    ASSERT_EQ(weft_nats_ref_parse(r, line), 0);
+    return p;
+}
+
+/* Asks until the answer is -ESRCH: the server drops a killed peer's
+ * subscriptions once it sees its connection end, and until then an ask
+ * may reach nobody (its outcome unknown). */
+static void ask_until_gone(weft_nats_conn *c, const weft_nats_ref *r)
+{
+    int64_t zero = 0, got;
+    for (int i = 0;; i++) {
+        int rc = weft_nats_ask(c, r, &zero, sizeof zero, &got, sizeof got,
+                               weft_now() + 200 * WEFT_MSEC);
+        if (rc == -ESRCH)
+            return;
+        ASSERT_EQ(rc, WEFT_NATS_OUTCOME_UNKNOWN);
+        ASSERT(i < 50);
+    }
+}
+
+static int two_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv;
+    t_begin(&sc, &srv);
+    char url[64];
+    t_url(url, sizeof url, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_ref r1, r2;
+    weft_process *p = peer_start(url, &r1);
+    ASSERT(strcmp(r1.node, "peer") == 0);
+    long n = T_SCALE(100);
+    for (int64_t i = 1; i <= n; i++)
+        ASSERT_EQ(weft_nats_tell(c, &r1, &i, sizeof i, T_DEADLINE), 0);
+    int64_t zero = 0, got = -1;
+    ASSERT_EQ(
+        weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        0);
+    ASSERT_EQ(got, n * (n + 1) / 2);
+
+    /* Killed: its node is gone, and asks say so. */
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+    ask_until_gone(c, &r1);
+
+    /* Started again: a new incarnation, a fresh counter; the old
+     * reference still reaches nobody. */
+    p = peer_start(url, &r2);
+    ASSERT(r2.incarnation != r1.incarnation);
+    int64_t seven = 7;
+    ASSERT_EQ(weft_nats_ask(c, &r2, &seven, sizeof seven, &got, sizeof got,
+                            T_DEADLINE),
+              0);
+    ASSERT_EQ(got, 7);
+    ASSERT_EQ(
+        weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        -ESRCH);
+    /* Its standard input ends: it withdraws and exits cleanly. */
+    ASSERT_EQ(weft_process_close_stdin(p), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, 0);
+    weft_process_free(p);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(remote_two_processes)
+{
+    const char *peer = getenv("WEFT_NATS_PEER");
+    if (peer) { /* the peer process (two_root starts it) */
+        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        weft_config cfg = {0};
+        cfg.workers = 1;
+        ASSERT_EQ(weft_run(&cfg, peer_root, (void *)peer), 0);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, two_root), 0);
+}
