@@ -1033,17 +1033,16 @@ int weft_nats_sub_free(weft_nats_sub *s)
     return 0;
 }
 
+/* The queue is read first, nats.c's counts after: once nats.c's thread
+ * waits for room (producer_waiting), it has taken its message off nats.c's
+ * list, so a snapshot that says so counts every message once (read the
+ * other way round, the message it was about to take could be counted both
+ * in pending and as the one it holds). */
 int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
 {
     if (!s || !out)
         return -EINVAL;
-    int npend = 0, bytes = 0;
-    int64_t dropped = 0;
-    bool live = natsSubscription_GetPending(s->ns, &npend, &bytes) == NATS_OK &&
-                natsSubscription_GetDropped(s->ns, &dropped) == NATS_OK;
     pthread_mutex_lock(&s->mu);
-    if (live)
-        s->last_dropped = dropped;
     *out = (weft_nats_sub_stats){
         .received = s->received,
         .taken = s->taken,
@@ -1051,9 +1050,17 @@ int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
         .capacity = s->cap,
         .full_waits = s->full_waits,
         .producer_waiting = s->producer_waiting,
-        .pending = live ? npend : 0,
-        .dropped = s->last_dropped,
     };
+    pthread_mutex_unlock(&s->mu);
+    int npend = 0, bytes = 0;
+    int64_t dropped = 0;
+    bool live = natsSubscription_GetPending(s->ns, &npend, &bytes) == NATS_OK &&
+                natsSubscription_GetDropped(s->ns, &dropped) == NATS_OK;
+    pthread_mutex_lock(&s->mu);
+    if (live && dropped > s->last_dropped)
+        s->last_dropped = dropped;
+    out->pending = live ? npend : 0;
+    out->dropped = s->last_dropped;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
