@@ -383,6 +383,105 @@ int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
                   size_t len, void *reply, size_t reply_len,
                   weft_time deadline);
 
+/* ------------------------------------------------------------------------
+ * Work queues on JetStream
+ *
+ * A work queue is a JetStream stream with work-queue retention (a job is
+ * kept until it is acknowledged, on the server's disk) and one durable
+ * pull consumer that every worker shares: each job goes to one worker at
+ * a time. A producer publishes jobs with weft_nats_job_publish, which
+ * waits for the stream to say it has stored the job; a worker takes jobs
+ * with weft_nats_job_take and ends each with weft_nats_job_ack (done) or
+ * weft_nats_job_nak (again, after a delay). A job taken and neither acked
+ * nor nacked within ack_wait (its worker died, hung, or lost its
+ * connection) is delivered again.
+ *
+ * Delivery: at least once. A stored job is delivered until it is acked;
+ * it may be delivered more than once (a nak, an ack that did not reach
+ * the server, a worker killed after doing the work and before the ack),
+ * so a job's effect must be made idempotent, by its key: every job has
+ * one (Nats-Msg-Id), and the stream also stores a job once per key within
+ * its duplicate window, so a publish retried after an unknown outcome
+ * does not make a second job.
+ *
+ * Backpressure: a queue handle lets its tasks hold at most max_in_flight
+ * jobs at once (taken and not yet acked or nacked); take waits for one to
+ * end. The server holds the rest.
+ *
+ * A job is a natsMsg (natsMsg_GetData, natsMsg_GetDataLength); ack and
+ * nak free it. A job whose task is cancelled should be nacked (a nak
+ * never waits), not dropped: weft_nats_queue_free nacks the jobs its
+ * handle received and nobody took, and a job dropped otherwise comes back
+ * only after ack_wait.
+ * ---------------------------------------------------------------------- */
+
+/* A work queue handle (weft_nats_queue_new). */
+typedef struct weft_nats_queue weft_nats_queue;
+
+/* Options of weft_nats_queue_new. Names are letters, digits, '-', '_'. */
+typedef struct weft_nats_queue_opts {
+    const char *stream;   /* the stream's name (required) */
+    const char *subject;  /* the jobs' subject (required; the stream's) */
+    const char *consumer; /* the workers' shared consumer (required) */
+    /* How long a taken job stays taken without an ack or a nak before it
+     * is delivered again; 0: 30 s. */
+    int64_t ack_wait_ns;
+    /* Jobs this handle's tasks may hold at once; 0: 64. */
+    int max_in_flight;
+} weft_nats_queue_opts;
+
+/* Opens a work queue on connection c: makes the stream and the consumer
+ * if they are not there (each producer and worker may call it; the same
+ * options find them made). The server must run JetStream (nats-server
+ * -js). Returns 0 and sets *out, or -ESRCH (no JetStream), -EEXIST (a
+ * stream or consumer of that name with other settings), -EINVAL,
+ * -ETIMEDOUT, -ECANCELED, -ENOTCONN, -ENOMEM, -EIO. Cancellation point:
+ * on any error no handle is left (a stream or consumer it made stays on
+ * the server). Blocks. */
+int weft_nats_queue_new(weft_nats_queue **out, weft_nats_conn *c,
+                        const weft_nats_queue_opts *o, weft_time deadline);
+
+/* Nacks the jobs q received that no task took, and frees q. No task may
+ * use q then. Returns 0 or -EINVAL. Never blocks; not a cancellation
+ * point. */
+int weft_nats_queue_free(weft_nats_queue *q);
+
+/* Publishes a job of len bytes with its idempotency key (required: at
+ * most 128 bytes, no spaces) and waits until the stream has stored it.
+ * Returns 0 (stored now, or already stored under that key within the
+ * duplicate window), WEFT_NATS_OUTCOME_UNKNOWN (the deadline passed: it
+ * may be stored; publishing again with the same key is safe), -ESRCH (no
+ * stream takes the subject), -ECANCELED (outcome unknown too), -EINVAL,
+ * -ENOTCONN, -EIO. Cancellation point. Blocks. */
+int weft_nats_job_publish(weft_nats_queue *q, const char *key, const void *data,
+                          size_t len, weft_time deadline);
+
+/* Takes the next job, waiting until there is one (and until this
+ * handle holds fewer than max_in_flight). Returns 0 and sets *job, or
+ * -ETIMEDOUT, -ECANCELED, -ENOTCONN, -EINVAL, -EPERM. Cancellation
+ * point: on any error no job was taken (one the server delivers after the
+ * caller left waits in the handle for the next take). Blocks. */
+int weft_nats_job_take(weft_nats_queue *q, natsMsg **job, weft_time deadline);
+
+/* Acknowledges job (done: it is never delivered again) and waits for the
+ * server to confirm; frees job. Returns 0, WEFT_NATS_OUTCOME_UNKNOWN (the
+ * deadline passed: the job may be delivered again), -ECANCELED (the
+ * same), -ENOTCONN, -EINVAL, -EIO. Cancellation point. Blocks. */
+int weft_nats_job_ack(weft_nats_queue *q, natsMsg *job, weft_time deadline);
+
+/* Gives job back, to be delivered again after delay_ns (0: at once), and
+ * frees it. Returns 0 or -ENOTCONN, -EINVAL, -EIO (the job then comes
+ * back after ack_wait). Never waits for the server; not a cancellation
+ * point: a cancelled task may nak its job. */
+int weft_nats_job_nak(weft_nats_queue *q, natsMsg *job, int64_t delay_ns);
+
+/* The job's key, or NULL. Any thread; never blocks. */
+const char *weft_nats_job_key(natsMsg *job);
+
+/* How many times job has been delivered (1 the first time), or 0 if
+ * unknown. Any thread; never blocks. */
+int weft_nats_job_deliveries(natsMsg *job);
+
 #ifdef __cplusplus
 }
 #endif

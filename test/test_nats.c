@@ -9,6 +9,7 @@
  * the virtual clock.
  */
 #include <fcntl.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,7 +28,8 @@
 typedef struct t_server {
     pid_t pid;
     int port;
-    int err; /* the read end of its stderr, drained by a task */
+    int err;      /* the read end of its stderr, drained by a task */
+    char dir[64]; /* JetStream's store (-js -sd dir), or empty: none */
 } t_server;
 
 static const char *t_server_path(void)
@@ -90,8 +92,12 @@ static void t_server_start(t_server *s, int port, weft_scope *sc)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(1);
-        execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr,
-              (char *)NULL);
+        if (s->dir[0])
+            execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr, "-js",
+                  "-sd", s->dir, (char *)NULL);
+        else
+            execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr,
+                  (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -130,13 +136,35 @@ static void t_server_stop(t_server *s)
 static void t_begin(weft_scope **sc, t_server *srv)
 {
     ASSERT(weft_scope_open(sc, NULL) == 0);
+    srv->dir[0] = 0;
     t_server_start(srv, 0, *sc);
 }
 
-/* Stops the server and joins the scope (the drain task, the drivers). */
+/* t_begin with JetStream, its store in a new temporary directory. */
+static void t_begin_js(weft_scope **sc, t_server *srv)
+{
+    ASSERT(weft_scope_open(sc, NULL) == 0);
+    snprintf(srv->dir, sizeof srv->dir, "/tmp/weft-nats.XXXXXX");
+    ASSERT(mkdtemp(srv->dir) != NULL);
+    t_server_start(srv, 0, *sc);
+}
+
+static int t_rm(const char *path, const struct stat *st, int flag,
+                struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Stops the server, removes its store, and joins the scope (the drain
+ * task, the drivers). */
 static void t_end(weft_scope *sc, t_server *srv)
 {
     t_server_stop(srv);
+    if (srv->dir[0])
+        ASSERT_EQ(nftw(srv->dir, t_rm, 16, FTW_DEPTH | FTW_PHYS), 0);
     ASSERT_EQ(weft_scope_join(sc), 0);
     weft_scope_free(sc);
 }
@@ -209,7 +237,7 @@ static int order_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
@@ -278,7 +306,7 @@ static int request_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *echo, *silent;
@@ -354,7 +382,7 @@ static int cancel_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = cancel_conn = t_connect(&srv, sc, NULL);
     weft_nats_sub *silent;
@@ -409,7 +437,7 @@ static int slow_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
@@ -480,7 +508,7 @@ static int free_full_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_sub *s;
@@ -507,7 +535,7 @@ static int restart_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
                         .max_reconnect = -1};
@@ -610,7 +638,7 @@ static int many_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     /* Requesters on one connection, responders (a queue group) and a
      * counting subscriber on another. */
@@ -691,7 +719,7 @@ static int scope_cancel_root(void *arg)
 {
     (void)arg;
     weft_scope *sc, *conn_scope;
-    t_server srv;
+    t_server srv = {0};
     ASSERT(weft_scope_open(&sc, NULL) == 0);
     t_server_start(&srv, 0, sc);
     ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
@@ -729,7 +757,7 @@ static int burst_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_conn *d = t_connect(&srv, sc, NULL);
@@ -790,7 +818,7 @@ static int remote_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL); /* the asking node */
     weft_nats_conn *d = t_connect(&srv, sc, NULL); /* the actor's node */
@@ -960,7 +988,7 @@ static int two_root(void *arg)
 {
     (void)arg;
     weft_scope *sc;
-    t_server srv;
+    t_server srv = {0};
     t_begin(&sc, &srv);
     char url[64];
     t_url(url, sizeof url, &srv);
@@ -1019,4 +1047,224 @@ TEST(remote_two_processes)
         return;
     }
     ASSERT_EQ(t_run_nats(2, two_root), 0);
+}
+
+/* ---- work queues on JetStream ---- */
+
+/* A queue handle on stream JOBS (or DROP, with drop set: a stream of its
+ * own, since a work queue's consumer's ack_wait is fixed). */
+static weft_nats_queue *t_queue_on(weft_nats_conn *c, int drop,
+                                   int64_t ack_wait_ns, int max_in_flight)
+{
+    weft_nats_queue_opts qo = {.stream = drop ? "DROP" : "JOBS",
+                               .subject = drop ? "jobs.drop" : "jobs.work",
+                               .consumer = "workers",
+                               .ack_wait_ns = ack_wait_ns,
+                               .max_in_flight = max_in_flight};
+    weft_nats_queue *q = NULL;
+    int rc = weft_nats_queue_new(&q, c, &qo, T_DEADLINE);
+    if (rc != 0)
+        T_FAIL("queue: %s", weft_strerror(rc));
+    return q;
+}
+
+static weft_nats_queue *t_queue(weft_nats_conn *c, int64_t ack_wait_ns,
+                                int max_in_flight)
+{
+    return t_queue_on(c, 0, ack_wait_ns, max_in_flight);
+}
+
+static int t_job_publish(weft_nats_queue *q, long i)
+{
+    char key[32];
+    snprintf(key, sizeof key, "job-%ld", i);
+    return weft_nats_job_publish(q, key, key, strlen(key), T_DEADLINE);
+}
+
+/* Keys are idempotent; a nak comes back after its delay, an unacked job
+ * after ack_wait; max_in_flight holds takers back. */
+static int jobs_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_queue *q = t_queue(c, 0, 2);
+    /* The same options find the same stream and consumer. */
+    weft_nats_queue *q2 = t_queue(c, 0, 2);
+    ASSERT_EQ(weft_nats_queue_free(q2), 0);
+
+    ASSERT_EQ(t_job_publish(q, 1), 0);
+    ASSERT_EQ(t_job_publish(q, 2), 0);
+    ASSERT_EQ(t_job_publish(q, 1), 0); /* again: stored once */
+    natsMsg *a, *b, *x;
+    ASSERT_EQ(weft_nats_job_take(q, &a, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(a), "job-1") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(a), 1);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-2") == 0);
+    /* Two held: a third take waits for a slot, even with a job there. */
+    ASSERT_EQ(t_job_publish(q, 3), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &x, weft_now() + 50 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_job_ack(q, a, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &x, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(x), "job-3") == 0);
+    ASSERT_EQ(weft_nats_job_ack(q, x, T_DEADLINE), 0);
+
+    /* Nacked with a delay: back after it, delivered a second time. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_nats_job_nak(q, b, 200 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(weft_now() - t0 >= 150 * WEFT_MSEC);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-2") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(b), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, b, T_DEADLINE), 0);
+    /* Nothing left. */
+    ASSERT_EQ(weft_nats_job_take(q, &x, weft_now() + 100 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+
+    /* Taken and dropped (its worker "died", with its handle): back after
+     * ack_wait, counted from its delivery. */
+    q = t_queue_on(c, 1, 300 * WEFT_MSEC, 2);
+    ASSERT_EQ(t_job_publish(q, 4), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    t0 = weft_now();
+    natsMsg_Destroy(b);
+    weft_nats_queue_free(q);
+    q = t_queue_on(c, 1, 300 * WEFT_MSEC, 2);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(weft_now() - t0 >= 200 * WEFT_MSEC);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-4") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(b), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, b, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_keys_nak_redelivery)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_root), 0);
+}
+
+/* Many jobs through four workers on two workers' threads: none lost, none
+ * done twice by key; a worker cancelled mid-job naks it. */
+typedef struct pool_run {
+    weft_nats_queue *q;
+    long jobs;
+    _Atomic long done;
+    unsigned char *seen; /* per job: times done */
+} pool_run;
+
+static int job_worker(void *arg)
+{
+    pool_run *p = arg;
+    while (atomic_load(&p->done) < p->jobs) {
+        natsMsg *j;
+        int rc = weft_nats_job_take(p->q, &j, weft_now() + 100 * WEFT_MSEC);
+        if (rc == -ETIMEDOUT)
+            continue;
+        ASSERT_EQ(rc, 0);
+        long i = atol(weft_nats_job_key(j) + 4);
+        ASSERT(i >= 0 && i < p->jobs);
+        if (p->seen[i]) { /* done already: a redelivery, acked again */
+            ASSERT_EQ(weft_nats_job_ack(p->q, j, T_DEADLINE), 0);
+            continue;
+        }
+        p->seen[i]++;
+        ASSERT_EQ(weft_nats_job_ack(p->q, j, T_DEADLINE), 0);
+        atomic_fetch_add(&p->done, 1);
+    }
+    return 0;
+}
+
+static int jobs_many_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    static pool_run p;
+    p.jobs = T_SCALE(2000);
+    p.seen = calloc((size_t)p.jobs, 1);
+    weft_nats_queue *prod = t_queue(c, 0, 0);
+    p.q = t_queue(d, 0, 8);
+    for (long i = 0; i < p.jobs; i++)
+        ASSERT_EQ(t_job_publish(prod, i), 0);
+    weft_scope *ws;
+    ASSERT(weft_scope_open(&ws, NULL) == 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(ws, job_worker, &p) >= 0);
+    ASSERT_EQ(weft_scope_join(ws), 0);
+    weft_scope_free(ws);
+    ASSERT_EQ(atomic_load(&p.done), p.jobs);
+    for (long i = 0; i < p.jobs; i++)
+        ASSERT_EQ(p.seen[i], 1);
+    natsMsg *x;
+    ASSERT_EQ(weft_nats_job_take(p.q, &x, weft_now() + 100 * WEFT_MSEC),
+              -ETIMEDOUT);
+    free(p.seen);
+    ASSERT_EQ(weft_nats_queue_free(p.q), 0);
+    ASSERT_EQ(weft_nats_queue_free(prod), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_four_workers)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_many_root), 0);
+}
+
+/* The server killed (SIGKILL) and restarted on its store: every job it
+ * had acknowledged is still there, and the client reconnects to take
+ * them. */
+static int jobs_restart_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
+                        .max_reconnect = -1};
+    weft_nats_conn *c = t_connect(&srv, sc, &o);
+    weft_nats_queue *q = t_queue(c, 0, 0);
+    long n = T_SCALE(200);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_job_publish(q, i), 0);
+    t_server_stop(&srv);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    t_server_start(&srv, srv.port, sc);
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    unsigned char *seen = calloc((size_t)n, 1);
+    for (long k = 0; k < n; k++) {
+        natsMsg *j;
+        int rc = weft_nats_job_take(q, &j, T_DEADLINE);
+        if (rc != 0)
+            T_FAIL("job %ld of %ld: %s", k, n, weft_strerror(rc));
+        long i = atol(weft_nats_job_key(j) + 4);
+        ASSERT(i >= 0 && i < n && !seen[i]);
+        seen[i] = 1;
+        ASSERT_EQ(weft_nats_job_ack(q, j, T_DEADLINE), 0);
+    }
+    free(seen);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_survive_server_restart)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_restart_root), 0);
 }

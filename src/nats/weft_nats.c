@@ -758,8 +758,28 @@ static int usable(weft_nats_conn *c, weft_time deadline)
 
 /* Sends to subject (NULL: a flush marker to the inbox itself) with a
  * reply subject of the inbox, and waits for what comes back there. */
-static int round_trip(weft_nats_conn *c, const char *subject, const void *data,
-                      size_t len, natsMsg **reply, weft_time deadline)
+/* Publishes to subject with reply subject `to`, with the header
+ * Nats-Msg-Id: key (JetStream's idempotency key) when key is not NULL. */
+static natsStatus publish_request(weft_nats_conn *c, const char *subject,
+                                  const char *to, const char *key,
+                                  const void *data, size_t len)
+{
+    if (!key)
+        return natsConnection_PublishRequest(c->nc, subject, to, data,
+                                             (int)len);
+    natsMsg *m = NULL;
+    natsStatus st = natsMsg_Create(&m, subject, to, data, (int)len);
+    if (st == NATS_OK)
+        st = natsMsgHeader_Set(m, "Nats-Msg-Id", key);
+    if (st == NATS_OK)
+        st = natsConnection_PublishMsg(c->nc, m);
+    natsMsg_Destroy(m);
+    return st;
+}
+
+static int round_trip(weft_nats_conn *c, const char *subject, const char *key,
+                      const void *data, size_t len, natsMsg **reply,
+                      weft_time deadline)
 {
     int rc = usable(c, deadline);
     if (rc != 0)
@@ -782,8 +802,7 @@ static int round_trip(weft_nats_conn *c, const char *subject, const void *data,
 
     char to[sizeof c->inbox + 24];
     snprintf(to, sizeof to, "%s.%" PRIu64, c->inbox, p.token);
-    natsStatus st = subject ? natsConnection_PublishRequest(c->nc, subject, to,
-                                                            data, (int)len)
+    natsStatus st = subject ? publish_request(c, subject, to, key, data, len)
                             : natsConnection_Publish(c->nc, to, NULL, 0);
     natsMsg *m = NULL;
     rc = st == NATS_OK ? weft_future_await(p.f, &m, deadline)
@@ -814,7 +833,7 @@ int weft_nats_request(weft_nats_conn *c, const char *subject, const void *data,
     if (!c || !subject || !reply || (!data && len))
         return -EINVAL;
     *reply = NULL;
-    return round_trip(c, subject, data, len, reply, deadline);
+    return round_trip(c, subject, NULL, data, len, reply, deadline);
 }
 
 int weft_nats_flush(weft_nats_conn *c, weft_time deadline)
@@ -822,7 +841,7 @@ int weft_nats_flush(weft_nats_conn *c, weft_time deadline)
     if (!c)
         return -EINVAL;
     natsMsg *m = NULL;
-    int rc = round_trip(c, NULL, NULL, 0, &m, deadline);
+    int rc = round_trip(c, NULL, NULL, NULL, 0, &m, deadline);
     if (rc == 0)
         natsMsg_Destroy(m);
     return rc;
@@ -1388,4 +1407,276 @@ int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
     }
     natsMsg_Destroy(m);
     return rc;
+}
+
+/* ---- work queues on JetStream ----
+ *
+ * All of it is core NATS requests to JetStream's API, so nothing blocks a
+ * worker: the stream and the consumer are made with requests to
+ * $JS.API.STREAM.CREATE and $JS.API.CONSUMER.DURABLE.CREATE; a take
+ * publishes a pull request for one job ($JS.API.CONSUMER.MSG.NEXT) with
+ * the handle's own inbox as its reply subject, and the job (or a status:
+ * 408 when the request expired) arrives on the handle's subscription to
+ * that inbox; an ack is a request to the job's reply subject ("+ACK",
+ * which JetStream confirms), a nak a publish ("-NAK" with its delay). */
+
+#define PULL_EXPIRES (5 * WEFT_SEC) /* a pull request's life, at most */
+#define DEFAULT_IN_FLIGHT 64
+
+struct weft_nats_queue {
+    weft_nats_conn *c;
+    weft_nats_sub *sub; /* jobs and statuses for this handle's pulls */
+    weft_sem slots;     /* a permit per job that may be held now */
+    char inbox[64];     /* the pulls' reply subject */
+    char subject[128];  /* the jobs' */
+    char next[256];     /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> */
+};
+
+static bool name_ok(const char *s, size_t max)
+{
+    return s && strlen(s) < max && node_ok(s);
+}
+
+/* The error code of a JetStream API reply ({"error":{"code":...,
+ * "err_code":...}}), 0 if it reports none. */
+static int js_error(natsMsg *m, int *err_code)
+{
+    int n = natsMsg_GetDataLength(m);
+    char buf[1024];
+    if (n >= (int)sizeof buf)
+        n = sizeof buf - 1;
+    memcpy(buf, natsMsg_GetData(m), (size_t)(n > 0 ? n : 0));
+    buf[n > 0 ? n : 0] = 0;
+    const char *e = strstr(buf, "\"error\"");
+    *err_code = 0;
+    if (!e)
+        return 0;
+    const char *ec = strstr(e, "\"err_code\":");
+    if (ec)
+        *err_code = atoi(ec + strlen("\"err_code\":"));
+    const char *code = strstr(e, "\"code\":");
+    int k = code ? atoi(code + strlen("\"code\":")) : 500;
+    return k ? k : 500;
+}
+
+/* A JetStream API request; the error it reports, mapped. */
+static int js_api(weft_nats_conn *c, const char *subject, const char *body,
+                  int exists_code, weft_time deadline)
+{
+    natsMsg *r = NULL;
+    int rc = weft_nats_request(c, subject, body, strlen(body), &r, deadline);
+    if (rc != 0)
+        return rc;
+    int err_code, code = js_error(r, &err_code);
+    natsMsg_Destroy(r);
+    if (code == 0)
+        return 0;
+    if (err_code == exists_code)
+        return -EEXIST;
+    return code == 503 ? -ESRCH : -EIO;
+}
+
+static int queue_setup(weft_nats_queue *q, const weft_nats_queue_opts *o,
+                       weft_time deadline)
+{
+    char subj[256], body[768];
+    int64_t ack_wait = o->ack_wait_ns > 0 ? o->ack_wait_ns : 30 * WEFT_SEC;
+    snprintf(subj, sizeof subj, "$JS.API.STREAM.CREATE.%s", o->stream);
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"subjects\":[\"%s\"],"
+             "\"retention\":\"workqueue\",\"storage\":\"file\"}",
+             o->stream, o->subject);
+    int rc = js_api(q->c, subj, body, 10058, deadline);
+    if (rc != 0)
+        return rc;
+    snprintf(subj, sizeof subj, "$JS.API.CONSUMER.DURABLE.CREATE.%s.%s",
+             o->stream, o->consumer);
+    snprintf(body, sizeof body,
+             "{\"stream_name\":\"%s\",\"config\":{\"durable_name\":\"%s\","
+             "\"ack_policy\":\"explicit\",\"ack_wait\":%" PRId64 ","
+             "\"deliver_policy\":\"all\",\"max_deliver\":-1}}",
+             o->stream, o->consumer, ack_wait);
+    return js_api(q->c, subj, body, 10148, deadline);
+}
+
+int weft_nats_queue_new(weft_nats_queue **out, weft_nats_conn *c,
+                        const weft_nats_queue_opts *o, weft_time deadline)
+{
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!c || !o || !name_ok(o->stream, 64) || !name_ok(o->consumer, 64) ||
+        !o->subject || strlen(o->subject) >= 128 || strchr(o->subject, ' ') ||
+        strchr(o->subject, '"') || o->max_in_flight < 0)
+        return -EINVAL;
+    weft_nats_queue *q = calloc(1, sizeof *q);
+    char *ib = NULL;
+    if (!q || natsInbox_Create(&ib) != NATS_OK) {
+        free(q);
+        return -ENOMEM;
+    }
+    q->c = c;
+    snprintf(q->inbox, sizeof q->inbox, "%s", ib);
+    natsInbox_Destroy(ib);
+    snprintf(q->subject, sizeof q->subject, "%s", o->subject);
+    snprintf(q->next, sizeof q->next, "$JS.API.CONSUMER.MSG.NEXT.%s.%s",
+             o->stream, o->consumer);
+    weft_sem_init(&q->slots,
+                  o->max_in_flight ? o->max_in_flight : DEFAULT_IN_FLIGHT);
+    int rc = queue_setup(q, o, deadline);
+    if (rc == 0)
+        rc = weft_nats_subscribe(c, q->inbox, NULL, &q->sub, deadline);
+    if (rc != 0) {
+        free(q);
+        return rc;
+    }
+    *out = q;
+    return 0;
+}
+
+/* A job's status header ("408", ...), or NULL for a job. */
+static const char *job_status(natsMsg *m)
+{
+    const char *v = NULL;
+    if (natsMsg_GetDataLength(m) == 0 &&
+        natsMsgHeader_Get(m, "Status", &v) == NATS_OK)
+        return v;
+    return NULL;
+}
+
+int weft_nats_queue_free(weft_nats_queue *q)
+{
+    if (!q)
+        return -EINVAL;
+    natsMsg *m;
+    while (weft_nats_sub_recv(q->sub, &m, 0) == 0) {
+        if (job_status(m))
+            natsMsg_Destroy(m);
+        else
+            weft_nats_job_nak(q, m, 0);
+    }
+    weft_nats_sub_free(q->sub);
+    free(q);
+    return 0;
+}
+
+int weft_nats_job_publish(weft_nats_queue *q, const char *key, const void *data,
+                          size_t len, weft_time deadline)
+{
+    if (!q || !key || !*key || strlen(key) > 128 || strchr(key, ' ') ||
+        (!data && len))
+        return -EINVAL;
+    natsMsg *r = NULL;
+    int rc = round_trip(q->c, q->subject, key, data, len, &r, deadline);
+    if (rc == -ETIMEDOUT)
+        return WEFT_NATS_OUTCOME_UNKNOWN;
+    if (rc != 0)
+        return rc;
+    int err_code, code = js_error(r, &err_code);
+    natsMsg_Destroy(r);
+    return code == 0 ? 0 : code == 503 ? -ESRCH : -EIO;
+}
+
+/* Asks the consumer for one job, for the deadline's time (at most
+ * PULL_EXPIRES); the job or a status comes to q->sub. */
+static int pull(weft_nats_queue *q, weft_time deadline, weft_time *until)
+{
+    int64_t left =
+        deadline == WEFT_NEVER ? PULL_EXPIRES : deadline - weft_now();
+    if (left <= 0)
+        return -ETIMEDOUT;
+    if (left > PULL_EXPIRES)
+        left = PULL_EXPIRES;
+    char body[96];
+    int n = snprintf(body, sizeof body, "{\"batch\":1,\"expires\":%" PRId64 "}",
+                     left);
+    *until = weft_now() + left + WEFT_SEC; /* the 408 comes by then */
+    if (*until > deadline)
+        *until = deadline;
+    return weft_nats_error(
+        natsConnection_PublishRequest(q->c->nc, q->next, q->inbox, body, n));
+}
+
+int weft_nats_job_take(weft_nats_queue *q, natsMsg **job, weft_time deadline)
+{
+    if (!q || !job)
+        return -EINVAL;
+    *job = NULL;
+    int rc = weft_sem_acquire_until(&q->slots, 1, deadline);
+    if (rc != 0)
+        return rc;
+    weft_time until = 0; /* first: a job an earlier take left, if any */
+    for (;;) {
+        natsMsg *m;
+        rc = weft_nats_sub_recv(q->sub, &m, until);
+        if (rc == 0 && !job_status(m)) {
+            *job = m;
+            return 0;
+        }
+        if (rc == 0) /* a pull expired (408) or was refused: pull again */
+            natsMsg_Destroy(m);
+        else if (rc != -ETIMEDOUT)
+            break;
+        if (weft_now() >= deadline) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        if ((rc = usable(q->c, deadline)) != 0 ||
+            (rc = pull(q, deadline, &until)) != 0)
+            break;
+    }
+    weft_sem_release(&q->slots, 1);
+    return rc;
+}
+
+int weft_nats_job_ack(weft_nats_queue *q, natsMsg *job, weft_time deadline)
+{
+    if (!q || !job || !natsMsg_GetReply(job))
+        return -EINVAL;
+    natsMsg *r = NULL;
+    int rc =
+        weft_nats_request(q->c, natsMsg_GetReply(job), "+ACK", 4, &r, deadline);
+    if (rc == 0)
+        natsMsg_Destroy(r);
+    natsMsg_Destroy(job);
+    weft_sem_release(&q->slots, 1);
+    return rc == -ETIMEDOUT ? WEFT_NATS_OUTCOME_UNKNOWN : rc;
+}
+
+int weft_nats_job_nak(weft_nats_queue *q, natsMsg *job, int64_t delay_ns)
+{
+    if (!q || !job || !natsMsg_GetReply(job) || delay_ns < 0)
+        return -EINVAL;
+    char body[64];
+    int n = delay_ns ? snprintf(body, sizeof body,
+                                "-NAK {\"delay\":%" PRId64 "}", delay_ns)
+                     : snprintf(body, sizeof body, "-NAK");
+    natsStatus st =
+        natsConnection_Publish(q->c->nc, natsMsg_GetReply(job), body, n);
+    natsMsg_Destroy(job);
+    weft_sem_release(&q->slots, 1);
+    return weft_nats_error(st);
+}
+
+const char *weft_nats_job_key(natsMsg *job)
+{
+    const char *v = NULL;
+    return job && natsMsgHeader_Get(job, "Nats-Msg-Id", &v) == NATS_OK ? v
+                                                                       : NULL;
+}
+
+/* The reply subject is $JS.ACK.<stream>.<consumer>.<delivered>.<stream
+ * seq>.<consumer seq>.<time>.<pending> (9 tokens), or with a domain and
+ * an account hash after ACK (11 or more). */
+int weft_nats_job_deliveries(natsMsg *job)
+{
+    const char *r = job ? natsMsg_GetReply(job) : NULL;
+    if (!r || strncmp(r, "$JS.ACK.", 8) != 0)
+        return 0;
+    const char *tok[16];
+    int n = 0;
+    for (const char *p = r; p && n < 16; p = strchr(p, '.'), p = p ? p + 1 : p)
+        tok[n++] = p;
+    int at = n == 9 ? 4 : n >= 11 ? 6 : -1;
+    return at < 0 ? 0 : atoi(tok[at]);
 }
