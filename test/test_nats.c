@@ -123,11 +123,19 @@ static void t_server_start(t_server *s, int port, weft_scope *sc)
     ASSERT(weft_spawn(sc, t_drain, (void *)(intptr_t)s->err) >= 0);
 }
 
+/* waitpid for a killed server, on the blocking pool: a server can take
+ * a while to go (its store's files), and a worker must not wait. */
+static int t_reap(void *arg)
+{
+    pid_t pid = *(pid_t *)arg;
+    int st;
+    return waitpid(pid, &st, 0) == pid ? 0 : -errno;
+}
+
 static void t_server_stop(t_server *s)
 {
     ASSERT(kill(s->pid, SIGKILL) == 0);
-    int st;
-    ASSERT(waitpid(s->pid, &st, 0) == s->pid);
+    ASSERT_EQ(weft_blocking(t_reap, &s->pid), 0);
     s->pid = 0;
 }
 
@@ -158,13 +166,18 @@ static int t_rm(const char *path, const struct stat *st, int flag,
     return remove(path);
 }
 
-/* Stops the server, removes its store, and joins the scope (the drain
- * task, the drivers). */
+static int t_rm_dir(void *arg)
+{
+    return nftw(arg, t_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Stops the server, removes its store (on the blocking pool: files), and
+ * joins the scope (the drain task, the drivers). */
 static void t_end(weft_scope *sc, t_server *srv)
 {
     t_server_stop(srv);
     if (srv->dir[0])
-        ASSERT_EQ(nftw(srv->dir, t_rm, 16, FTW_DEPTH | FTW_PHYS), 0);
+        ASSERT_EQ(weft_blocking(t_rm_dir, srv->dir), 0);
     ASSERT_EQ(weft_scope_join(sc), 0);
     weft_scope_free(sc);
 }
@@ -1267,4 +1280,93 @@ static int jobs_restart_root(void *arg)
 TEST(jobs_survive_server_restart)
 {
     ASSERT_EQ(t_run_nats(2, jobs_restart_root), 0);
+}
+
+/* ---- a worker process killed with SIGKILL mid-job ---- */
+
+/* The worker: this program again, with WEFT_NATS_WORKER set to the
+ * server's URL. It takes one job, says its key on its standard output,
+ * and "works" on it until it is killed. */
+static int worker_root(void *arg)
+{
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    weft_nats_opts o = {.url = arg};
+    weft_nats_conn *c;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), 0);
+    weft_nats_queue *q = t_queue_on(c, 1, 300 * WEFT_MSEC, 1);
+    natsMsg *j;
+    ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s\n", weft_nats_job_key(j));
+    ASSERT_EQ(weft_write_all(1, line, (size_t)n, NULL, T_DEADLINE), 0);
+    char b;
+    while (weft_read(0, &b, 1, WEFT_NEVER) > 0) {
+    }
+    return 0; /* not reached: killed first */
+}
+
+static int killed_worker_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    char url[64], env[128];
+    t_url(url, sizeof url, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_queue *q = t_queue_on(c, 1, 300 * WEFT_MSEC, 1);
+    ASSERT_EQ(t_job_publish(q, 42), 0);
+    snprintf(env, sizeof env, "WEFT_NATS_WORKER=%s", url);
+    char *envp[] = {env, NULL};
+    char *argv[] = {"/proc/self/exe", "jobs_worker_killed", NULL};
+    weft_process_opts po = {.argv = argv,
+                            .envp = envp,
+                            .in = WEFT_STDIO_PIPE,
+                            .out = WEFT_STDIO_PIPE,
+                            .pdeathsig = SIGKILL,
+                            .kill_signal = SIGKILL};
+    weft_process *p;
+    ASSERT_EQ(weft_process_spawn(NULL, &po, &p), 0);
+    char line[160];
+    size_t got = 0;
+    while (got == 0 || line[got - 1] != '\n') {
+        ptrdiff_t n = weft_read(weft_process_stdout(p), line + got,
+                                sizeof line - 1 - got, T_DEADLINE);
+        ASSERT(n > 0);
+        got += (size_t)n;
+    }
+    line[got - 1] = 0;
+    ASSERT(strcmp(line, "job-42") == 0);
+    /* Mid-job: killed. The job comes back after ack_wait, once. */
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+    natsMsg *j;
+    ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(j), "job-42") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(j), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, j, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &j, weft_now() + 500 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_worker_killed)
+{
+    const char *url = getenv("WEFT_NATS_WORKER");
+    if (url) { /* the worker process (killed_worker_root starts it) */
+        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        weft_config cfg = {0};
+        cfg.workers = 1;
+        weft_run(&cfg, worker_root, (void *)url);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
 }
