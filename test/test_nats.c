@@ -954,12 +954,16 @@ static int peer_root(void *arg)
 }
 
 /* Starts a peer process; reads its reference. */
-static weft_process *peer_start(const char *url, weft_nats_ref *r)
+/* Runs this test program again as test `test`, with the environment
+ * variable `var` set to url (the child's role), its standard input and
+ * output piped; reads the first line it writes into line (n bytes). */
+static weft_process *t_spawn_self(const char *test, const char *var,
+                                  const char *url, char *line, size_t n)
 {
     char env[128];
-    snprintf(env, sizeof env, "WEFT_NATS_PEER=%s", url);
+    snprintf(env, sizeof env, "%s=%s", var, url);
     char *envp[] = {env, NULL};
-    char *argv[] = {"/proc/self/exe", "remote_two_processes", NULL};
+    char *argv[] = {"/proc/self/exe", (char *)test, NULL};
     weft_process_opts po = {.argv = argv,
                             .envp = envp,
                             .in = WEFT_STDIO_PIPE,
@@ -968,15 +972,33 @@ static weft_process *peer_start(const char *url, weft_nats_ref *r)
                             .kill_signal = SIGKILL};
     weft_process *p;
     ASSERT_EQ(weft_process_spawn(NULL, &po, &p), 0);
-    char line[128];
     size_t got = 0;
     while (got == 0 || line[got - 1] != '\n') {
-        ptrdiff_t n = weft_read(weft_process_stdout(p), line + got,
-                                sizeof line - 1 - got, T_DEADLINE);
-        ASSERT(n > 0);
-        got += (size_t)n;
+        ptrdiff_t k = weft_read(weft_process_stdout(p), line + got, n - 1 - got,
+                                T_DEADLINE);
+        ASSERT(k > 0);
+        got += (size_t)k;
     }
     line[got - 1] = 0;
+    return p;
+}
+
+/* In the child: fn(url) in a runtime of one worker, with the pipes of
+ * its standard input and output non-blocking, as weft wants them. */
+static void t_child_run(weft_fn fn, const char *url)
+{
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
+}
+
+static weft_process *peer_start(const char *url, weft_nats_ref *r)
+{
+    char line[128];
+    weft_process *p = t_spawn_self("remote_two_processes", "WEFT_NATS_PEER",
+                                   url, line, sizeof line);
     ASSERT_EQ(weft_nats_ref_parse(r, line), 0);
     return p;
 }
@@ -1052,11 +1074,7 @@ TEST(remote_two_processes)
 {
     const char *peer = getenv("WEFT_NATS_PEER");
     if (peer) { /* the peer process (two_root starts it) */
-        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
-        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
-        weft_config cfg = {0};
-        cfg.workers = 1;
-        ASSERT_EQ(weft_run(&cfg, peer_root, (void *)peer), 0);
+        t_child_run(peer_root, peer);
         return;
     }
     ASSERT_EQ(t_run_nats(2, two_root), 0);
@@ -1312,31 +1330,13 @@ static int killed_worker_root(void *arg)
     weft_scope *sc;
     t_server srv = {0};
     t_begin_js(&sc, &srv);
-    char url[64], env[128];
+    char url[64], line[160];
     t_url(url, sizeof url, &srv);
     weft_nats_conn *c = t_connect(&srv, sc, NULL);
     weft_nats_queue *q = t_queue_on(c, 1, 300 * WEFT_MSEC, 1);
     ASSERT_EQ(t_job_publish(q, 42), 0);
-    snprintf(env, sizeof env, "WEFT_NATS_WORKER=%s", url);
-    char *envp[] = {env, NULL};
-    char *argv[] = {"/proc/self/exe", "jobs_worker_killed", NULL};
-    weft_process_opts po = {.argv = argv,
-                            .envp = envp,
-                            .in = WEFT_STDIO_PIPE,
-                            .out = WEFT_STDIO_PIPE,
-                            .pdeathsig = SIGKILL,
-                            .kill_signal = SIGKILL};
-    weft_process *p;
-    ASSERT_EQ(weft_process_spawn(NULL, &po, &p), 0);
-    char line[160];
-    size_t got = 0;
-    while (got == 0 || line[got - 1] != '\n') {
-        ptrdiff_t n = weft_read(weft_process_stdout(p), line + got,
-                                sizeof line - 1 - got, T_DEADLINE);
-        ASSERT(n > 0);
-        got += (size_t)n;
-    }
-    line[got - 1] = 0;
+    weft_process *p = t_spawn_self("jobs_worker_killed", "WEFT_NATS_WORKER",
+                                   url, line, sizeof line);
     ASSERT(strcmp(line, "job-42") == 0);
     /* Mid-job: killed. The job comes back after ack_wait, once. */
     int status = 0;
@@ -1361,11 +1361,7 @@ TEST(jobs_worker_killed)
 {
     const char *url = getenv("WEFT_NATS_WORKER");
     if (url) { /* the worker process (killed_worker_root starts it) */
-        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
-        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
-        weft_config cfg = {0};
-        cfg.workers = 1;
-        weft_run(&cfg, worker_root, (void *)url);
+        t_child_run(worker_root, url);
         return;
     }
     ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
