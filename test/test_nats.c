@@ -895,12 +895,12 @@ static int remote_root(void *arg)
 
     /* A slow actor: the deadline passes, the outcome is unknown (not
      * -ETIMEDOUT: the ask may still be handled, and here it is). */
-    int64_t slow = -300;
+    int64_t slow = -1000;
     weft_time t0 = weft_now();
     ASSERT_EQ(weft_nats_ask(c, &r, &slow, sizeof slow, &got, sizeof got,
                             t0 + 50 * WEFT_MSEC),
               WEFT_NATS_OUTCOME_UNKNOWN);
-    ASSERT(weft_now() - t0 < 250 * WEFT_MSEC);
+    ASSERT(weft_now() - t0 < 800 * WEFT_MSEC); /* not the actor's 1 s */
 
     /* Withdrawn: no responder any more. */
     ASSERT_EQ(weft_nats_export_free(e), 0);
