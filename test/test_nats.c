@@ -1381,3 +1381,104 @@ TEST(jobs_worker_killed)
     }
     ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
 }
+
+/* ---- the driver's scope cancelled while the connect runs ---- */
+
+/* A server of our own plays nats-server's part of the handshake (INFO,
+ * then PONG to the client's PING) only once the driver has seen its
+ * scope cancelled: the connection the connect then makes must be closed
+ * by the driver, which then ends. */
+typedef struct fake_connect {
+    int port;
+    weft_scope *driver_scope;
+    weft_nats_conn *c;
+    int rc;
+} fake_connect;
+
+static int fake_connector(void *arg)
+{
+    fake_connect *f = arg;
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", f->port);
+    weft_nats_opts o = {.url = url, .noreconnect = 1};
+    f->rc = weft_nats_connect(f->driver_scope, &o, &f->c, T_DEADLINE);
+    return 0;
+}
+
+/* Answers each PING on fd with a PONG until the client goes. */
+static int fake_serve(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[4096], last[6] = {0}; /* the last 6 bytes read */
+    ptrdiff_t n;
+    while ((n = weft_read(fd, buf, sizeof buf, T_DEADLINE)) > 0) {
+        for (ptrdiff_t i = 0; i < n; i++) {
+            memmove(last, last + 1, sizeof last - 1);
+            last[sizeof last - 1] = buf[i];
+            if (memcmp(last, "PING\r\n", 6) == 0)
+                ASSERT_EQ(weft_write_all(fd, "PONG\r\n", 6, NULL, T_DEADLINE),
+                          0);
+        }
+    }
+    weft_close(fd);
+    return 0;
+}
+
+static int cancel_connect_root(void *arg)
+{
+    (void)arg;
+    if (!t_server_path())
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    int lfd = weft_tcp_listen("127.0.0.1", 0, 8, 0);
+    ASSERT(lfd >= 0);
+    static fake_connect f;
+    f.port = weft_local_port(lfd);
+    weft_scope *outer, *conn_scope, *sh;
+    weft_scope_opts shield = {.shield = 1};
+    ASSERT(weft_scope_open(&outer, NULL) == 0);
+    ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
+    /* This task works on in a shield: conn_scope's cancel is the
+     * driver's alone. */
+    ASSERT(weft_scope_open(&sh, &shield) == 0);
+    f.driver_scope = conn_scope;
+    weft_task_handle h = {0};
+    ASSERT(weft_spawn_ex(outer, fake_connector, &f,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    int fd = weft_accept(lfd, NULL, T_DEADLINE);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(weft_scope_cancel(conn_scope), 0);
+    for (int i = 0; i < 8; i++) /* one worker: the driver sees it now */
+        weft_yield();
+    static const char info[] =
+        "INFO {\"server_id\":\"fake\",\"version\":\"2.9.10\",\"proto\":1,"
+        "\"headers\":true,\"max_payload\":1048576}\r\n";
+    ASSERT_EQ(weft_write_all(fd, info, sizeof info - 1, NULL, T_DEADLINE), 0);
+    ASSERT(weft_spawn(outer, fake_serve, (void *)(intptr_t)fd) >= 0);
+    /* The driver closes what the connect made: the connection says so
+     * (or the connect, when the close came first, said -ENOTCONN). */
+    ASSERT_EQ(weft_task_join(h, NULL), 0); /* the connect returned */
+    ASSERT(f.rc == 0 || f.rc == -ENOTCONN);
+    if (f.rc == 0) {
+        weft_nats_event ev = {0};
+        do {
+            int rc = weft_nats_event_recv(f.c, &ev, weft_now() + 5 * WEFT_SEC);
+            if (rc != 0)
+                T_FAIL("the driver did not close: %s", weft_strerror(rc));
+        } while (ev.kind != WEFT_NATS_EVENT_CLOSED);
+        ASSERT_EQ(weft_nats_publish(f.c, "t.x", "a", 1, T_DEADLINE), -ENOTCONN);
+        ASSERT_EQ(weft_nats_close(f.c, T_DEADLINE), 0);
+    }
+    ASSERT_EQ(weft_scope_join(sh), 0);
+    weft_scope_free(sh);
+    weft_scope_join(conn_scope); /* the driver, ended */
+    weft_scope_free(conn_scope);
+    ASSERT_EQ(weft_scope_join(outer), 0);
+    weft_scope_free(outer);
+    weft_close(lfd);
+    return 0;
+}
+
+TEST(driver_scope_cancelled_while_connecting)
+{
+    ASSERT_EQ(t_run_nats(1, cancel_connect_root), 0);
+}

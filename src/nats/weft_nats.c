@@ -396,6 +396,7 @@ typedef struct drive_state {
     bool try_read, try_write; /* call nats.c without waiting first */
     unsigned reads;           /* ProcessReadEvent calls since a park */
     weft_scope *shield;       /* open once the connection is ending */
+    bool cancelled;           /* the driver's scope was cancelled */
     bool closer_started;
 } drive_state;
 
@@ -425,8 +426,8 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
         return 1;
     if (d->closer_started && s.closer_done && s.detached)
         return 1;
-    if (s.close_req || s.detached)
-        ending(c, d, &s);
+    if (s.close_req || s.detached || d->cancelled)
+        ending(c, d, &s);  /* until the closer could start */
     if (s.gen != d->gen) { /* a new socket: look at it at once */
         d->gen = s.gen;
         d->try_read = true;
@@ -461,8 +462,10 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
         d->try_read = true;
     else if (i == 2)
         d->try_write = true;
-    else if (i < 0) /* cancelled (or out of memory): close, shielded */
+    else if (i < 0) { /* cancelled (or out of memory): close, shielded */
+        d->cancelled = true;
         ending(c, d, &s);
+    }
     return 0;
 }
 
