@@ -56,10 +56,11 @@
  * cancelled may have been handled by a responder: its outcome is unknown.
  *
  * Threads. Every call here is made from a task (-EPERM elsewhere), except
- * the _stats_get calls (any thread). A connection and its subscriptions
- * may be used by any number of tasks on any workers at once, except that
- * weft_nats_close and weft_nats_sub_free end the object: no other call on
- * it may run or start then.
+ * those whose comment says "any thread" (the _stats_get calls, and the
+ * functions that only read or format a value). A connection and its
+ * subscriptions may be used by any number of tasks on any workers at once,
+ * except that weft_nats_close and weft_nats_sub_free end the object: no other
+ * call on it may run or start then.
  *
  * Messages are nats.c's natsMsg: read them with natsMsg_GetSubject,
  * natsMsg_GetData, natsMsg_GetDataLength, natsMsg_GetReply, and free
