@@ -117,7 +117,7 @@ help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
 
 deps:
-	@scripts/deps.sh build curl pg
+	@scripts/deps.sh build curl pg nats
 
 # Configuring again is cheap and keeps the options (PREFIX, WEFT_WERROR)
 # in step with this command line.
@@ -157,7 +157,7 @@ install: release
 
 # With SAN_CC=clang, clang and its sanitizer runtimes are installed too.
 san-deps:
-	@scripts/deps.sh build curl pg $(if $(findstring clang,$(SAN_CC)),clang)
+	@scripts/deps.sh build curl pg nats $(if $(findstring clang,$(SAN_CC)),clang)
 
 asan: san-deps
 	$(call cmake_configure,$(ASAN_DIR),-DWEFT_SANITIZE=address $(SAN_COMMON) \

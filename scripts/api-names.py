@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 """Checks weft's public names against docs/api-conventions.md.
 
-Reads the declarations of include/weft.h, include/weft_curl.h and
-include/weft_tls.h (or the headers given) without a compiler: functions, typedefs, enum constants and
-macros. Each rule the conventions state in a form a parser can check is
+Reads the declarations of include/weft.h, include/weft_curl.h,
+include/weft_tls.h and include/weft_nats.h (or the headers given) without
+a compiler: functions, typedefs, enum constants and macros. Each rule the conventions state in a form a parser can check is
 checked here; a name that breaks one is printed with the rule, and the
 exit status is 1. The names of the block "Deprecated names" (between
 #ifndef WEFT_NO_DEPRECATED and its #endif) are 0.2's: they are exempt, but
@@ -532,7 +532,8 @@ def main(argv):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     paths = argv[1:] or [os.path.join(root, "include", "weft.h"),
                          os.path.join(root, "include", "weft_curl.h"),
-                         os.path.join(root, "include", "weft_tls.h")]
+                         os.path.join(root, "include", "weft_tls.h"),
+                         os.path.join(root, "include", "weft_nats.h")]
     return 1 if run(paths) else 0
 
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Checks that every public name of include/weft.h, include/weft_curl.h and
-# include/weft_tls.h follows docs/api-conventions.md (the try form,
+# Checks that every public name of include/weft.h, include/weft_curl.h,
+# include/weft_tls.h and include/weft_nats.h follows docs/api-conventions.md (the try form,
 # deadlines last and their _until and _for forms, constructors,
 # destructors, statistics getters,
 # joins, WEFT_ and weft_ spelling, enum prefixes such as WEFT_OP_ for the

@@ -11,7 +11,8 @@
 # cxx (g++), format (clang-format), clang (clang and its sanitizer runtimes),
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
 # tests), pg (PostgreSQL's server and libpq's headers, for the libpq
-# example and its tests), http (curl and wrk, to test the HTTP server), aarch64 (a
+# example and its tests), nats (nats.c's headers for weft_nats, and
+# nats-server for its tests), http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
 # which the build needs to tell valgrind about task stacks; configure again
 # after installing it). When everything asked for is present this
@@ -119,6 +120,17 @@ for need in "$@"; do
         if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
             add "the libpq example's tests run a PostgreSQL server" postgresql
         fi
+        ;;
+    nats)
+        # weft_nats (include/weft_nats.h) builds when nats.c's headers are
+        # there; its tests start a nats-server (Debian puts it in
+        # /usr/sbin, which a user's PATH may lack).
+        [ -e /usr/include/nats/nats.h ] ||
+            add "weft_nats, the NATS module (nats.c's headers)" libnats-dev
+        if ! have nats-server && [ ! -x /usr/sbin/nats-server ]; then
+            add "weft_nats's tests run a NATS server" nats-server
+        fi
+        have pkg-config || add "CMake finds nats.c through it" pkg-config
         ;;
     http)
         have curl || add "scripts/http-check.sh" curl

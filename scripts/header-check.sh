@@ -7,7 +7,8 @@
 #                   hole the ABI leaves between fields: a layout note, not a
 #                   defect; configuration structs are set by field name)
 #   g++ and clang++ -std=c++11 -Wall -Wextra -pedantic (and -std=c++17)
-# weft_curl.h and weft_tls.h too, when their libraries' headers are there.
+# weft_curl.h, weft_tls.h and weft_nats.h too, when their libraries'
+# headers are there.
 # Then checks that a program written against 0.2's names (test/compat/v02.c)
 # still compiles, warning for each old name, and not with WEFT_NO_DEPRECATED.
 # Installs g++ and clang when missing (scripts/deps.sh cxx clang).
@@ -74,6 +75,24 @@ if [ -n "$have_ssl" ]; then
     check g++ -std=c++11 -Wall -Wextra -pedantic -Werror "$dir/tls.cpp"
 else
     echo "header-check: weft_tls.h skipped (no openssl/ssl.h)"
+fi
+# weft_nats.h, when nats.c's headers are there (the module is optional;
+# scripts/deps.sh nats installs them, as CI does).
+have_nats=
+if printf '#include <nats/nats.h>\n' | cc -E -x c - >/dev/null 2>&1; then
+    have_nats=1
+elif [ -n "${CI:-}" ]; then
+    echo "header-check: no <nats/nats.h> in CI" >&2
+    exit 1
+fi
+if [ -n "$have_nats" ]; then
+    printf '#include "weft_nats.h"\nint main(void) { return 0; }\n' \
+        >"$dir/nats.c"
+    cp "$dir/nats.c" "$dir/nats.cpp"
+    check gcc -std=c11 -Wall -Wextra -pedantic -Werror "$dir/nats.c"
+    check g++ -std=c++11 -Wall -Wextra -pedantic -Werror "$dir/nats.cpp"
+else
+    echo "header-check: weft_nats.h skipped (no nats/nats.h)"
 fi
 # 0.2's names (removed in 0.4): test/compat/v02.c, written against them,
 # compiles without -Werror, with a deprecation warning for each old name

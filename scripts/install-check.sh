@@ -12,7 +12,7 @@
 # pkg-config (shared library), a C++ program (g++) with pkg-config (weft.h
 # compiles as C++ and links), and CMake's find_package(weft) linking
 # weft::weft (shared) and weft::weft_static; and, for each module built
-# (weft_curl, weft_tls), a program through its pkg-config file and its
+# (weft_curl, weft_tls, weft_nats), a program through its pkg-config file and its
 # CMake component. Each must have taken weft
 # from that tree (pkg-config's prefix, CMake's weft_DIR), so weft.pc and
 # the CMake package must be relocatable.
@@ -194,6 +194,30 @@ int main(void)
 }
 C
 
+# The NATS module's consumer (when weft was built with it): a connect to
+# a port where no server listens is refused, through nats.c driven by weft
+# (the connect runs on weft's blocking pool, its driver in a task).
+cat >"$work/app_nats.c" <<'C'
+#include <stdio.h>
+#include <weft_nats.h>
+
+static int root(void *arg)
+{
+    (void)arg;
+    weft_nats_opts o = {.url = "nats://127.0.0.1:1", .noreconnect = 1};
+    weft_nats_conn *c = NULL;
+    int rc = weft_nats_connect(NULL, &o, &c, weft_now() + 10 * WEFT_SEC);
+    return rc == -ECONNREFUSED && c == NULL ? 0 : rc;
+}
+
+int main(void)
+{
+    int rc = weft_run(NULL, root, NULL);
+    printf("weft_nats %#x: %s\n", WEFT_NATS_VERSION, weft_strerror(rc));
+    return rc == 0 ? 0 : 1;
+}
+C
+
 # same_dir A B: A and B are the same directory.
 same_dir() { [ "$(cd "$1" && pwd -P)" = "$(cd "$2" && pwd -P)" ]; }
 # inside A B: directory A is B or under it.
@@ -244,6 +268,15 @@ consumers() {
             fail "the weft_tls program failed"
         curl_targets="$curl_targets weft::tls weft::tls_static"
     fi
+    if [ -f "$lib/pkgconfig/weft_nats.pc" ]; then
+        read -ra flags <<<"$(pkg-config --cflags --libs weft_nats)"
+        run "$work/nats.log" cc -o "$work/app-nats" "$work/app_nats.c" \
+            "${flags[@]}"
+        printf '  pkg-config, weft_nats: '
+        LD_LIBRARY_PATH="$lib" "$work/app-nats" ||
+            fail "the weft_nats program failed"
+        curl_targets="$curl_targets weft::nats weft::nats_static"
+    fi
     unset PKG_CONFIG_PATH
 
     for target in weft::weft weft::weft_static $curl_targets; do
@@ -252,6 +285,7 @@ consumers() {
             comp=" COMPONENTS curl" src=app_curl.c arg="file://$work/app_curl.c"
             ;;
         weft::tls*) comp=" COMPONENTS tls" src=app_tls.c ;;
+        weft::nats*) comp=" COMPONENTS nats" src=app_nats.c ;;
         esac
         rm -rf "$work/cm"
         mkdir -p "$work/cm"

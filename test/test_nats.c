@@ -1,0 +1,1512 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * weft_nats (include/weft_nats.h) against a real nats-server, which each
+ * test starts itself on 127.0.0.1 and a free port, and stops by its PID
+ * (SIGKILL, then waitpid). The server is a child of a worker thread with
+ * PR_SET_PDEATHSIG, so a test that aborts leaves none behind. Where no
+ * nats-server is installed the tests are skipped, saying why (failed where
+ * WEFT_TEST_REQUIRE names nats). Real time: a real server cannot run on
+ * the virtual clock.
+ */
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t.h"
+#include "weft_nats.h"
+
+#define T_DEADLINE (weft_now() + 20 * WEFT_SEC)
+
+/* ---- the server ---- */
+
+typedef struct t_server {
+    pid_t pid;
+    int port;
+    int err;      /* the read end of its stderr, drained by a task */
+    char dir[64]; /* JetStream's store (-js -sd dir), or empty: none */
+} t_server;
+
+static const char *t_server_path(void)
+{
+    static const char *const paths[] = {"/usr/sbin/nats-server",
+                                        "/usr/bin/nats-server",
+                                        "/usr/local/bin/nats-server"};
+    const char *env = getenv("WEFT_NATS_SERVER");
+    if (env && *env)
+        return env;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (access(paths[i], X_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
+static int t_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ASSERT(fd >= 0);
+    ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Reads the server's stderr until it ends (the server exited): a task. */
+static int t_drain(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[4096];
+    while (weft_read(fd, buf, sizeof buf, WEFT_NEVER) > 0) {
+    }
+    weft_close(fd);
+    return 0;
+}
+
+/* waitpid for a killed server, on the blocking pool: a server can take
+ * a while to go (its store's files), and a worker must not wait. */
+static int t_reap(void *arg)
+{
+    pid_t pid = *(pid_t *)arg;
+    int st;
+    return waitpid(pid, &st, 0) == pid ? 0 : -errno;
+}
+
+/* Starts nats-server on s->port and reads its stderr until it says it is
+ * ready: returns 0; or, if it exits first (its port taken meanwhile, by
+ * a test running beside this one), reaps it and returns -1, its log in
+ * log. */
+static int t_server_try(t_server *s, const char *path, char *log, size_t n)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", s->port);
+    int p[2];
+    ASSERT(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+    pid_t parent = getpid();
+    s->pid = fork();
+    ASSERT(s->pid >= 0);
+    if (s->pid == 0) {
+        dup2(p[1], 2);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        if (s->dir[0])
+            execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr, "-js",
+                  "-sd", s->dir, (char *)NULL);
+        else
+            execl(path, "nats-server", "-a", "127.0.0.1", "-p", portstr,
+                  (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    s->err = p[0];
+    size_t got = 0;
+    weft_time deadline = T_DEADLINE;
+    for (;;) {
+        ptrdiff_t k = weft_read(s->err, log + got, n - 1 - got, deadline);
+        if (k <= 0) {
+            log[got] = 0;
+            ASSERT(k == 0); /* it exited; a timeout fails the test */
+            weft_close(s->err);
+            ASSERT_EQ(weft_blocking(t_reap, &s->pid), 0);
+            return -1;
+        }
+        got += (size_t)k;
+        log[got] = 0;
+        if (strstr(log, "Server is ready"))
+            return 0;
+        if (got == n - 1)
+            got = 0;
+    }
+}
+
+/* Starts nats-server on port (0: a free one) and waits until it is ready;
+ * then a task of scope sc drains its stderr. Called from a task: the
+ * server is a child of this worker's thread, which lives as long as the
+ * runtime. */
+static void t_server_start(t_server *s, int port, weft_scope *sc)
+{
+    const char *path = t_server_path();
+    if (!path)
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    char log[8192];
+    for (int tries = 0;; tries++) {
+        s->port = port ? port : t_free_port();
+        if (t_server_try(s, path, log, sizeof log) == 0)
+            break;
+        if (tries == 4)
+            T_FAIL("nats-server did not start: %s", log);
+    }
+    ASSERT(weft_spawn(sc, t_drain, (void *)(intptr_t)s->err) >= 0);
+}
+
+static void t_server_stop(t_server *s)
+{
+    ASSERT(kill(s->pid, SIGKILL) == 0);
+    ASSERT_EQ(weft_blocking(t_reap, &s->pid), 0);
+    s->pid = 0;
+}
+
+/* Opens the test's scope and starts a server whose stderr a task of it
+ * drains. */
+static void t_begin(weft_scope **sc, t_server *srv)
+{
+    ASSERT(weft_scope_open(sc, NULL) == 0);
+    srv->dir[0] = 0;
+    t_server_start(srv, 0, *sc);
+}
+
+/* t_begin with JetStream, its store in a new temporary directory. */
+static void t_begin_js(weft_scope **sc, t_server *srv)
+{
+    ASSERT(weft_scope_open(sc, NULL) == 0);
+    snprintf(srv->dir, sizeof srv->dir, "/tmp/weft-nats.XXXXXX");
+    ASSERT(mkdtemp(srv->dir) != NULL);
+    t_server_start(srv, 0, *sc);
+}
+
+static int t_rm(const char *path, const struct stat *st, int flag,
+                struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int t_rm_dir(void *arg)
+{
+    return nftw(arg, t_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Stops the server, removes its store (on the blocking pool: files), and
+ * joins the scope (the drain task, the drivers). */
+static void t_end(weft_scope *sc, t_server *srv)
+{
+    t_server_stop(srv);
+    if (srv->dir[0])
+        ASSERT_EQ(weft_blocking(t_rm_dir, srv->dir), 0);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+}
+
+/* Waits until nats.c's delivery thread for s waits for room in its full
+ * queue (it fills the queue first). */
+static void t_wait_producer(weft_nats_sub *s, weft_nats_sub_stats *st)
+{
+    do {
+        ASSERT_EQ(weft_nats_sub_stats_get(s, st), 0);
+        weft_yield();
+    } while (!st->producer_waiting);
+}
+
+static void t_url(char *buf, size_t n, const t_server *s)
+{
+    snprintf(buf, n, "nats://127.0.0.1:%d", s->port);
+}
+
+/* Runs fn in a runtime of its own; then checks that nats.c let go of
+ * everything (every connection and subscription released, its threads
+ * done), which it says only once they are. */
+static int t_run_nats(int workers, weft_fn fn)
+{
+    weft_config cfg = {0};
+    cfg.workers = workers;
+    int rc = weft_run(&cfg, fn, NULL);
+    ASSERT_EQ(nats_CloseAndWait(10000), NATS_OK);
+    return rc;
+}
+
+/* Connects to s, with a driver in sc, or fails the test. */
+static weft_nats_conn *t_connect(const t_server *s, weft_scope *sc,
+                                 weft_nats_opts *o)
+{
+    char url[64];
+    weft_nats_opts none = {0};
+    if (!o)
+        o = &none;
+    t_url(url, sizeof url, s);
+    o->url = url;
+    weft_nats_conn *c = NULL;
+    int rc = weft_nats_connect(sc, o, &c, T_DEADLINE);
+    if (rc != 0)
+        T_FAIL("connect to %s: %s", url, weft_strerror(rc));
+    o->url = NULL;
+    return c;
+}
+
+static int64_t t_seq(natsMsg *m)
+{
+    char buf[32];
+    int n = natsMsg_GetDataLength(m);
+    ASSERT(n > 0 && n < (int)sizeof buf);
+    memcpy(buf, natsMsg_GetData(m), (size_t)n);
+    buf[n] = 0;
+    return atoll(buf);
+}
+
+static int t_publish_seq(weft_nats_conn *c, const char *subj, int64_t i)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%lld", (long long)i);
+    return weft_nats_publish(c, subj, buf, (size_t)n, T_DEADLINE);
+}
+
+/* ---- pub/sub keeps the order ---- */
+
+static int order_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.order", NULL, &s, T_DEADLINE), 0);
+    long n = T_SCALE(5000);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.order", i), 0);
+    for (long i = 0; i < n; i++) {
+        natsMsg *m;
+        ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), 0);
+        ASSERT_EQ(t_seq(m), i);
+        ASSERT(strcmp(natsMsg_GetSubject(m), "t.order") == 0);
+        natsMsg_Destroy(m);
+    }
+    /* Nothing more, and the deadline is honoured. */
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, weft_now() + 20 * WEFT_MSEC),
+              -ETIMEDOUT);
+    weft_nats_sub_stats st;
+    ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
+    ASSERT_EQ(st.received, n);
+    ASSERT_EQ(st.taken, n);
+    ASSERT_EQ(st.queued, 0);
+    ASSERT_EQ(st.dropped, 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.attaches, 1);
+    ASSERT_EQ(cs.connected, 1);
+    ASSERT(cs.read_events > 0 && cs.write_events > 0);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(pubsub_order)
+{
+    ASSERT_EQ(t_run_nats(2, order_root), 0);
+}
+
+/* ---- request and reply, with deadlines ---- */
+
+/* Replies to each request on s with its data and "!" appended, until s
+ * ends. */
+static int echo_task(void *arg)
+{
+    weft_nats_sub *s = ((void **)arg)[0];
+    weft_nats_conn *c = ((void **)arg)[1];
+    natsMsg *m;
+    while (weft_nats_sub_recv(s, &m, WEFT_NEVER) == 0) {
+        char buf[256];
+        int n = natsMsg_GetDataLength(m);
+        ASSERT(n >= 0 && n < (int)sizeof buf - 1);
+        memcpy(buf, natsMsg_GetData(m), (size_t)n);
+        buf[n++] = '!';
+        if (natsMsg_GetReply(m))
+            ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(m), buf, (size_t)n,
+                                        T_DEADLINE),
+                      0);
+        natsMsg_Destroy(m);
+    }
+    return 0;
+}
+
+static int request_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *echo, *silent;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.echo", NULL, &echo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_subscribe(c, "t.silent", NULL, &silent, T_DEADLINE), 0);
+    void *ea[2] = {echo, c};
+    ASSERT(weft_spawn(sc, echo_task, ea) >= 0);
+
+    natsMsg *r = NULL;
+    ASSERT_EQ(weft_nats_request(c, "t.echo", "hi", 2, &r, T_DEADLINE), 0);
+    ASSERT_EQ(natsMsg_GetDataLength(r), 3);
+    ASSERT(memcmp(natsMsg_GetData(r), "hi!", 3) == 0);
+    natsMsg_Destroy(r);
+
+    /* Nobody subscribes: the server says so at once. */
+    ASSERT_EQ(weft_nats_request(c, "t.nobody", "x", 1, &r, T_DEADLINE), -ESRCH);
+    ASSERT(r == NULL);
+
+    /* A subscriber that never answers: the deadline passes. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(
+        weft_nats_request(c, "t.silent", "x", 1, &r, t0 + 100 * WEFT_MSEC),
+        -ETIMEDOUT);
+    ASSERT(weft_now() >= t0 + 100 * WEFT_MSEC);
+    /* It got the request: answer it now, late. */
+    natsMsg *q;
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    ASSERT(natsMsg_GetReply(q) != NULL);
+    ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(q), "late", 4, T_DEADLINE),
+              0);
+    natsMsg_Destroy(q);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.late_replies, 1);
+    ASSERT_EQ(cs.requests_waiting, 0);
+
+    /* A deadline already past: -ETIMEDOUT, nothing left waiting. */
+    ASSERT_EQ(weft_nats_request(c, "t.silent", "y", 1, &r, weft_now()),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    natsMsg_Destroy(q);
+
+    ASSERT_EQ(weft_nats_sub_free(silent), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    /* The echo task saw its subscription end (-EPIPE); then it is freed. */
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    ASSERT_EQ(weft_nats_sub_free(echo), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(request_reply_deadline)
+{
+    ASSERT_EQ(t_run_nats(2, request_root), 0);
+}
+
+/* ---- a blocked request, cancelled ---- */
+
+static weft_nats_conn *cancel_conn;
+
+static int blocked_request(void *arg)
+{
+    (void)arg;
+    natsMsg *r = NULL;
+    int rc = weft_nats_request(cancel_conn, "t.silent", "x", 1, &r, WEFT_NEVER);
+    ASSERT(r == NULL);
+    return rc;
+}
+
+static int cancel_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = cancel_conn = t_connect(&srv, sc, NULL);
+    weft_nats_sub *silent;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.silent", NULL, &silent, T_DEADLINE), 0);
+    weft_task_handle h = {0};
+    ASSERT(weft_spawn_ex(sc, blocked_request, NULL,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    /* The request reached the responder: the requester is blocked. */
+    natsMsg *q;
+    ASSERT_EQ(weft_nats_sub_recv(silent, &q, T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, 1);
+    ASSERT_EQ(weft_task_cancel(h), 0);
+    int status = 0;
+    ASSERT_EQ(weft_task_join(h, &status), 0);
+    ASSERT_EQ(status, -ECANCELED);
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, 0);
+    /* Its reply, now, finds nobody: dropped and counted. */
+    ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(q), "late", 4, T_DEADLINE),
+              0);
+    natsMsg_Destroy(q);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.late_replies, 1);
+    /* A request in a cancelled scope does not start. */
+    weft_scope *cx;
+    ASSERT(weft_scope_open(&cx, NULL) == 0);
+    weft_scope_cancel(cx);
+    natsMsg *r = NULL;
+    ASSERT_EQ(weft_nats_request(c, "t.silent", "x", 1, &r, WEFT_NEVER),
+              -ECANCELED);
+    weft_scope_join(cx);
+    weft_scope_free(cx);
+    ASSERT_EQ(weft_nats_sub_free(silent), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    weft_scope_join(sc); /* counts the cancelled requester's status */
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(request_cancel)
+{
+    ASSERT_EQ(t_run_nats(2, cancel_root), 0);
+}
+
+/* ---- the bounded queue: backpressure, and nats.c's drops counted ---- */
+
+static int slow_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 4, .pending_msgs = 16};
+    ASSERT_EQ(weft_nats_subscribe(c, "t.slow", &so, &s, T_DEADLINE), 0);
+    const long n = 400;
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.slow", i), 0);
+    /* Once the flush is back, nats.c has read every message: each is in
+     * the queue, in nats.c's hands or dropped. */
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    weft_nats_sub_stats st;
+    do { /* nats.c's delivery thread fills the queue, then waits */
+        ASSERT_EQ(weft_nats_sub_stats_get(s, &st), 0);
+        weft_yield();
+    } while (!st.producer_waiting);
+    ASSERT_EQ(st.queued, 4);
+    ASSERT_EQ(st.capacity, 4);
+    ASSERT_EQ(st.received, 4);
+    ASSERT(st.full_waits >= 1);
+    ASSERT(st.pending <= 16);
+    ASSERT(st.dropped > 0);
+    /* queued + the one nats.c's thread holds + nats.c's pending + dropped */
+    if (st.queued + 1 + (uint64_t)st.pending + (uint64_t)st.dropped != n)
+        T_FAIL("queued %zu + 1 + pending %d + dropped %lld != %ld", st.queued,
+               st.pending, (long long)st.dropped, n);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_SLOW_CONSUMER);
+    ASSERT_EQ(ev.status, NATS_SLOW_CONSUMER);
+    /* Draining: in order, each at most once, all but the dropped ones. */
+    long got = 0;
+    int64_t last = -1;
+    while (got < n - st.dropped) {
+        natsMsg *m;
+        ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), 0);
+        int64_t seq = t_seq(m);
+        ASSERT(seq > last);
+        last = seq;
+        natsMsg_Destroy(m);
+        got++;
+    }
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, weft_now() + 20 * WEFT_MSEC),
+              -ETIMEDOUT);
+    weft_nats_sub_stats st2;
+    ASSERT_EQ(weft_nats_sub_stats_get(s, &st2), 0);
+    ASSERT_EQ(st2.dropped, st.dropped);
+    ASSERT_EQ(st2.taken, got);
+    ASSERT_EQ(st2.producer_waiting, 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT(cs.slow_consumers >= 1);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(backpressure_slow_consumer)
+{
+    ASSERT_EQ(t_run_nats(2, slow_root), 0);
+}
+
+/* A subscription freed while nats.c's thread waits for room in its full
+ * queue: the thread lets go, and nothing is left. */
+static int free_full_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 2};
+    ASSERT_EQ(weft_nats_subscribe(c, "t.full", &so, &s, T_DEADLINE), 0);
+    for (long i = 0; i < 50; i++)
+        ASSERT_EQ(t_publish_seq(c, "t.full", i), 0);
+    weft_nats_sub_stats st;
+    t_wait_producer(s, &st);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(free_while_full)
+{
+    ASSERT_EQ(t_run_nats(2, free_full_root), 0);
+}
+
+/* ---- the server killed and restarted mid-stream ---- */
+
+static int restart_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
+                        .max_reconnect = -1};
+    weft_nats_conn *c = t_connect(&srv, sc, &o);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.stream", NULL, &s, T_DEADLINE), 0);
+    long n = T_SCALE(500);
+    int64_t seq = 0, last = -1;
+    for (; seq < n; seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+
+    t_server_stop(&srv);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    /* Published while disconnected: nats.c keeps them for the new
+     * socket. */
+    for (long i = 0; i < 10; i++, seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    t_server_start(&srv, srv.port, sc);
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    int64_t resumed = seq;
+    for (long i = 0; i < n; i++, seq++)
+        ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+
+    /* In order, none twice; those sent before the kill (received before
+     * it: flushed back) and after the reconnect all came. */
+    long got = 0, after = 0;
+    for (;;) {
+        natsMsg *m;
+        int rc = weft_nats_sub_recv(s, &m, weft_now() + 200 * WEFT_MSEC);
+        if (rc == -ETIMEDOUT)
+            break;
+        ASSERT_EQ(rc, 0);
+        int64_t v = t_seq(m);
+        ASSERT(v > last);
+        last = v;
+        got++;
+        after += v >= resumed;
+        natsMsg_Destroy(m);
+    }
+    ASSERT(got >= 2 * n);
+    ASSERT_EQ(after, n);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.attaches, 2);
+    ASSERT_EQ(cs.disconnects, 1);
+    ASSERT_EQ(cs.reconnects, 1);
+    ASSERT_EQ(cs.connected, 1);
+    /* Requests work on the new socket too. */
+    ASSERT_EQ(
+        weft_nats_request(c, "t.none", "x", 1, &(natsMsg *){NULL}, T_DEADLINE),
+        -ESRCH);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(server_restart_reconnects)
+{
+    ASSERT_EQ(t_run_nats(2, restart_root), 0);
+}
+
+/* ---- many tasks on two workers, publishing and requesting at once ---- */
+
+typedef struct many {
+    weft_nats_conn *c;
+    long per_task;
+    atomic_long replies;
+    atomic_long published;
+} many;
+
+static int many_task(void *arg)
+{
+    many *m = arg;
+    for (long i = 0; i < m->per_task; i++) {
+        char buf[64];
+        int n = snprintf(buf, sizeof buf, "%d:%ld", weft_worker_id(), i);
+        ASSERT_EQ(
+            weft_nats_publish(m->c, "t.many.pub", buf, (size_t)n, T_DEADLINE),
+            0);
+        atomic_fetch_add(&m->published, 1);
+        natsMsg *r;
+        ASSERT_EQ(weft_nats_request(m->c, "t.many.echo", buf, (size_t)n, &r,
+                                    T_DEADLINE),
+                  0);
+        ASSERT_EQ(natsMsg_GetDataLength(r), n + 1);
+        ASSERT(memcmp(natsMsg_GetData(r), buf, (size_t)n) == 0);
+        natsMsg_Destroy(r);
+        atomic_fetch_add(&m->replies, 1);
+    }
+    return 0;
+}
+
+static int many_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    /* Requesters on one connection, responders (a queue group) and a
+     * counting subscriber on another. */
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    weft_nats_sub *echo, *pubs;
+    weft_nats_sub_opts qo = {.queue = "echoers", .capacity = 64};
+    ASSERT_EQ(weft_nats_subscribe(d, "t.many.echo", &qo, &echo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_subscribe(d, "t.many.pub", NULL, &pubs, T_DEADLINE), 0);
+    weft_scope *responders;
+    ASSERT(weft_scope_open(&responders, NULL) == 0);
+    void *ea[2] = {echo, d};
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(responders, echo_task, ea) >= 0);
+
+    static many m;
+    m.c = c;
+    m.per_task = T_SCALE(100);
+    int tasks = (int)T_LIVE(32);
+    weft_scope *work;
+    ASSERT(weft_scope_open(&work, NULL) == 0);
+    for (int i = 0; i < tasks; i++)
+        ASSERT(weft_spawn(work, many_task, &m) >= 0);
+    ASSERT_EQ(weft_scope_join(work), 0);
+    weft_scope_free(work);
+    ASSERT_EQ(atomic_load(&m.replies), tasks * m.per_task);
+
+    long want = tasks * m.per_task;
+    for (long i = 0; i < want; i++) {
+        natsMsg *msg;
+        ASSERT_EQ(weft_nats_sub_recv(pubs, &msg, T_DEADLINE), 0);
+        natsMsg_Destroy(msg);
+    }
+    weft_nats_sub_stats st;
+    ASSERT_EQ(weft_nats_sub_stats_get(pubs, &st), 0);
+    ASSERT_EQ(st.dropped, 0);
+    ASSERT_EQ(weft_nats_sub_free(pubs), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    ASSERT_EQ(weft_scope_join(responders), 0);
+    weft_scope_free(responders);
+    ASSERT_EQ(weft_nats_sub_free(echo), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(many_tasks_two_workers)
+{
+    ASSERT_EQ(t_run_nats(2, many_root), 0);
+}
+
+/* ---- connecting: refused, and a connection whose scope is cancelled ---- */
+
+static int refused_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    if (!t_server_path())
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", t_free_port());
+    weft_nats_opts o = {.url = url};
+    weft_nats_conn *c = (weft_nats_conn *)1;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), -ECONNREFUSED);
+    ASSERT(c == NULL);
+    ASSERT_EQ(weft_scope_join(sc), 0); /* its driver ended */
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(connect_refused)
+{
+    ASSERT_EQ(t_run_nats(2, refused_root), 0);
+}
+
+static int scope_cancel_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc, *conn_scope;
+    t_server srv = {0};
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    t_server_start(&srv, 0, sc);
+    ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
+    weft_nats_conn *c = t_connect(&srv, conn_scope, NULL);
+    weft_nats_sub *s;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.x", NULL, &s, T_DEADLINE), 0);
+    /* Cancelling the driver's scope closes the connection: the join ends,
+     * the subscription ends, calls say -ENOTCONN. */
+    weft_scope_cancel(conn_scope);
+    weft_scope_join(conn_scope);
+    weft_scope_free(conn_scope);
+    natsMsg *m;
+    ASSERT_EQ(weft_nats_sub_recv(s, &m, T_DEADLINE), -EPIPE);
+    ASSERT_EQ(weft_nats_publish(c, "t.x", "a", 1, T_DEADLINE), -ENOTCONN);
+    ASSERT_EQ(weft_nats_request(c, "t.x", "a", 1, &m, T_DEADLINE), -ENOTCONN);
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(scope_cancel_closes)
+{
+    ASSERT_EQ(t_run_nats(2, scope_cancel_root), 0);
+}
+
+/* ---- a burst bigger than nats.c's read buffer, read on one worker ---- */
+
+/* The publishing task keeps the only worker busy while the server sends
+ * the burst to the other connection, whose socket then holds far more
+ * than one read of nats.c takes (32 KiB): with an edge-triggered poller
+ * its driver must read on until the socket is empty, or the rest waits
+ * for an edge that never comes. */
+static int burst_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    weft_nats_sub *s;
+    weft_nats_sub_opts so = {.capacity = 4096};
+    ASSERT_EQ(weft_nats_subscribe(d, "t.burst", &so, &s, T_DEADLINE), 0);
+    const long n = 2000;
+    static char big[1000];
+    memset(big, 'x', sizeof big);
+    for (long i = 0; i < n; i++) {
+        int k = snprintf(big, 32, "%ld", i);
+        big[k] = ' ';
+        ASSERT_EQ(weft_nats_publish(c, "t.burst", big, sizeof big, T_DEADLINE),
+                  0);
+    }
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    for (long i = 0; i < n; i++) {
+        natsMsg *m;
+        int rc = weft_nats_sub_recv(s, &m, weft_now() + 5 * WEFT_SEC);
+        if (rc != 0)
+            T_FAIL("message %ld of %ld: %s", i, n, weft_strerror(rc));
+        ASSERT_EQ(natsMsg_GetDataLength(m), sizeof big);
+        ASSERT_EQ(atol(natsMsg_GetData(m)), i);
+        natsMsg_Destroy(m);
+    }
+    ASSERT_EQ(weft_nats_sub_free(s), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(burst_one_worker)
+{
+    ASSERT_EQ(t_run_nats(1, burst_root), 0);
+}
+
+/* ---- remote actors: tell and ask across connections ---- */
+
+/* A counter: a tell adds its value; an ask adds it and replies with the
+ * sum, or, for a negative value, sleeps that many milliseconds first (a
+ * slow actor). */
+static int counter_fn(void *state, weft_actor_msg *m)
+{
+    int64_t *sum = state, v;
+    memcpy(&v, m->data, sizeof v);
+    if (m->kind == WEFT_MSG_ASK && v < 0) {
+        weft_sleep_for(-v * WEFT_MSEC);
+        v = 0;
+    }
+    *sum += v;
+    if (m->kind == WEFT_MSG_ASK)
+        weft_actor_reply(m, sum);
+    return 0;
+}
+
+static int remote_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL); /* the asking node */
+    weft_nats_conn *d = t_connect(&srv, sc, NULL); /* the actor's node */
+    static int64_t sum;
+    weft_actor *a;
+    weft_actor_opts ao = {.fn = counter_fn,
+                          .state = &sum,
+                          .msg_size = sizeof(int64_t),
+                          .reply_size = sizeof(int64_t),
+                          .capacity = 64};
+    ASSERT_EQ(weft_actor_spawn(sc, &ao, &a), 0);
+    weft_nats_export *e;
+    weft_nats_export_opts eo = {.node = "n1",
+                                .msg_size = sizeof(int64_t),
+                                .reply_size = sizeof(int64_t),
+                                .scope = sc};
+    ASSERT_EQ(weft_nats_export_new(&e, d, a, &eo, T_DEADLINE), 0);
+    weft_nats_ref r, back;
+    ASSERT_EQ(weft_nats_export_ref(e, &r), 0);
+    ASSERT(strcmp(r.node, "n1") == 0);
+    ASSERT(r.incarnation != 0);
+    char text[96];
+    ASSERT(weft_nats_ref_format(&r, text, sizeof text) > 0);
+    ASSERT_EQ(weft_nats_ref_parse(&back, text), 0);
+    ASSERT(memcmp(&back, &r, sizeof r) == 0);
+    ASSERT_EQ(weft_nats_ref_parse(&back, "no dots"), -EINVAL);
+
+    /* Tells, then an ask behind them: it sees their sum (one sender's
+     * messages keep their order). */
+    long n = T_SCALE(200);
+    for (int64_t i = 1; i <= n; i++)
+        ASSERT_EQ(weft_nats_tell(c, &r, &i, sizeof i, T_DEADLINE), 0);
+    int64_t zero = 0, got = -1;
+    ASSERT_EQ(
+        weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        0);
+    ASSERT_EQ(got, n * (n + 1) / 2);
+
+    /* Another incarnation of the same actor number: nobody answers, and
+     * that is certain. */
+    weft_nats_ref old = r;
+    old.incarnation++;
+    ASSERT_EQ(weft_nats_ask(c, &old, &zero, sizeof zero, &got, sizeof got,
+                            T_DEADLINE),
+              -ESRCH);
+
+    /* A slow actor: the deadline passes, the outcome is unknown (not
+     * -ETIMEDOUT: the ask may still be handled, and here it is). */
+    int64_t slow = -1000;
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_nats_ask(c, &r, &slow, sizeof slow, &got, sizeof got,
+                            t0 + 50 * WEFT_MSEC),
+              WEFT_NATS_OUTCOME_UNKNOWN);
+    ASSERT(weft_now() - t0 < 800 * WEFT_MSEC); /* not the actor's 1 s */
+
+    /* Withdrawn: no responder any more. */
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    ASSERT_EQ(weft_nats_flush(d, T_DEADLINE), 0);
+    ASSERT_EQ(
+        weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        -ESRCH);
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(remote_actor_tell_ask)
+{
+    ASSERT_EQ(t_run_nats(2, remote_root), 0);
+}
+
+/* ---- remote actors between two processes ---- */
+
+/* The peer: this test program again, run by the test below with
+ * WEFT_NATS_PEER set to the server's URL. It exports a counter as node
+ * "peer", writes the reference's text form on its standard output, and
+ * runs until its standard input ends (or it is killed). */
+static int peer_root(void *arg)
+{
+    const char *url = arg;
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    weft_nats_opts o = {.url = url};
+    weft_nats_conn *c;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), 0);
+    static int64_t sum;
+    weft_actor *a;
+    weft_actor_opts ao = {.fn = counter_fn,
+                          .state = &sum,
+                          .msg_size = sizeof(int64_t),
+                          .reply_size = sizeof(int64_t),
+                          .capacity = 64};
+    ASSERT_EQ(weft_actor_spawn(sc, &ao, &a), 0);
+    weft_nats_export *e;
+    weft_nats_export_opts eo = {.node = "peer",
+                                .msg_size = sizeof(int64_t),
+                                .reply_size = sizeof(int64_t),
+                                .scope = sc};
+    ASSERT_EQ(weft_nats_export_new(&e, c, a, &eo, T_DEADLINE), 0);
+    weft_nats_ref r;
+    char line[128];
+    ASSERT_EQ(weft_nats_export_ref(e, &r), 0);
+    int n = weft_nats_ref_format(&r, line, sizeof line - 1);
+    ASSERT(n > 0);
+    line[n++] = '\n';
+    ASSERT_EQ(weft_write_all(1, line, (size_t)n, NULL, T_DEADLINE), 0);
+    char b;
+    while (weft_read(0, &b, 1, WEFT_NEVER) > 0) {
+    }
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    weft_scope_join(sc);
+    weft_scope_free(sc);
+    return 0;
+}
+
+/* Starts a peer process; reads its reference. */
+/* Runs this test program again as test `test`, with the environment
+ * variable `var` set to url (the child's role), its standard input and
+ * output piped; reads the first line it writes into line (n bytes). */
+static weft_process *t_spawn_self(const char *test, const char *var,
+                                  const char *url, char *line, size_t n)
+{
+    char env[128];
+    snprintf(env, sizeof env, "%s=%s", var, url);
+    char *envp[] = {env, NULL};
+    char *argv[] = {"/proc/self/exe", (char *)test, NULL};
+    weft_process_opts po = {.argv = argv,
+                            .envp = envp,
+                            .in = WEFT_STDIO_PIPE,
+                            .out = WEFT_STDIO_PIPE,
+                            .pdeathsig = SIGKILL,
+                            .kill_signal = SIGKILL};
+    weft_process *p;
+    ASSERT_EQ(weft_process_spawn(NULL, &po, &p), 0);
+    size_t got = 0;
+    while (got == 0 || line[got - 1] != '\n') {
+        ptrdiff_t k = weft_read(weft_process_stdout(p), line + got, n - 1 - got,
+                                T_DEADLINE);
+        ASSERT(k > 0);
+        got += (size_t)k;
+    }
+    line[got - 1] = 0;
+    return p;
+}
+
+/* In the child: fn(url) in a runtime of one worker, with the pipes of
+ * its standard input and output non-blocking, as weft wants them. */
+static void t_child_run(weft_fn fn, const char *url)
+{
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
+}
+
+static weft_process *peer_start(const char *url, weft_nats_ref *r)
+{
+    char line[128];
+    weft_process *p = t_spawn_self("remote_two_processes", "WEFT_NATS_PEER",
+                                   url, line, sizeof line);
+    ASSERT_EQ(weft_nats_ref_parse(r, line), 0);
+    return p;
+}
+
+/* Asks until the answer is -ESRCH: the server drops a killed peer's
+ * subscriptions once it sees its connection end, and until then an ask
+ * may reach nobody (its outcome unknown). */
+static void ask_until_gone(weft_nats_conn *c, const weft_nats_ref *r)
+{
+    int64_t zero = 0, got;
+    for (int i = 0;; i++) {
+        int rc = weft_nats_ask(c, r, &zero, sizeof zero, &got, sizeof got,
+                               weft_now() + 200 * WEFT_MSEC);
+        if (rc == -ESRCH)
+            return;
+        ASSERT_EQ(rc, WEFT_NATS_OUTCOME_UNKNOWN);
+        ASSERT(i < 50);
+    }
+}
+
+static int two_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    char url[64];
+    t_url(url, sizeof url, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_ref r1, r2;
+    weft_process *p = peer_start(url, &r1);
+    ASSERT(strcmp(r1.node, "peer") == 0);
+    long n = T_SCALE(100);
+    for (int64_t i = 1; i <= n; i++)
+        ASSERT_EQ(weft_nats_tell(c, &r1, &i, sizeof i, T_DEADLINE), 0);
+    int64_t zero = 0, got = -1;
+    ASSERT_EQ(
+        weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        0);
+    ASSERT_EQ(got, n * (n + 1) / 2);
+
+    /* Killed: its node is gone, and asks say so. */
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+    ask_until_gone(c, &r1);
+
+    /* Started again: a new incarnation, a fresh counter; the old
+     * reference still reaches nobody. */
+    p = peer_start(url, &r2);
+    ASSERT(r2.incarnation != r1.incarnation);
+    int64_t seven = 7;
+    ASSERT_EQ(weft_nats_ask(c, &r2, &seven, sizeof seven, &got, sizeof got,
+                            T_DEADLINE),
+              0);
+    ASSERT_EQ(got, 7);
+    ASSERT_EQ(
+        weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
+        -ESRCH);
+    /* Its standard input ends: it withdraws and exits cleanly. */
+    ASSERT_EQ(weft_process_close_stdin(p), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, 0);
+    weft_process_free(p);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(remote_two_processes)
+{
+    const char *peer = getenv("WEFT_NATS_PEER");
+    if (peer) { /* the peer process (two_root starts it) */
+        t_child_run(peer_root, peer);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, two_root), 0);
+}
+
+/* ---- work queues on JetStream ---- */
+
+/* A queue handle on stream JOBS (or DROP, with drop set: a stream of its
+ * own, since a work queue's consumer's ack_wait is fixed). */
+static weft_nats_queue *t_queue_on(weft_nats_conn *c, int drop,
+                                   int64_t ack_wait_ns, int max_in_flight)
+{
+    weft_nats_queue_opts qo = {.stream = drop ? "DROP" : "JOBS",
+                               .subject = drop ? "jobs.drop" : "jobs.work",
+                               .consumer = "workers",
+                               .ack_wait_ns = ack_wait_ns,
+                               .max_in_flight = max_in_flight};
+    weft_nats_queue *q = NULL;
+    int rc = weft_nats_queue_new(&q, c, &qo, T_DEADLINE);
+    if (rc != 0)
+        T_FAIL("queue: %s", weft_strerror(rc));
+    return q;
+}
+
+static weft_nats_queue *t_queue(weft_nats_conn *c, int64_t ack_wait_ns,
+                                int max_in_flight)
+{
+    return t_queue_on(c, 0, ack_wait_ns, max_in_flight);
+}
+
+static int t_job_publish(weft_nats_queue *q, long i)
+{
+    char key[32];
+    snprintf(key, sizeof key, "job-%ld", i);
+    return weft_nats_job_publish(q, key, key, strlen(key), T_DEADLINE);
+}
+
+/* Keys are idempotent; a nak comes back after its delay, an unacked job
+ * after ack_wait; max_in_flight holds takers back. */
+static int jobs_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_queue *q = t_queue(c, 0, 2);
+    /* The same options find the same stream and consumer. */
+    weft_nats_queue *q2 = t_queue(c, 0, 2);
+    ASSERT_EQ(weft_nats_queue_free(q2), 0);
+
+    ASSERT_EQ(t_job_publish(q, 1), 0);
+    ASSERT_EQ(t_job_publish(q, 2), 0);
+    ASSERT_EQ(t_job_publish(q, 1), 0); /* again: stored once */
+    natsMsg *a, *b, *x;
+    ASSERT_EQ(weft_nats_job_take(q, &a, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(a), "job-1") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(a), 1);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-2") == 0);
+    /* Two held: a third take waits for a slot, even with a job there. */
+    ASSERT_EQ(t_job_publish(q, 3), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &x, weft_now() + 50 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_job_ack(q, a, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &x, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(x), "job-3") == 0);
+    ASSERT_EQ(weft_nats_job_ack(q, x, T_DEADLINE), 0);
+
+    /* Nacked with a delay: back after it, delivered a second time. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_nats_job_nak(q, b, 200 * WEFT_MSEC), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(weft_now() - t0 >= 150 * WEFT_MSEC);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-2") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(b), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, b, T_DEADLINE), 0);
+    /* Nothing left. */
+    ASSERT_EQ(weft_nats_job_take(q, &x, weft_now() + 100 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+
+    /* Taken and dropped (its worker "died", with its handle): back after
+     * ack_wait, counted from its delivery. */
+    q = t_queue_on(c, 1, 300 * WEFT_MSEC, 2);
+    ASSERT_EQ(t_job_publish(q, 4), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    t0 = weft_now();
+    natsMsg_Destroy(b);
+    weft_nats_queue_free(q);
+    q = t_queue_on(c, 1, 300 * WEFT_MSEC, 2);
+    ASSERT_EQ(weft_nats_job_take(q, &b, T_DEADLINE), 0);
+    ASSERT(weft_now() - t0 >= 200 * WEFT_MSEC);
+    ASSERT(strcmp(weft_nats_job_key(b), "job-4") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(b), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, b, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_keys_nak_redelivery)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_root), 0);
+}
+
+/* Many jobs through four workers on two workers' threads: none lost, none
+ * done twice by key; a worker cancelled mid-job naks it. */
+typedef struct pool_run {
+    weft_nats_queue *q;
+    long jobs;
+    _Atomic long done;
+    unsigned char *seen; /* per job: times done */
+} pool_run;
+
+static int job_worker(void *arg)
+{
+    pool_run *p = arg;
+    while (atomic_load(&p->done) < p->jobs) {
+        natsMsg *j;
+        int rc = weft_nats_job_take(p->q, &j, weft_now() + 100 * WEFT_MSEC);
+        if (rc == -ETIMEDOUT)
+            continue;
+        ASSERT_EQ(rc, 0);
+        long i = atol(weft_nats_job_key(j) + 4);
+        ASSERT(i >= 0 && i < p->jobs);
+        if (p->seen[i]) { /* done already: a redelivery, acked again */
+            ASSERT_EQ(weft_nats_job_ack(p->q, j, T_DEADLINE), 0);
+            continue;
+        }
+        p->seen[i]++;
+        ASSERT_EQ(weft_nats_job_ack(p->q, j, T_DEADLINE), 0);
+        atomic_fetch_add(&p->done, 1);
+    }
+    return 0;
+}
+
+static int jobs_many_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_conn *d = t_connect(&srv, sc, NULL);
+    static pool_run p;
+    p.jobs = T_SCALE(2000);
+    p.seen = calloc((size_t)p.jobs, 1);
+    weft_nats_queue *prod = t_queue(c, 0, 0);
+    p.q = t_queue(d, 0, 8);
+    for (long i = 0; i < p.jobs; i++)
+        ASSERT_EQ(t_job_publish(prod, i), 0);
+    weft_scope *ws;
+    ASSERT(weft_scope_open(&ws, NULL) == 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn(ws, job_worker, &p) >= 0);
+    ASSERT_EQ(weft_scope_join(ws), 0);
+    weft_scope_free(ws);
+    ASSERT_EQ(atomic_load(&p.done), p.jobs);
+    for (long i = 0; i < p.jobs; i++)
+        ASSERT_EQ(p.seen[i], 1);
+    natsMsg *x;
+    ASSERT_EQ(weft_nats_job_take(p.q, &x, weft_now() + 100 * WEFT_MSEC),
+              -ETIMEDOUT);
+    free(p.seen);
+    ASSERT_EQ(weft_nats_queue_free(p.q), 0);
+    ASSERT_EQ(weft_nats_queue_free(prod), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_four_workers)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_many_root), 0);
+}
+
+/* The server killed (SIGKILL) and restarted on its store: every job it
+ * had acknowledged is still there, and the client reconnects to take
+ * them. */
+static int jobs_restart_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
+                        .max_reconnect = -1};
+    weft_nats_conn *c = t_connect(&srv, sc, &o);
+    weft_nats_queue *q = t_queue(c, 0, 0);
+    long n = T_SCALE(200);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(t_job_publish(q, i), 0);
+    t_server_stop(&srv);
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    t_server_start(&srv, srv.port, sc);
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    unsigned char *seen = calloc((size_t)n, 1);
+    for (long k = 0; k < n; k++) {
+        natsMsg *j;
+        int rc = weft_nats_job_take(q, &j, T_DEADLINE);
+        if (rc != 0)
+            T_FAIL("job %ld of %ld: %s", k, n, weft_strerror(rc));
+        long i = atol(weft_nats_job_key(j) + 4);
+        ASSERT(i >= 0 && i < n && !seen[i]);
+        seen[i] = 1;
+        ASSERT_EQ(weft_nats_job_ack(q, j, T_DEADLINE), 0);
+    }
+    free(seen);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_survive_server_restart)
+{
+    ASSERT_EQ(t_run_nats(2, jobs_restart_root), 0);
+}
+
+/* ---- a worker process killed with SIGKILL mid-job ---- */
+
+/* The worker: this program again, with WEFT_NATS_WORKER set to the
+ * server's URL. It takes one job, says its key on its standard output,
+ * and "works" on it until it is killed. */
+static int worker_root(void *arg)
+{
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    weft_nats_opts o = {.url = arg};
+    weft_nats_conn *c;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), 0);
+    weft_nats_queue *q = t_queue_on(c, 1, 300 * WEFT_MSEC, 1);
+    natsMsg *j;
+    ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s\n", weft_nats_job_key(j));
+    ASSERT_EQ(weft_write_all(1, line, (size_t)n, NULL, T_DEADLINE), 0);
+    char b;
+    while (weft_read(0, &b, 1, WEFT_NEVER) > 0) {
+    }
+    return 0; /* not reached: killed first */
+}
+
+static int killed_worker_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    char url[64], line[160];
+    t_url(url, sizeof url, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_queue *q = t_queue_on(c, 1, 300 * WEFT_MSEC, 1);
+    ASSERT_EQ(t_job_publish(q, 42), 0);
+    weft_process *p = t_spawn_self("jobs_worker_killed", "WEFT_NATS_WORKER",
+                                   url, line, sizeof line);
+    ASSERT(strcmp(line, "job-42") == 0);
+    /* Mid-job: killed. The job comes back after ack_wait, once. */
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+    natsMsg *j;
+    ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
+    ASSERT(strcmp(weft_nats_job_key(j), "job-42") == 0);
+    ASSERT_EQ(weft_nats_job_deliveries(j), 2);
+    ASSERT_EQ(weft_nats_job_ack(q, j, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_job_take(q, &j, weft_now() + 500 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_worker_killed)
+{
+    const char *url = getenv("WEFT_NATS_WORKER");
+    if (url) { /* the worker process (killed_worker_root starts it) */
+        t_child_run(worker_root, url);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
+}
+
+/* ---- the driver's scope cancelled while the connect runs ---- */
+
+/* A server of our own plays nats-server's part of the handshake (INFO,
+ * then PONG to the client's PING) only once the driver has seen its
+ * scope cancelled: the connection the connect then makes must be closed
+ * by the driver, which then ends. */
+typedef struct fake_connect {
+    int port;
+    weft_scope *driver_scope;
+    weft_nats_conn *c;
+    int rc;
+} fake_connect;
+
+static int fake_connector(void *arg)
+{
+    fake_connect *f = arg;
+    char url[64];
+    snprintf(url, sizeof url, "nats://127.0.0.1:%d", f->port);
+    weft_nats_opts o = {.url = url, .noreconnect = 1};
+    f->rc = weft_nats_connect(f->driver_scope, &o, &f->c, T_DEADLINE);
+    return 0;
+}
+
+static weft_event fake_eof; /* set when the client closed its socket */
+
+/* Answers each PING on fd with a PONG until the client goes. */
+static int fake_serve(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[4096], last[6] = {0}; /* the last 6 bytes read */
+    ptrdiff_t n;
+    while ((n = weft_read(fd, buf, sizeof buf, T_DEADLINE)) > 0) {
+        for (ptrdiff_t i = 0; i < n; i++) {
+            memmove(last, last + 1, sizeof last - 1);
+            last[sizeof last - 1] = buf[i];
+            if (memcmp(last, "PING\r\n", 6) == 0)
+                ASSERT_EQ(weft_write_all(fd, "PONG\r\n", 6, NULL, T_DEADLINE),
+                          0);
+        }
+    }
+    weft_close(fd);
+    weft_event_set(&fake_eof);
+    return 0;
+}
+
+/* arg 0: the driver's scope is cancelled; 1: the connecting task is
+ * (its connect returns -ECANCELED, and the driver closes what nats.c
+ * then makes). */
+static int cancel_connect_root(void *arg)
+{
+    int cancel_connector = arg != NULL;
+    if (!t_server_path())
+        T_NEED("nats", "no nats-server (scripts/deps.sh nats installs it)");
+    int lfd = weft_tcp_listen("127.0.0.1", 0, 8, 0);
+    ASSERT(lfd >= 0);
+    static fake_connect f;
+    f.port = weft_local_port(lfd);
+    weft_scope *outer, *conn_scope, *sh;
+    weft_scope_opts shield = {.shield = 1};
+    ASSERT(weft_scope_open(&outer, NULL) == 0);
+    ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
+    /* This task works on in a shield: conn_scope's cancel is the
+     * driver's alone. */
+    ASSERT(weft_scope_open(&sh, &shield) == 0);
+    f.driver_scope = conn_scope;
+    weft_task_handle h = {0};
+    ASSERT(weft_spawn_ex(outer, fake_connector, &f,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    int fd = weft_accept(lfd, NULL, T_DEADLINE);
+    ASSERT(fd >= 0);
+    if (cancel_connector)
+        ASSERT_EQ(weft_task_cancel(h), 0);
+    else
+        ASSERT_EQ(weft_scope_cancel(conn_scope), 0);
+    for (int i = 0; i < 8; i++) /* one worker: the driver sees it now */
+        weft_yield();
+    static const char info[] =
+        "INFO {\"server_id\":\"fake\",\"version\":\"2.9.10\",\"proto\":1,"
+        "\"headers\":true,\"max_payload\":1048576}\r\n";
+    ASSERT_EQ(weft_write_all(fd, info, sizeof info - 1, NULL, T_DEADLINE), 0);
+    ASSERT(weft_spawn(outer, fake_serve, (void *)(intptr_t)fd) >= 0);
+    /* The driver closes what the connect made: the connection says so
+     * (or the connect, when the close came first, said -ENOTCONN). */
+    ASSERT_EQ(weft_task_join(h, NULL), 0); /* the connect returned */
+    if (cancel_connector)
+        ASSERT_EQ(f.rc, -ECANCELED);
+    else
+        ASSERT(f.rc == 0 || f.rc == -ENOTCONN);
+    if (f.rc == -ECANCELED) { /* nats.c's connection closed all the same */
+        int rc = weft_event_wait_until(&fake_eof, weft_now() + 5 * WEFT_SEC);
+        if (rc != 0)
+            T_FAIL("the driver did not close: %s", weft_strerror(rc));
+        ASSERT(f.c == NULL);
+    } else if (f.rc == 0) {
+        weft_nats_event ev = {0};
+        do {
+            int rc = weft_nats_event_recv(f.c, &ev, weft_now() + 5 * WEFT_SEC);
+            if (rc != 0)
+                T_FAIL("the driver did not close: %s", weft_strerror(rc));
+        } while (ev.kind != WEFT_NATS_EVENT_CLOSED);
+        ASSERT_EQ(weft_nats_publish(f.c, "t.x", "a", 1, T_DEADLINE), -ENOTCONN);
+        ASSERT_EQ(weft_nats_close(f.c, T_DEADLINE), 0);
+    }
+    ASSERT_EQ(weft_scope_join(sh), 0);
+    weft_scope_free(sh);
+    weft_scope_join(conn_scope); /* the driver, ended */
+    weft_scope_free(conn_scope);
+    ASSERT_EQ(weft_scope_join(outer), 0);
+    weft_scope_free(outer);
+    weft_close(lfd);
+    return 0;
+}
+
+TEST(driver_scope_cancelled_while_connecting)
+{
+    ASSERT_EQ(t_run_nats(1, cancel_connect_root), 0);
+}
+
+static int cancel_connector_root(void *arg)
+{
+    (void)arg;
+    return cancel_connect_root((void *)1);
+}
+
+TEST(connect_cancelled_while_connecting)
+{
+    ASSERT_EQ(t_run_nats(1, cancel_connector_root), 0);
+}
