@@ -95,12 +95,15 @@ static void virt_unidle(weft_worker *w)
  * time to make one ready, and tasks waiting for weft_blocking calls (on
  * any worker) give the pool POOL_AUTOJUMP_NS to finish them (Trio's
  * autojump threshold), so that loopback I/O and a quick blocking call
- * complete at the virtual instant they started. Asleep meanwhile, so a
+ * complete at the virtual instant they started (in simulation, nothing
+ * real runs: no grace). Asleep meanwhile, so a
  * wake from another thread ends the wait at once. Returns true if work
  * turned up. */
 static bool autojump_grace(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
+    if (rt->sim) /* no real I/O, blocking calls run inline: no grace */
+        return false;
     int64_t grace =
         weft__pending_all(rt, WEFT__PENDING_POOL) ? POOL_AUTOJUMP_NS : 0;
     if (weft__pending(w, WEFT__PENDING_IO) && grace < AUTOJUMP_NS)
