@@ -137,9 +137,10 @@ TEST(echo_over_the_simulated_network)
 
 /* ---- the mode itself ---- */
 
+/* Inline: on the worker, not on a thread of the pool. */
 static int blocking_fn(void *arg)
 {
-    return *(int *)arg + 1;
+    return weft_worker_id() == 0 ? *(int *)arg + 1 : -1;
 }
 
 static int unchanged_program(void *arg)
@@ -669,4 +670,41 @@ TEST(after_the_faults_stop_every_request_completes)
         ASSERT_EQ(sim_run(1000 + (uint64_t)i, &o, liveness_body, &ch), 0);
         ASSERT(ch.crashes + ch.partitions + ch.holds > 0);
     }
+}
+
+/* ---- a crash under a shield ---- */
+
+static int shielded_acceptor(void *arg)
+{
+    int *rc = arg;
+    int lfd = weft_tcp_listen(NULL, 11, 8, 0);
+    ASSERT(lfd >= 0);
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.shield = 1}), 0);
+    *rc = weft_accept(lfd, NULL, WEFT_NEVER); /* the cancel cannot reach */
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_close(lfd), 0);
+    return 0;
+}
+
+static int shield_body(void *arg)
+{
+    int *rc = arg;
+    weft_sim_host *h;
+    ASSERT_EQ(weft_sim_host_new(&h, "server"), 0);
+    ASSERT_EQ(weft_sim_host_start(h, shielded_acceptor, rc), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    ASSERT_EQ(weft_sim_host_crash(h), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    /* The host's descriptors are gone: a socket call on one fails, and
+     * no caller tries it again. */
+    ASSERT_EQ(*rc, -EBADF);
+    return 0;
+}
+
+TEST(a_crash_ends_the_socket_calls_a_cancel_cannot_reach)
+{
+    int rc = 1;
+    ASSERT_EQ(sim_run(T_SEED(4), NULL, shield_body, &rc), 0);
 }

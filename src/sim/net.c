@@ -302,13 +302,15 @@ static sim_sock *sock_of(int fd)
     return NULL;
 }
 
-/* fd's socket, alive: NULL with errno EBADF, or ENETDOWN if its host
- * crashed. */
+/* fd's socket, alive: NULL with errno EBADF, also if its host crashed
+ * (its descriptors are gone, as a dead process's are; only weft_close
+ * is left to do; EBADF is retried by nothing, where accept would skip
+ * ENETDOWN and try again at once, forever). */
 static sim_sock *sock_live(int fd)
 {
     sim_sock *s = sock_of(fd);
     if (s && s->crashed) {
-        errno = ENETDOWN;
+        errno = EBADF;
         return NULL;
     }
     return s;

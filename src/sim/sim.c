@@ -25,8 +25,9 @@
  * it; a task belongs to the host whose scope encloses it (found by
  * walking up from its current scope), or to "main" (10.0.0.1). A crash
  * cancels the scope and drops the host's sockets at once; the tasks of
- * that incarnation unwind on their own (their socket calls now fail with
- * ENETDOWN) while a restart may already boot the next one.
+ * that incarnation unwind on their own (calls on their sockets now fail
+ * with EBADF, a new socket with ENETDOWN) while a restart may already
+ * boot the next one.
  *
  * The event log: every packet sent, delivered, lost or parked, every
  * verb, boot and crash, and every task the seeded worker picks, one line
