@@ -1253,7 +1253,10 @@ WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
  * 7. Blocking work
  *
  * A bounded pool of OS threads runs calls that would block a worker (file
- * I/O, getaddrinfo, CPU-heavy work) while the calling task waits.
+ * I/O, getaddrinfo, CPU-heavy work) while the calling task waits. In
+ * simulation (section 16) there is no pool: fn runs inline on the worker,
+ * at the virtual instant of the call, so that the run stays a function of
+ * its seed (a deadline or cancel is seen only before fn starts).
  * ---------------------------------------------------------------------- */
 
 /* Runs fn(arg) on a thread of the runtime's blocking pool while the calling

@@ -54,12 +54,13 @@ struct sim_pkt {
 enum { S_NEW, S_BOUND, S_LISTEN, S_CONNECTING, S_OPEN, S_CLOSED };
 
 struct sim_sock {
-    sim_sock *all_next;
-    uint64_t id;  /* for the log */
-    int fd;       /* -1: none (not accepted yet, or closed) */
-    int type;     /* SOCK_STREAM, SOCK_DGRAM */
-    int state;    /* S_* */
-    bool gone;    /* closed, or dropped by its host's crash */
+    sim_sock *next, *prev; /* the network's live list, or (next) its gone
+                            * one: scans for ports see the live ones */
+    uint64_t id;           /* for the log */
+    int fd;                /* -1: none (not accepted yet, or closed) */
+    int type;              /* SOCK_STREAM, SOCK_DGRAM */
+    int state;             /* S_* */
+    bool gone;             /* closed, or dropped by its host's crash */
     bool crashed; /* dropped by a crash: its calls fail with ENETDOWN */
     bool reset;   /* a reset came: reads end, writes fail */
     bool rd_eof;  /* the peer's FIN came */
@@ -259,7 +260,9 @@ static sim_sock *sock_make(weft_sim_host *h, int type)
     s->type = type;
     s->host = h;
     s->lip = weft__sim_host_ip(h);
-    s->all_next = n->socks;
+    s->next = n->socks;
+    if (n->socks)
+        n->socks->prev = s;
     n->socks = s;
     return s;
 }
@@ -320,7 +323,7 @@ static sim_sock *sock_live(int fd)
  * socket. */
 static sim_sock *sock_bound(int h, uint16_t port, int type)
 {
-    for (sim_sock *s = weft__sim->socks; s; s = s->all_next)
+    for (sim_sock *s = weft__sim->socks; s; s = s->next)
         if (!s->gone && s->host->idx == h && s->lport == port &&
             s->type == type && s->state != S_NEW &&
             (type == SOCK_DGRAM || s->state == S_LISTEN || s->state == S_BOUND))
@@ -330,7 +333,7 @@ static sim_sock *sock_bound(int h, uint16_t port, int type)
 
 static bool port_used(int h, uint16_t port, int type)
 {
-    for (sim_sock *s = weft__sim->socks; s; s = s->all_next)
+    for (sim_sock *s = weft__sim->socks; s; s = s->next)
         if (!s->gone && s->host->idx == h && s->lport == port &&
             s->type == type && s->state != S_NEW)
             return true;
@@ -790,6 +793,22 @@ static int sim_shutdown(int fd, int how)
     return 0;
 }
 
+/* s is gone: off the live list, onto the gone one. */
+static void sock_bury(sim_sock *s)
+{
+    sim_net *n = weft__sim;
+    s->gone = true;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        n->socks = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = NULL;
+    s->next = n->gone;
+    n->gone = s;
+}
+
 /* s leaves: a stream says so to its peer (a reset if bytes were left
  * unread, as Linux does, else a FIN), a listener resets what it did not
  * accept. */
@@ -806,7 +825,8 @@ static void sock_drop(sim_sock *s, bool crash)
     for (int i = 0; i < s->nacq; i++) {
         sim_sock *c = s->acq[i];
         stream_signal(c, P_RST);
-        c->gone = true;
+        c->state = S_CLOSED;
+        sock_bury(c);
     }
     s->nacq = 0;
     while (s->dq) {
@@ -815,9 +835,9 @@ static void sock_drop(sim_sock *s, bool crash)
         free(p);
     }
     s->dqtail = NULL;
-    s->gone = true;
     s->crashed = crash;
     s->state = S_CLOSED;
+    sock_bury(s);
 }
 
 static int sim_close(int fd)
@@ -838,11 +858,17 @@ static int sim_close(int fd)
 
 void weft__sim_net_crash(weft_sim_host *h)
 {
-    for (sim_sock *s = weft__sim->socks; s; s = s->all_next)
-        if (s->host == h && !s->gone) {
-            sock_drop(s, true);
-            edge(s, WEFT__FD_READ | WEFT__FD_WRITE | WEFT__FD_HUP);
+    /* Each drop moves sockets (s, a listener's queue) to the gone list:
+     * look again from the start of the live one. */
+    for (sim_sock *s = weft__sim->socks; s;) {
+        if (s->host != h) {
+            s = s->next;
+            continue;
         }
+        sock_drop(s, true);
+        edge(s, WEFT__FD_READ | WEFT__FD_WRITE | WEFT__FD_HUP);
+        s = weft__sim->socks;
+    }
 }
 
 /* ---- options and names ---- */
@@ -1121,6 +1147,21 @@ void weft__sim_unpark(sim_link *l)
     timer_update(n);
 }
 
+static void socks_free(sim_sock *s)
+{
+    while (s) {
+        sim_sock *next = s->next;
+        for (sim_pkt *p = s->dq, *q; p; p = q) {
+            q = p->next;
+            free(p);
+        }
+        free(s->rx);
+        free(s->acq);
+        free(s);
+        s = next;
+    }
+}
+
 void weft__sim_net_free(sim_net *n)
 {
     if (weft__timer_armed(&n->timer))
@@ -1134,16 +1175,8 @@ void weft__sim_net_free(sim_net *n)
                 q = p->next;
                 free(p);
             }
-    for (sim_sock *s = n->socks, *next; s; s = next) {
-        next = s->all_next;
-        for (sim_pkt *p = s->dq, *q; p; p = q) {
-            q = p->next;
-            free(p);
-        }
-        free(s->rx);
-        free(s->acq);
-        free(s);
-    }
+    socks_free(n->socks);
+    socks_free(n->gone);
     free(n->fds);
     for (int i = 0; i < n->nhosts; i++) {
         free(n->hosts[i]->name);

@@ -77,7 +77,9 @@ typedef struct sim_net {
     sim_pkt **heap; /* packets in flight, by (when, seq) */
     size_t nheap, capheap;
     uint64_t seq;
-    sim_sock *socks; /* every socket of the run, never freed before its end */
+    sim_sock *socks; /* live sockets (doubly linked) */
+    sim_sock *gone;  /* closed or crashed ones, freed at the run's end (a
+                      * packet in flight may still point at one) */
     sim_sock **fds;  /* by descriptor - WEFT__SIM_FD_BASE */
     int nfds;
     uint64_t nsocks;
