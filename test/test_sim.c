@@ -5,6 +5,19 @@
  */
 #include "t.h"
 
+/* The examples' servers, run as simulated hosts below. */
+#define main echo_example_main
+#define root echo_example_root
+#include "../examples/echo_server.c"
+#undef main
+#undef root
+#define main http_example_main
+#define root http_example_root
+#include "../examples/http_server.c"
+#undef main
+#undef root
+#include "../examples/http_parse.c"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -434,6 +447,9 @@ typedef struct client {
     int errors;     /* failed tries */
     int max_errors; /* then it gives up (0: never) */
     int id;
+    int port; /* the server's (0: ECHO_PORT) */
+    /* One request by deadline on fd (NULL: an echo of a line). */
+    int (*once)(int fd, const char *msg, weft_time deadline);
     weft_time last; /* when the last answer came */
 } client;
 
@@ -445,14 +461,16 @@ static int retrying_client(void *arg)
     int fd = -1;
     while (c->done < c->requests) {
         if (fd < 0) {
-            fd = weft_tcp_connect("server", ECHO_PORT,
+            fd = weft_tcp_connect("server", c->port ? c->port : ECHO_PORT,
                                   weft_now() + 50 * WEFT_MSEC);
             if (fd == -ECANCELED)
                 return fd;
         }
         char msg[32];
         snprintf(msg, sizeof msg, "c%d r%d", c->id, c->done);
-        int rc = fd < 0 ? fd : echo_once(fd, msg, weft_now() + 50 * WEFT_MSEC);
+        int (*once)(int, const char *, weft_time) =
+            c->once ? c->once : echo_once;
+        int rc = fd < 0 ? fd : once(fd, msg, weft_now() + 50 * WEFT_MSEC);
         if (rc == 0) {
             c->done++;
             c->last = weft_now();
@@ -591,6 +609,12 @@ typedef struct chaos {
     uint64_t rng;
     weft_time until; /* faults stop then */
     int crashes, partitions, holds;
+    /* The server's host runs server_fn(server_arg) on port, answering
+     * `once` (NULL: this file's echo server). */
+    weft_fn server_fn;
+    void *server_arg;
+    int port;
+    int (*once)(int fd, const char *msg, weft_time deadline);
 } chaos;
 
 static uint64_t chaos_rand(chaos *c)
@@ -643,13 +667,20 @@ static int chaos_task(void *arg)
 static int liveness_body(void *arg)
 {
     chaos *ch = arg;
-    ch->srv = server_up();
+    if (ch->server_fn) {
+        ASSERT_EQ(weft_sim_host_new(&ch->srv, "server"), 0);
+        ASSERT_EQ(weft_sim_host_start(ch->srv, ch->server_fn, ch->server_arg),
+                  0);
+    } else {
+        ch->srv = server_up();
+    }
     ch->until = weft_now() + WEFT_SEC;
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     client cs[NCLIENTS];
     for (int i = 0; i < NCLIENTS; i++) {
-        cs[i] = (client){.requests = 100, .id = i};
+        cs[i] = (client){
+            .requests = 100, .id = i, .port = ch->port, .once = ch->once};
         ASSERT(weft_spawn(s, retrying_client, &cs[i]) >= 0);
     }
     ASSERT(weft_spawn(s, chaos_task, ch) >= 0);
@@ -766,4 +797,54 @@ TEST(a_fault_plan_in_simulation_is_a_function_of_the_seed)
     for (int i = 0; i < WEFT_FAULT_SITES; i++)
         fired += a.fired[i];
     ASSERT(fired > 0);
+}
+
+/* ---- the examples' servers, in simulation ---- */
+
+/* A GET on an http_server connection, by deadline: its fixed answer. */
+static int http_once(int fd, const char *msg, weft_time deadline)
+{
+    (void)msg;
+    static const char req[] = "GET / HTTP/1.1\r\nHost: server\r\n\r\n";
+    char back[sizeof OK];
+    int rc = weft_write_all(fd, req, sizeof req - 1, NULL, deadline);
+    if (rc == 0)
+        rc = weft_read_exact(fd, back, sizeof OK - 1, NULL, deadline);
+    if (rc == 0 && memcmp(back, OK, sizeof OK - 1) != 0)
+        rc = -EBADMSG;
+    return rc;
+}
+
+TEST(the_examples_echo_server_serves_every_request_once_the_faults_stop)
+{
+    static int port = 7777;
+    weft_sim_opts o = {.reset_permille = 5};
+    for (int i = 0; i < 3; i++) {
+        chaos ch = {.rng = T_SEED(500 + (uint64_t)i),
+                    .server_fn = echo_example_root,
+                    .server_arg = &port,
+                    .port = port};
+        ASSERT_EQ(sim_run(500 + (uint64_t)i, &o, liveness_body, &ch), 0);
+        uint64_t h = weft_sim_log_hash();
+        ch = (chaos){.rng = 500 + (uint64_t)i,
+                     .server_fn = echo_example_root,
+                     .server_arg = &port,
+                     .port = port};
+        ASSERT_EQ(sim_run(500 + (uint64_t)i, &o, liveness_body, &ch), 0);
+        ASSERT_EQ(weft_sim_log_hash(), h);
+    }
+}
+
+TEST(the_examples_http_server_answers_every_request_once_the_faults_stop)
+{
+    weft_sim_opts o = {.reset_permille = 5};
+    for (int i = 0; i < 3; i++) {
+        chaos ch = {.rng = T_SEED(600 + (uint64_t)i),
+                    .server_fn = http_example_root,
+                    .server_arg = (void *)(intptr_t)8080,
+                    .port = 8080,
+                    .once = http_once};
+        ASSERT_EQ(sim_run(600 + (uint64_t)i, &o, liveness_body, &ch), 0);
+        ASSERT(ch.crashes + ch.partitions + ch.holds > 0);
+    }
 }
