@@ -848,3 +848,29 @@ TEST(the_examples_http_server_answers_every_request_once_the_faults_stop)
         ASSERT(ch.crashes + ch.partitions + ch.holds > 0);
     }
 }
+
+/* ---- the network's resets ---- */
+
+static int reset_body(void *arg)
+{
+    (void)arg;
+    weft_sim_host *srv = server_up();
+    int fd = weft_tcp_connect("server", ECHO_PORT, WEFT_NEVER);
+    ASSERT(fd >= 0);
+    /* Every segment resets its connection: the write is taken, then both
+     * ends see the reset. */
+    ASSERT_EQ(weft_write(fd, "abc", 3, WEFT_NEVER), 3);
+    char c;
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER), -ECONNRESET);
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_write(fd, "abc", 3, WEFT_NEVER), -EPIPE);
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    return 0;
+}
+
+TEST(the_network_resets_connections_as_the_seed_says)
+{
+    weft_sim_opts o = {.reset_permille = 1000};
+    ASSERT_EQ(sim_run(T_SEED(9), &o, reset_body, NULL), 0);
+}

@@ -641,20 +641,10 @@ static int stream_can_send(sim_sock *s)
 static void seeded_reset(sim_sock *s)
 {
     weft__sim_logf("reset %s:%u (seeded)", s->host->name, s->lport);
+    sim_pkt out = {0}; /* the segment that was to go: answered as lost */
+    pkt_route(&out, s, s->peer);
     stream_signal(s, P_RST);
-    sim_pkt *r = pkt_new(P_RST, NULL, 0);
-    if (!r)
-        return;
-    weft_sim_host *ph = weft__sim_host_by_ip(s->rip, s->host);
-    r->from = s->peer;
-    r->to = s;
-    r->src = ph ? ph->idx : s->host->idx;
-    r->dst = s->host->idx;
-    r->sip = s->rip;
-    r->sport = s->rport;
-    r->dip = s->lip;
-    r->dport = s->lport;
-    pkt_send(r, NULL);
+    reply_rst(&out);
 }
 
 /* Sends iov's bytes from stream s as one segment. */
