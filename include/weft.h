@@ -3304,7 +3304,8 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  *   and select's descriptor cases on these sockets) reach an in-memory
  *   network of simulated hosts instead of the kernel: host n has the
  *   address 10.0.0.n and its name resolves to it; 127.0.0.1 and the
- *   wildcard are the calling host. Streams behave as TCP does to the
+ *   wildcard are the calling host (a listener on 127.0.0.1 is reached at
+ *   its host's address too). Streams behave as TCP does to the
  *   program: EOF after the peer's shutdown or close, ECONNREFUSED when
  *   nothing listens, ECONNRESET after a reset (a close with unread data,
  *   a host crash, or the network's seeded resets). Each packet takes the
@@ -3410,7 +3411,8 @@ WEFT_EXTERN uint64_t weft_sim_log_hash(void);
 /* Writes the event log's text (as weft_sim_log_hash chooses the run) to
  * fd: one event a line, its virtual time in ns first. The text kept is
  * at most weft_sim_opts.log_max bytes; a last line says if more was cut.
- * Returns 0 or a negative errno of write(2). Any thread; blocks in
+ * Returns 0 or a negative errno of write(2). From a task of the simulated
+ * run, or from any thread once no simulated run is going on; blocks in
  * write. */
 WEFT_EXTERN int weft_sim_log_write(int fd);
 

@@ -61,7 +61,6 @@ static struct {
     size_t len, cap, max;
     bool cut;              /* text beyond max was not kept */
     _Atomic uint64_t hash; /* FNV-1a of every byte written */
-    weft_runtime *rt;      /* the run that writes it, or NULL */
 } slog;
 
 static void log_append(const char *s, size_t n)
@@ -508,7 +507,6 @@ int weft__sim_start(weft_runtime *rt, const weft_sim_opts *opts)
     n->timer.fn = weft__sim_net_fire;
     weft__sim = n;
     log_reset(o.log_max);
-    slog.rt = rt;
     rt->on_pick = log_pick;
     weft__sim_logf("simulation seed %llu latency %lld jitter %lld",
                    (unsigned long long)rt->seed, (long long)o.latency_ns,
@@ -525,7 +523,6 @@ void weft__sim_end(weft_runtime *rt)
     weft__sim_logf("end");
     st_rel(&weft__netsys_sim, NULL);
     rt->on_pick = NULL;
-    slog.rt = NULL;
     weft__sim = NULL;
     weft__sim_net_free(n);
     st_rel(&sim_busy, 0);
