@@ -3312,8 +3312,9 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  *   latency plus a jitter drawn from the seed; a stream's bytes arrive in
  *   order and are never lost (TCP retransmits across a partition);
  *   datagrams may be lost (loss_permille). A send never waits (no
- *   window). Unix sockets, signals and descriptors weft did not make are
- *   not simulated: a wait on one fails with -ENOTSUP;
+ *   window). Not simulated: Unix sockets and IPv6 (making one fails with
+ *   -EAFNOSUPPORT), signals and descriptors weft did not make (a wait on
+ *   one fails with -ENOTSUP);
  * - weft_blocking calls run inline on the worker, at the virtual instant
  *   they are made (no thread, no real time): a call cannot be abandoned,
  *   and a deadline or cancel is only seen before it starts;

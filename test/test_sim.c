@@ -178,6 +178,9 @@ static int unchanged_program(void *arg)
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_close(lfd), 0);
+    /* Not simulated: refused, never the kernel's. */
+    ASSERT_EQ(weft_unix_listen("@weft-sim-test", 1), -EAFNOSUPPORT);
+    ASSERT_EQ(weft_fd_wait(0, WEFT_IO_READ, WEFT_NEVER), -ENOTSUP);
     /* Ten virtual seconds take no real time. */
     weft_time t = weft_now();
     ASSERT_EQ(weft_sleep_for(10 * WEFT_SEC), 0);
