@@ -877,3 +877,39 @@ TEST(the_network_resets_connections_as_the_seed_says)
     weft_sim_opts o = {.reset_permille = 1000};
     ASSERT_EQ(sim_run(T_SEED(9), &o, reset_body, NULL), 0);
 }
+
+/* ---- the runtime's random numbers ---- */
+
+static int backoff_body(void *arg)
+{
+    int64_t *sum = arg;
+    weft_retry policy = {
+        .max_attempts = 10, .base_ns = WEFT_MSEC, .jitter = WEFT_JITTER_FULL};
+    weft_backoff b;
+    ASSERT_EQ(weft_backoff_init(&b, &policy), 0);
+    *sum = 0;
+    for (int i = 0; i < 8; i++) {
+        int64_t d = weft_backoff_next(&b);
+        ASSERT(d >= 0);
+        *sum = *sum * 31 + d;
+        char note[32];
+        snprintf(note, sizeof note, "backoff %lld", (long long)d);
+        ASSERT_EQ(weft_sim_log(note), 0);
+        ASSERT_EQ(weft_sleep_for(d), 0);
+    }
+    return 0;
+}
+
+TEST(backoff_jitter_comes_from_the_seed)
+{
+    int64_t a, b, c;
+    ASSERT_EQ(sim_run(T_SEED(31), NULL, backoff_body, &a), 0);
+    uint64_t h = weft_sim_log_hash();
+    ASSERT_EQ(sim_run(31, NULL, backoff_body, &b), 0);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(weft_sim_log_hash(), h);
+    if (getenv("WEFT_SEED"))
+        return; /* one seed for all runs */
+    ASSERT_EQ(sim_run(32, NULL, backoff_body, &c), 0);
+    ASSERT(c != a);
+}
