@@ -913,3 +913,46 @@ TEST(backoff_jitter_comes_from_the_seed)
     ASSERT_EQ(sim_run(32, NULL, backoff_body, &c), 0);
     ASSERT(c != a);
 }
+
+/* ---- waits on simulated sockets ---- */
+
+static int waits_body(void *arg)
+{
+    (void)arg;
+    weft_sim_host *srv = server_up();
+    int fd = weft_tcp_connect("server", ECHO_PORT, WEFT_NEVER);
+    ASSERT(fd >= 0);
+    weft_time t = weft_now();
+    ASSERT_EQ(weft_fd_wait(fd, WEFT_IO_READ, t + 10 * WEFT_MSEC), -ETIMEDOUT);
+    ASSERT_EQ(weft_now(), t + 10 * WEFT_MSEC);
+    /* The echo makes the socket readable one round trip later. */
+    ASSERT_EQ(weft_write(fd, "x", 1, WEFT_NEVER), 1);
+    t = weft_now();
+    ASSERT_EQ(weft_fd_wait(fd, WEFT_IO_READ, WEFT_NEVER), 0);
+    ASSERT(weft_now() - t >= 2 * WEFT_MSEC && weft_now() - t <= 4 * WEFT_MSEC);
+    char c;
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER), 1);
+    /* A select over the socket and a deadline: the echo wins. */
+    ASSERT_EQ(weft_write(fd, "y", 1, WEFT_NEVER), 1);
+    weft_case cases[2] = {
+        {.op = WEFT_OP_READ, .fd = fd},
+        {.op = WEFT_OP_DEADLINE, .deadline = weft_now() + WEFT_SEC},
+    };
+    ASSERT_EQ(weft_select(cases, 2, WEFT_NEVER), 0);
+    ASSERT_EQ(cases[0].rc, 0);
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER), 1);
+    ASSERT_EQ(c, 'y');
+    /* Across a partition the deadline wins. */
+    ASSERT_EQ(weft_sim_partition(srv, NULL), 0);
+    ASSERT_EQ(weft_write(fd, "z", 1, WEFT_NEVER), 1);
+    cases[1].deadline = weft_now() + 100 * WEFT_MSEC;
+    ASSERT_EQ(weft_select(cases, 2, WEFT_NEVER), 1);
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    return 0;
+}
+
+TEST(waits_and_select_on_simulated_sockets)
+{
+    ASSERT_EQ(sim_run(T_SEED(12), NULL, waits_body, NULL), 0);
+}
