@@ -19,6 +19,11 @@
 #   make tsan-churn  test_churn under TSan built at -O0 with the ucontext
 #                    switch (build/tsan-churn): the builds whose frames
 #                    under a task's last switch differ from make tsan's
+#   make swarm       the swarm sweep (tools/swarm_torture.c, build/swarm:
+#                    Release with the asserts and fault sites on):
+#                    SWARM_SEEDS seeds of the torture body, each under
+#                    its own fault profile, the determinism check on
+#                    every 20th, and every fault site it reaches fired
 #   make layers      checks the layering of src/: includes, and the calls
 #                    of the library's objects (scripts/layers.sh --build,
 #                    in build/layers)
@@ -46,6 +51,7 @@
 #   WEFT_FAULTS=AUTO    the fault injection sites (weft.h, section 15):
 #                       as WEFT_ASSERTS, on in Debug builds; make test
 #                       sets ON, make test-noasserts OFF
+#   SWARM_SEEDS=1000    seeds of make swarm (100000 for a long sweep)
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
 #                       empty: CMake's default (gcc on Debian); with
@@ -69,6 +75,7 @@ WEFT_LIBDW ?= ON
 WEFT_ASSERTS ?= AUTO
 WEFT_FAULTS ?= AUTO
 SAN_SCALE ?= 10
+SWARM_SEEDS ?= 1000
 SAN_CC ?=
 CMAKE_ARGS ?=
 BENCH ?=
@@ -87,6 +94,7 @@ SAN_SUFFIX := $(if $(SAN_CC),-$(notdir $(SAN_CC)))
 ASAN_DIR := $(B)/asan$(SAN_SUFFIX)
 TSAN_DIR := $(B)/tsan$(SAN_SUFFIX)
 TSAN_CHURN_DIR := $(B)/tsan-churn$(SAN_SUFFIX)
+SWARM_DIR := $(B)/swarm
 # $(call cmake_configure,DIR,OPTIONS): configures DIR quietly (the log is kept in
 # DIR/configure.log and shown if CMake fails).
 cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
@@ -98,10 +106,10 @@ SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
 CTEST := ctest -j$(JOBS) --output-on-failure --no-tests=error
-FORMAT_DIRS := src include test bench examples
+FORMAT_DIRS := src include test tools bench examples
 
 .PHONY: all release configure test test-noasserts bench demo install asan tsan tsan-churn \
-	layers structure api-names format clean deps san-deps help
+	swarm layers structure api-names format clean deps san-deps help
 
 all: release
 
@@ -176,6 +184,17 @@ tsan-churn: san-deps
 	cmake --build $(TSAN_CHURN_DIR) -j$(JOBS) --target test_churn
 	cd $(TSAN_CHURN_DIR) && WEFT_TEST_SCALE=$(SAN_SCALE) \
 		TSAN_OPTIONS=$(TSAN_OPTIONS) $(CTEST) -R '^test_churn\.'
+
+# The sweep's seeds run one after the other, each a runtime on one seeded
+# worker with the virtual clock: a build of its own, so that the fault
+# sites are on whatever make test-noasserts left in build/release.
+swarm: WEFT_ASSERTS = ON
+swarm: WEFT_FAULTS = ON
+swarm: deps
+	$(call cmake_configure,$(SWARM_DIR),-DCMAKE_BUILD_TYPE=Release \
+		-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF $(COMMON))
+	cmake --build $(SWARM_DIR) -j$(JOBS) --target swarm_torture
+	$(SWARM_DIR)/swarm_torture --seeds $(SWARM_SEEDS) --check-every 20
 
 layers: deps
 	JOBS=$(JOBS) scripts/layers.sh --build

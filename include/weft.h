@@ -277,7 +277,16 @@ typedef struct weft_config {
      * Release default) refuses a plan: weft_run returns -ENOTSUP. One
      * runtime at a time runs with a plan: -EBUSY while another does. */
     const struct weft_fault_plan *faults;
-    /* Simulation (section 16): NULL, none, unless the environment variable
+    /* The virtual clock only: the real time it waits, when every task is
+     * parked and some wait for descriptors or weft_blocking calls, before
+     * it jumps to the next deadline (Trio's autojump threshold), so that
+     * loopback I/O and a quick blocking call complete at the virtual
+     * instant they started. 0: 5 ms for descriptors, 50 ms for blocking
+     * calls. A test that needs its calls to finish before the clock moves,
+     * on a machine however loaded, sets a long one (a jump then waits that
+     * long when a call does not finish). Negative: -EINVAL. */
+    int64_t autojump_ns;
+    /* Simulation (section 17): NULL, none, unless the environment variable
      * WEFT_SIM is "1" (then with the defaults of weft_sim_opts; "0" or
      * empty: off; anything else makes weft_run write a message to stderr
      * and return -EINVAL). In simulation nothing real is touched: the
@@ -1254,7 +1263,7 @@ WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
  *
  * A bounded pool of OS threads runs calls that would block a worker (file
  * I/O, getaddrinfo, CPU-heavy work) while the calling task waits. In
- * simulation (section 16) there is no pool: fn runs inline on the worker,
+ * simulation (section 17) there is no pool: fn runs inline on the worker,
  * at the virtual instant of the call, so that the run stays a function of
  * its seed (a deadline or cancel is seen only before fn starts).
  * ---------------------------------------------------------------------- */
@@ -1792,6 +1801,72 @@ WEFT_EXTERN int weft_process_communicate(weft_process *p, const void *in,
  * after (or during) the call. Never blocks; any thread, also after
  * weft_run has returned (the child was reaped by then). */
 WEFT_EXTERN int weft_process_free(weft_process *p);
+
+/* ---- Files ----
+ *
+ * Regular files and block devices, without holding the worker: a read of
+ * a page that is not in the page cache waits for the disk, and epoll
+ * cannot wait for a file. Each call goes through the worker's io_uring
+ * ring where the worker has one (weft_config.poller; the kernel does the
+ * work, no thread hop), else runs on the blocking pool (section 7). Either
+ * way the call is waited for once it runs, so its buffer may be on the
+ * calling task's stack. For pipes, sockets and terminals use weft_read
+ * and weft_write (a non-blocking descriptor here may return -EAGAIN).
+ *
+ * Every call below but weft_file_close is a cancellation point with one
+ * contract: a deadline or a cancel that comes before the call started
+ * drops it and returns -ETIMEDOUT or -ECANCELED, and the call had no
+ * effect; one that comes while the call runs either stops it before it
+ * had any effect (the same codes: the ring asks the kernel to cancel it)
+ * or waits for its end and returns its result (bytes read are never
+ * lost, a descriptor opened is the caller's). So -ECANCELED and
+ * -ETIMEDOUT always mean "nothing happened". A
+ * deadline is absolute (WEFT_NEVER: none); one already past returns
+ * -ETIMEDOUT at once. Each blocks the task, not the worker, and returns
+ * -EPERM outside a task. Any number of tasks may use one descriptor at
+ * once (pread and pwrite for ordered access). */
+
+/* Opens path as open(2) does with flags (O_CLOEXEC always added) and
+ * mode, and sets *fd to the new descriptor (-1 on error). Returns 0, or
+ * open(2)'s error as a negative code (-ENOENT, -EACCES, -EMFILE, ...),
+ * -EINVAL (fd or path NULL), -ETIMEDOUT, -ECANCELED, -ENOMEM, -EAGAIN (no
+ * pool thread could start). Blocks. */
+WEFT_EXTERN int weft_file_open(int *fd, const char *path, int flags,
+                               unsigned mode, weft_time deadline);
+
+/* Reads up to n bytes at the descriptor's offset into buf, as read(2).
+ * Returns the count (0: the end of the file), or a negative code:
+ * read(2)'s error, -EBADF (fd negative), -EINVAL (buf NULL with n > 0),
+ * -ETIMEDOUT, -ECANCELED. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_read(int fd, void *buf, size_t n,
+                                     weft_time deadline);
+
+/* Writes up to n bytes of buf at the descriptor's offset (its end with
+ * O_APPEND), as write(2): a short count is possible (a full disk). Returns
+ * the count or a negative code as weft_file_read's. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_write(int fd, const void *buf, size_t n,
+                                      weft_time deadline);
+
+/* weft_file_read at offset, leaving the descriptor's offset alone
+ * (pread(2)); -EINVAL for a negative offset. Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_pread(int fd, void *buf, size_t n,
+                                      int64_t offset, weft_time deadline);
+
+/* weft_file_write at offset (pwrite(2)); -EINVAL for a negative offset.
+ * Blocks. */
+WEFT_EXTERN ptrdiff_t weft_file_pwrite(int fd, const void *buf, size_t n,
+                                       int64_t offset, weft_time deadline);
+
+/* Flushes the file's data and metadata to its device (fsync(2)). Returns
+ * 0 or a negative code as weft_file_read's. Blocks. */
+WEFT_EXTERN int weft_file_fsync(int fd, weft_time deadline);
+
+/* Closes fd (close(2)), also in a cancelled scope: not a cancellation
+ * point. The number is free when it returns, whatever it returns: 0,
+ * -EBADF, -EIO (an earlier write failed to reach the device: fsync
+ * first to find out which). Never blocks the task for long (a local
+ * file's close does not wait for the disk). Any thread. */
+WEFT_EXTERN int weft_file_close(int fd);
 
 /* ------------------------------------------------------------------------
  * 9. Futures and combinators
@@ -3265,6 +3340,12 @@ typedef struct weft_fault_plan {
     unsigned active_permille;
     unsigned fail_permille;
     uint64_t seed;
+    /* Random mode with a rate per site (swarm testing draws these, and
+     * its shrinking turns sites off one at a time): when any is
+     * non-zero, site s is active if site_permille[s] is, and each pass
+     * through it fails with that chance in thousandths; active_permille
+     * and fail_permille are then not used. */
+    unsigned site_permille[WEFT_FAULT_SITES];
 } weft_fault_plan;
 
 /* What the sites saw under the last plan (weft_fault_stats_get). */
@@ -3286,7 +3367,224 @@ WEFT_EXTERN int weft_fault_stats_get(weft_fault_stats *out);
 WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
 
 /* ------------------------------------------------------------------------
- * 16. Testing: simulation
+ * 16. Testing: swarm testing, replay, shrinking and coverage
+ *
+ * A sweep runs a test body (a function like weft_main's: the root task)
+ * over many seeds, each in a runtime of its own with the virtual clock.
+ * Each seed first draws its own profile (swarm testing, as TigerBeetle's
+ * VOPR does): which fault sites are active and how often each fails, so
+ * that across a sweep some runs see one kind of fault often and others
+ * see none. A run fails when the body returns non-zero, weft_run fails
+ * once the body has started (a deadlock: -EDEADLK), or a task of the run
+ * calls weft_swarm_fail. On a failure the sweep prints the seed and the
+ * one command that replays it (WEFT_SEED=<seed> ./prog name: a program
+ * whose sweep finds WEFT_SEED set runs that seed alone, with the same
+ * profile, and WEFT_TRACE=file.json gives its trace), then shrinks its
+ * fault set: it reruns the seed with the active sites switched off one at
+ * a time and keeps the smallest set that still fails, printed with its
+ * own replay command (WEFT_SWARM_SITES=read,write). Half the seeds also
+ * explore the schedule (PCT, see weft_swarm_profile.explore), which
+ * brings up interleavings that uniform random picks almost never take.
+ *
+ * A run is a function of its seed when it runs on one seeded worker (the
+ * default profile). The determinism check runs a seed twice and compares
+ * what the two runs decided, event by event (each task resumed, at which
+ * virtual instant; each fault made), and names the first event where
+ * they part: a body that reads the real clock, keeps state across runs
+ * or races plain threads shows there. A sweep reports which sites fired,
+ * and fails if one the options require never did; weft_sim_sometimes
+ * does the same for the body's own paths (Antithesis' "sometimes").
+ *
+ * One sweep at a time in a process (the fault plan, the run log and the
+ * schedule exploration are process-wide: a seeded runtime started on
+ * another thread during a sweep's run would share them).
+ * Built without the fault sites (WEFT_FAULTS=OFF, the Release default) a
+ * sweep runs its seeds without faults, and says so.
+ * ---------------------------------------------------------------------- */
+
+/* What a seed draws before its run (weft_swarm_profile_get). */
+typedef struct weft_swarm_profile {
+    uint64_t seed; /* the run's weft_config.seed (WEFT_SEED to replay) */
+    /* Workers: 1, unless weft_swarm_opts.max_workers allows more; a run
+     * with more than one is not a function of its seed (deterministic
+     * 0): its replay may take another path, and the determinism check
+     * skips it. */
+    int workers;
+    int deterministic;
+    /* The fault plan: site_permille holds each active site's rate (none
+     * active: no faults this run). */
+    weft_fault_plan faults;
+    /* Bit 1u << site for each active site. */
+    unsigned sites;
+    /* Schedule exploration on the seeded worker (PCT's random priorities
+     * with change points): 0, each pick takes a ready task uniformly at
+     * random; s (2 to 8), it takes the ready task of highest priority,
+     * and at each pick, with a chance of 1 in 2^s, every task's priority
+     * is drawn again, so that a task may be held back for many steps,
+     * and rare interleavings come up in few seeds. */
+    unsigned explore;
+} weft_swarm_profile;
+
+/* Options of a sweep; zero fields are the defaults. */
+typedef struct weft_swarm_opts {
+    /* Printed in reports. NULL: "swarm". */
+    const char *name;
+    /* The command that runs this sweep again, printed after
+     * WEFT_SEED=<seed> in a replay line. NULL: this process's command
+     * line, as /proc/self/cmdline has it. */
+    const char *command;
+    /* Seeds first_seed .. first_seed + seeds - 1. 0: 1, and 100 seeds.
+     * The environment variable WEFT_SWARM_SEEDS, a number, replaces
+     * seeds. */
+    uint64_t first_seed;
+    uint64_t seeds;
+    /* Most workers a profile draws (1 to 4, uniformly). 0 or 1: one. */
+    int max_workers;
+    /* Sites a profile may make active (bit 1u << site). 0: every site. */
+    unsigned sites;
+    /* Schedule exploration (weft_swarm_profile.explore): 0, half the
+     * seeds draw it; 1, every seed; -1, none. */
+    int explore;
+    /* An active site's rate is drawn from 1 to this many thousandths
+     * (log-uniformly: most runs see rare faults, some see many). 0: 50. */
+    unsigned max_permille;
+    /* Sites that must fire at least once over the sweep: each one that
+     * never did is a failure of the sweep. */
+    unsigned must_fire;
+    /* Runs every check_every-th seed twice (the first seed included) and
+     * compares the two runs' logs; a difference is a failure. 0: none. */
+    int check_every;
+    /* Non-zero: a failing seed's fault set is shrunk. */
+    int shrink;
+    /* The sweep stops after this many failing seeds. 0: 1. */
+    int max_failures;
+    /* Non-zero: a weft_sim_sometimes name whose condition was never true
+     * is a failure of the sweep. */
+    int require_sometimes;
+    /* Non-NULL: the first failing seed is run once more, with its trace
+     * written here (weft_config.trace_path; WEFT_TRACE wins over it). */
+    const char *trace_path;
+    /* 0: a line per failure and a summary on stderr; 1: also a line per
+     * seed; -1: failures only. */
+    int verbose;
+    /* The runtime's configuration for the other fields (stack size,
+     * deadlock grace...); its workers, clock, seed, faults and trace_path
+     * are the sweep's. NULL: the defaults. */
+    const weft_config *config;
+} weft_swarm_opts;
+
+/* What a sweep found (weft_swarm_run). */
+typedef struct weft_swarm_stats {
+    uint64_t runs;              /* seeds run */
+    uint64_t failed;            /* of them, failed */
+    uint64_t not_started;       /* a fault stopped weft_run before the body
+                                 * started (not a failure) */
+    uint64_t checked;           /* seeds run twice by the determinism check */
+    uint64_t nondeterministic;  /* of them, whose two runs parted */
+    uint64_t first_failed_seed; /* 0: none */
+    int first_status;           /* its status (body or weft_run) */
+    unsigned failed_sites;      /* its active sites */
+    unsigned shrunk_sites;      /* the smallest set found that still fails
+                                 * (shrink on; 0: it fails with no fault) */
+    int shrunk;                 /* 1: shrunk_sites is set */
+    uint64_t active[WEFT_FAULT_SITES]; /* runs in which each site was active */
+    uint64_t passes[WEFT_FAULT_SITES]; /* passes through each site */
+    uint64_t fired[WEFT_FAULT_SITES];  /* faults made at each site */
+    unsigned unfired;                  /* must_fire sites that never fired */
+    int sometimes_never;               /* weft_sim_sometimes names never true */
+    int faults;                        /* 1: built with the fault sites */
+    int64_t elapsed_ns;                /* real time the sweep took */
+} weft_swarm_stats;
+
+/* What the determinism check saw in a run, one event (weft_swarm_diff). */
+typedef enum weft_swarm_event_kind {
+    WEFT_SWARM_EVENT_NONE = 0,   /* that run had ended */
+    WEFT_SWARM_EVENT_RESUME = 1, /* a: the task's id (0: the root task),
+                                  * b: the virtual time */
+    WEFT_SWARM_EVENT_FAULT = 2,  /* a: the site, b: the pass at that site
+                                  * << 8 | the errno (255: a short
+                                  * transfer) */
+} weft_swarm_event_kind;
+
+typedef struct weft_swarm_event {
+    weft_swarm_event_kind kind;
+    uint64_t a, b;
+    uint64_t hash; /* the log's hash up to and including this event */
+} weft_swarm_event;
+
+/* Two runs of one seed, compared (weft_swarm_check). */
+typedef struct weft_swarm_diff {
+    uint64_t events[2]; /* each run's events */
+    uint64_t hash[2];   /* each run's hash over them all */
+    /* The index of the first event that differs; -1: the runs agree. */
+    int64_t first;
+    weft_swarm_event at[2]; /* each run's event there */
+    int status[2];          /* each run's status */
+} weft_swarm_diff;
+
+/* Runs body(arg) as the root task of a runtime for each seed the options
+ * name (opts NULL: the defaults), each with its drawn profile, the
+ * virtual clock and the seed; reports failures as the section's comment
+ * says, and fills *out (may be NULL). With WEFT_SEED set in the
+ * environment, runs that seed alone (a replay; WEFT_SWARM_SITES=a,b,...
+ * replaces its active sites, "none" for none). Returns 0 if every seed
+ * passed and every requirement held; else the count of problems found
+ * (failing seeds, seeds whose runs parted, required sites that never
+ * fired, sometimes-names never true); or -EINVAL (body NULL, options out
+ * of range, WEFT_SWARM_SEEDS or WEFT_SWARM_SITES not understood), -EBUSY
+ * (another sweep, or a runtime, is running in this process). Blocks the
+ * calling thread for the whole sweep; call it from a plain thread. */
+WEFT_EXTERN int weft_swarm_run(const weft_swarm_opts *opts, weft_fn body,
+                               void *arg, weft_swarm_stats *out);
+
+/* Fills *out with the profile seed draws under opts (NULL: the defaults):
+ * the same every time. Returns 0, -EINVAL. Any thread; never blocks. */
+WEFT_EXTERN int weft_swarm_profile_get(const weft_swarm_opts *opts,
+                                       uint64_t seed, weft_swarm_profile *out);
+
+/* Runs body(arg) once for seed with its profile, whose active sites are
+ * replaced by sites when sites_set is non-zero; writes the run's trace
+ * to trace_path (NULL: none). Returns the run's status: 0 passed, the
+ * body's non-zero status, weft_run's error, or -EPROTO when a task
+ * called weft_swarm_fail; -EINVAL, -EBUSY as weft_swarm_run. Blocks the
+ * calling thread; call it from a plain thread. */
+WEFT_EXTERN int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed,
+                                  int sites_set, unsigned sites,
+                                  const char *trace_path, weft_fn body,
+                                  void *arg);
+
+/* The determinism check: runs body(arg) twice for seed, logging what each
+ * run decided from its seed, and compares the logs step by step into
+ * *out (may be NULL). Returns 0 if the runs agree, 1 if they part
+ * (out->first names the first event where), -EINVAL, -EBUSY, or
+ * -ENOTSUP when seed's profile has more than one worker. Blocks the
+ * calling thread; call it from a plain thread. */
+WEFT_EXTERN int weft_swarm_check(const weft_swarm_opts *opts, uint64_t seed,
+                                 weft_fn body, void *arg, weft_swarm_diff *out);
+
+/* Shrinks seed's fault set: reruns it with each active site switched off
+ * in turn, keeping a site off when the run still fails, and stores the
+ * sites left in *sites. Returns 1 if seed fails (*sites then set), 0 if
+ * it passes (nothing to shrink), -EINVAL, -EBUSY. Blocks the calling
+ * thread; call it from a plain thread. */
+WEFT_EXTERN int weft_swarm_shrink(const weft_swarm_opts *opts, uint64_t seed,
+                                  weft_fn body, void *arg, unsigned *sites);
+
+/* The assertion hook: marks the run of the sweep in progress failed, with
+ * what (a short text, copied; the first failure of a run is kept), and
+ * returns; the body goes on as it would. Outside a sweep's run it writes
+ * what to stderr. Any thread; never blocks. */
+WEFT_EXTERN void weft_swarm_fail(const char *what);
+
+/* A "sometimes" assertion: counts, under name (a string that outlives the
+ * sweep, usually a literal), how often cond was true over the sweep; the
+ * sweep reports each name, and with require_sometimes fails on a name
+ * that was reached but never true. Returns cond, so it can sit in an if.
+ * Outside a sweep it only returns cond. Any thread; never blocks. */
+WEFT_EXTERN int weft_sim_sometimes(int cond, const char *name);
+
+/* ------------------------------------------------------------------------
+ * 17. Testing: simulation
  *
  * A whole program, with its network, in virtual time and from one seed
  * (FoundationDB's simulator, TigerBeetle's VOPR, madsim, Tokio's

@@ -57,6 +57,7 @@ LAYERS='
 12 runtime   runtime
 13 curl      curl
 13 tls       tls
+13 swarm     swarm
 '
 UNCHECKED=''
 

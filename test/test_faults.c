@@ -286,6 +286,13 @@ TEST(thread_fault_runs_with_fewer_workers_or_fails_the_pool_call)
     weft_fault_plan plan = {.site = WEFT_FAULT_THREAD, .nth = 1};
     ASSERT_EQ(run_plan(2, &plan, workers_body, &n), 0);
     ASSERT_EQ(n, 1);
+    /* The third worker's: the second runs already, and must see the
+     * count of workers the run goes on with, not race its store (TSan). */
+    for (int i = 0; i < 20; i++) {
+        plan.nth = 2;
+        ASSERT_EQ(run_plan(4, &plan, workers_body, &n), 0);
+        ASSERT_EQ(n, 2);
+    }
     /* The blocking pool's first thread: the call says -EAGAIN. */
     probe p = {.site = WEFT_FAULT_THREAD};
     ASSERT_EQ(fail_after_mark(&p, pool_body), 0);

@@ -97,6 +97,10 @@ TEST(run_bad_config_is_einval)
     cfg.workers = 1;
     cfg.clock = (weft_clock_kind)77;
     ASSERT_EQ(weft_run(&cfg, mark_ran, NULL), -EINVAL);
+    cfg.clock = WEFT_CLOCK_VIRTUAL;
+    cfg.autojump_ns = -1;
+    ASSERT_EQ(weft_run(&cfg, mark_ran, NULL), -EINVAL);
+    cfg.autojump_ns = 0;
     ASSERT_EQ(atomic_load(&bad_cfg_ran), 0);
 }
 

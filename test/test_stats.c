@@ -467,12 +467,23 @@ TEST(watchdog_works_in_real_time_on_the_virtual_clock)
     watchdog_catches(1, WEFT_CLOCK_VIRTUAL);
 }
 
+/* The longest real time between two of any yielder's loop passes. */
+static _Atomic int64_t yield_gap_max;
+
 /* Yields for `ns` of real time: the worker moves on at every yield. */
 static int yielder(void *arg)
 {
-    int64_t until = real_now() + *(int64_t *)arg;
-    while (real_now() < until)
+    int64_t now = real_now(), until = now + *(int64_t *)arg;
+    while (now < until) {
         ASSERT_EQ(weft_yield(), 0);
+        int64_t then = now, gap;
+        now = real_now();
+        gap = now - then;
+        int64_t max = atomic_load(&yield_gap_max);
+        while (gap > max &&
+               !atomic_compare_exchange_weak(&yield_gap_max, &max, gap)) {
+        }
+    }
     return 0;
 }
 
@@ -500,8 +511,13 @@ TEST(watchdog_is_quiet_for_tasks_that_yield)
                        .watchdog_ns = 200 * WEFT_MSEC,
                        .watchdog_fn = on_watchdog,
                        .watchdog_arg = &wd_seen};
+    atomic_store(&yield_gap_max, 0);
     ASSERT_EQ(weft_run(&cfg, yielders_root, &run_ns), 0);
-    ASSERT_EQ(atomic_load(&wd_seen.reports), 0);
+    /* A report is wrong unless the worker really did not move on for that
+     * long: the kernel kept its thread off every CPU (a loaded machine),
+     * which a yielder sees as a pass as long as the threshold. */
+    if (atomic_load(&wd_seen.reports) != 0)
+        ASSERT(atomic_load(&yield_gap_max) >= 200 * WEFT_MSEC);
 }
 
 static int short_hog(void *arg)

@@ -52,6 +52,7 @@
  * last thread is gone, joins it and frees the pool.
  */
 #include "io/io.h"
+#include "sched/clock.h"
 #include "util/fault.h"
 #include "wait/wait.h"
 
@@ -350,10 +351,14 @@ static int leave(pool *p, job *j, int rc, bool *abandoned)
 }
 
 /* Called with the lock held, j in room or queue. Parks until fn's status
- * is known or the caller leaves; returns the call's result, unlocked. */
-static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
+ * is known or the caller leaves; returns the call's result, unlocked.
+ * keep: a caller whose deadline or cancel comes while fn runs does not
+ * leave but waits (firm) for fn's status, which it returns. */
+static int wait_job(pool *p, job *j, int64_t deadline, bool keep,
+                    bool *abandoned)
 {
     pthread_mutex_t *mu = &weft__io_rt(p->rt)->blocking_mu;
+    int flags = WEFT__WAIT_QUEUED;
     for (;;) {
         /* Under the lock, after everything that can fail. The queue j is
          * on, or none (RUNNING: a thread popped it; a claim that failed
@@ -364,7 +369,7 @@ static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
                                .obj = j,
                                .q = j->state == J_ROOM ? &p->room : &p->queue,
                                .deadline = deadline,
-                               .flags = WEFT__WAIT_QUEUED},
+                               .flags = flags},
             mu);
         if (rc == W_DONE) {
             int result = j->result; /* the thread is done with j */
@@ -375,6 +380,10 @@ static int wait_job(pool *p, job *j, int64_t deadline, bool *abandoned)
             pthread_mutex_lock(mu);
             if (j->state != J_DONE)
                 continue; /* queued now: park again */
+        } else if (keep && j->state == J_RUNNING) {
+            deadline = WEFT_NEVER; /* under the lock: wait for its end */
+            flags |= WEFT__WAIT_FIRM;
+            continue;
         }
         return leave(p, j, rc, abandoned);
     }
@@ -397,8 +406,8 @@ static bool submit(pool *p, job *j)
     return false;
 }
 
-int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
-                        bool *abandoned)
+static int call(weft_fn fn, void *arg, int64_t deadline, bool keep,
+                bool *abandoned)
 {
     *abandoned = false;
     if (!fn)
@@ -407,7 +416,11 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
     if (rc)
         return rc;
     weft_worker *wk = weft__tl_worker;
-    if (weft__wait_past(deadline))
+    /* Past by the wheel, or by the clock (the wheel may lag it): fn must
+     * not run, as weft.h says, so the clock is read. */
+    if (WEFT_UNLIKELY(deadline != WEFT_NEVER) &&
+        (weft__wait_past(deadline) ||
+         deadline <= weft__now(weft__wpub(wk)->rt)))
         return -ETIMEDOUT;
     /* Simulation: no thread and no real time; fn runs here, at the virtual
      * instant of the call, so the run stays a function of its seed. */
@@ -431,9 +444,21 @@ int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
     /* Counted while parked, so that the virtual clock gives fn time to
      * finish before it jumps (the pending hook; clock.c's autojump). */
     weft__pending_add(wk, WEFT__PENDING_POOL, 1);
-    rc = wait_job(p, j, deadline, abandoned);
+    rc = wait_job(p, j, deadline, keep, abandoned);
     weft__pending_add(wk, WEFT__PENDING_POOL, -1);
     return rc;
+}
+
+int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
+                        bool *abandoned)
+{
+    return call(fn, arg, deadline, false, abandoned);
+}
+
+int weft__blocking_finish(weft_fn fn, void *arg, int64_t deadline)
+{
+    bool abandoned;
+    return call(fn, arg, deadline, true, &abandoned);
 }
 
 int weft_blocking(weft_fn fn, void *arg)

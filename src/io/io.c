@@ -175,6 +175,11 @@ static weft__poller *io_poller(weft_worker *w, int *err)
     return weft__wpub(w)->poller;
 }
 
+weft__poller *weft__io_poller(weft_worker *w, int *err)
+{
+    return io_poller(w, err);
+}
+
 const char *weft_poller_name(void)
 {
     weft_worker *w = weft__tl_worker;

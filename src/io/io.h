@@ -126,6 +126,10 @@ unsigned weft__fd_read_edges(int fd);
 void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
 int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
 
+/* Worker w's poller (sched/poller.h), made at its first use as weft's
+ * descriptor waits make it; NULL with *err if it cannot be. w's thread. */
+struct weft__poller *weft__io_poller(weft_worker *w, int *err);
+
 /* ---- blocking.c ---- */
 
 /* The wait kinds of this layer (wait/record.h): a descriptor (io.c; obj: its
@@ -141,6 +145,12 @@ void weft__blocking_fini(weft_runtime *rt);
  * use arg until it returns) or never will (dropped while queued). */
 int weft__blocking_call(weft_fn fn, void *arg, int64_t deadline,
                         bool *abandoned);
+/* weft_blocking_until whose call, once it runs, is waited for: a deadline
+ * or a cancel that comes while fn runs waits (firm) for fn's status and
+ * returns it; one that comes before fn starts drops the call (-ETIMEDOUT,
+ * -ECANCELED: fn never ran). So arg may point into the caller's stack
+ * (the files' calls: their buffers are the caller's). */
+int weft__blocking_finish(weft_fn fn, void *arg, int64_t deadline);
 /* rt's pool as weft_blocking_stats_get tells it (all zero before its first
  * call), from any thread while rt runs. */
 void weft__blocking_info(weft_runtime *rt, weft_blocking_info *out);

@@ -76,6 +76,7 @@
 
 #if WEFT_HAVE_URING
 
+#include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -93,6 +94,7 @@
 #define UD_SEQ_MASK 0x7ffu
 #define UD_IGNORE 0u /* a withdrawal's own completion */
 #define UD_WAKE 1u   /* the eventfd's poll */
+#define UD_OP 2u     /* a file operation: its slot in the high 32 bits */
 
 enum { ST_IDLE, ST_QUEUED, ST_INFLIGHT };
 
@@ -126,13 +128,17 @@ typedef struct ur_poller {
     int nslots;
     int32_t todo_head; /* requests to submit, first queued first */
     int32_t todo_tail;
-    uint64_t *rm;    /* withdrawals to submit (user_data of each) */
-    int nrm, caprm;  /* caprm: 2 * nslots, as each direction of each
-                      * descriptor is withdrawn at most once between
-                      * two flushes */
-    uint16_t seq;    /* the last sequence number given */
-    bool rm_pending; /* withdrawals not yet submitted: counted once in
-                      * the owner's pending I/O */
+    uint64_t *rm;     /* withdrawals to submit (user_data of each) */
+    int nrm, caprm;   /* caprm: 2 * nslots, as each direction of each
+                       * descriptor is withdrawn at most once between
+                       * two flushes */
+    uint16_t seq;     /* the last sequence number given */
+    bool rm_pending;  /* withdrawals not yet submitted: counted once in
+                       * the owner's pending I/O */
+    bool files;       /* the kernel has the file operations (probed) */
+    weft__op **ops;   /* file operations in flight, by slot */
+    uint32_t *opfree; /* free slots (a stack), nopfree of them */
+    uint32_t nops, nopfree;
 } ur_poller;
 
 static uint64_t ud_make(int fd, int dir, unsigned seq, uint32_t gen)
@@ -249,6 +255,8 @@ static void ur_fini(weft__poller *p)
     close(u->evfd);
     free(u->slots);
     free(u->rm);
+    free(u->ops);
+    free(u->opfree);
     free(u);
 }
 
@@ -280,8 +288,15 @@ static int ring_setup(ur_poller *u)
         missing = "no IORING_OP_POLL_REMOVE";
     else if (!(prm.features & IORING_FEAT_NODROP))
         missing = "no IORING_FEAT_NODROP";
-    if (probe)
+    if (probe) {
+        static const int file_ops[] = {IORING_OP_OPENAT, IORING_OP_READ,
+                                       IORING_OP_WRITE, IORING_OP_FSYNC,
+                                       IORING_OP_ASYNC_CANCEL};
+        u->files = true;
+        for (size_t i = 0; i < sizeof file_ops / sizeof *file_ops; i++)
+            u->files &= io_uring_opcode_supported(probe, file_ops[i]) != 0;
         io_uring_free_probe(probe);
+    }
     if (missing) {
         io_uring_queue_exit(&u->ring);
         refused(missing);
@@ -461,6 +476,94 @@ static void ur_cancel(weft__poller *p, int fd, int events)
     withdraw_now(u);
 }
 
+/* ---- file operations ---- */
+
+/* A slot for op, growing the table; false if there is no memory. */
+static bool op_slot(ur_poller *u, weft__op *op)
+{
+    if (u->nopfree == 0) {
+        uint32_t n = u->nops ? 2 * u->nops : 64;
+        weft__op **ops = weft__realloc(u->ops, n * sizeof(*ops));
+        if (!ops)
+            return false;
+        u->ops = ops;
+        uint32_t *fr = weft__realloc(u->opfree, n * sizeof(*fr));
+        if (!fr)
+            return false;
+        u->opfree = fr;
+        for (uint32_t i = n; i > u->nops; i--)
+            u->opfree[u->nopfree++] = i - 1;
+        u->nops = n;
+    }
+    op->slot = u->opfree[--u->nopfree];
+    u->ops[op->slot] = op;
+    return true;
+}
+
+static int ur_op_submit(weft__poller *p, weft__op *op)
+{
+    ur_poller *u = (ur_poller *)p;
+    if (!u->files)
+        return -ENOTSUP;
+    if (!op_slot(u, op))
+        return -ENOMEM;
+    struct io_uring_sqe *sqe = sqe_get(u);
+    if (!sqe) {
+        u->ops[op->slot] = NULL;
+        u->opfree[u->nopfree++] = op->slot;
+        return -EAGAIN;
+    }
+    switch (op->code) {
+    case WEFT__OP_OPEN:
+        io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC,
+                             op->mode);
+        break;
+    case WEFT__OP_READ:
+        io_uring_prep_read(sqe, op->fd, op->buf, op->n, (uint64_t)op->off);
+        break;
+    case WEFT__OP_WRITE:
+        io_uring_prep_write(sqe, op->fd, op->buf, op->n, (uint64_t)op->off);
+        break;
+    default:
+        io_uring_prep_fsync(sqe, op->fd, 0);
+        break;
+    }
+    io_uring_sqe_set_data64(sqe, (uint64_t)op->slot << 32 | UD_OP);
+    /* At once: the operation's latency is the point, and the submission
+     * costs what a pool thread's wake would. The kernel completes it
+     * inline or from its own workers; the owner reads the completion at
+     * its next look, which the pending count makes it take before it
+     * sleeps elsewhere than in the ring. */
+    io_uring_submit(&u->ring);
+    weft__pending_add(u->w, WEFT__PENDING_IO, 1);
+    return 0;
+}
+
+static void ur_op_cancel(weft__poller *p, weft__op *op)
+{
+    ur_poller *u = (ur_poller *)p;
+    WEFT_ASSERT(op->slot < u->nops && u->ops[op->slot] == op);
+    struct io_uring_sqe *sqe = sqe_get(u);
+    if (!sqe)
+        return; /* no entry to be had: the operation just runs to its end */
+    io_uring_prep_cancel64(sqe, (uint64_t)op->slot << 32 | UD_OP, 0);
+    io_uring_sqe_set_data64(sqe, UD_IGNORE);
+    io_uring_submit(&u->ring);
+}
+
+/* The completion of the operation in slot i. */
+static int op_done(ur_poller *u, uint32_t i, int32_t res)
+{
+    WEFT_ASSERT(i < u->nops && u->ops[i] != NULL);
+    weft__op *op = u->ops[i];
+    u->ops[i] = NULL;
+    u->opfree[u->nopfree++] = i;
+    weft__pending_add(u->w, WEFT__PENDING_IO, -1);
+    op->res = res;
+    op->complete(op);
+    return 1;
+}
+
 /* One completion: reported to io.c if it is the request in flight.
  * Returns 1 if it was that or a wake, 0 if it was consumed unseen. */
 static int dispatch(ur_poller *u, uint64_t ud, int32_t res, uint32_t flags)
@@ -470,6 +573,8 @@ static int dispatch(ur_poller *u, uint64_t ud, int32_t res, uint32_t flags)
                            * takes no timeout in io_uring_enter */
         return 0;
     if (seq == 0) {
+        if ((uint32_t)ud == UD_OP)
+            return op_done(u, (uint32_t)(ud >> 32), res);
         if (ud != UD_WAKE)
             return 0;
         uint64_t v;
@@ -585,6 +690,8 @@ const weft__poller_ops weft__poller_uring = {
     .arm = ur_arm,
     .cancel = ur_cancel,
     .forget = ur_forget,
+    .op_submit = ur_op_submit,
+    .op_cancel = ur_op_cancel,
     .fini = ur_fini,
 };
 

@@ -22,6 +22,11 @@
  * (id -> name, site), then the slices and instants of each worker are
  * written with their task's name. Times are microseconds from the
  * runtime's clock at the start, with nanosecond decimals.
+ *
+ * The trace's memory comes from plain malloc, not through the allocation
+ * fault site (util/fault.h): a trace is how a run is looked at, so it must
+ * not change the run. A seed replayed with a trace makes the same faults
+ * at the same passes as without one.
  */
 #include "actor/actor.h"
 #include "future/future.h"
@@ -31,7 +36,6 @@
 #include "sched/clock.h"
 #include "scope/scope.h"
 #include "sync/sync.h"
-#include "util/fault.h"
 #include "util/json.h"
 #include "wait/record.h"
 
@@ -150,8 +154,8 @@ static void *chunks_slot(chunks *a, size_t size)
     }
     size_t ci = a->n / CHUNK;
     if (ci == a->nc) {
-        void **nc = weft__realloc(a->c, (a->nc + 1) * sizeof(*nc));
-        void *chunk = nc ? weft__malloc(CHUNK * size) : NULL;
+        void **nc = realloc(a->c, (a->nc + 1) * sizeof(*nc));
+        void *chunk = nc ? malloc(CHUNK * size) : NULL;
         if (nc)
             a->c = nc;
         if (!chunk) {
@@ -302,12 +306,12 @@ const char *weft__trace_path(const weft_config *cfg)
 weft__trace *weft__trace_new(weft_runtime *rt, const char *path,
                              const weft_instrument *user, int *err)
 {
-    weft__trace *tr = weft__calloc(1, sizeof(*tr));
+    weft__trace *tr = calloc(1, sizeof(*tr));
     if (tr) {
-        tr->bufs = weft__aligned_alloc(WEFT_CACHELINE,
-                                       (size_t)weft__rtpub(rt)->nworkers *
-                                           sizeof(*tr->bufs));
-        tr->path = weft__strdup(path);
+        tr->bufs =
+            aligned_alloc(WEFT_CACHELINE, (size_t)weft__rtpub(rt)->nworkers *
+                                              sizeof(*tr->bufs));
+        tr->path = strdup(path);
     }
     if (!tr || !tr->bufs || !tr->path) {
         weft__trace_free(tr);
@@ -385,7 +389,7 @@ static int names_build(names *nm, weft__trace *tr)
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
-    nm->slot = weft__calloc(cap, sizeof(*nm->slot));
+    nm->slot = calloc(cap, sizeof(*nm->slot));
     if (!nm->slot)
         return -ENOMEM;
     nm->mask = cap - 1;

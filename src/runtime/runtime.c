@@ -163,9 +163,17 @@ static void thread_leave(weft_worker *w)
     weft__tl_worker = NULL;
 }
 
+/* Held by start_workers while it starts a runtime's threads: a started
+ * worker waits here until the count of workers the run goes on with is
+ * final (start_workers lowers it when a thread cannot be made). Shared by
+ * every runtime: they start one at a time, which takes microseconds. */
+static pthread_mutex_t starting = PTHREAD_MUTEX_INITIALIZER;
+
 void *weft__worker_thread(void *arg)
 {
     weft_worker *w = arg;
+    pthread_mutex_lock(&starting);
+    pthread_mutex_unlock(&starting);
     thread_enter(w);
     weft__worker_loop(w);
     thread_leave(w);
@@ -182,7 +190,8 @@ static int check_config(const weft_config *c)
         return -EINVAL;
     if (c->clock != WEFT_CLOCK_MONOTONIC && c->clock != WEFT_CLOCK_VIRTUAL)
         return -EINVAL;
-    if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0)
+    if (c->shutdown_grace_ns < 0 || c->shutdown_drain_ns < 0 ||
+        c->autojump_ns < 0)
         return -EINVAL;
     if ((unsigned)c->poller > WEFT_POLLER_IO_URING)
         return -EINVAL;
@@ -373,7 +382,7 @@ static void runtime_settle(weft_runtime *rt, const weft_config *c,
                                         &rt->cpus) == 0 &&
                  CPU_COUNT(&rt->cpus) > 0;
     rt->nworkers = c->workers ? c->workers : online_cpus();
-    weft__clock_init(rt, c->clock);
+    weft__clock_init(rt, c->clock, c->autojump_ns);
     rt->hooks = weft__scope_hooks;
     rt->seed = seed;
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
@@ -552,6 +561,7 @@ static int start_workers(weft_runtime *rt)
 {
     int set_up = rt->nworkers;
     int started = 1;
+    pthread_mutex_lock(&starting);
     for (; started < rt->nworkers; started++) {
         weft_worker *w = &rt->workers[started];
         if (weft__fault_fails(WEFT_FAULT_THREAD) ||
@@ -563,6 +573,7 @@ static int start_workers(weft_runtime *rt)
      * left with one worker of several is not seeded. */
     if (started < rt->nworkers)
         rt->nworkers = started;
+    pthread_mutex_unlock(&starting);
     return set_up;
 }
 
@@ -595,6 +606,9 @@ static int faults_install(const weft_config *c)
     if ((f->nth && (unsigned)f->site >= WEFT_FAULT_SITES) || f->err < 0 ||
         f->active_permille > 1000 || f->fail_permille > 1000)
         return -EINVAL;
+    for (int s = 0; s < WEFT_FAULT_SITES; s++)
+        if (f->site_permille[s] > 1000)
+            return -EINVAL;
     uint64_t seed;
     int rc = run_seed(c, &seed);
     return rc ? rc : weft__fault_install(f, seed);

@@ -91,23 +91,26 @@ static void virt_unidle(weft_worker *w)
 }
 
 /* Before time jumps: real work the clock cannot see may still wake a
- * task. Tasks waiting for descriptors give the kernel AUTOJUMP_NS of real
- * time to make one ready, and tasks waiting for weft_blocking calls (on
- * any worker) give the pool POOL_AUTOJUMP_NS to finish them (Trio's
- * autojump threshold), so that loopback I/O and a quick blocking call
- * complete at the virtual instant they started (in simulation, nothing
- * real runs: no grace). Asleep meanwhile, so a
- * wake from another thread ends the wait at once. Returns true if work
- * turned up. */
+ * task. Tasks waiting for descriptors give the kernel autojump_io_ns of
+ * real time to make one ready, and tasks waiting for weft_blocking calls
+ * give the pool autojump_pool_ns to finish them (Trio's autojump
+ * threshold), so that loopback I/O and a quick blocking call complete at
+ * the virtual instant they started (in simulation nothing real runs: no
+ * grace). Asleep meanwhile, so a wake from
+ * another thread ends the wait at once. Returns true if work turned up.
+ * Only the worker whose tasks wait naps: time cannot jump while it does
+ * (it is not idle in the books), and another worker napping for it would
+ * not be woken by the call's end, holding the clock for the whole grace
+ * after the call returned. */
 static bool autojump_grace(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     if (rt->sim) /* no real I/O, blocking calls run inline: no grace */
         return false;
     int64_t grace =
-        weft__pending_all(rt, WEFT__PENDING_POOL) ? POOL_AUTOJUMP_NS : 0;
-    if (weft__pending(w, WEFT__PENDING_IO) && grace < AUTOJUMP_NS)
-        grace = AUTOJUMP_NS;
+        weft__pending(w, WEFT__PENDING_POOL) ? rt->autojump_pool_ns : 0;
+    if (weft__pending(w, WEFT__PENDING_IO) && grace < rt->autojump_io_ns)
+        grace = rt->autojump_io_ns;
     return grace && (weft__nap(w, grace) || weft__work_visible(w));
 }
 
@@ -172,9 +175,12 @@ const weft__clock_ops weft__clock_virtual = {
     .unidle = virt_unidle,
 };
 
-void weft__clock_init(weft_runtime *rt, weft_clock_kind kind)
+void weft__clock_init(weft_runtime *rt, weft_clock_kind kind,
+                      int64_t autojump_ns)
 {
     rt->clock = kind;
+    rt->autojump_io_ns = autojump_ns ? autojump_ns : AUTOJUMP_NS;
+    rt->autojump_pool_ns = autojump_ns ? autojump_ns : POOL_AUTOJUMP_NS;
     rt->clock_ops = kind == WEFT_CLOCK_VIRTUAL ? &weft__clock_virtual
                                                : &weft__clock_monotonic;
 }

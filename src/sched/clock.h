@@ -40,7 +40,8 @@ extern const weft__clock_ops weft__clock_monotonic;
 extern const weft__clock_ops weft__clock_virtual;
 
 /* Picks rt's clock, once, before its workers are made (runtime_new). */
-void weft__clock_init(weft_runtime *rt, weft_clock_kind kind);
+void weft__clock_init(weft_runtime *rt, weft_clock_kind kind,
+                      int64_t autojump_ns);
 
 /* CLOCK_MONOTONIC in ns: the time outside a runtime. */
 int64_t weft__mono_now(void);

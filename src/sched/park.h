@@ -59,7 +59,5 @@ static inline int weft__pending(weft_worker *w, int kind)
 {
     return ld_rlx(&weft__wpub(w)->pending[kind]);
 }
-/* The count over every worker of rt (a snapshot; any thread). */
-int weft__pending_all(weft_runtime *rt, int kind);
 
 #endif

@@ -49,6 +49,34 @@ enum {
                          * a short read no longer means "empty" */
 };
 
+/* A file operation for a completion-based backend (io/file.c): what to
+ * run, and where its result goes. On the submitting task's stack; the
+ * task does not return before `complete` has run. */
+enum {
+    WEFT__OP_OPEN,  /* openat(AT_FDCWD, path, flags | O_CLOEXEC, mode) */
+    WEFT__OP_READ,  /* read at off (-1: the descriptor's offset) */
+    WEFT__OP_WRITE, /* write at off (-1: the descriptor's offset) */
+    WEFT__OP_FSYNC, /* fsync */
+    WEFT__OP_KINDS
+};
+
+typedef struct weft__op {
+    int code; /* WEFT__OP_* */
+    int fd;
+    const char *path;
+    int flags;
+    unsigned mode;
+    void *buf;
+    uint32_t n;
+    int64_t off;
+    int32_t res; /* the result (a count, a descriptor, or -errno), set
+                  * before complete runs */
+    /* Called once, on the poller's owner thread, when the operation is
+     * over (its result in res): a completion or a cancel's. */
+    void (*complete)(struct weft__op *op);
+    uint32_t slot; /* the poller's */
+} weft__op;
+
 typedef struct weft__poller_ops {
     const char *name;
     /* Its readiness comes from inside the runtime (the simulated network's
@@ -95,6 +123,16 @@ typedef struct weft__poller_ops {
      * woken waits end (their cancel then finds nothing to withdraw), so
      * that the file closes with the close. */
     void (*forget)(weft__poller *p, int fd);
+    /* A completion-based backend's (NULL for epoll): starts op, which
+     * completes through op->complete, on the owner's thread, even if
+     * op_cancel is called. Returns 0; -ENOTSUP (the kernel lacks the
+     * operation), -EAGAIN or -ENOMEM (nothing started: run it elsewhere).
+     * The owner's thread. */
+    int (*op_submit)(weft__poller *p, weft__op *op);
+    /* Asks the kernel to stop op, started by op_submit and not complete:
+     * it completes (op->complete) with -ECANCELED or, if it was too late,
+     * with its own result. The owner's thread. */
+    void (*op_cancel)(weft__poller *p, weft__op *op);
     /* Frees the poller (the worker has stopped). */
     void (*fini)(weft__poller *p);
 } weft__poller_ops;

@@ -94,6 +94,7 @@
 #include "sched/scheduler.h"
 #include "timer/timer.h"
 #include "util/fault.h"
+#include "util/runlog.h"
 #include "util/tsan.h"
 
 #if defined(WEFT_ASAN)
@@ -735,6 +736,35 @@ static uint64_t rng_next(weft_worker *w)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* Logs t's resume for the determinism check (util/runlog.h): its id, but
+ * 0 for a task made outside a worker (the root task), whose count is
+ * process-wide, and the virtual time. */
+WEFT_COLD static void runlog_resume(weft_worker *w, weft_task *t)
+{
+    uint64_t id = ld_rlx(&t->id);
+    weft__runlog_add(WEFT_SWARM_EVENT_RESUME, id >> WEFT__ID_BITS ? id : 0,
+                     (uint64_t)weft__now(w->rt));
+}
+
+/* Schedule exploration (util/runlog.h): the ready task of highest
+ * priority, after a change point with a chance of 1 in 2^shift. */
+WEFT_COLD static size_t pick_pct(weft_worker *w, unsigned shift)
+{
+    if ((rng_next(w) & ((UINT64_C(1) << shift) - 1)) == 0)
+        weft__pct_change();
+    size_t at = 0;
+    uint64_t best = 0;
+    for (size_t k = 0; k < w->nready; k++) {
+        uint64_t id = ld_rlx(&w->ready[k]->id);
+        uint64_t p = weft__pct_priority(id >> WEFT__ID_BITS ? id : 0);
+        if (p >= best) {
+            best = p;
+            at = k;
+        }
+    }
+    return at;
+}
+
 static weft_task *pick_seeded(weft_worker *w)
 {
     inbox_drain(w);
@@ -742,11 +772,15 @@ static weft_task *pick_seeded(weft_worker *w)
         poll_timers(w);
     if (!w->nready)
         return NULL;
-    size_t i = (size_t)(rng_next(w) % w->nready);
+    unsigned pct = ld_rlx(&weft__pct_shift);
+    size_t i = WEFT_UNLIKELY(pct) ? pick_pct(w, pct)
+                                  : (size_t)(rng_next(w) % w->nready);
     weft_task *t = w->ready[i];
     w->ready[i] = w->ready[--w->nready];
     if (w->rt->on_pick)
         w->rt->on_pick(w, t);
+    if (WEFT_UNLIKELY(ld_rlx(&weft__runlog_on))) /* the determinism check */
+        runlog_resume(w, t);
     return t;
 }
 
@@ -1361,14 +1395,6 @@ bool weft__nap(weft_worker *w, int64_t timeout)
         events = weft__sleep(w, mode, timeout);
     weft__sleep_done(w);
     return events;
-}
-
-int weft__pending_all(weft_runtime *rt, int kind)
-{
-    int n = 0;
-    for (int i = 0; i < rt->nworkers; i++)
-        n += ld_rlx(&rt->workers[i].pending[kind]);
-    return n;
 }
 
 int64_t weft__idle_forever_enter(weft_worker *w)

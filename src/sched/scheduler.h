@@ -237,6 +237,9 @@ struct weft_runtime {
     _Atomic int64_t vnow; /* virtual clock */
     pthread_mutex_t vmu;  /* virtual clock: idle accounting */
     int nvidle;
+    /* virtual clock: the real time it waits for descriptors and for
+     * blocking calls before it jumps (weft_config.autojump_ns) */
+    int64_t autojump_io_ns, autojump_pool_ns;
     /* what the scheduler calls at a task's exit: the scope layer's
      * (weft__scope_hooks), set once by runtime_new */
     weft__task_hooks hooks;

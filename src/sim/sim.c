@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Simulation (weft.h, section 16): a whole program and its network in
+ * Simulation (weft.h, section 17): a whole program and its network in
  * virtual time, a function of one seed.
  *
  * What the mode replaces, each behind a seam that already existed: the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The simulation layer (weft.h, section 16): the mode (sim.c: its start
+ * The simulation layer (weft.h, section 17): the mode (sim.c: its start
  * and end, the hosts, the network's verbs, the event log, the poller) and
  * the simulated network's sockets (net.c), behind the io layer's socket
  * table (io/io.h, weft__netsys), which net.c fills in.

@@ -11,6 +11,7 @@
  * plan still fails the same share of passes.
  */
 #include "util/fault.h"
+#include "util/runlog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ static atomic_int installed;
 static weft_fault_plan plan;
 static uint64_t seed;
 static unsigned active;
+static bool per_site; /* plan.site_permille gives the rates */
 static _Atomic uint64_t passes[WEFT_FAULT_SITES], fired[WEFT_FAULT_SITES];
 static _Atomic uint64_t shorts;
 
@@ -78,8 +80,12 @@ int weft__fault_install(const weft_fault_plan *p, uint64_t run_seed)
     plan = *p;
     seed = p->seed ? p->seed : run_seed ? run_seed : 1;
     active = 0;
+    per_site = false;
+    for (unsigned s = 0; s < WEFT_FAULT_SITES; s++)
+        per_site |= p->site_permille[s] != 0;
     for (unsigned s = 0; s < WEFT_FAULT_SITES; s++) {
-        if (draw(seed, s, UINT64_MAX) % 1000 < p->active_permille)
+        if (per_site ? p->site_permille[s] != 0
+                     : draw(seed, s, UINT64_MAX) % 1000 < p->active_permille)
             active |= 1u << s;
         st_rlx(&passes[s], 0);
         st_rlx(&fired[s], 0);
@@ -105,10 +111,15 @@ int weft__fault_hit(weft_fault_site s)
     if (plan.nth && plan.site == s && k == plan.nth)
         e = plan.err ? plan.err : si->errs[0];
     else if ((active & (1u << s)) &&
-             draw(seed, s, k) % 1000 < plan.fail_permille)
+             draw(seed, s, k) % 1000 <
+                 (per_site ? plan.site_permille[s] : plan.fail_permille))
         e = si->errs[draw(seed, s, ~k) % (uint64_t)si->n];
-    if (e)
+    if (e) {
         add_rlx(&fired[s], 1);
+        if (WEFT_UNLIKELY(ld_rlx(&weft__runlog_on)))
+            weft__runlog_add(WEFT_SWARM_EVENT_FAULT, s,
+                             k << 8 | (uint64_t)(e & 0xff));
+    }
     return e;
 }
 

@@ -138,7 +138,7 @@ const char *weft_strerror(int err)
     case -EAGAIN:
         return "not ready yet (try again)";
     case -ENOENT:
-        return "no such item";
+        return "no such file, name or item";
     case -ENODATA:
         return "nothing recorded (no samples yet, or a scope whose policy "
                "keeps no such data)";
