@@ -292,9 +292,10 @@ typedef struct weft_config {
      * and return -EINVAL). In simulation nothing real is touched: the
      * virtual clock, one seeded worker (a seed is drawn and printed on
      * stderr if none is given), a simulated network behind the socket
-     * calls, blocking calls run inline. workers, clock and poller are
-     * ignored; so are the watchdog and slow slices (they measure real
-     * time). One simulated runtime at a time: -EBUSY while another runs. */
+     * calls, blocking calls run inline. workers, clock, poller and
+     * autojump_ns are ignored; so are the watchdog and slow slices (they
+     * measure real time). One simulated runtime at a time: -EBUSY while another
+     * runs. */
     const struct weft_sim_opts *sim;
 } weft_config;
 
