@@ -759,7 +759,9 @@ static int faulty_clients(void *arg)
     if (rc == 0)
         rc = weft_sim_host_start(h, echo_server, NULL);
     weft_scope *s;
-    if (rc || (rc = weft_scope_open(&s, NULL)) != 0)
+    if (rc == 0 && (rc = weft_scope_open(&s, NULL)) != 0)
+        weft_sim_host_crash(h); /* else it would serve forever */
+    if (rc)
         return rc;
     client cs[NCLIENTS];
     for (int i = 0; i < NCLIENTS; i++) {
@@ -955,4 +957,30 @@ static int waits_body(void *arg)
 TEST(waits_and_select_on_simulated_sockets)
 {
     ASSERT_EQ(sim_run(T_SEED(12), NULL, waits_body, NULL), 0);
+}
+
+/* ---- a swarm sweep on the simulated network ---- */
+
+static int sweep_body(void *arg)
+{
+    (void)arg;
+    int done = faulty_clients(NULL); /* faults may fail anything */
+    char note[32];
+    snprintf(note, sizeof note, "answered %d", done);
+    weft_sim_log(note);
+    return 0;
+}
+
+TEST(a_swarm_sweep_runs_on_the_simulated_network)
+{
+    weft_sim_opts so = {.reset_permille = 5};
+    weft_config cfg = {.sim = &so};
+    weft_swarm_opts o = {.name = "sim",
+                         .seeds = (uint64_t)(T_SCALE(40) > 4 ? T_SCALE(40) : 4),
+                         .check_every = 2,
+                         .verbose = -1,
+                         .config = &cfg};
+    weft_swarm_stats st;
+    ASSERT_EQ(weft_swarm_run(&o, sweep_body, NULL, &st), 0);
+    ASSERT(st.checked > 0);
 }
