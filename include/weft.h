@@ -286,6 +286,17 @@ typedef struct weft_config {
      * on a machine however loaded, sets a long one (a jump then waits that
      * long when a call does not finish). Negative: -EINVAL. */
     int64_t autojump_ns;
+    /* Simulation (section 17): NULL, none, unless the environment variable
+     * WEFT_SIM is "1" (then with the defaults of weft_sim_opts; "0" or
+     * empty: off; anything else makes weft_run write a message to stderr
+     * and return -EINVAL). In simulation nothing real is touched: the
+     * virtual clock, one seeded worker (a seed is drawn and printed on
+     * stderr if none is given), a simulated network behind the socket
+     * calls, blocking calls run inline. workers, clock, poller and
+     * autojump_ns are ignored; so are the watchdog and slow slices (they
+     * measure real time). One simulated runtime at a time: -EBUSY while another
+     * runs. */
+    const struct weft_sim_opts *sim;
 } weft_config;
 
 /* Runs a runtime on the calling thread (plus cfg->workers - 1 threads):
@@ -1252,7 +1263,10 @@ WEFT_EXTERN int weft_barrier_destroy(weft_barrier *b);
  * 7. Blocking work
  *
  * A bounded pool of OS threads runs calls that would block a worker (file
- * I/O, getaddrinfo, CPU-heavy work) while the calling task waits.
+ * I/O, getaddrinfo, CPU-heavy work) while the calling task waits. In
+ * simulation (section 17) there is no pool: fn runs inline on the worker,
+ * at the virtual instant of the call, so that the run stays a function of
+ * its seed (a deadline or cancel is seen only before fn starts).
  * ---------------------------------------------------------------------- */
 
 /* Runs fn(arg) on a thread of the runtime's blocking pool while the calling
@@ -3569,6 +3583,138 @@ WEFT_EXTERN void weft_swarm_fail(const char *what);
  * that was reached but never true. Returns cond, so it can sit in an if.
  * Outside a sweep it only returns cond. Any thread; never blocks. */
 WEFT_EXTERN int weft_sim_sometimes(int cond, const char *name);
+
+/* ------------------------------------------------------------------------
+ * 17. Testing: simulation
+ *
+ * A whole program, with its network, in virtual time and from one seed
+ * (FoundationDB's simulator, TigerBeetle's VOPR, madsim, Tokio's
+ * turmoil): weft_config.sim, or WEFT_SIM=1 in the environment of an
+ * unchanged program. What it changes:
+ * - time is the virtual clock, and nothing reads real time: it moves only
+ *   when every task waits, straight to the next timer or packet;
+ * - one worker, seeded (weft_config.seed or WEFT_SEED; with neither, a
+ *   seed is drawn and printed on stderr, so the run can be replayed): the
+ *   order in which ready tasks run, select's choices, weft__rand and
+ *   weft_backoff's jitter, and every draw of the network come from it;
+ * - weft_tcp_listen, weft_tcp_connect, weft_accept, weft_read,
+ *   weft_write, weft_shutdown, weft_close, weft_udp_bind, weft_sendto,
+ *   weft_recvfrom (and their _addr, v and exact forms, and weft_fd_wait
+ *   and select's descriptor cases on these sockets) reach an in-memory
+ *   network of simulated hosts instead of the kernel: host n has the
+ *   address 10.0.0.n and its name resolves to it; 127.0.0.1 and the
+ *   wildcard are the calling host (a listener on 127.0.0.1 is reached at
+ *   its host's address too). Streams behave as TCP does to the
+ *   program: EOF after the peer's shutdown or close, ECONNREFUSED when
+ *   nothing listens, ECONNRESET after a reset (a close with unread data,
+ *   a host crash, or the network's seeded resets). Each packet takes the
+ *   latency plus a jitter drawn from the seed; a stream's bytes arrive in
+ *   order and are never lost (TCP retransmits across a partition);
+ *   datagrams may be lost (loss_permille). A send never waits (no
+ *   window). Not simulated: Unix sockets and IPv6 (making one fails with
+ *   -EAFNOSUPPORT), signals and descriptors weft did not make (a wait on
+ *   one fails with -ENOTSUP);
+ * - weft_blocking calls run inline on the worker, at the virtual instant
+ *   they are made (no thread, no real time): a call cannot be abandoned,
+ *   and a deadline or cancel is only seen before it starts;
+ * - every network event and scheduling decision is appended, with its
+ *   virtual time, to an event log whose 64-bit hash a test compares:
+ *   the same seed gives the same log, byte for byte.
+ * Not simulated: memory, real files, real threads a program starts.
+ * weft_sim_* calls are made by tasks of the simulated runtime (-ENOTSUP
+ * in another runtime, -EPERM outside a task) and never block.
+ * ---------------------------------------------------------------------- */
+
+/* weft_config.sim. Zero fields are the defaults. */
+typedef struct weft_sim_opts {
+    /* One-way latency of each packet, ns. 0: 1 ms. Negative: -EINVAL. */
+    int64_t latency_ns;
+    /* Each packet's latency gets a jitter drawn uniformly from [0,
+     * jitter_ns] (a stream's bytes still arrive in order). 0: 1 ms;
+     * negative: none. */
+    int64_t jitter_ns;
+    /* Chance in thousandths that a stream segment resets its connection
+     * (both ends see ECONNRESET) instead of arriving. 0: never. */
+    unsigned reset_permille;
+    /* Chance in thousandths that a datagram is lost. 0: never. */
+    unsigned loss_permille;
+    /* Bytes of the event log's text kept for weft_sim_log_write (the hash
+     * covers every event). 0: 4 MiB. */
+    size_t log_max;
+} weft_sim_opts;
+
+/* A simulated host: an address, its sockets and its tasks. */
+typedef struct weft_sim_host weft_sim_host;
+
+/* Makes *out, a host named name (copied; it resolves to the host's address),
+ * with the next address: 10.0.0.2, 10.0.0.3, ... (10.0.0.1, named
+ * "main", is the host of every task that runs on no host). Its tasks are
+ * started by weft_sim_host_start. Sets *out and returns 0, or -EINVAL
+ * (name NULL, empty or taken), -ENOSPC (64 hosts already), -ENOMEM,
+ * -ENOTSUP, -EPERM. The host lives until the run ends. */
+WEFT_EXTERN int weft_sim_host_new(weft_sim_host **out, const char *name);
+
+/* The host of the calling task: the one whose root scope it runs in, or
+ * "main". NULL outside a simulated runtime's task. */
+WEFT_EXTERN weft_sim_host *weft_sim_host_self(void);
+
+/* Writes h's address ("10.0.0.2") into buf of size n (at least 16).
+ * Returns 0, -EINVAL. Any thread. */
+WEFT_EXTERN int weft_sim_host_addr(const weft_sim_host *h, char *buf, size_t n);
+
+/* Boots host h: spawns into the caller's current scope a task that opens
+ * the host's root scope and runs fn(arg) in it; every task spawned under
+ * it runs on h (its sockets have h's address). The boot task ends when
+ * that scope has joined (fn and its tasks have returned, or the host
+ * crashed and they have all ended); it returns fn's status, or 0 after a
+ * crash. Returns 0, -EBUSY (h is running), -EINVAL, or weft_spawn's
+ * error. */
+WEFT_EXTERN int weft_sim_host_start(weft_sim_host *h, weft_fn fn, void *arg);
+
+/* Crashes h: its root scope is cancelled (every task on it gets
+ * -ECANCELED from its blocking calls and ends), its sockets are dropped
+ * at once (its listeners' ports are free again, its connections' peers
+ * get a reset; what is in flight to it finds nothing), and until it is
+ * restarted packets to it are lost (a connect to it waits for its
+ * deadline). Returns 0, -ESRCH (h is not running), -EINVAL (NULL or
+ * "main"). */
+WEFT_EXTERN int weft_sim_host_crash(weft_sim_host *h);
+
+/* Boots a crashed host again with the fn and arg of its last start, as
+ * weft_sim_host_start does, into the scope that was current at that start
+ * (which must still be open), whoever calls it (turmoil's bounce is crash
+ * then restart).
+ * Returns 0, -EBUSY (it runs), -EINVAL (never started). */
+WEFT_EXTERN int weft_sim_host_restart(weft_sim_host *h);
+
+/* The network's verbs, on the link between hosts a and b (both ways;
+ * NULL is "main"). partition: packets that reach the link are lost
+ * (datagrams, connection attempts) or, a stream's, parked until repair
+ * (TCP retransmits them); repair: delivers the parked ones and lets
+ * traffic through. hold: everything that reaches the link, in flight now
+ * or sent later, is parked, in order; release: delivers it. Each returns
+ * 0 or -EINVAL (a == b, or not hosts). */
+WEFT_EXTERN int weft_sim_partition(weft_sim_host *a, weft_sim_host *b);
+WEFT_EXTERN int weft_sim_repair(weft_sim_host *a, weft_sim_host *b);
+WEFT_EXTERN int weft_sim_hold(weft_sim_host *a, weft_sim_host *b);
+WEFT_EXTERN int weft_sim_release(weft_sim_host *a, weft_sim_host *b);
+
+/* Appends a line of the program's own to the event log (a test's marks:
+ * "request 3 answered"). Returns 0, -EINVAL, -ENOTSUP, -EPERM. */
+WEFT_EXTERN int weft_sim_log(const char *text);
+
+/* The running 64-bit hash (FNV-1a) of the event log: of the simulated
+ * run in progress when called from its task, else of the last one that
+ * ended (0 if none). Any thread; never blocks. */
+WEFT_EXTERN uint64_t weft_sim_log_hash(void);
+
+/* Writes the event log's text (as weft_sim_log_hash chooses the run) to
+ * fd: one event a line, its virtual time in ns first. The text kept is
+ * at most weft_sim_opts.log_max bytes; a last line says if more was cut.
+ * Returns 0 or a negative errno of write(2). From a task of the simulated
+ * run, or from any thread once no simulated run is going on; blocks in
+ * write. */
+WEFT_EXTERN int weft_sim_log_write(int fd);
 
 /* ------------------------------------------------------------------------
  * Deprecated names (0.2), removed in 0.4

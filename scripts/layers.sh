@@ -49,6 +49,7 @@ LAYERS='
 6 io         io
 7 future     future
 7 process    process
+7 sim        sim
 8 select     select
 8 pool       pool
 9 actor      actor

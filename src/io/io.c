@@ -166,6 +166,9 @@ static weft__poller *io_poller(weft_worker *w, int *err)
     if (WEFT_LIKELY(weft__wpub(w)->poller != NULL))
         return weft__wpub(w)->poller;
     weft__poller *p = NULL;
+    const weft__poller_ops *sim = weft__netsys_new()->poller;
+    if (sim) /* simulation: nothing else */
+        return weft__wpub(w)->poller = sim->init(w, err);
     if (weft__io_rt(weft__wpub(w)->rt)->poller == WEFT_POLLER_IO_URING)
         p = weft__poller_uring.init(w, err); /* refused: says why, once */
     weft__wpub(w)->poller = p ? p : weft__poller_epoll.init(w, err);
@@ -377,9 +380,10 @@ static int fd_wait(int fd, int events, weft_time deadline,
     bool oneshot = p->ops->arm != NULL;
     if (oneshot) /* a request for this wait (poller.h) */
         p->ops->arm(p, fd, ld_rlx(&r->gen), events);
-    weft__pending_add(w, WEFT__PENDING_IO, 1);
+    int outside = p->ops->in_runtime ? 0 : 1;
+    weft__pending_add(w, WEFT__PENDING_IO, outside);
     rc = fd_park(r, events, deadline);
-    weft__pending_add(w, WEFT__PENDING_IO, -1);
+    weft__pending_add(w, WEFT__PENDING_IO, -outside);
     if (oneshot)
         p->ops->cancel(p, fd, events);
     return rc;
@@ -492,6 +496,12 @@ void weft__fd_own(int fd, bool stream)
     weft__wake_chain(woken, -EBADF);
 }
 
+uint32_t weft__fd_gen(int fd)
+{
+    fd_rec *r = fd_lookup(fd, false);
+    return r ? ld_acq(&r->gen) : 0;
+}
+
 void weft__fd_set_stream(int fd)
 {
     fd_rec *r = fd_lookup(fd, true);
@@ -554,7 +564,7 @@ static void poller_forget(int fd)
 /* Linux closes the descriptor even when close() reports an error. */
 static int close_fd(int fd)
 {
-    return close(fd) == 0 || errno == EINTR ? 0 : -errno;
+    return weft__netsys_for(fd)->close(fd) == 0 || errno == EINTR ? 0 : -errno;
 }
 
 int weft_close(int fd)

@@ -10,6 +10,8 @@
 
 #include "sched/task.h"
 
+#include <sys/socket.h>
+
 /* ---- the io layer's part of a runtime (weft_runtime.ext) ---- */
 
 struct weft__io_rt {
@@ -30,7 +32,81 @@ static inline struct weft__io_rt *weft__io_rt(weft_runtime *rt)
     return (struct weft__io_rt *)(void *)(weft__rtpub(rt)->ext + WEFT__RT_IO);
 }
 
+/* ---- the system's socket calls: the kernel's, or simulated ----
+ * net.c and io.c make every socket call through a table of functions
+ * with the system calls' signatures and conventions (-1 and errno): the
+ * kernel's (weft__netsys_os), or, for a descriptor the simulated network
+ * made (WEFT__SIM_FD_BASE and up) and for the new sockets of a simulated
+ * runtime, the one the simulation layer (src/sim) installs for its run.
+ * So the socket code is written once, whatever is under it. */
+
+typedef struct weft__netsys {
+    const char *name;
+    ssize_t (*read)(int fd, void *buf, size_t n);
+    ssize_t (*recv)(int fd, void *buf, size_t n, int flags);
+    ssize_t (*readv)(int fd, const struct iovec *iov, int iovcnt);
+    ssize_t (*recvfrom)(int fd, void *buf, size_t n, int flags,
+                        struct sockaddr *addr, socklen_t *alen);
+    int (*accept4)(int fd, struct sockaddr *addr, socklen_t *alen, int flags);
+    ssize_t (*send)(int fd, const void *buf, size_t n, int flags);
+    ssize_t (*write)(int fd, const void *buf, size_t n);
+    ssize_t (*sendmsg)(int fd, const struct msghdr *m, int flags);
+    ssize_t (*writev)(int fd, const struct iovec *iov, int iovcnt);
+    ssize_t (*sendto)(int fd, const void *buf, size_t n, int flags,
+                      const struct sockaddr *addr, socklen_t alen);
+    int (*socket)(int family, int type, int proto);
+    int (*bind)(int fd, const struct sockaddr *addr, socklen_t alen);
+    int (*listen)(int fd, int backlog);
+    int (*connect)(int fd, const struct sockaddr *addr, socklen_t alen);
+    int (*shutdown)(int fd, int how);
+    int (*close)(int fd);
+    int (*getsockopt)(int fd, int level, int name, void *val, socklen_t *len);
+    int (*setsockopt)(int fd, int level, int name, const void *val,
+                      socklen_t len);
+    int (*getsockname)(int fd, struct sockaddr *addr, socklen_t *alen);
+    int (*getpeername)(int fd, struct sockaddr *addr, socklen_t *alen);
+    /* A host name's numeric address (into ip, n bytes), or -1 with errno
+     * ENOENT; NULL: names go to the system's resolver. */
+    int (*lookup)(const char *name, char *ip, size_t n);
+    /* The workers' poller in this mode; NULL: the configured one. */
+    const struct weft__poller_ops *poller;
+} weft__netsys;
+
+extern const weft__netsys weft__netsys_os;
+/* The simulated network's table while a simulated runtime runs, else
+ * NULL (one such runtime at a time). */
+extern _Atomic(const weft__netsys *) weft__netsys_sim;
+
+/* Descriptors the simulated network hands out start here, far above the
+ * kernel's numbers, and stay below io.c's limit of 1M. */
+#define WEFT__SIM_FD_BASE (1 << 19)
+
+/* The table for calls on fd. */
+static inline const weft__netsys *weft__netsys_for(int fd)
+{
+    const weft__netsys *s =
+        atomic_load_explicit(&weft__netsys_sim, memory_order_acquire);
+    return WEFT_UNLIKELY(s != NULL) && fd >= WEFT__SIM_FD_BASE
+               ? s
+               : &weft__netsys_os;
+}
+
+/* The table for a new socket of the calling task. */
+static inline const weft__netsys *weft__netsys_new(void)
+{
+    weft_worker *w = weft__tl_worker;
+    const weft__netsys *s =
+        atomic_load_explicit(&weft__netsys_sim, memory_order_acquire);
+    return WEFT_UNLIKELY(s != NULL) && w && weft__rtpub(weft__wpub(w)->rt)->sim
+               ? s
+               : &weft__netsys_os;
+}
+
 /* ---- io.c ---- */
+
+/* The generation of fd's record (see io.c), which a poller's reports
+ * carry. Any thread; never blocks. */
+uint32_t weft__fd_gen(int fd);
 
 /* TCP reads (see io.c): fd is a TCP socket; the read edges dispatched so
  * far (take it just before a read); after a read that returned data,

@@ -56,6 +56,36 @@
 #define CONNECT_BACKOFF_MIN (1 * WEFT_MSEC)
 #define CONNECT_BACKOFF_MAX (64 * WEFT_MSEC)
 
+/* ---- the kernel's socket calls (io.h) ---- */
+
+const weft__netsys weft__netsys_os = {
+    .name = "os",
+    .read = read,
+    .recv = recv,
+    .readv = readv,
+    .recvfrom = recvfrom,
+    .accept4 = accept4,
+    .send = send,
+    .write = write,
+    .sendmsg = sendmsg,
+    .writev = writev,
+    .sendto = sendto,
+    .socket = socket,
+    .bind = bind,
+    .listen = listen,
+    .connect = connect,
+    .shutdown = shutdown,
+    .close = close,
+    .getsockopt = getsockopt,
+    .setsockopt = setsockopt,
+    .getsockname = getsockname,
+    .getpeername = getpeername,
+    .lookup = NULL,
+    .poller = NULL,
+};
+
+_Atomic(const weft__netsys *) weft__netsys_sim;
+
 /* ---- the I/O loop ---- */
 
 enum io_kind {
@@ -118,33 +148,36 @@ static ptrdiff_t io_call(int fd, io_op *op)
 
 static ptrdiff_t io_call_(int fd, io_op *op)
 {
+    const weft__netsys *sys = weft__netsys_for(fd);
     switch (op->kind) {
     case IO_READ:
-        return read(fd, op->buf, op->n);
+        return sys->read(fd, op->buf, op->n);
     case IO_RECV:
-        return recv(fd, op->buf, op->n, 0);
+        return sys->recv(fd, op->buf, op->n, 0);
     case IO_READV:
-        return readv(fd, op->iov, op->iovcnt);
+        return sys->readv(fd, op->iov, op->iovcnt);
     case IO_RECVFROM:
         op->alen = sizeof(struct sockaddr_storage);
-        return recvfrom(fd, op->buf, op->n, 0, op->addr,
-                        op->addr ? &op->alen : NULL);
+        return sys->recvfrom(fd, op->buf, op->n, 0, op->addr,
+                             op->addr ? &op->alen : NULL);
     case IO_ACCEPT:
         op->alen = sizeof(struct sockaddr_storage);
-        return accept4(fd, op->addr, &op->alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        return sys->accept4(fd, op->addr, &op->alen,
+                            SOCK_NONBLOCK | SOCK_CLOEXEC);
     case IO_SEND:
-        return send(fd, op->buf, op->n, MSG_NOSIGNAL);
+        return sys->send(fd, op->buf, op->n, MSG_NOSIGNAL);
     case IO_WRITE:
-        return write(fd, op->buf, op->n);
+        return sys->write(fd, op->buf, op->n);
     case IO_SENDMSG: {
         struct msghdr m = {.msg_iov = (struct iovec *)op->iov,
                            .msg_iovlen = (size_t)op->iovcnt};
-        return sendmsg(fd, &m, MSG_NOSIGNAL);
+        return sys->sendmsg(fd, &m, MSG_NOSIGNAL);
     }
     case IO_WRITEV:
-        return writev(fd, op->iov, op->iovcnt);
+        return sys->writev(fd, op->iov, op->iovcnt);
     case IO_SENDTO:
-        return sendto(fd, op->buf, op->n, MSG_NOSIGNAL, op->addr, op->alen);
+        return sys->sendto(fd, op->buf, op->n, MSG_NOSIGNAL, op->addr,
+                           op->alen);
     }
     errno = EINVAL;
     return -1;
@@ -311,7 +344,7 @@ int weft_shutdown(int fd, int how)
         return -EBADF;
     if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
         return -EINVAL;
-    return shutdown(fd, how) == 0 ? 0 : -errno;
+    return weft__netsys_for(fd)->shutdown(fd, how) == 0 ? 0 : -errno;
 }
 
 /* ---- addresses ---- */
@@ -439,6 +472,14 @@ static int resolve(const char *host, int port, int socktype, bool passive,
         return 0;
     if (rc != EAI_NONAME || !host)
         return gai_errno(rc);
+    const weft__netsys *sys = weft__netsys_new();
+    if (sys->lookup) { /* simulation: the hosts' names, nothing else */
+        char ip[INET6_ADDRSTRLEN];
+        if (sys->lookup(host, ip, sizeof ip) != 0)
+            return -errno;
+        rc = getaddrinfo(ip, svc, &hints, out);
+        return rc ? gai_errno(rc) : 0;
+    }
     if ((rc = weft__checkpoint()) != 0)
         return rc;
     hints.ai_flags &= ~AI_NUMERICHOST;
@@ -466,7 +507,8 @@ int weft_local_port(int fd)
     socklen_t len = sizeof ss;
     if (fd < 0)
         return -EBADF;
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    if (weft__netsys_for(fd)->getsockname(fd, (struct sockaddr *)&ss, &len) !=
+        0)
         return -errno;
     if (ss.ss_family == AF_INET)
         return ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -483,7 +525,8 @@ static int sock_new(int family, int type)
 {
     int fd = weft__fault_fails(WEFT_FAULT_SOCKET)
                  ? -1
-                 : socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                 : weft__netsys_new()->socket(
+                       family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     weft__fd_own(fd, false);
@@ -492,7 +535,10 @@ static int sock_new(int family, int type)
 
 static int set_int(int fd, int level, int name, int value)
 {
-    return setsockopt(fd, level, name, &value, sizeof value) == 0 ? 0 : -errno;
+    return weft__netsys_for(fd)->setsockopt(fd, level, name, &value,
+                                            sizeof value) == 0
+               ? 0
+               : -errno;
 }
 
 static bool is_tcp(int family)
@@ -522,7 +568,7 @@ static int sock_bind(const struct sockaddr *sa, size_t len, int type, int flags)
         rc = set_int(fd, SOL_SOCKET, SO_REUSEPORT, 1);
     if (!rc && sa->sa_family == AF_INET6) /* "::" takes IPv4 too */
         rc = set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 0);
-    if (!rc && bind(fd, sa, (socklen_t)len) != 0)
+    if (!rc && weft__netsys_for(fd)->bind(fd, sa, (socklen_t)len) != 0)
         rc = -errno;
     if (rc) {
         weft_close(fd);
@@ -535,7 +581,8 @@ static int sock_listen(const struct sockaddr *sa, size_t len, int backlog,
                        int flags)
 {
     int fd = sock_bind(sa, len, SOCK_STREAM, flags);
-    if (fd >= 0 && listen(fd, backlog > 0 ? backlog : SOMAXCONN) != 0) {
+    if (fd >= 0 && weft__netsys_for(fd)->listen(
+                       fd, backlog > 0 ? backlog : SOMAXCONN) != 0) {
         int err = -errno;
         weft_close(fd);
         return err;
@@ -672,19 +719,20 @@ int weft_accept(int lfd, struct sockaddr_storage *peer, weft_time deadline)
 /* After EINPROGRESS: waits until the connection is made or has failed. */
 static int connect_finish(int fd, weft_time deadline)
 {
+    const weft__netsys *sys = weft__netsys_for(fd);
     for (;;) {
         int rc = weft_fd_wait(fd, WEFT_IO_WRITE, deadline);
         if (rc)
             return rc;
         int err = 0;
         socklen_t len = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        if (sys->getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
             return -errno;
         if (err)
             return -err;
         struct sockaddr_storage ss;
         len = sizeof ss;
-        if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+        if (sys->getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
             return 0;
         if (errno != ENOTCONN)
             return -errno;
@@ -700,7 +748,7 @@ static int connect_fd(int fd, const struct sockaddr *sa, size_t len,
     int64_t delay = CONNECT_BACKOFF_MIN;
     for (;;) {
         if (!weft__fault_fails(WEFT_FAULT_CONNECT) &&
-            connect(fd, sa, (socklen_t)len) == 0)
+            weft__netsys_for(fd)->connect(fd, sa, (socklen_t)len) == 0)
             return 0;
         int err = errno;
         if (err == EINPROGRESS || err == EINTR || err == EALREADY)

@@ -307,7 +307,7 @@ static int64_t all_idle(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     struct weft__observe *ob = weft__observe_rt(rt)->observe;
-    int64_t now = weft__mono_now();
+    int64_t now = weft__real_now(rt);
     pthread_mutex_lock(&rt->dmu);
     if (!all_in_books(rt)) {
         pthread_mutex_unlock(&rt->dmu);
@@ -423,6 +423,8 @@ int weft__deadlock_init(weft_runtime *rt, const weft_config *cfg)
     ob->mode = cfg->deadlock;
     ob->grace =
         cfg->deadlock_grace_ns ? cfg->deadlock_grace_ns : DEFAULT_GRACE_NS;
+    if (rt->sim) /* no plain thread will call in, and no real time passes */
+        ob->grace = 0;
     ob->cb = cfg->on_deadlock;
     ob->ctx = cfg->deadlock_ctx;
     ob->gens = gens;

@@ -66,6 +66,7 @@
 #include "observe/observe.h"
 #include "sched/scheduler.h"
 #include "scope/struct.h"
+#include "sim/sim.h"
 #include "util/fault.h"
 #include "wait/wake.h"
 
@@ -76,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 #if defined(WEFT_ASAN)
@@ -261,6 +263,70 @@ static int poller_from_env(weft_poller_kind cfg_poller, int *poller)
     return 0;
 }
 
+/* ---- simulation: the config a simulated run uses ---- */
+
+/* WEFT_SIM: "1" on, "0" or empty off, unset: the config decides. Anything
+ * else is refused with a message, as a bad WEFT_SEED is. */
+static int sim_from_env(const weft_config *c, bool *on)
+{
+    const char *s = getenv("WEFT_SIM");
+    *on = c->sim != NULL;
+    if (!s)
+        return 0;
+    if (strcmp(s, "1") == 0 || strcmp(s, "0") == 0 || !*s) {
+        *on = *on || strcmp(s, "1") == 0;
+        return 0;
+    }
+    fprintf(stderr, "weft: WEFT_SIM=\"%s\" is not 0 or 1; not running\n", s);
+    return -EINVAL;
+}
+
+/* A seed for a simulated run that was given none, printed so that the run
+ * can be replayed (TigerBeetle's VOPR prints its seed the same way). */
+static uint64_t sim_draw_seed(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
+        v = (uint64_t)(uintptr_t)&v * 0x9E3779B97F4A7C15ull;
+    v = v ? v : 1;
+    fprintf(stderr,
+            "weft: simulation seed %llu (WEFT_SEED=%llu replays this run)\n",
+            (unsigned long long)v, (unsigned long long)v);
+    return v;
+}
+
+/* If the run is simulated (weft.h, section 16): *out is c with the
+ * virtual clock, one worker, no watcher of real time, a seed (drawn if
+ * none is given) and its sim options set, and *on is true. 0 or -EINVAL
+ * (a bad WEFT_SIM or WEFT_SEED). */
+static int sim_config(const weft_config *c, weft_config *out, bool *on)
+{
+    static const weft_sim_opts defaults;
+    int rc = sim_from_env(c, on);
+    uint64_t seed;
+    if (rc || !*on || (rc = seed_from_env(c->seed, &seed)) != 0)
+        return rc;
+    *out = *c;
+    out->sim = c->sim ? c->sim : &defaults;
+    out->seed = seed ? seed : sim_draw_seed();
+    out->clock = WEFT_CLOCK_VIRTUAL;
+    out->workers = 1;
+    out->pin_workers = 0;
+    out->watchdog_ns = WEFT_NEVER;
+    out->slow_slice_ns = WEFT_NEVER;
+    return 0;
+}
+
+/* The run's seed: WEFT_SEED's, else the config's; a simulated run's is
+ * never 0 (sim_config drew one if WEFT_SEED=0). */
+static int run_seed(const weft_config *c, uint64_t *seed)
+{
+    int rc = seed_from_env(c->seed, seed);
+    if (rc == 0 && *seed == 0 && c->sim)
+        *seed = c->seed;
+    return rc;
+}
+
 static void shutdown_fini(weft_runtime *rt);
 
 /* rt's root scope (the scope layer's part of rt). */
@@ -277,6 +343,8 @@ static inline weft__shutdown *shut_of(weft_runtime *rt)
 
 static void runtime_free(weft_runtime *rt)
 {
+    if (rt->sim)
+        weft__sim_end(rt);
     weft__blocking_fini(rt);
     shutdown_fini(rt);
     if (rt->workers) {
@@ -318,6 +386,7 @@ static void runtime_settle(weft_runtime *rt, const weft_config *c,
     rt->hooks = weft__scope_hooks;
     rt->seed = seed;
     rt->seeded = rt->seed != 0 && rt->nworkers == 1;
+    rt->sim = c->sim != NULL; /* set by sim_config only with the rest */
     size_t stack = c->stack_size ? c->stack_size : DEFAULT_STACK;
     weft__pool_init(&rt->pool, stack);
 }
@@ -326,7 +395,7 @@ static weft_runtime *runtime_new(const weft_config *c, int *err)
 {
     uint64_t seed;
     int poller;
-    if ((*err = seed_from_env(c->seed, &seed)) != 0 ||
+    if ((*err = run_seed(c, &seed)) != 0 ||
         (*err = poller_from_env(c->poller, &poller)) != 0)
         return NULL;
     /* The runtime and this layer's state in one allocation (the runtime
@@ -457,6 +526,10 @@ static int runtime_end(weft_runtime *rt)
 {
     int status =
         weft__deadlock_found(rt) ? -EDEADLK : weft__scope_rt(rt)->root_status;
+    if (rt->sim) { /* its log and hash are kept; its network goes */
+        weft__sim_end(rt);
+        rt->sim = false;
+    }
     if (!tasks_left(weft__scope_rt(rt)->root)) {
         runtime_free(rt);
         return status;
@@ -537,7 +610,7 @@ static int faults_install(const weft_config *c)
         if (f->site_permille[s] > 1000)
             return -EINVAL;
     uint64_t seed;
-    int rc = seed_from_env(c->seed, &seed);
+    int rc = run_seed(c, &seed);
     return rc ? rc : weft__fault_install(f, seed);
 #else
     return -ENOTSUP;
@@ -561,7 +634,14 @@ static weft_runtime *run_with(const weft_config *cfg, weft_fn fn, void *arg,
         *err = -EBUSY;
         return NULL;
     }
-    if ((*err = check_config(cfg)) != 0 || (*err = faults_install(cfg)) != 0)
+    weft_config simulated;
+    bool sim;
+    if ((*err = check_config(cfg)) != 0 ||
+        (*err = sim_config(cfg, &simulated, &sim)) != 0)
+        return NULL;
+    if (sim)
+        cfg = &simulated;
+    if ((*err = faults_install(cfg)) != 0)
         return NULL;
     weft_runtime *rt = run_body(cfg, fn, arg, err, hook, hook_ctx);
 #if defined(WEFT__FAULTS)
@@ -579,6 +659,11 @@ static weft_runtime *run_body(const weft_config *cfg, weft_fn fn, void *arg,
     weft_runtime *rt = runtime_new(cfg, err);
     if (!rt)
         return NULL;
+    if (rt->sim && (*err = weft__sim_start(rt, cfg->sim)) != 0) {
+        rt->sim = false; /* nothing of the simulation's to end */
+        runtime_free(rt);
+        return NULL;
+    }
     weft_task *root = NULL;
     if ((*err = spawn_root(rt, fn, arg, &root)) != 0 ||
         (*err = shutdown_init(rt, cfg)) != 0) {

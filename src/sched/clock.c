@@ -95,7 +95,8 @@ static void virt_unidle(weft_worker *w)
  * real time to make one ready, and tasks waiting for weft_blocking calls
  * give the pool autojump_pool_ns to finish them (Trio's autojump
  * threshold), so that loopback I/O and a quick blocking call complete at
- * the virtual instant they started. Asleep meanwhile, so a wake from
+ * the virtual instant they started (in simulation nothing real runs: no
+ * grace). Asleep meanwhile, so a wake from
  * another thread ends the wait at once. Returns true if work turned up.
  * Only the worker whose tasks wait naps: time cannot jump while it does
  * (it is not idle in the books), and another worker napping for it would
@@ -104,6 +105,8 @@ static void virt_unidle(weft_worker *w)
 static bool autojump_grace(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
+    if (rt->sim) /* no real I/O, blocking calls run inline: no grace */
+        return false;
     int64_t grace =
         weft__pending(w, WEFT__PENDING_POOL) ? rt->autojump_pool_ns : 0;
     if (weft__pending(w, WEFT__PENDING_IO) && grace < rt->autojump_io_ns)

@@ -46,6 +46,15 @@ void weft__clock_init(weft_runtime *rt, weft_clock_kind kind,
 /* CLOCK_MONOTONIC in ns: the time outside a runtime. */
 int64_t weft__mono_now(void);
 
+/* What the runtime's own books (lag, idle time, the deadlock grace) read
+ * as real time: CLOCK_MONOTONIC, or in simulation, where nothing real may
+ * be read, the virtual time. */
+static inline int64_t weft__real_now(weft_runtime *rt)
+{
+    return weft__rtpub(rt)->sim ? weft__rtpub(rt)->clock_ops->now(rt)
+                                : weft__mono_now();
+}
+
 /* The time of rt's clock, or the monotonic time for rt == NULL. */
 static inline int64_t weft__now(weft_runtime *rt)
 {

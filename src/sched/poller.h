@@ -16,7 +16,10 @@
  * one-shot POLL_ADD per wait and direction, which `arm` asks for as the
  * wait parks and `cancel` withdraws when the wait ends (`forget` at once,
  * when weft_close wakes the waits); io.c calls these only for a backend
- * that has them (epoll leaves them NULL).
+ * that has them (epoll leaves them NULL). A third, in simulation, is the
+ * simulated network's (src/sim), which io.c gets from its socket table
+ * (io.h, weft__netsys) and which reports readiness from the runtime's own
+ * timers.
  *
  * The interface the scheduler and io.c use.
  */
@@ -76,6 +79,12 @@ typedef struct weft__op {
 
 typedef struct weft__poller_ops {
     const char *name;
+    /* Its readiness comes from inside the runtime (the simulated network's
+     * timers), not from the kernel: a task waiting on it is not work
+     * pending outside the runtime (WEFT__PENDING_IO), so the worker idles
+     * as with no descriptor, the virtual clock moves without a grace, and
+     * the deadlock detector looks. */
+    bool in_runtime;
     /* Makes worker w's poller; NULL with *err (a negative errno) if it
      * cannot. w's thread. */
     weft__poller *(*init)(weft_worker *w, int *err);

@@ -607,7 +607,7 @@ WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw, weft_task *t,
         w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
         /* Not t->flags: t may still be switching away on its worker,
          * which reads them (stack check); nothing there reads this. */
-        t->lag_since = weft__mono_now();
+        t->lag_since = weft__real_now(w->rt);
     }
     if (w->instr)
         instr_wake_by(w, tw, t, timer);
@@ -777,6 +777,8 @@ static weft_task *pick_seeded(weft_worker *w)
                                   : (size_t)(rng_next(w) % w->nready);
     weft_task *t = w->ready[i];
     w->ready[i] = w->ready[--w->nready];
+    if (w->rt->on_pick)
+        w->rt->on_pick(w, t);
     if (WEFT_UNLIKELY(ld_rlx(&weft__runlog_on))) /* the determinism check */
         runlog_resume(w, t);
     return t;
@@ -846,7 +848,7 @@ static void lag_count(weft_worker *w, int64_t d)
 /* Records a sampled wake's delay (wake_watch) in w's histogram. */
 static void lag_record(weft_worker *w, weft_task *t)
 {
-    int64_t d = weft__mono_now() - t->lag_since;
+    int64_t d = weft__real_now(w->rt) - t->lag_since;
     t->lag_since = 0;
     if (t->flags & TASK_LAG_TIMER) { /* timer_lag: only the late ones */
         t->flags &= ~TASK_LAG_TIMER;
@@ -1372,7 +1374,7 @@ int weft__sleep_announce(weft_worker *w)
     st_sc(&w->sleeping, mode);
     add_sc(&w->rt->nsleeping, 1);
     if (WEFT__STATS) /* next to a system call: the clock reads are cheap */
-        w->asleep_from = weft__mono_now();
+        w->asleep_from = weft__real_now(w->rt);
     return mode;
 }
 
@@ -1380,7 +1382,7 @@ void weft__sleep_done(weft_worker *w)
 {
     if (WEFT__STATS)
         weft__stat_add(&w->st.idle_ns,
-                       (uint64_t)(weft__mono_now() - w->asleep_from));
+                       (uint64_t)(weft__real_now(w->rt) - w->asleep_from));
     st_sc(&w->sleeping, SLEEP_NONE);
     add_sc(&w->rt->nsleeping, -1);
 }

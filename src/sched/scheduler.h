@@ -255,6 +255,9 @@ struct weft_runtime {
     pthread_mutex_t dmu;
     int ndidle;
     int64_t (*on_all_idle)(weft_worker *w);
+    /* Simulation's event log (src/sim): told each task a seeded worker
+     * picks to run, on that worker. NULL: none. Set before any task runs. */
+    void (*on_pick)(weft_worker *w, weft_task *t);
 };
 _Static_assert(offsetof(struct weft_runtime, pub) == 0,
                "weft__rtpub: a runtime's public part is its first member");

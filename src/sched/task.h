@@ -204,6 +204,7 @@ static inline struct weft__worker_pub *weft__wpub(weft_worker *w)
     int nworkers;                                                              \
     uint64_t seed;                                                             \
     atomic_int done; /* 1 once the root scope has finished */                  \
+    bool sim; /* simulation (weft_config.sim): nothing real is touched */      \
     /* the clock's implementation (clock.h), picked once from `clock` */       \
     const struct weft__clock_ops *clock_ops;                                   \
     bool pinned;    /* pin_workers: worker i on the i-th CPU of `cpus` */      \

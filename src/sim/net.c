@@ -1,0 +1,1176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The simulated network's sockets: the system calls of io.h's socket
+ * table (weft__netsys), with the kernel's conventions (-1 and errno,
+ * EAGAIN when a call would wait, EINPROGRESS from connect), so that the
+ * io layer's socket code runs over it unchanged.
+ *
+ * Packets. Everything that crosses the network is a packet: SYN (a
+ * connect), SYNACK, DATA, FIN (a shutdown or close), RST, and DGRAM. A
+ * packet is scheduled at now + latency + a seeded jitter (a stream's
+ * never before the one its socket sent last, so its bytes stay in order),
+ * kept in a heap by (arrival, sequence number), and delivered by one
+ * timer on the worker's wheel, so the virtual clock jumps to it as to any
+ * timer. On arrival the link decides (route): held, it parks the packet
+ * in order; partitioned, it parks a stream's (TCP would retransmit it)
+ * and loses a SYN or a datagram; a crashed host loses it. Delivery
+ * changes the receiving socket and reports the readiness to io.c
+ * (weft__fd_ready), as the kernel's events are, so waits, deadlines,
+ * cancels and select work as for real sockets.
+ *
+ * Sockets live until the run ends (a packet may point at one long after
+ * its descriptor is closed; such a socket is `gone`, and a DATA packet
+ * that reaches it is answered with a reset, as the kernel does).
+ * Descriptors are numbers from WEFT__SIM_FD_BASE, lowest free first.
+ * Sends never wait: there is no window, the receiver's buffer grows.
+ */
+#include "sim/sim.h"
+#include "util/fault.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+enum { P_SYN, P_SYNACK, P_DATA, P_FIN, P_RST, P_DGRAM };
+static const char *const kind_names[] = {"syn", "synack", "data",
+                                         "fin", "rst",    "dgram"};
+
+struct sim_pkt {
+    sim_pkt *next;       /* a link's parked list, a socket's datagrams */
+    int64_t when;        /* arrival */
+    uint64_t seq;        /* ties: first sent, first delivered */
+    int kind;            /* P_* */
+    int src, dst;        /* hosts */
+    sim_sock *from, *to; /* to: NULL for SYN and DGRAM (by address) */
+    uint32_t sip, dip;   /* addresses, host order */
+    uint16_t sport, dport;
+    size_t len;
+    char data[];
+};
+
+enum { S_NEW, S_BOUND, S_LISTEN, S_CONNECTING, S_OPEN, S_CLOSED };
+
+struct sim_sock {
+    sim_sock *next, *prev; /* the network's live list, or (next) its gone
+                            * one: scans for ports see the live ones */
+    uint64_t id;           /* for the log */
+    int fd;                /* -1: none (not accepted yet, or closed) */
+    int type;              /* SOCK_STREAM, SOCK_DGRAM */
+    int state;             /* S_* */
+    bool gone;             /* closed, or dropped by its host's crash */
+    bool crashed; /* dropped by a crash: its calls fail with ENETDOWN */
+    bool reset;   /* a reset came: reads end, writes fail */
+    bool rd_eof;  /* the peer's FIN came */
+    bool rd_shut, wr_shut;
+    int err; /* to report once (SO_ERROR, or the next call) */
+    weft_sim_host *host;
+    uint32_t lip, rip;
+    uint16_t lport, rport;
+    sim_sock *peer; /* a stream's other end, once known */
+    char *rx;       /* received bytes: [rxoff, rxlen) unread */
+    size_t rxoff, rxlen, rxcap;
+    int64_t tx_last; /* arrival of the last packet this stream sent */
+    sim_sock **acq;  /* a listener's connections not yet accepted */
+    int nacq, capacq, backlog;
+    sim_pkt *dq, *dqtail; /* datagrams received */
+};
+
+/* ---- the heap of packets in flight ---- */
+
+static bool before(const sim_pkt *a, const sim_pkt *b)
+{
+    return a->when < b->when || (a->when == b->when && a->seq < b->seq);
+}
+
+static bool heap_push(sim_net *n, sim_pkt *p)
+{
+    if (n->nheap == n->capheap) {
+        size_t cap = n->capheap ? n->capheap * 2 : 64;
+        sim_pkt **h = weft__realloc(n->heap, cap * sizeof(*h));
+        if (!h)
+            return false;
+        n->heap = h;
+        n->capheap = cap;
+    }
+    size_t i = n->nheap++;
+    while (i > 0 && before(p, n->heap[(i - 1) / 2])) {
+        n->heap[i] = n->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    n->heap[i] = p;
+    return true;
+}
+
+static sim_pkt *heap_pop(sim_net *n)
+{
+    sim_pkt *top = n->heap[0], *last = n->heap[--n->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n->nheap)
+            break;
+        if (c + 1 < n->nheap && before(n->heap[c + 1], n->heap[c]))
+            c++;
+        if (!before(n->heap[c], last))
+            break;
+        n->heap[i] = n->heap[c];
+        i = c;
+    }
+    if (n->nheap)
+        n->heap[i] = last;
+    return top;
+}
+
+/* The timer is due at the first packet's arrival. */
+static void timer_update(sim_net *n)
+{
+    weft__wheel *wh = &n->rt->workers[0].wheel;
+    int64_t when = n->nheap ? n->heap[0]->when : WEFT_NEVER;
+    if (weft__timer_armed(&n->timer)) {
+        if (n->timer.when == when)
+            return;
+        weft__wheel_disarm(wh, &n->timer);
+    }
+    if (when != WEFT_NEVER)
+        weft__wheel_arm(wh, &n->timer, when);
+}
+
+/* ---- sending ---- */
+
+static void addr_str(char *buf, size_t n, uint32_t ip, uint16_t port)
+{
+    snprintf(buf, n, "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 255,
+             (ip >> 8) & 255, ip & 255, port);
+}
+
+static void log_pkt(const char *what, const sim_pkt *p)
+{
+    char a[32], b[32];
+    addr_str(a, sizeof a, p->sip, p->sport);
+    addr_str(b, sizeof b, p->dip, p->dport);
+    weft__sim_logf("%s %s %s > %s len %zu", what, kind_names[p->kind], a, b,
+                   p->len);
+}
+
+static sim_pkt *pkt_new(int kind, const void *data, size_t len)
+{
+    sim_pkt *p = weft__calloc(1, sizeof(*p) + len);
+    if (!p)
+        return NULL;
+    p->kind = kind;
+    p->len = len;
+    if (data && len)
+        memcpy(p->data, data, len);
+    return p;
+}
+
+/* Addresses p from s to its peer's address (to: the peer's socket, or
+ * NULL). */
+static void pkt_route(sim_pkt *p, const sim_sock *s, sim_sock *to)
+{
+    p->from = (sim_sock *)s;
+    p->to = to;
+    p->src = s->host->idx;
+    p->sip = s->lip;
+    p->sport = s->lport;
+    p->dip = s->rip;
+    p->dport = s->rport;
+    weft_sim_host *dh = weft__sim_host_by_ip(s->rip, s->host);
+    p->dst = dh ? dh->idx : s->host->idx;
+}
+
+static int64_t latency(sim_net *n)
+{
+    int64_t j = n->o.jitter_ns;
+    int64_t d = n->o.latency_ns;
+    if (j > 0)
+        d += (int64_t)(weft__sim_rand() % (uint64_t)(j + 1));
+    return d > 0 ? d : 1;
+}
+
+/* Puts p in flight; frees it if it cannot be (out of memory: lost). */
+static void pkt_send(sim_pkt *p, sim_sock *stream)
+{
+    sim_net *n = weft__sim;
+    p->when = weft__now(n->rt) + latency(n);
+    if (stream) {
+        if (p->when < stream->tx_last)
+            p->when = stream->tx_last;
+        stream->tx_last = p->when;
+    }
+    p->seq = ++n->seq;
+    log_pkt("send", p);
+    if (!heap_push(n, p)) {
+        free(p);
+        return;
+    }
+    timer_update(n);
+}
+
+/* A packet without data from stream s to its peer. */
+static void stream_signal(sim_sock *s, int kind)
+{
+    sim_pkt *p = pkt_new(kind, NULL, 0);
+    if (!p)
+        return;
+    pkt_route(p, s, s->peer);
+    pkt_send(p, s);
+}
+
+/* A reset answering p, from the socket it reached (or its host). */
+static void reply_rst(const sim_pkt *p)
+{
+    if (!p->from)
+        return;
+    sim_pkt *r = pkt_new(P_RST, NULL, 0);
+    if (!r)
+        return;
+    r->from = p->to;
+    r->to = p->from;
+    r->src = p->dst;
+    r->dst = p->src;
+    r->sip = p->dip;
+    r->sport = p->dport;
+    r->dip = p->sip;
+    r->dport = p->sport;
+    pkt_send(r, NULL);
+}
+
+/* ---- readiness ---- */
+
+static void edge(sim_sock *s, unsigned ev)
+{
+    if (s->fd >= 0)
+        weft__fd_ready(s->fd, weft__fd_gen(s->fd), ev);
+}
+
+/* ---- sockets ---- */
+
+static sim_sock *sock_make(weft_sim_host *h, int type)
+{
+    sim_net *n = weft__sim;
+    sim_sock *s = weft__calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->id = ++n->nsocks;
+    s->fd = -1;
+    s->type = type;
+    s->host = h;
+    s->lip = weft__sim_host_ip(h);
+    s->next = n->socks;
+    if (n->socks)
+        n->socks->prev = s;
+    n->socks = s;
+    return s;
+}
+
+/* The lowest free descriptor for s, or -1 (ENFILE, ENOMEM). */
+static int fd_give(sim_sock *s)
+{
+    sim_net *n = weft__sim;
+    int i = 0;
+    while (i < n->nfds && n->fds[i])
+        i++;
+    if (i == n->nfds) {
+        int cap = n->nfds ? n->nfds * 2 : 64;
+        if (WEFT__SIM_FD_BASE + cap > (1 << 20)) {
+            errno = ENFILE;
+            return -1;
+        }
+        sim_sock **f = weft__realloc(n->fds, (size_t)cap * sizeof(*f));
+        if (!f) {
+            errno = ENOMEM;
+            return -1;
+        }
+        memset(f + n->nfds, 0, (size_t)(cap - n->nfds) * sizeof(*f));
+        n->fds = f;
+        n->nfds = cap;
+    }
+    n->fds[i] = s;
+    s->fd = WEFT__SIM_FD_BASE + i;
+    return s->fd;
+}
+
+/* fd's socket, or NULL with errno EBADF. */
+static sim_sock *sock_of(int fd)
+{
+    sim_net *n = weft__sim;
+    int i = fd - WEFT__SIM_FD_BASE;
+    if (n && i >= 0 && i < n->nfds && n->fds[i])
+        return n->fds[i];
+    errno = EBADF;
+    return NULL;
+}
+
+/* fd's socket, alive: NULL with errno EBADF, also if its host crashed
+ * (its descriptors are gone, as a dead process's are; only weft_close
+ * is left to do; EBADF is retried by nothing, where accept would skip
+ * ENETDOWN and try again at once, forever). */
+static sim_sock *sock_live(int fd)
+{
+    sim_sock *s = sock_of(fd);
+    if (s && s->crashed) {
+        errno = EBADF;
+        return NULL;
+    }
+    return s;
+}
+
+/* The socket bound on host h, port, of type: a listener or a datagram
+ * socket. */
+static sim_sock *sock_bound(int h, uint16_t port, int type)
+{
+    for (sim_sock *s = weft__sim->socks; s; s = s->next)
+        if (!s->gone && s->host->idx == h && s->lport == port &&
+            s->type == type && s->state != S_NEW &&
+            (type == SOCK_DGRAM || s->state == S_LISTEN || s->state == S_BOUND))
+            return s;
+    return NULL;
+}
+
+static bool port_used(int h, uint16_t port, int type)
+{
+    for (sim_sock *s = weft__sim->socks; s; s = s->next)
+        if (!s->gone && s->host->idx == h && s->lport == port &&
+            s->type == type && s->state != S_NEW)
+            return true;
+    return false;
+}
+
+/* Binds s to an ephemeral port of its host. */
+static int autobind(sim_sock *s)
+{
+    weft_sim_host *h = s->host;
+    for (int tries = 0; tries < 16384; tries++) {
+        uint16_t p = h->next_port;
+        h->next_port = p == 65535 ? 49152 : (uint16_t)(p + 1);
+        if (!port_used(h->idx, p, s->type)) {
+            s->lport = p;
+            s->state = S_BOUND;
+            return 0;
+        }
+    }
+    errno = EADDRINUSE;
+    return -1;
+}
+
+static int sim_socket(int family, int type, int proto)
+{
+    WEFT_UNUSED(proto);
+    int t = type & 0xf;
+    if (family != AF_INET) {
+        errno = EAFNOSUPPORT;
+        return -1;
+    }
+    if (t != SOCK_STREAM && t != SOCK_DGRAM) {
+        errno = EPROTONOSUPPORT;
+        return -1;
+    }
+    bool dead;
+    weft_sim_host *h = weft__sim_host_here(&dead);
+    if (dead) {
+        errno = ENETDOWN;
+        return -1;
+    }
+    sim_sock *s = sock_make(h, t);
+    if (!s) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return fd_give(s);
+}
+
+static bool inet_addr_of(const struct sockaddr *a, socklen_t len, uint32_t *ip,
+                         uint16_t *port)
+{
+    if (!a || len < sizeof(struct sockaddr_in) || a->sa_family != AF_INET) {
+        errno = a && a->sa_family != AF_INET ? EAFNOSUPPORT : EINVAL;
+        return false;
+    }
+    const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+    *ip = ntohl(in->sin_addr.s_addr);
+    *port = ntohs(in->sin_port);
+    return true;
+}
+
+static void inet_fill(struct sockaddr *a, socklen_t *len, uint32_t ip,
+                      uint16_t port)
+{
+    if (!a || !len)
+        return;
+    struct sockaddr_in in = {.sin_family = AF_INET,
+                             .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(ip)};
+    memcpy(a, &in, *len < sizeof in ? *len : sizeof in);
+    *len = sizeof in;
+}
+
+static int sim_bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+    sim_sock *s = sock_live(fd);
+    uint32_t ip;
+    uint16_t port;
+    if (!s || !inet_addr_of(a, len, &ip, &port))
+        return -1;
+    if (s->state != S_NEW) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (weft__sim_host_by_ip(ip, s->host) != s->host) {
+        errno = EADDRNOTAVAIL;
+        return -1;
+    }
+    if (port == 0)
+        return autobind(s);
+    if (port_used(s->host->idx, port, s->type)) {
+        errno = EADDRINUSE;
+        return -1;
+    }
+    s->lport = port;
+    s->state = S_BOUND;
+    weft__sim_logf("bind %s %s:%u", s->type == SOCK_STREAM ? "tcp" : "udp",
+                   s->host->name, port);
+    return 0;
+}
+
+static int sim_listen(int fd, int backlog)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type != SOCK_STREAM ||
+        (s->state != S_BOUND && s->state != S_NEW && s->state != S_LISTEN)) {
+        errno = s->type != SOCK_STREAM ? EOPNOTSUPP : EINVAL;
+        return -1;
+    }
+    if (s->state == S_NEW && autobind(s) != 0)
+        return -1;
+    s->state = S_LISTEN;
+    s->backlog = backlog > 0 ? backlog : 128;
+    weft__sim_logf("listen %s:%u", s->host->name, s->lport);
+    return 0;
+}
+
+static int sim_accept4(int fd, struct sockaddr *a, socklen_t *alen, int flags)
+{
+    WEFT_UNUSED(flags);
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->state != S_LISTEN) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (s->nacq == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    sim_sock *c = s->acq[0];
+    if (fd_give(c) < 0)
+        return -1; /* left in the queue */
+    memmove(s->acq, s->acq + 1, (size_t)--s->nacq * sizeof(*s->acq));
+    inet_fill(a, alen, c->rip, c->rport);
+    char b[32];
+    addr_str(b, sizeof b, c->rip, c->rport);
+    weft__sim_logf("accept %s:%u from %s", s->host->name, s->lport, b);
+    return c->fd;
+}
+
+static int sim_connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+    sim_sock *s = sock_live(fd);
+    uint32_t ip;
+    uint16_t port;
+    if (!s || !inet_addr_of(a, len, &ip, &port))
+        return -1;
+    weft_sim_host *dh = weft__sim_host_by_ip(ip, s->host);
+    int e = s->state == S_CONNECTING                       ? EALREADY
+            : s->state == S_OPEN                           ? EISCONN
+            : s->state == S_LISTEN || s->state == S_CLOSED ? EINVAL
+            : !dh                                          ? ENETUNREACH
+                                                           : 0;
+    if (e == 0 && s->state == S_NEW && autobind(s) != 0)
+        return -1;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    s->rip = weft__sim_host_ip(dh);
+    s->rport = port;
+    if (s->type == SOCK_DGRAM) { /* a default destination */
+        s->state = S_OPEN;
+        return 0;
+    }
+    s->state = S_CONNECTING;
+    sim_pkt *p = pkt_new(P_SYN, NULL, 0);
+    if (!p) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    pkt_route(p, s, NULL);
+    pkt_send(p, s);
+    errno = EINPROGRESS;
+    return -1;
+}
+
+/* ---- reading ---- */
+
+/* A stream's state for a read that found no byte: 0 (the end), or -1
+ * with errno. */
+static ssize_t stream_empty(sim_sock *s)
+{
+    if (s->err) {
+        errno = s->err;
+        s->err = 0;
+        return -1;
+    }
+    if (s->reset || s->rd_eof || s->rd_shut)
+        return 0;
+    if (s->state == S_CONNECTING) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (s->state != S_OPEN) {
+        errno = ENOTCONN;
+        return -1;
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
+static size_t stream_take(sim_sock *s, void *buf, size_t n)
+{
+    size_t k = s->rxlen - s->rxoff;
+    if (k > n)
+        k = n;
+    memcpy(buf, s->rx + s->rxoff, k);
+    s->rxoff += k;
+    if (s->rxoff == s->rxlen)
+        s->rxoff = s->rxlen = 0;
+    return k;
+}
+
+static ssize_t dgram_take(sim_sock *s, void *buf, size_t n, struct sockaddr *a,
+                          socklen_t *alen)
+{
+    sim_pkt *p = s->dq;
+    if (!p) {
+        errno = EAGAIN;
+        return -1;
+    }
+    s->dq = p->next;
+    if (!s->dq)
+        s->dqtail = NULL;
+    size_t k = p->len < n ? p->len : n;
+    memcpy(buf, p->data, k);
+    inet_fill(a, alen, p->sip, p->sport);
+    free(p);
+    return (ssize_t)k;
+}
+
+static ssize_t sim_recvfrom(int fd, void *buf, size_t n, int flags,
+                            struct sockaddr *a, socklen_t *alen)
+{
+    WEFT_UNUSED(flags);
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type == SOCK_DGRAM)
+        return dgram_take(s, buf, n, a, alen);
+    if (n == 0)
+        return 0;
+    if (s->rxlen > s->rxoff)
+        return (ssize_t)stream_take(s, buf, n);
+    return stream_empty(s);
+}
+
+static ssize_t sim_recv(int fd, void *buf, size_t n, int flags)
+{
+    return sim_recvfrom(fd, buf, n, flags, NULL, NULL);
+}
+
+static ssize_t sim_read(int fd, void *buf, size_t n)
+{
+    return sim_recvfrom(fd, buf, n, 0, NULL, NULL);
+}
+
+static ssize_t sim_readv(int fd, const struct iovec *iov, int iovcnt)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type == SOCK_DGRAM || s->rxlen == s->rxoff) {
+        for (int i = 0; i < iovcnt; i++)
+            if (iov[i].iov_len)
+                return sim_recvfrom(fd, iov[i].iov_base, iov[i].iov_len, 0,
+                                    NULL, NULL);
+        return 0;
+    }
+    size_t got = 0;
+    for (int i = 0; i < iovcnt && s->rxlen > s->rxoff; i++)
+        got += stream_take(s, iov[i].iov_base, iov[i].iov_len);
+    return (ssize_t)got;
+}
+
+/* ---- writing ---- */
+
+/* Whether stream s may send now: 0, or -1 with errno. */
+static int stream_can_send(sim_sock *s)
+{
+    int e = 0;
+    if (s->err) {
+        e = s->err;
+        s->err = 0;
+    } else if (s->state == S_CONNECTING) {
+        e = EAGAIN;
+    } else if (s->state != S_OPEN) {
+        e = ENOTCONN;
+    } else if (s->reset || s->wr_shut) {
+        e = EPIPE;
+    }
+    if (!e)
+        return 0;
+    errno = e;
+    return -1;
+}
+
+/* The network's seeded reset: both ends of s's connection get one. */
+static void seeded_reset(sim_sock *s)
+{
+    weft__sim_logf("reset %s:%u (seeded)", s->host->name, s->lport);
+    sim_pkt out = {0}; /* the segment that was to go: answered as lost */
+    pkt_route(&out, s, s->peer);
+    stream_signal(s, P_RST);
+    reply_rst(&out);
+}
+
+/* Sends iov's bytes from stream s as one segment. */
+static ssize_t stream_send(sim_sock *s, const struct iovec *iov, int iovcnt)
+{
+    if (stream_can_send(s) != 0)
+        return -1;
+    size_t n = 0;
+    for (int i = 0; i < iovcnt; i++)
+        n += iov[i].iov_len;
+    if (n == 0)
+        return 0;
+    sim_net *net = weft__sim;
+    if (net->o.reset_permille &&
+        weft__sim_rand() % 1000 < net->o.reset_permille) {
+        seeded_reset(s);
+        return (ssize_t)n; /* taken, and lost with the connection */
+    }
+    sim_pkt *p = pkt_new(P_DATA, NULL, n);
+    if (!p) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    for (size_t off = 0, i = 0; i < (size_t)iovcnt; i++) {
+        memcpy(p->data + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    pkt_route(p, s, s->peer);
+    pkt_send(p, s);
+    return (ssize_t)n;
+}
+
+/* A datagram from s to ip:port. */
+static ssize_t dgram_send(sim_sock *s, const void *buf, size_t n, uint32_t ip,
+                          uint16_t port)
+{
+    if (s->state == S_NEW && autobind(s) != 0)
+        return -1;
+    weft_sim_host *dh = weft__sim_host_by_ip(ip, s->host);
+    if (!dh) {
+        errno = ENETUNREACH;
+        return -1;
+    }
+    sim_pkt *p = pkt_new(P_DGRAM, buf, n);
+    if (!p) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    p->from = s;
+    p->src = s->host->idx;
+    p->dst = dh->idx;
+    p->sip = s->lip;
+    p->sport = s->lport;
+    p->dip = weft__sim_host_ip(dh);
+    p->dport = port;
+    sim_net *net = weft__sim;
+    if (net->o.loss_permille &&
+        weft__sim_rand() % 1000 < net->o.loss_permille) {
+        log_pkt("lose", p);
+        free(p);
+        return (ssize_t)n;
+    }
+    pkt_send(p, NULL);
+    return (ssize_t)n;
+}
+
+static ssize_t sim_sendto(int fd, const void *buf, size_t n, int flags,
+                          const struct sockaddr *a, socklen_t alen)
+{
+    WEFT_UNUSED(flags);
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type == SOCK_STREAM) {
+        struct iovec v = {(void *)buf, n};
+        return stream_send(s, &v, 1);
+    }
+    uint32_t ip = s->rip;
+    uint16_t port = s->rport;
+    if (a && !inet_addr_of(a, alen, &ip, &port))
+        return -1;
+    if (!a && s->state != S_OPEN) {
+        errno = EDESTADDRREQ;
+        return -1;
+    }
+    return dgram_send(s, buf, n, ip, port);
+}
+
+static ssize_t sim_send(int fd, const void *buf, size_t n, int flags)
+{
+    return sim_sendto(fd, buf, n, flags, NULL, 0);
+}
+
+static ssize_t sim_write(int fd, const void *buf, size_t n)
+{
+    return sim_sendto(fd, buf, n, 0, NULL, 0);
+}
+
+static ssize_t sim_writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type == SOCK_STREAM)
+        return stream_send(s, iov, iovcnt);
+    return iovcnt ? sim_sendto(fd, iov[0].iov_base, iov[0].iov_len, 0, NULL, 0)
+                  : 0;
+}
+
+static ssize_t sim_sendmsg(int fd, const struct msghdr *m, int flags)
+{
+    WEFT_UNUSED(flags);
+    return sim_writev(fd, m->msg_iov, (int)m->msg_iovlen);
+}
+
+/* ---- ending ---- */
+
+static int sim_shutdown(int fd, int how)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->type != SOCK_STREAM || s->state != S_OPEN) {
+        errno = ENOTCONN;
+        return -1;
+    }
+    if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
+        s->wr_shut = true;
+        if (!s->reset)
+            stream_signal(s, P_FIN);
+    }
+    if ((how == SHUT_RD || how == SHUT_RDWR) && !s->rd_shut) {
+        s->rd_shut = true;
+        edge(s, WEFT__FD_READ | WEFT__FD_HUP);
+    }
+    return 0;
+}
+
+/* s is gone: off the live list, onto the gone one. */
+static void sock_bury(sim_sock *s)
+{
+    sim_net *n = weft__sim;
+    s->gone = true;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        n->socks = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = NULL;
+    s->next = n->gone;
+    n->gone = s;
+}
+
+/* s leaves: a stream says so to its peer (a reset if bytes were left
+ * unread, as Linux does, else a FIN), a listener resets what it did not
+ * accept. */
+static void sock_drop(sim_sock *s, bool crash)
+{
+    if (s->gone)
+        return;
+    if (s->type == SOCK_STREAM && s->state == S_OPEN && !s->reset) {
+        if (crash || s->rxlen > s->rxoff)
+            stream_signal(s, P_RST);
+        else if (!s->wr_shut)
+            stream_signal(s, P_FIN);
+    }
+    for (int i = 0; i < s->nacq; i++) {
+        sim_sock *c = s->acq[i];
+        stream_signal(c, P_RST);
+        c->state = S_CLOSED;
+        sock_bury(c);
+    }
+    s->nacq = 0;
+    while (s->dq) {
+        sim_pkt *p = s->dq;
+        s->dq = p->next;
+        free(p);
+    }
+    s->dqtail = NULL;
+    s->crashed = crash;
+    s->state = S_CLOSED;
+    sock_bury(s);
+}
+
+static int sim_close(int fd)
+{
+    sim_sock *s = sock_of(fd);
+    if (!s)
+        return -1;
+    if (!s->gone)
+        weft__sim_logf("close %s:%u", s->host->name, s->lport);
+    sock_drop(s, false);
+    weft__sim->fds[fd - WEFT__SIM_FD_BASE] = NULL;
+    s->fd = -1;
+    free(s->rx);
+    s->rx = NULL;
+    s->rxoff = s->rxlen = s->rxcap = 0;
+    return 0;
+}
+
+void weft__sim_net_crash(weft_sim_host *h)
+{
+    /* Each drop moves sockets (s, a listener's queue) to the gone list:
+     * look again from the start of the live one. */
+    for (sim_sock *s = weft__sim->socks; s;) {
+        if (s->host != h) {
+            s = s->next;
+            continue;
+        }
+        sock_drop(s, true);
+        edge(s, WEFT__FD_READ | WEFT__FD_WRITE | WEFT__FD_HUP);
+        s = weft__sim->socks;
+    }
+}
+
+/* ---- options and names ---- */
+
+static int sim_getsockopt(int fd, int level, int name, void *val,
+                          socklen_t *len)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (val && len && *len >= sizeof(int)) {
+        int v = 0;
+        if (level == SOL_SOCKET && name == SO_ERROR) {
+            v = s->err;
+            s->err = 0;
+        }
+        memcpy(val, &v, sizeof v);
+        *len = sizeof v;
+    }
+    return 0;
+}
+
+static int sim_setsockopt(int fd, int level, int name, const void *val,
+                          socklen_t len)
+{
+    WEFT_UNUSED(level);
+    WEFT_UNUSED(name);
+    WEFT_UNUSED(val);
+    WEFT_UNUSED(len);
+    return sock_live(fd) ? 0 : -1;
+}
+
+static int sim_getsockname(int fd, struct sockaddr *a, socklen_t *alen)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    inet_fill(a, alen, s->lip, s->lport);
+    return 0;
+}
+
+static int sim_getpeername(int fd, struct sockaddr *a, socklen_t *alen)
+{
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    if (s->state != S_OPEN) {
+        errno = ENOTCONN;
+        return -1;
+    }
+    inet_fill(a, alen, s->rip, s->rport);
+    return 0;
+}
+
+static int sim_lookup(const char *name, char *ip, size_t n)
+{
+    sim_net *net = weft__sim;
+    if (strcmp(name, "localhost") == 0) {
+        snprintf(ip, n, "127.0.0.1");
+        return 0;
+    }
+    for (int i = 0; net && i < net->nhosts; i++)
+        if (strcmp(net->hosts[i]->name, name) == 0)
+            return weft_sim_host_addr(net->hosts[i], ip, n) == 0 ? 0 : -1;
+    errno = ENOENT;
+    return -1;
+}
+
+const weft__netsys weft__sim_netsys = {
+    .name = "sim",
+    .read = sim_read,
+    .recv = sim_recv,
+    .readv = sim_readv,
+    .recvfrom = sim_recvfrom,
+    .accept4 = sim_accept4,
+    .send = sim_send,
+    .write = sim_write,
+    .sendmsg = sim_sendmsg,
+    .writev = sim_writev,
+    .sendto = sim_sendto,
+    .socket = sim_socket,
+    .bind = sim_bind,
+    .listen = sim_listen,
+    .connect = sim_connect,
+    .shutdown = sim_shutdown,
+    .close = sim_close,
+    .getsockopt = sim_getsockopt,
+    .setsockopt = sim_setsockopt,
+    .getsockname = sim_getsockname,
+    .getpeername = sim_getpeername,
+    .lookup = sim_lookup,
+    .poller = &weft__sim_poller,
+};
+
+/* ---- arrival ---- */
+
+static bool rx_append(sim_sock *s, const char *data, size_t n)
+{
+    if (s->rxlen + n > s->rxcap) {
+        size_t cap = s->rxcap ? s->rxcap : 1024;
+        while (cap < s->rxlen + n)
+            cap *= 2;
+        char *r = weft__realloc(s->rx, cap);
+        if (!r)
+            return false;
+        s->rx = r;
+        s->rxcap = cap;
+    }
+    memcpy(s->rx + s->rxlen, data, n);
+    s->rxlen += n;
+    return true;
+}
+
+/* A SYN reached its host: a connection in the listener's queue, or a
+ * reset if nothing listens or the queue is full. */
+static void arrive_syn(sim_pkt *p)
+{
+    sim_sock *l = sock_bound(p->dst, p->dport, SOCK_STREAM);
+    if (!l || l->state != S_LISTEN || l->nacq >= l->backlog) {
+        reply_rst(p);
+        return;
+    }
+    if (l->nacq == l->capacq) {
+        int cap = l->capacq ? l->capacq * 2 : 8;
+        sim_sock **q = weft__realloc(l->acq, (size_t)cap * sizeof(*q));
+        if (!q)
+            return; /* lost: the client's deadline decides */
+        l->acq = q;
+        l->capacq = cap;
+    }
+    sim_sock *c = sock_make(weft__sim->hosts[p->dst], SOCK_STREAM);
+    if (!c)
+        return;
+    c->lip = p->dip;
+    c->lport = p->dport;
+    c->rip = p->sip;
+    c->rport = p->sport;
+    c->peer = p->from;
+    c->state = S_OPEN;
+    l->acq[l->nacq++] = c;
+    edge(l, WEFT__FD_READ);
+    stream_signal(c, P_SYNACK);
+}
+
+/* A stream packet reached socket s. */
+static void arrive_stream(sim_pkt *p, sim_sock *s)
+{
+    switch (p->kind) {
+    case P_SYNACK:
+        if (s->state != S_CONNECTING || s->gone) {
+            reply_rst(p);
+            return;
+        }
+        s->peer = p->from;
+        s->state = S_OPEN;
+        edge(s, WEFT__FD_WRITE);
+        return;
+    case P_DATA:
+        if (s->gone || s->rd_shut) {
+            reply_rst(p);
+            return;
+        }
+        if (s->reset || !rx_append(s, p->data, p->len))
+            return;
+        edge(s, WEFT__FD_READ);
+        return;
+    case P_FIN:
+        if (s->gone || s->reset)
+            return;
+        s->rd_eof = true;
+        edge(s, WEFT__FD_READ | WEFT__FD_HUP);
+        return;
+    case P_RST:
+        if (s->gone || s->reset)
+            return;
+        if (s->state == S_CONNECTING) {
+            s->err = ECONNREFUSED;
+            s->state = S_CLOSED;
+        } else {
+            s->err = ECONNRESET;
+            s->reset = true;
+            s->rxoff = s->rxlen = 0; /* the kernel drops what is unread */
+        }
+        edge(s, WEFT__FD_READ | WEFT__FD_WRITE | WEFT__FD_HUP);
+        return;
+    }
+}
+
+static void arrive_dgram(sim_pkt *p)
+{
+    sim_sock *s = sock_bound(p->dst, p->dport, SOCK_DGRAM);
+    if (!s) {
+        log_pkt("lose", p);
+        free(p);
+        return;
+    }
+    p->next = NULL;
+    if (s->dqtail)
+        s->dqtail->next = p;
+    else
+        s->dq = p;
+    s->dqtail = p;
+    edge(s, WEFT__FD_READ);
+}
+
+static void park(sim_link *l, sim_pkt *p)
+{
+    log_pkt("park", p);
+    p->next = NULL;
+    if (l->ptail)
+        l->ptail->next = p;
+    else
+        l->parked = p;
+    l->ptail = p;
+}
+
+/* p has arrived: the link and the host decide, then the socket. */
+static void route(sim_pkt *p)
+{
+    sim_net *n = weft__sim;
+    sim_link *l = &n->links[p->src][p->dst];
+    bool lossy = p->kind == P_SYN || p->kind == P_DGRAM;
+    if (p->src != p->dst && (l->flags & LINK_HOLD)) {
+        park(l, p);
+        return;
+    }
+    if (p->src != p->dst && (l->flags & LINK_PART)) {
+        if (!lossy) {
+            park(l, p);
+            return;
+        }
+        log_pkt("lose", p);
+        free(p);
+        return;
+    }
+    if (n->hosts[p->dst]->down) {
+        log_pkt("lose", p);
+        free(p);
+        return;
+    }
+    log_pkt("deliver", p);
+    if (p->kind == P_DGRAM) {
+        arrive_dgram(p);
+        return;
+    }
+    if (p->kind == P_SYN)
+        arrive_syn(p);
+    else if (p->to)
+        arrive_stream(p, p->to);
+    free(p);
+}
+
+void weft__sim_net_fire(weft__timer *t)
+{
+    WEFT_UNUSED(t);
+    sim_net *n = weft__sim;
+    int64_t now = weft__now(n->rt);
+    while (n->nheap && n->heap[0]->when <= now)
+        route(heap_pop(n));
+    timer_update(n);
+}
+
+void weft__sim_unpark(sim_link *l)
+{
+    sim_net *n = weft__sim;
+    sim_pkt *p = l->parked;
+    l->parked = l->ptail = NULL;
+    int64_t when = weft__now(n->rt) + 1;
+    while (p) {
+        sim_pkt *next = p->next;
+        p->when = when; /* its seq keeps it in order */
+        if (!heap_push(n, p))
+            free(p);
+        p = next;
+    }
+    timer_update(n);
+}
+
+static void socks_free(sim_sock *s)
+{
+    while (s) {
+        sim_sock *next = s->next;
+        for (sim_pkt *p = s->dq, *q; p; p = q) {
+            q = p->next;
+            free(p);
+        }
+        free(s->rx);
+        free(s->acq);
+        free(s);
+        s = next;
+    }
+}
+
+void weft__sim_net_free(sim_net *n)
+{
+    if (weft__timer_armed(&n->timer))
+        weft__wheel_disarm(&n->rt->workers[0].wheel, &n->timer);
+    for (size_t i = 0; i < n->nheap; i++)
+        free(n->heap[i]);
+    free(n->heap);
+    for (int a = 0; a < SIM_MAX_HOSTS; a++)
+        for (int b = 0; b < SIM_MAX_HOSTS; b++)
+            for (sim_pkt *p = n->links[a][b].parked, *q; p; p = q) {
+                q = p->next;
+                free(p);
+            }
+    socks_free(n->socks);
+    socks_free(n->gone);
+    free(n->fds);
+    for (int i = 0; i < n->nhosts; i++) {
+        free(n->hosts[i]->name);
+        free(n->hosts[i]);
+    }
+    free(n);
+}
