@@ -677,13 +677,14 @@ static void send_from_plain(void *arg)
     weft_chan_unref(arg);
 }
 
+/* arg: the plain thread's delay (int64_t ns), or NULL: 5 graces. */
 static int plain_sender_root(void *arg)
 {
-    (void)arg;
+    int64_t delay = arg ? *(int64_t *)arg : 5 * GRACE;
     weft_chan *c;
     ASSERT_EQ(weft_chan_new(&c, sizeof(int), 1), 0);
     struct later l;
-    later_start(&l, 5 * GRACE, send_from_plain, weft_chan_ref(c));
+    later_start(&l, delay, send_from_plain, weft_chan_ref(c));
     int v = 0;
     int rc = weft_chan_recv(c, &v);
     pthread_join(l.th, NULL);
@@ -701,10 +702,13 @@ TEST(a_plain_thread_later_than_the_grace)
     cfg.deadlock = WEFT_DEADLOCK_REPORT;
     cfg.deadlock_grace_ns = 50 * GRACE;
     ASSERT_EQ(weft_run(&cfg, plain_sender_root, NULL), 5);
-    /* A shorter one: reported, and the receive cancelled. */
+    /* A shorter one: reported, and the receive cancelled. The thread
+     * sends 25 graces late, so that a detection slowed by a loaded
+     * machine still comes first. */
     char *err;
+    int64_t late = 25 * GRACE;
     ASSERT_EQ(
-        run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, plain_sender_root, NULL, &err),
+        run_cfg(2, WEFT_CLOCK_MONOTONIC, 0, plain_sender_root, &late, &err),
         -EDEADLK);
     ASSERT(first_line_has(err, "deadlock"));
     free(err);
