@@ -170,6 +170,58 @@ TEST(errors_are_the_system_calls_and_bad_arguments_einval)
     remove_dir();
 }
 
+/* A FIFO's open for writing waits for a reader, as open(2) does (the
+ * ring's first, non-blocking try of an open would say -ENXIO). */
+struct fifo_writer {
+    _Atomic int stage; /* 1: opening, 2: returned */
+    int rc, fd;
+};
+
+static int fifo_writer(void *arg)
+{
+    struct fifo_writer *fw = arg;
+    atomic_store(&fw->stage, 1);
+    fw->rc = weft_file_open(&fw->fd, path_fifo, O_WRONLY, 0, WEFT_NEVER);
+    if (fw->rc == 0)
+        ASSERT_EQ(weft_file_write(fw->fd, "fifo", 4, WEFT_NEVER), 4);
+    atomic_store(&fw->stage, 2);
+    return 0;
+}
+
+static int fifo_open_main(void *arg)
+{
+    (void)arg;
+    static struct fifo_writer fw;
+    memset(&fw, 0, sizeof fw);
+    fw.fd = -1;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, fifo_writer, &fw) >= 0);
+    SETTLE(atomic_load(&fw.stage) == 2 ||
+           (atomic_load(&fw.stage) == 1 && call_runs()));
+    ASSERT_EQ(atomic_load(&fw.stage), 1); /* waits for a reader */
+    int rfd = open(path_fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT(rfd >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(fw.rc, 0);
+    char buf[8];
+    ASSERT_EQ(read(rfd, buf, sizeof buf), 4);
+    ASSERT(memcmp(buf, "fifo", 4) == 0);
+    ASSERT_EQ(weft_file_close(fw.fd), 0);
+    ASSERT_EQ(close(rfd), 0);
+    return 0;
+}
+
+TEST(a_fifo_opened_for_writing_waits_for_its_reader)
+{
+    make_dir();
+    ASSERT_EQ(mkfifo(path_fifo, 0600), 0);
+    for (int workers = 1; workers <= 2; workers++)
+        ASSERT_EQ(t_run_mono(workers, fifo_open_main, NULL), 0);
+    remove_dir();
+}
+
 /* ---- before the call starts: dropped, no effect ---- */
 
 static int cancelled_main(void *arg)
