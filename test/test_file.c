@@ -170,6 +170,32 @@ TEST(errors_are_the_system_calls_and_bad_arguments_einval)
     remove_dir();
 }
 
+/* pread and pwrite on a descriptor that has no offset (a pipe, a socket)
+ * fail with -ESPIPE, as pread(2) and pwrite(2) do, on any backend: the
+ * ring, left alone, would read and write the stream. */
+static int espipe_main(void *arg)
+{
+    (void)arg;
+    int p[2];
+    ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+    ASSERT_EQ(write(p[1], "xyz", 3), 3);
+    char buf[8];
+    ASSERT_EQ(weft_file_pread(p[0], buf, sizeof buf, 0, WEFT_NEVER), -ESPIPE);
+    ASSERT_EQ(weft_file_pwrite(p[1], "abc", 3, 0, WEFT_NEVER), -ESPIPE);
+    /* Nothing was consumed, nothing added. */
+    ASSERT_EQ(read(p[0], buf, sizeof buf), 3);
+    ASSERT(memcmp(buf, "xyz", 3) == 0);
+    ASSERT_EQ(close(p[1]), 0);
+    ASSERT_EQ(read(p[0], buf, sizeof buf), 0);
+    ASSERT_EQ(close(p[0]), 0);
+    return 0;
+}
+
+TEST(pread_and_pwrite_without_an_offset_say_espipe)
+{
+    ASSERT_EQ(t_run_mono(1, espipe_main, NULL), 0);
+}
+
 /* A FIFO's open for writing waits for a reader, as open(2) does (the
  * ring's first, non-blocking try of an open would say -ENXIO). */
 struct fifo_writer {

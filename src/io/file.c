@@ -181,11 +181,27 @@ static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
     }
 }
 
+/* Whether the ring runs o as its system call would. The ring reads and
+ * writes a descriptor that has no offset (a pipe, a socket, a terminal)
+ * at its stream, where pread(2) and pwrite(2) say -ESPIPE: such a pread
+ * or pwrite runs on the pool. */
+static bool ring_fits(const file_op *o)
+{
+    if (o->op != OP_PREAD && o->op != OP_PWRITE)
+        return true;
+    /* The type only, never synced with a network file system's server:
+     * nothing here waits. */
+    struct statx st;
+    return statx(o->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE,
+                 &st) != 0 ||
+           S_ISREG(st.stx_mode) || S_ISBLK(st.stx_mode);
+}
+
 /* Runs o; its result, or the wait's error (the call did not run). */
 static ptrdiff_t file_call(file_op *o, weft_time deadline)
 {
     weft_worker *wk = weft__tl_worker;
-    if (wk && o->n <= UINT32_MAX) {
+    if (wk && o->n <= UINT32_MAX && ring_fits(o)) {
         int err;
         weft__poller *p = weft__io_poller(wk, &err);
         if (p && p->ops->op_submit) {
