@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -470,6 +471,86 @@ TEST(a_deadline_while_the_call_runs_returns_its_result)
     ASSERT_EQ(mkfifo(path_fifo, 0600), 0);
     ASSERT_EQ(t_run_virtual(1, deadline_running_main, NULL), 0);
     remove_dir();
+}
+
+/* A cancel from another thread that races the call's completion, at
+ * every point: before the call is submitted, while it waits, as its
+ * result comes in (the completion read before the woken task runs). The
+ * bytes are never lost: the read returns them, or -ECANCELED and they
+ * are still in the pipe. */
+struct race {
+    int p[2];
+    _Atomic(weft_scope *) scope;
+    _Atomic int stage; /* 1: reading, 2: the thread is done */
+    unsigned spin;     /* how long the thread waits before its cancel */
+    ptrdiff_t got;
+    char buf[8];
+};
+
+static int race_reader(void *arg)
+{
+    struct race *r = arg;
+    atomic_store(&r->stage, 1);
+    r->got = weft_file_read(r->p[0], r->buf, sizeof r->buf, WEFT_NEVER);
+    return 0;
+}
+
+static void *race_thread(void *arg)
+{
+    struct race *r = arg;
+    while (atomic_load(&r->stage) < 1)
+        sched_yield();
+    for (volatile unsigned i = 0; i < r->spin; i++) {
+    }
+    ASSERT_EQ(weft_scope_cancel(atomic_load(&r->scope)), 0);
+    ASSERT_EQ(write(r->p[1], "data!", 5), 5);
+    atomic_store(&r->stage, 2);
+    return NULL;
+}
+
+static int race_main(void *arg)
+{
+    int rounds = *(int *)arg;
+    unsigned seed = (unsigned)T_SEED(0x5eed);
+    for (int i = 0; i < rounds; i++) {
+        static struct race r;
+        memset(&r, 0, sizeof r);
+        ASSERT_EQ(pipe2(r.p, O_CLOEXEC), 0);
+        r.spin = (unsigned)rand_r(&seed) % 20000;
+        weft_scope *s;
+        ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+        atomic_store(&r.scope, s);
+        ASSERT(weft_spawn(s, race_reader, &r) >= 0);
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, race_thread, &r), 0);
+        int rc = weft_scope_join(s); /* the worker sleeps meanwhile */
+        ASSERT(rc == 0 || rc == -ECANCELED);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        SETTLE(atomic_load(&r.stage) == 2);
+        ASSERT_EQ(pthread_join(th, NULL), 0);
+        ASSERT_EQ(fcntl(r.p[0], F_SETFL, O_NONBLOCK), 0);
+        char rest[8];
+        ptrdiff_t left = read(r.p[0], rest, sizeof rest);
+        if (r.got == 5) {
+            ASSERT(memcmp(r.buf, "data!", 5) == 0);
+            ASSERT_EQ(left, -1);
+        } else {
+            ASSERT_EQ(r.got, -ECANCELED);
+            ASSERT_EQ(left, 5);
+            ASSERT(memcmp(rest, "data!", 5) == 0);
+        }
+        ASSERT_EQ(close(r.p[0]), 0);
+        ASSERT_EQ(close(r.p[1]), 0);
+    }
+    return 0;
+}
+
+TEST(a_cancel_racing_the_completion_loses_nothing)
+{
+    int rounds = T_SCALE(300);
+    if (rounds < 30)
+        rounds = 30;
+    ASSERT_EQ(t_run_mono(1, race_main, &rounds), 0);
 }
 
 /* ---- many tasks, one file ---- */

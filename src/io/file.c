@@ -161,8 +161,14 @@ static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
         int rc = ring_wait(&c, deadline, 0);
         if (rc) {
             /* A deadline or a cancel: ask the kernel to stop it, and wait
-             * for whichever comes, its cancel or its own result. */
-            if (weft__tl_worker == wk)
+             * for whichever comes, its cancel or its own result. Unless
+             * its completion came in after the wake and before this task
+             * ran (the worker read it meanwhile): its slot in the ring is
+             * free then, maybe another call's. */
+            weft__lock_acquire(&c.lock);
+            bool done = c.done;
+            weft__lock_release(&c.lock);
+            if (!done && weft__tl_worker == wk)
                 p->ops->op_cancel(p, &c.op);
             int frc = ring_wait(&c, WEFT_NEVER, WEFT__WAIT_FIRM);
             WEFT_ASSERT(frc == 0);
