@@ -282,7 +282,8 @@ typedef struct weft_config {
      * it jumps to the next deadline (Trio's autojump threshold), so that
      * loopback I/O and a quick blocking call complete at the virtual
      * instant they started. 0: 5 ms for descriptors, 50 ms for blocking
-     * calls. A test that needs its calls to finish before the clock moves,
+     * calls (a weft_file_* call counts as a descriptor through the
+     * worker's io_uring ring, as a blocking call on the pool). A test that needs its calls to finish before the clock moves,
      * on a machine however loaded, sets a long one (a jump then waits that
      * long when a call does not finish). Negative: -EINVAL. */
     int64_t autojump_ns;
@@ -1811,7 +1812,8 @@ WEFT_EXTERN int weft_process_free(weft_process *p);
  * ring where the worker has one (weft_config.poller; the kernel does the
  * work, no thread hop), else runs on the blocking pool (section 7). Either
  * way the call is waited for once it runs, so its buffer may be on the
- * calling task's stack. For pipes, sockets and terminals use weft_read
+ * calling task's stack (mind its size: a 64 KiB buffer does not fit the
+ * default 64 KiB stack, weft_config.stack_size). For pipes, sockets and terminals use weft_read
  * and weft_write (a non-blocking descriptor here may return -EAGAIN).
  *
  * Every call below but weft_file_close is a cancellation point with one

@@ -8,10 +8,11 @@
  * A reader task fills 64 KiB buffers with weft_file_pread and sends them
  * down a channel to a writer task, which writes them with
  * weft_file_pwrite and hands each buffer back on a second channel. Four
- * buffers exist in all: memory stays at 256 KiB whatever the file's size,
- * and the buffers are reused, never freshly allocated. Neither task holds
+ * buffers exist per copy: memory stays at 256 KiB whatever the file's
+ * size, and the buffers are reused, never freshly allocated (each copy
+ * has its own: several may run at once). Neither task holds
  * its worker while the disk works. Exits 1 unless the copy has the
- * source's size and bytes.
+ * source's size and bytes; the demonstration runs two copies at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,7 +87,10 @@ static int writer(void *arg)
 static int copy_file(const char *from, const char *to, int64_t *copied)
 {
     copy c = {.in = -1, .out = -1};
-    static char bufs[NBUF][CHUNK];
+    /* This copy's own buffers: several copies may run at once. */
+    char *bufs = malloc((size_t)NBUF * CHUNK);
+    if (!bufs)
+        return -ENOMEM;
     int rc = weft_file_open(&c.in, from, O_RDONLY, 0, WEFT_NEVER);
     if (rc == 0)
         rc = weft_file_open(&c.out, to, O_WRONLY | O_CREAT | O_TRUNC, 0644,
@@ -96,7 +100,7 @@ static int copy_file(const char *from, const char *to, int64_t *copied)
     if (rc == 0)
         rc = weft_chan_new(&c.empty, sizeof(chunk), NBUF);
     for (int i = 0; rc == 0 && i < NBUF; i++)
-        rc = weft_chan_try_send(c.empty, &(chunk){.data = bufs[i]});
+        rc = weft_chan_try_send(c.empty, &(chunk){.data = bufs + i * CHUNK});
     if (rc == 0) {
         weft_scope *s;
         weft_scope_open(&s, NULL); /* WEFT_FAIL_FAST: one error stops both */
@@ -115,28 +119,34 @@ static int copy_file(const char *from, const char *to, int64_t *copied)
         weft_file_close(c.in);
     if (c.out >= 0)
         weft_file_close(c.out);
+    free(bufs);
     *copied = c.copied;
     return rc;
 }
 
-/* ---- the demonstration: 8 MiB and a bit, copied and compared ---- */
+/* ---- the demonstration: two files of 8 MiB and a bit, copied at once
+ * and compared ---- */
 
 #define SIZE (8 * 1024 * 1024 + 12345)
 
-static int run(void *arg)
+typedef struct job {
+    const char *dir;
+    int id;
+} job;
+
+static int copy_one(void *arg)
 {
-    const char *dir = arg;
+    const job *j = arg;
     char from[256], to[256];
-    snprintf(from, sizeof from, "%s/from", dir);
-    snprintf(to, sizeof to, "%s/to", dir);
+    snprintf(from, sizeof from, "%s/from%d", j->dir, j->id);
+    snprintf(to, sizeof to, "%s/to%d", j->dir, j->id);
     char *data = malloc(SIZE), *back = malloc(SIZE);
-    if (!data || !back)
-        return -ENOMEM;
-    for (size_t i = 0; i < SIZE; i++)
-        data[i] = (char)(i * 7 + i / 4096);
-    int fd, rc = weft_file_open(&fd, from, O_WRONLY | O_CREAT | O_TRUNC, 0644,
-                                WEFT_NEVER);
-    if (rc == 0) {
+    int rc = data && back ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < SIZE; i++)
+        data[i] = (char)(i * 7 + i / 4096 + (size_t)j->id * 131);
+    int fd;
+    if (rc == 0 && (rc = weft_file_open(&fd, from, O_WRONLY | O_CREAT | O_TRUNC,
+                                        0644, WEFT_NEVER)) == 0) {
         ptrdiff_t n = weft_file_write(fd, data, SIZE, WEFT_NEVER);
         weft_file_close(fd);
         rc = n == SIZE ? 0 : -EIO;
@@ -144,18 +154,34 @@ static int run(void *arg)
     int64_t copied = 0;
     if (rc == 0)
         rc = copy_file(from, to, &copied);
-    printf("copy_file: %s, %lld bytes\n", weft_strerror(rc), (long long)copied);
+    printf("copy_file %d: %s, %lld bytes\n", j->id, weft_strerror(rc),
+           (long long)copied);
     if (rc == 0 &&
         (rc = weft_file_open(&fd, to, O_RDONLY, 0, WEFT_NEVER)) == 0) {
         ptrdiff_t n = weft_file_pread(fd, back, SIZE + 1, 0, WEFT_NEVER);
         weft_file_close(fd);
         rc = n == SIZE && memcmp(data, back, SIZE) == 0 ? 0 : -EIO;
-        printf("the copy is %s\n", rc == 0 ? "the same" : "different");
+        printf("copy %d is %s\n", j->id, rc == 0 ? "the same" : "different");
     }
     unlink(from);
     unlink(to);
     free(data);
     free(back);
+    return rc;
+}
+
+static int run(void *arg)
+{
+    job jobs[2] = {{arg, 1}, {arg, 2}};
+    weft_scope *s;
+    int rc = weft_scope_open(&s, NULL);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 2; i++)
+        if (weft_spawn(s, copy_one, &jobs[i]) < 0)
+            weft_scope_cancel(s);
+    rc = weft_scope_join(s);
+    weft_scope_free(s);
     return rc;
 }
 

@@ -123,6 +123,15 @@ static int ring_wait(ring_call *c, int64_t deadline, int flags)
     return rc;
 }
 
+/* Whether a completion's res says the operation was interrupted before
+ * it had any effect: -EINTR, or the kernel's own restart codes
+ * (ERESTARTSYS and its kin, 512 to 516), which an operation running in
+ * the kernel's workers (an open) returns when a cancel interrupts it. */
+static bool interrupted(int32_t res)
+{
+    return res == -EINTR || (res <= -512 && res >= -516);
+}
+
 static const uint8_t ring_code[] = {
     [OP_OPEN] = WEFT__OP_OPEN,    [OP_READ] = WEFT__OP_READ,
     [OP_WRITE] = WEFT__OP_WRITE,  [OP_PREAD] = WEFT__OP_READ,
@@ -152,18 +161,25 @@ static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
         int rc = ring_wait(&c, deadline, 0);
         if (rc) {
             /* A deadline or a cancel: ask the kernel to stop it, and wait
-             * for whichever comes, its cancel or its own result. */
-            if (weft__tl_worker == wk)
+             * for whichever comes, its cancel or its own result. Unless
+             * its completion came in after the wake and before this task
+             * ran (the worker read it meanwhile): its slot in the ring is
+             * free then, maybe another call's. */
+            weft__lock_acquire(&c.lock);
+            bool done = c.done;
+            weft__lock_release(&c.lock);
+            if (!done && weft__tl_worker == wk)
                 p->ops->op_cancel(p, &c.op);
             int frc = ring_wait(&c, WEFT_NEVER, WEFT__WAIT_FIRM);
             WEFT_ASSERT(frc == 0);
             (void)frc;
             /* Stopped before it moved anything (an interrupted read or
              * write transferred nothing). */
-            *res = c.op.res == -ECANCELED || c.op.res == -EINTR ? rc : c.op.res;
+            *res =
+                c.op.res == -ECANCELED || interrupted(c.op.res) ? rc : c.op.res;
             return true;
         }
-        if (c.op.res != -EINTR) {
+        if (!interrupted(c.op.res)) {
             *res = c.op.res;
             return true;
         }
@@ -171,11 +187,27 @@ static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
     }
 }
 
+/* Whether the ring runs o as its system call would. The ring reads and
+ * writes a descriptor that has no offset (a pipe, a socket, a terminal)
+ * at its stream, where pread(2) and pwrite(2) say -ESPIPE: such a pread
+ * or pwrite runs on the pool. */
+static bool ring_fits(const file_op *o)
+{
+    if (o->op != OP_PREAD && o->op != OP_PWRITE)
+        return true;
+    /* The type only, never synced with a network file system's server:
+     * nothing here waits. */
+    struct statx st;
+    return statx(o->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE,
+                 &st) != 0 ||
+           S_ISREG(st.stx_mode) || S_ISBLK(st.stx_mode);
+}
+
 /* Runs o; its result, or the wait's error (the call did not run). */
 static ptrdiff_t file_call(file_op *o, weft_time deadline)
 {
     weft_worker *wk = weft__tl_worker;
-    if (wk && o->n <= UINT32_MAX) {
+    if (wk && o->n <= UINT32_MAX && ring_fits(o)) {
         int err;
         weft__poller *p = weft__io_poller(wk, &err);
         if (p && p->ops->op_submit) {

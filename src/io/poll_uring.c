@@ -517,6 +517,11 @@ static int ur_op_submit(weft__poller *p, weft__op *op)
     case WEFT__OP_OPEN:
         io_uring_prep_openat(sqe, AT_FDCWD, op->path, op->flags | O_CLOEXEC,
                              op->mode);
+        /* Straight to the kernel's workers, as open(2) would run: the
+         * inline try opens with O_NONBLOCK, which changes what an open
+         * does (a FIFO's for writing says ENXIO instead of waiting for a
+         * reader, one for reading does not wait for a writer). */
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         break;
     case WEFT__OP_READ:
         io_uring_prep_read(sqe, op->fd, op->buf, op->n, (uint64_t)op->off);
