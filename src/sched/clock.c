@@ -114,11 +114,53 @@ static bool autojump_grace(weft_worker *w)
     return grace && (weft__nap(w, grace) || weft__work_visible(w));
 }
 
+/* How many times a task has switched away, on every worker: it grows
+ * whenever a task has run anywhere (relaxed reads of counters each worker
+ * writes alone). */
+static uint64_t activity(weft_runtime *rt)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < rt->nworkers; i++) {
+        weft__wstats *st = &rt->workers[i].st;
+        n += ld_rlx(&st->parks) + ld_rlx(&st->yields) + ld_rlx(&st->finished);
+    }
+    return n;
+}
+
+/* Under rt->vmu, by the last worker to go idle: a worker whose tasks wait
+ * for descriptors gave the kernel its grace before a task last ran, and
+ * that task may have made one ready (a byte written to a socket pair)
+ * which that worker, idle in the books, has not read yet. Each such
+ * worker leaves the books to look again, with a grace of its own, instead
+ * of time jumping past its readiness; w itself too. Returns true if any
+ * did (time does not move now). Tasks that ran are counted, so this ends:
+ * with nothing running, the next round finds every grace current. */
+static bool regrace(weft_runtime *rt, weft_worker *w)
+{
+    if (rt->sim)
+        return false;
+    uint64_t now = activity(rt);
+    bool any = false;
+    for (int i = 0; i < rt->nworkers; i++) {
+        weft_worker *o = &rt->workers[i];
+        if (!ld_rlx(&weft__wpub(o)->pending[WEFT__PENDING_IO]) ||
+            o->vseen == now)
+            continue;
+        o->vidle = false;
+        rt->nvidle--;
+        any = true;
+        if (o != w)
+            weft__wake_sleeper(o);
+    }
+    return any;
+}
+
 /* Time moves only when every worker is idle, to the earliest deadline of
  * any worker. */
 static void virt_idle_until(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
+    uint64_t seen = activity(rt); /* what the grace covers */
     if (weft__steal_any(w) || autojump_grace(w))
         return;
     pthread_mutex_lock(&rt->vmu);
@@ -127,8 +169,13 @@ static void virt_idle_until(weft_worker *w)
         return;
     }
     w->vnext = weft__wheel_next_exact(&w->wheel);
+    w->vseen = seen;
     w->vidle = true;
-    if (++rt->nvidle == rt->nworkers) {
+    if (++rt->nvidle == rt->nworkers && regrace(rt, w) && !w->vidle) {
+        pthread_mutex_unlock(&rt->vmu);
+        return; /* its own grace is stale: look again */
+    }
+    if (rt->nvidle == rt->nworkers) {
         int64_t min = WEFT_NEVER;
         for (int i = 0; i < rt->nworkers; i++)
             if (rt->workers[i].vnext < min)

@@ -160,6 +160,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* virtual clock bookkeeping, under rt->vmu */
     bool vidle;
     int64_t vnext;
+    uint64_t vseen; /* weft__activity when its last grace began */
 
     /* Its thread as others may probe it (the stealing rule): set by the
      * worker when its loop starts (probe_ready: 1), the /proc file opened
