@@ -493,6 +493,12 @@ typedef struct weft_scope_opts {
      * next line, or at join. */
     weft_failure_fn on_failure;
     void *failure_ctx;
+    /* Non-zero: the tasks spawned into this scope, and into the scopes
+     * opened inside it, may move between workers, as if each was spawned
+     * with weft_spawn_opts.movable = 1 (one spawned with movable = -1
+     * does not). Their code must keep the contract written there. An
+     * enclosing scope's choice is inherited; 0 adds nothing. */
+    int movable;
 } weft_scope_opts;
 
 /* Opens a scope as a child of the calling task's current scope, and makes
@@ -593,6 +599,28 @@ typedef struct weft_spawn_opts {
     /* Non-NULL: *handle receives a handle to the task (see
      * weft_task_handle), or a zero one if the spawn fails. */
     weft_task_handle *handle;
+    /* Whether the task may move to another worker once started. 0: as its
+     * scope says (weft_scope_opts.movable), by default not: it runs on
+     * the worker where it first ran for life, so that C code that keeps a
+     * thread-local's address (errno through a cached __errno_location,
+     * OpenSSL's error queue, any __thread variable whose address is taken
+     * or which the compiler caches) stays correct. 1: it may move; -1:
+     * never, whatever its scope says. A task given worker = k never moves.
+     *
+     * The contract of a movable task: its code keeps no thread-local
+     * address (nor a value derived from the thread, such as
+     * pthread_self()) across a weft call that may block. Between such
+     * calls it runs on one thread as any task.
+     *
+     * The runtime moves such a task only while it is not running (parked
+     * or runnable): to the worker of the task that keeps waking it, once
+     * the two have talked for a few round trips (as Go's runnext and
+     * Tokio's LIFO slot place a woken task with its waker), and to an idle
+     * worker when its worker has more tasks that yield than it can run.
+     * A movable task that waits on work kept by its worker (a scope
+     * deadline it owns, a descriptor or a blocking-pool call it waits on)
+     * stays there meanwhile. See docs/design.md, "Where tasks run". */
+    int movable;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
@@ -3112,6 +3140,9 @@ typedef struct weft_worker_stats {
      * seen, top[0] its task). All 0 when slices are not measured. */
     uint64_t slow_slices;
     weft_slice_info top[WEFT_SLICE_TOP];
+    /* started tasks it handed to another worker: movable tasks (see
+     * weft_spawn_opts.movable) and actors between two messages */
+    uint64_t moved;
 } weft_worker_stats;
 
 typedef struct weft_stats {

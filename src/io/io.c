@@ -372,9 +372,9 @@ static int fd_wait(int fd, int events, weft_time deadline,
     bool oneshot = p->ops->arm != NULL;
     if (oneshot) /* a request for this wait (poller.h) */
         p->ops->arm(p, fd, ld_rlx(&r->gen), events);
-    weft__pending_add(w, WEFT__PENDING_IO, 1);
+    weft__pending_park(w, WEFT__PENDING_IO, 1);
     rc = fd_park(r, events, deadline);
-    weft__pending_add(w, WEFT__PENDING_IO, -1);
+    weft__pending_park(w, WEFT__PENDING_IO, -1);
     if (oneshot)
         p->ops->cancel(p, fd, events);
     return rc;

@@ -65,6 +65,7 @@ typedef struct weft__wstats {
     _Atomic uint64_t yields;   /* switches away from a yielding task */
     _Atomic uint64_t resumed;  /* switches from the scheduler loop */
     _Atomic uint64_t steals;   /* tasks it took from other deques */
+    _Atomic uint64_t moved;    /* started tasks it handed to other workers */
     _Atomic uint64_t inbox;    /* tasks that came through its inbox */
     _Atomic uint64_t finished; /* tasks that finished here */
     _Atomic uint64_t idle_ns;  /* real time in the clock's idle_until */
@@ -154,6 +155,13 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
                               * as a thief (the stealing rule) */
     /* spawns made on this worker: the ids of its tasks (weft_task.id) */
     uint64_t next_id;
+    /* asserts: the task this worker switched away from, whose on_cpu the
+     * other side of the switch clears (finish_switch) */
+    weft_task *off_cpu;
+    /* An idle worker's request for some of this one's movable runnable
+     * tasks: its id + 1 (0: none); this worker serves it at its next fair
+     * round (sched.c, share). */
+    atomic_int share_to;
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
     unsigned dgen; /* times it became so, under rt->dmu */
