@@ -2,8 +2,8 @@
 /*
  * Tasks and actors that move between workers: a movable task goes to the
  * worker of the task that keeps waking it, yielded movable tasks are
- * shared with an idle worker, and a task that has not opted in (the
- * default) never moves.
+ * shared with an idle worker, an actor follows its traffic between two
+ * messages, and a task that has not opted in (the default) never moves.
  * The stress test mixes them all on 2 to 4 workers; in a build with
  * asserts the scheduler checks at every resume that a task that may not
  * move runs on the worker where it started, and that no task is resumed
@@ -231,6 +231,141 @@ TEST(yielding_default_tasks_stay)
     free(b);
 }
 
+/* ---- an actor follows its traffic ------------------------------------- */
+
+struct act {
+    long count;
+    int asks;
+    int pin;         /* the actor's weft_actor_opts.worker */
+    int first, last; /* where it handled its first and last message */
+    int changes;
+    weft_actor *a;
+    weft_scope *into; /* the actor's scope */
+};
+
+static int act_fn(void *state, weft_actor_msg *m)
+{
+    struct act *s = state;
+    int w = weft_worker_id();
+    if (s->count == 0)
+        s->first = w;
+    else if (w != s->last)
+        s->changes++;
+    s->last = w;
+    if (s->pin)
+        ASSERT_EQ(w, s->pin - 1);
+    s->count += *(const int *)m->data;
+    return m->kind == WEFT_MSG_ASK ? weft_actor_reply(m, &s->count) : 0;
+}
+
+static int act_client(void *arg)
+{
+    struct act *s = arg;
+    const int one = 1;
+    long r;
+    for (int i = 0; i < s->asks; i++)
+        ASSERT_EQ(weft_actor_ask(s->a, &one, &r, WEFT_NEVER), 0);
+    return 0;
+}
+
+/* Spawns the actor from worker 1 (so that it starts there, unless an
+ * idle worker 0 takes it first). */
+static int act_spawner(void *arg)
+{
+    struct act *s = arg;
+    weft_actor_opts o = {.fn = act_fn,
+                         .state = s,
+                         .msg_size = sizeof(int),
+                         .reply_size = sizeof(long),
+                         .capacity = 8,
+                         .name = "counter",
+                         .worker = s->pin};
+    ASSERT_EQ(weft_actor_spawn(s->into, &o, &s->a), 0);
+    return 0;
+}
+
+static int act_root(void *arg)
+{
+    struct act *s = arg;
+    weft_scope *as, *cs;
+    ASSERT_EQ(weft_scope_open(&as, NULL), 0);
+    s->into = as;
+    weft_scope *sp;
+    ASSERT_EQ(weft_scope_open(&sp, NULL), 0);
+    ASSERT(weft_spawn_ex(sp, act_spawner, s, &(weft_spawn_opts){.worker = 2}) >=
+           0);
+    ASSERT_EQ(weft_scope_join(sp), 0);
+    ASSERT_EQ(weft_scope_free(sp), 0);
+    ASSERT_EQ(weft_scope_open(&cs, NULL), 0);
+    ASSERT(weft_spawn_ex(cs, act_client, s, &(weft_spawn_opts){.worker = 1}) >=
+           0);
+    ASSERT_EQ(weft_scope_join(cs), 0);
+    ASSERT_EQ(weft_scope_free(cs), 0);
+    ASSERT_EQ(weft_actor_stop(s->a, WEFT_STOP_DRAIN), 0);
+    ASSERT_EQ(weft_scope_join(as), 0);
+    ASSERT_EQ(weft_scope_free(as), 0);
+    weft_actor_unref(s->a);
+    return 0;
+}
+
+TEST(actor_follows_its_client)
+{
+    for (int k = 0; k < 4; k++) {
+        struct act s = {.asks = 300};
+        ASSERT_EQ(t_run_mono(2, act_root, &s), 0);
+        ASSERT_EQ(s.count, s.asks);
+        ASSERT_EQ(s.last, 0); /* with its one client, on worker 0 */
+        ASSERT(s.changes <= 1);
+    }
+}
+
+TEST(pinned_actor_stays)
+{
+    for (int k = 0; k < 2; k++) {
+        struct act s = {.asks = 300, .pin = 2};
+        ASSERT_EQ(t_run_mono(2, act_root, &s), 0);
+        ASSERT_EQ(s.count, s.asks);
+        ASSERT_EQ(s.first, 1);
+        ASSERT_EQ(s.changes, 0);
+    }
+}
+
+/* ---- an actor asked from every worker does not bounce ----------------- */
+
+static int bounce_root(void *arg)
+{
+    struct act *s = arg;
+    weft_scope *as, *cs;
+    ASSERT_EQ(weft_scope_open(&as, NULL), 0);
+    weft_actor_opts o = {.fn = act_fn,
+                         .state = s,
+                         .msg_size = sizeof(int),
+                         .reply_size = sizeof(long),
+                         .capacity = 8};
+    ASSERT_EQ(weft_actor_spawn(as, &o, &s->a), 0);
+    ASSERT_EQ(weft_scope_open(&cs, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT(weft_spawn_ex(cs, act_client, s,
+                             &(weft_spawn_opts){.worker = 1 + i % 2}) >= 0);
+    ASSERT_EQ(weft_scope_join(cs), 0);
+    ASSERT_EQ(weft_scope_free(cs), 0);
+    ASSERT_EQ(weft_actor_stop(s->a, WEFT_STOP_DRAIN), 0);
+    ASSERT_EQ(weft_scope_join(as), 0);
+    ASSERT_EQ(weft_scope_free(as), 0);
+    weft_actor_unref(s->a);
+    return 0;
+}
+
+TEST(actor_asked_from_everywhere_stays)
+{
+    struct act s = {.asks = (int)T_SCALE(2000)};
+    ASSERT_EQ(t_run_mono(2, bounce_root, &s), 0);
+    ASSERT_EQ(s.count, 4L * s.asks);
+    /* Two clients on each worker: a streak of 16 wakes from one side is
+     * rare; a move every message or so would be bouncing. */
+    ASSERT(s.changes <= 4 * s.asks / 64 + 2);
+}
+
 /* ---- stress: everything at once, 2 to 4 workers ----------------------- */
 
 #define S_PAIRS 12
@@ -386,7 +521,7 @@ TEST(stress_moves)
         st->workers = workers;
         /* A few seconds under the sanitizers too (scale 10): moves need
          * round trips to happen at all. */
-        st->rounds = (int)T_SCALE(4000);
+        st->rounds = (int)T_SCALE(3000);
         if (st->rounds < 2500)
             st->rounds = 2500;
         st->seed = seed + (uint64_t)workers;
