@@ -30,10 +30,11 @@ static uint64_t moved_total(void)
 struct pair {
     weft_chan *ping, *pong;
     int rounds;
-    int movable;    /* the far task's weft_spawn_opts.movable */
-    int first, end; /* the far task's worker at its start and end */
-    int changes;    /* times it found itself on another worker */
-    bool deadline;  /* the far task waits with a deadline */
+    int movable;      /* the far task's weft_spawn_opts.movable */
+    int first, end;   /* the far task's worker at its start and end */
+    int changes;      /* times it found itself on another worker */
+    bool deadline;    /* the far task waits with a deadline */
+    const char *name; /* the far task's */
 };
 
 /* Pinned to worker 0: answers each ping. */
@@ -85,7 +86,8 @@ static int far_spawner(void *arg)
     /* The child starts here, in this worker's queue (an idle worker 0
      * may take it before it starts: then there is nothing to move). */
     ASSERT(weft_spawn_ex(NULL, pair_far, p,
-                         &(weft_spawn_opts){.movable = p->movable}) >= 0);
+                         &(weft_spawn_opts){.movable = p->movable,
+                                            .name = p->name}) >= 0);
     return 0;
 }
 
@@ -132,6 +134,38 @@ TEST(default_task_never_moves)
         struct pair p = {.rounds = 200, .movable = k & 1 ? 0 : -1};
         ASSERT_EQ(t_run_mono(2, pair_root, &p), 0);
     }
+}
+
+/* The instrument's hooks (and so the trace, which is built on them) see
+ * a moved task on the worker it runs on now. */
+struct seen_runs {
+    atomic_int runs, wrong, on[2];
+};
+
+static void seen_run(void *ctx, const weft_task_info *t)
+{
+    struct seen_runs *sr = ctx;
+    atomic_fetch_add(&sr->runs, 1);
+    if (t->worker != weft_worker_id())
+        atomic_fetch_add(&sr->wrong, 1);
+    if (t->name && t->name[0] == 'f')
+        atomic_fetch_add(&sr->on[t->worker & 1], 1);
+}
+
+TEST(instrument_follows_a_moved_task)
+{
+    struct seen_runs sr = {0};
+    weft_instrument in = {.ctx = &sr, .run = seen_run};
+    struct pair p = {.rounds = 200, .movable = 1, .name = "far"};
+    weft_config cfg = {.workers = 2, .instrument = &in};
+    ASSERT_EQ(weft_run(&cfg, pair_root, &p), 0);
+    ASSERT(atomic_load(&sr.runs) > 200);
+    ASSERT_EQ(atomic_load(&sr.wrong), 0);
+    /* It ran on worker 0 at the end, and on 1 before if it started there. */
+    ASSERT(atomic_load(&sr.on[0]) > 0);
+    ASSERT_EQ(p.end, 0);
+    if (p.first == 1)
+        ASSERT(atomic_load(&sr.on[1]) > 0);
 }
 
 /* ---- yielded movable tasks are shared with an idle worker ------------- */

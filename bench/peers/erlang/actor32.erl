@@ -1,5 +1,5 @@
 %% SPDX-License-Identifier: MIT
-%% actor32: one process owning a counter (as ask.erl's) and 32 client
+%% actor32: one process owning a counter (ask.erl's) and 32 client
 %% processes, each making N/32 asks in sequence and waiting for each reply.
 %% Run with 2 schedulers (erl +S 2:2: weft's 2 workers). Value: elapsed /
 %% N, ns/ask. The clock runs from before the actor's spawn to after the
@@ -14,7 +14,7 @@ main(Args) ->
     N0 = bench_peer:n(Args, 100000),
     N = case N0 - N0 rem ?CLIENTS of 0 -> ?CLIENTS; V -> V end,
     T0 = bench_peer:now_ns(),
-    {Actor, Ref} = spawn_monitor(fun() -> counter(0) end),
+    {Actor, Ref} = spawn_monitor(fun() -> ask:counter(0) end),
     Self = self(),
     [spawn_link(fun() -> Self ! {done, asks(Actor, N div ?CLIENTS, 0)} end)
      || _ <- lists:seq(1, ?CLIENTS)],
@@ -24,17 +24,6 @@ main(Args) ->
     Elapsed = bench_peer:now_ns() - T0,
     bench_peer:check(Max =:= N, "largest reply ~p /= ~p", [Max, N]),
     bench_peer:print("actor32", Elapsed, N, "ns/ask").
-
-%% The actor: nobody else touches C.
-counter(C) ->
-    receive
-        {add, A, From} ->
-            C2 = C + A,
-            From ! {count, C2},
-            counter(C2);
-        stop ->
-            ok
-    end.
 
 asks(_, 0, Max) ->
     Max;

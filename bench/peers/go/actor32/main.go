@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 
-// actor32: one actor goroutine owning a counter (chan mailbox of capacity
-// 64) and 32 client goroutines, each making N/32 sequential asks on a
+// actor32: ask's actor goroutine owning a counter (chan mailbox of
+// capacity 64, internal/askpeer) and 32 client goroutines, each making N/32 sequential asks on a
 // reply channel of its own, with GOMAXPROCS = 2 (weft's 2 workers). Value:
 // elapsed / N, ns/ask. The clock runs from before the actor's `go` to
 // after the clients have finished and the actor has exited.
@@ -12,15 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"weft.bench/peers/internal/askpeer"
 	"weft.bench/peers/internal/peer"
 )
 
 const clients = 32
-
-type request struct {
-	add   int64
-	reply chan<- int64
-}
 
 func main() {
 	n := peer.N(100_000)
@@ -29,21 +25,14 @@ func main() {
 		n = clients
 	}
 	runtime.GOMAXPROCS(2)
-	mailbox := make(chan request, 64)
+	mailbox := make(chan askpeer.Request, 64)
 	exited := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var max int64
 
 	start := time.Now()
-	go func() { // the actor: nobody else touches count
-		defer close(exited)
-		var count int64
-		for r := range mailbox {
-			count += r.add
-			r.reply <- count
-		}
-	}()
+	go askpeer.Counter(mailbox, exited) // ask's actor
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
 		go func() {
@@ -51,7 +40,7 @@ func main() {
 			reply := make(chan int64, 1)
 			var last int64
 			for i := 0; i < n/clients; i++ {
-				mailbox <- request{1, reply}
+				mailbox <- askpeer.Request{Add: 1, Reply: reply}
 				if v := <-reply; v > last {
 					last = v
 				}

@@ -20,17 +20,10 @@ fn main() {
         .worker_threads(2)
         .build()
         .expect("runtime");
-    type Ask = (i64, oneshot::Sender<i64>);
     let (elapsed, max) = rt.block_on(async move {
-        let (mailbox, mut inbox) = mpsc::channel::<Ask>(64);
+        let (mailbox, inbox) = mpsc::channel::<Ask>(64);
         let start = std::time::Instant::now();
-        let actor = tokio::spawn(async move {
-            let mut count = 0i64; // nobody else touches it
-            while let Some((add, reply)) = inbox.recv().await {
-                count += add;
-                let _ = reply.send(count);
-            }
-        });
+        let actor = tokio::spawn(counter(inbox)); // ask's actor
         let mut clients = Vec::new();
         for _ in 0..CLIENTS {
             let mailbox = mailbox.clone();
