@@ -275,6 +275,7 @@ struct act {
     int changes;
     weft_actor *a;
     weft_scope *into; /* the actor's scope */
+    int clients;      /* 0: one, on worker 0; n: on workers 0, 1, 0, ... */
 };
 
 static int act_fn(void *state, weft_actor_msg *m)
@@ -331,8 +332,9 @@ static int act_root(void *arg)
     ASSERT_EQ(weft_scope_join(sp), 0);
     ASSERT_EQ(weft_scope_free(sp), 0);
     ASSERT_EQ(weft_scope_open(&cs, NULL), 0);
-    ASSERT(weft_spawn_ex(cs, act_client, s, &(weft_spawn_opts){.worker = 1}) >=
-           0);
+    for (int i = 0; i < (s->clients ? s->clients : 1); i++)
+        ASSERT(weft_spawn_ex(cs, act_client, s,
+                             &(weft_spawn_opts){.worker = 1 + i % 2}) >= 0);
     ASSERT_EQ(weft_scope_join(cs), 0);
     ASSERT_EQ(weft_scope_free(cs), 0);
     ASSERT_EQ(weft_actor_stop(s->a, WEFT_STOP_DRAIN), 0);
@@ -366,34 +368,10 @@ TEST(pinned_actor_stays)
 
 /* ---- an actor asked from every worker does not bounce ----------------- */
 
-static int bounce_root(void *arg)
-{
-    struct act *s = arg;
-    weft_scope *as, *cs;
-    ASSERT_EQ(weft_scope_open(&as, NULL), 0);
-    weft_actor_opts o = {.fn = act_fn,
-                         .state = s,
-                         .msg_size = sizeof(int),
-                         .reply_size = sizeof(long),
-                         .capacity = 8};
-    ASSERT_EQ(weft_actor_spawn(as, &o, &s->a), 0);
-    ASSERT_EQ(weft_scope_open(&cs, NULL), 0);
-    for (int i = 0; i < 4; i++)
-        ASSERT(weft_spawn_ex(cs, act_client, s,
-                             &(weft_spawn_opts){.worker = 1 + i % 2}) >= 0);
-    ASSERT_EQ(weft_scope_join(cs), 0);
-    ASSERT_EQ(weft_scope_free(cs), 0);
-    ASSERT_EQ(weft_actor_stop(s->a, WEFT_STOP_DRAIN), 0);
-    ASSERT_EQ(weft_scope_join(as), 0);
-    ASSERT_EQ(weft_scope_free(as), 0);
-    weft_actor_unref(s->a);
-    return 0;
-}
-
 TEST(actor_asked_from_everywhere_stays)
 {
-    struct act s = {.asks = (int)T_SCALE(2000)};
-    ASSERT_EQ(t_run_mono(2, bounce_root, &s), 0);
+    struct act s = {.asks = (int)T_SCALE(2000), .clients = 4};
+    ASSERT_EQ(t_run_mono(2, act_root, &s), 0);
     ASSERT_EQ(s.count, 4L * s.asks);
     /* Two clients on each worker: a streak of 16 wakes from one side is
      * rare; a move every message or so would be bouncing. */
