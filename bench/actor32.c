@@ -44,8 +44,9 @@ struct bench {
     atomic_int end[WORKERS]; /* and at their end */
     weft_actor *a;
     int64_t elapsed_ns;
-    int split;   /* clients spawned half on each worker */
-    int movable; /* their scope's weft_scope_opts.movable */
+    int split;      /* clients spawned half on each worker */
+    int movable;    /* their scope's weft_scope_opts.movable */
+    uint64_t moved; /* tasks moved between workers (weft_stats) */
 };
 
 static int counter(void *state, weft_actor_msg *m)
@@ -129,6 +130,9 @@ static int root(void *arg)
         weft_actor_stop(b->a, WEFT_STOP_DRAIN);
     join = weft_scope_join(as);
     b->elapsed_ns = bench_clock_ns() - start;
+    weft_stats st;
+    if (weft_stats_get(&st, NULL, 0) > 0)
+        b->moved = st.all.moved;
     if (b->a)
         weft_actor_unref(b->a);
     weft_scope_free(as);
@@ -169,9 +173,10 @@ int main(int argc, char **argv)
     }
     fprintf(stderr,
             "actor32: clients on the workers: %d, %d at the start, %d, %d at "
-            "the end; the actor ended on worker %d\n",
+            "the end; the actor ended on worker %d; %" PRIu64 " moves\n",
             atomic_load(&b.on[0]), atomic_load(&b.on[1]),
-            atomic_load(&b.end[0]), atomic_load(&b.end[1]), b.actor_worker);
+            atomic_load(&b.end[0]), atomic_load(&b.end[1]), b.actor_worker,
+            b.moved);
     printf("BENCH actor32%s weft %.1f ns/ask\n", variant,
            (double)b.elapsed_ns / (double)b.n);
     return 0;
