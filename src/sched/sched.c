@@ -1281,16 +1281,14 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
 {
     t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
     t->worker = NULL;
-    t->home = NULL;
     t->next = NULL;
     t->wake_code = 0;
     t->mobile = o && o->movable > 0 && !o->worker
                     ? WEFT__MOBILE_TASK | WEFT__MOBILE_EVER
                     : 0; /* the scope layer adds its scope's choice */
-    t->streak = 0;
     t->anchor = 0;
-    t->far_w = -1;
-    t->move_to = NULL;
+    t->far_w = -1; /* no streak (move_hint); home is set at the start */
+    WEFT_ASSERT_MSG(t->move_to == NULL, "a slot reused with a move asked");
     t->lag_since = 0;
     t->timer.next = t->timer.prev = NULL;
     t->timer.fn = park_timeout;
