@@ -35,6 +35,7 @@ struct pair {
     int changes;      /* times it found itself on another worker */
     bool deadline;    /* the far task waits with a deadline */
     const char *name; /* the far task's */
+    bool call_for;    /* the far task talks inside weft_call_for */
 };
 
 /* Pinned to worker 0: answers each ping. */
@@ -51,9 +52,8 @@ static int pair_near(void *arg)
     return 0;
 }
 
-/* Started on worker 1 (spawned there by far_spawner): pings the near
- * task and waits for each answer. */
-static int pair_far(void *arg)
+/* The far task's talk: pings the near task and waits for each answer. */
+static int pair_far_talk(void *arg)
 {
     struct pair *p = arg;
     int at = weft_worker_id();
@@ -77,6 +77,18 @@ static int pair_far(void *arg)
             ASSERT_EQ(now, p->first);
     }
     p->end = at;
+    return 0;
+}
+
+/* Started on worker 1 (spawned there by far_spawner): pings the near
+ * task and waits for each answer, inside a weft_call_for that arms no
+ * deadline (WEFT_NEVER), if asked: the task may move inside it. */
+static int pair_far(void *arg)
+{
+    struct pair *p = arg;
+    if (!p->call_for)
+        return pair_far_talk(p);
+    ASSERT_EQ(weft_call_for(pair_far_talk, p, WEFT_NEVER), 0);
     return 0;
 }
 
@@ -124,6 +136,14 @@ TEST(movable_task_goes_to_its_waker)
 {
     for (int k = 0; k < 4; k++) {
         struct pair p = {.rounds = 200, .movable = 1, .deadline = k & 1};
+        ASSERT_EQ(t_run_mono(2, pair_root, &p), 0);
+    }
+}
+
+TEST(movable_task_moves_inside_call_for)
+{
+    for (int k = 0; k < 4; k++) {
+        struct pair p = {.rounds = 200, .movable = 1, .call_for = true};
         ASSERT_EQ(t_run_mono(2, pair_root, &p), 0);
     }
 }

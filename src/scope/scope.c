@@ -830,8 +830,9 @@ int weft_call_for(weft_fn fn, void *arg, int64_t timeout_ns)
     if (rc)
         return rc;
     rc = fn(arg);
-    weft__scope_join_above(weft__wpub(w)->cur,
-                           s); /* scopes fn left open, if any */
+    /* The running task, read again: a movable one may have moved in fn
+     * (w is the worker it started on). Scopes fn left open, if any. */
+    weft__scope_join_above(weft__current(), s);
     weft_scope_join(s);
     bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
     weft_scope_free(s);
