@@ -2503,7 +2503,12 @@ typedef struct weft_actor_opts {
      * after a failed start). */
     void (*on_stop)(void *state, int status);
     /* As weft_spawn_opts.worker: 0 lets the runtime place the actor, k
-     * starts it on worker k - 1. */
+     * starts it on worker k - 1, where it stays. With 0 the actor may
+     * also move to another worker between two messages, when only weft's
+     * loop is on its stack, to where its messages come from (see
+     * weft_spawn_opts.movable; its behaviour's thread-locals are safe
+     * during a message, but keep no thread-local's address in state from
+     * one message to the next). weft_actor_run's actor never moves. */
     int worker;
 } weft_actor_opts;
 
