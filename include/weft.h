@@ -2508,7 +2508,8 @@ typedef struct weft_actor_opts {
      * loop is on its stack, to where its messages come from (see
      * weft_spawn_opts.movable; its behaviour's thread-locals are safe
      * during a message, but keep no thread-local's address in state from
-     * one message to the next). weft_actor_run's actor never moves. */
+     * one message to the next). weft_actor_run's actor moves only as its
+     * task may (weft_spawn_opts.movable). */
     int worker;
 } weft_actor_opts;
 
