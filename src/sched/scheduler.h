@@ -109,7 +109,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
      * before it is 0 again (weft__worker_quiesce). Here, on the line the
      * waker writes anyway. */
     atomic_int wakers;
-    char pad0[WEFT_CACHELINE - sizeof(void *) - 2 * sizeof(int)];
+    /* An idle worker's request for some of this one's movable yielded
+     * tasks: its id + 1 (0: none); this worker serves it at its next fair
+     * round (sched.c, share). Here, on the line others write anyway. */
+    atomic_int share_to;
+    char pad0[WEFT_CACHELINE - sizeof(void *) - 3 * sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
@@ -158,10 +162,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* asserts: the task this worker switched away from, whose on_cpu the
      * other side of the switch clears (finish_switch) */
     weft_task *off_cpu;
-    /* An idle worker's request for some of this one's movable runnable
-     * tasks: its id + 1 (0: none); this worker serves it at its next fair
-     * round (sched.c, share). */
-    atomic_int share_to;
+
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
     unsigned dgen; /* times it became so, under rt->dmu */
