@@ -194,6 +194,7 @@ struct burst {
     int n, slices;
     int movable;
     atomic_int started;
+    atomic_int released;  /* the blocker has seen every task start */
     atomic_int ran_on[4]; /* slices run per worker after the start */
     atomic_int all_started;
     int first[256];
@@ -207,6 +208,7 @@ static int burst_blocker(void *arg)
     struct burst *b = arg;
     while (atomic_load(&b->started) < b->n)
         ;
+    atomic_store(&b->released, 1); /* this worker is free from now on */
     return 0;
 }
 
@@ -217,7 +219,9 @@ static int burst_task(void *arg)
     int first = weft_worker_id();
     b->first[me] = first;
     ASSERT_EQ(first, 0);
-    for (int i = 0; i < b->slices; i++) {
+    /* Counted from the blocker's release: the worker it held may take a
+     * share only from then on (its thread may even start late). */
+    for (int i = 0; i < b->slices;) {
         unsigned x = 0;
         for (int k = 0; k < 2000; k++)
             x += (unsigned)k * (unsigned)i;
@@ -226,7 +230,10 @@ static int burst_task(void *arg)
         int w = weft_worker_id();
         if (b->movable <= 0)
             ASSERT_EQ(w, first);
-        atomic_fetch_add(&b->ran_on[w], 1);
+        if (atomic_load(&b->released)) {
+            atomic_fetch_add(&b->ran_on[w], 1);
+            i++;
+        }
     }
     return 0;
 }

@@ -1464,9 +1464,10 @@ static bool steal(weft_worker *w, int round)
     }
     /* Nothing to steal: ask a worker with yielded tasks for a share of
      * its movable ones (it answers at its next fair round, through our
-     * inbox). Every 4th round: its yield queue's length is on the line it
-     * keeps writing, and each look costs it a miss. */
-    for (int i = 0; round >= 0 && (round & 3) == 3 && i < n; i++) {
+     * inbox). Every 4th round (every look: round < 0, the virtual
+     * clock's): its yield queue's length is on the line it keeps
+     * writing, and each look costs it a miss. */
+    for (int i = 0; (round < 0 || (round & 3) == 3) && i < n; i++) {
         weft_worker *v = &rt->workers[(start + i) % n];
         if (v != w && ld_rlx(&v->yieldq.len) >= SHARE_MIN &&
             ld_rlx(&v->share_to) == 0) {
