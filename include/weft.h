@@ -30,8 +30,9 @@
  *   as the task's innermost scope is cancelled (level-triggered, as in Trio:
  *   it keeps returning -ECANCELED until the task leaves the cancelled
  *   scope). weft_scope_join() is the one blocking call that is not.
- * - A task that has started never moves to another OS thread, so the
- *   address of a thread-local (errno, a __thread variable, OpenSSL's error
+ * - A task that has started never moves to another OS thread (unless it
+ *   opts in: weft_spawn_opts.movable; actors move between two messages,
+ *   weft_actor_opts.worker), so the address of a thread-local (errno, a __thread variable, OpenSSL's error
  *   queue) stays valid across blocking calls. Its value is the worker's,
  *   not the task's: every task that runs on that worker shares it, and
  *   another task may change it while this one is blocked (read errno right
@@ -329,7 +330,8 @@ WEFT_EXTERN uint64_t weft_seed(void);
 WEFT_EXTERN int weft_workers(void);
 
 /* Index (0 .. workers-1) of the worker running the calling task, or -EPERM
- * outside a runtime. A started task always runs on the same worker. */
+ * outside a runtime. A started task always runs on the same worker, unless
+ * it may move (weft_spawn_opts.movable, an actor between messages). */
 WEFT_EXTERN int weft_worker_id(void);
 
 /* Registers fn(arg) to run on the calling worker's thread when that worker
