@@ -30,15 +30,16 @@
  *   as the task's innermost scope is cancelled (level-triggered, as in Trio:
  *   it keeps returning -ECANCELED until the task leaves the cancelled
  *   scope). weft_scope_join() is the one blocking call that is not.
- * - A task that has started never moves to another OS thread (unless it
- *   opts in: weft_spawn_opts.movable; actors move between two messages,
+ * - A task that has started never moves to another OS thread, unless it
+ *   opts in (weft_spawn_opts.movable; actors move between two messages,
  *   weft_actor_opts.worker), so the address of a thread-local (errno, a
- * __thread variable, OpenSSL's error queue) stays valid across blocking calls.
- * Its value is the worker's, not the task's: every task that runs on that
- * worker shares it, and another task may change it while this one is blocked
- * (read errno right after the call that set it). weft has no task-local
- * storage: keep a task's own state in what its arg points to. Idle workers
- * balance load by taking tasks that have not started yet.
+ *   thread-local variable, OpenSSL's error queue) stays valid across
+ *   blocking calls. Its value is the worker's, not the task's: every task
+ *   that runs on that worker shares it, and another task may change it
+ *   while this one is blocked (read errno right after the call that set
+ *   it). weft has no task-local storage: keep a task's own state in what
+ *   its arg points to. Idle workers balance load by taking tasks that have
+ *   not started yet.
  * - Unless a comment says otherwise, functions must be called from a task
  *   running inside weft_run(); called elsewhere they return -EPERM.
  * - Names follow docs/api-conventions.md: weft_X_try_VERB never waits; a
