@@ -8,7 +8,7 @@
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 ring restart"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 actor32 ring restart"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {

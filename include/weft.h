@@ -30,14 +30,16 @@
  *   as the task's innermost scope is cancelled (level-triggered, as in Trio:
  *   it keeps returning -ECANCELED until the task leaves the cancelled
  *   scope). weft_scope_join() is the one blocking call that is not.
- * - A task that has started never moves to another OS thread, so the
- *   address of a thread-local (errno, a __thread variable, OpenSSL's error
- *   queue) stays valid across blocking calls. Its value is the worker's,
- *   not the task's: every task that runs on that worker shares it, and
- *   another task may change it while this one is blocked (read errno right
- *   after the call that set it). weft has no task-local storage: keep a
- *   task's own state in what its arg points to. Idle workers balance load
- *   by taking tasks that have not started yet.
+ * - A task that has started never moves to another OS thread, unless it
+ *   opts in (weft_spawn_opts.movable; actors move between two messages,
+ *   weft_actor_opts.worker), so the address of a thread-local (errno, a
+ *   thread-local variable, OpenSSL's error queue) stays valid across
+ *   blocking calls. Its value is the worker's, not the task's: every task
+ *   that runs on that worker shares it, and another task may change it
+ *   while this one is blocked (read errno right after the call that set
+ *   it). weft has no task-local storage: keep a task's own state in what
+ *   its arg points to. Idle workers balance load by taking tasks that have
+ *   not started yet.
  * - Unless a comment says otherwise, functions must be called from a task
  *   running inside weft_run(); called elsewhere they return -EPERM.
  * - Names follow docs/api-conventions.md: weft_X_try_VERB never waits; a
@@ -350,7 +352,8 @@ WEFT_EXTERN uint64_t weft_seed(void);
 WEFT_EXTERN int weft_workers(void);
 
 /* Index (0 .. workers-1) of the worker running the calling task, or -EPERM
- * outside a runtime. A started task always runs on the same worker. */
+ * outside a runtime. A started task always runs on the same worker, unless
+ * it may move (weft_spawn_opts.movable, an actor between messages). */
 WEFT_EXTERN int weft_worker_id(void);
 
 /* Registers fn(arg) to run on the calling worker's thread when that worker
@@ -514,6 +517,12 @@ typedef struct weft_scope_opts {
      * next line, or at join. */
     weft_failure_fn on_failure;
     void *failure_ctx;
+    /* Non-zero: the tasks spawned into this scope, and into the scopes
+     * opened inside it, may move between workers, as if each was spawned
+     * with weft_spawn_opts.movable = 1 (one spawned with movable = -1
+     * does not). Their code must keep the contract written there. An
+     * enclosing scope's choice is inherited; 0 adds nothing. */
+    int movable;
 } weft_scope_opts;
 
 /* Opens a scope as a child of the calling task's current scope, and makes
@@ -614,6 +623,28 @@ typedef struct weft_spawn_opts {
     /* Non-NULL: *handle receives a handle to the task (see
      * weft_task_handle), or a zero one if the spawn fails. */
     weft_task_handle *handle;
+    /* Whether the task may move to another worker once started. 0: as its
+     * scope says (weft_scope_opts.movable), by default not: it runs on
+     * the worker where it first ran for life, so that C code that keeps a
+     * thread-local's address (errno through a cached __errno_location,
+     * OpenSSL's error queue, any __thread variable whose address is taken
+     * or which the compiler caches) stays correct. 1: it may move; -1:
+     * never, whatever its scope says. A task given worker = k never moves.
+     *
+     * The contract of a movable task: its code keeps no thread-local
+     * address (nor a value derived from the thread, such as
+     * pthread_self()) across a weft call that may block. Between such
+     * calls it runs on one thread as any task.
+     *
+     * The runtime moves such a task only while it is not running (parked
+     * or runnable): to the worker of the task that keeps waking it, once
+     * the two have talked for a few round trips (as Go's runnext and
+     * Tokio's LIFO slot place a woken task with its waker), and to an idle
+     * worker when its worker has more tasks that yield than it can run.
+     * A movable task that waits on work kept by its worker (a scope
+     * deadline it owns, a descriptor or a blocking-pool call it waits on)
+     * stays there meanwhile. See docs/design.md, "Where tasks run". */
+    int movable;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
@@ -2566,7 +2597,13 @@ typedef struct weft_actor_opts {
      * after a failed start). */
     void (*on_stop)(void *state, int status);
     /* As weft_spawn_opts.worker: 0 lets the runtime place the actor, k
-     * starts it on worker k - 1. */
+     * starts it on worker k - 1, where it stays. With 0 the actor may
+     * also move to another worker between two messages, when only weft's
+     * loop is on its stack, to where its messages come from (see
+     * weft_spawn_opts.movable; its behaviour's thread-locals are safe
+     * during a message, but keep no thread-local's address in state from
+     * one message to the next). weft_actor_run's actor moves only as its
+     * task may (weft_spawn_opts.movable). */
     int worker;
 } weft_actor_opts;
 
@@ -3203,6 +3240,9 @@ typedef struct weft_worker_stats {
      * seen, top[0] its task). All 0 when slices are not measured. */
     uint64_t slow_slices;
     weft_slice_info top[WEFT_SLICE_TOP];
+    /* started tasks it handed to another worker: movable tasks (see
+     * weft_spawn_opts.movable) and actors between two messages */
+    uint64_t moved;
 } weft_worker_stats;
 
 typedef struct weft_stats {

@@ -136,6 +136,10 @@ extern "C" {
  * new weft_curl_perform, curl_easy_cleanup). A cancelled or timed-out
  * transfer is abandoned where it stood: its connection is closed, not
  * reused.
+ * The transfer runs on the calling task's worker's multi handle, kept in
+ * a thread-local across the wait: call it from a task that does not move
+ * (the default; not one spawned with weft_spawn_opts.movable or in a
+ * movable scope).
  * Cancellation point. Blocks (the task, not the worker). */
 int weft_curl_perform(CURL *easy, weft_time deadline);
 

@@ -431,7 +431,11 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
 static int mailbox_wait(weft_actor *a, weft__waiter **woken)
 {
     /* a->mw: the actor task's own (actor_main), claimed by
-     * weft__slot_claim alone */
+     * weft__slot_claim alone. Between two messages only this loop is on
+     * the actor's stack: it may move to where its messages come from
+     * (sched.c, "moves"), unless pinned. */
+    weft_task *t = a->mw.task;
+    t->mobile |= a->idle_mobile;
     int code = weft__wait(&a->mw, &(weft__wait_spec){.kind = &weft__wk_mailbox,
                                                      .obj = a,
                                                      .lock = &a->lock,
@@ -439,6 +443,7 @@ static int mailbox_wait(weft_actor *a, weft__waiter **woken)
                                                      .deadline = WEFT_NEVER,
                                                      .flags = WEFT__WAIT_OWN,
                                                      .woken = *woken});
+    t->mobile &= (uint8_t)~WEFT__MOBILE_IDLE;
     *woken = NULL;
     if (WEFT_UNLIKELY(code != 0))
         weft__lock_acquire(&a->lock);
@@ -618,6 +623,8 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
         }
         a->start_rc = rc;
     }
+    if (!o->worker)
+        a->idle_mobile = WEFT__MOBILE_IDLE | WEFT__MOBILE_EVER;
     weft_spawn_opts so = {.name = o->name, .worker = o->worker};
     rc = weft__spawn(s, actor_task, a, &so, __FILE__, __LINE__);
     if (rc < 0) {

@@ -113,6 +113,10 @@ struct weft_actor {
     weft_actor_opts o; /* a copy: fn, state, the hooks */
     int start_rc;      /* a registration that failed at spawn */
     bool run_name;     /* weft_actor_run: registers at its start */
+    /* weft_task.mobile bits while it waits for a message: an actor
+     * spawned with worker 0 may move then (nothing but its loop is on its
+     * stack); 0 for one pinned, or run by a task of the caller's */
+    uint8_t idle_mobile;
     /* lock, and last: cold, out of the way of the fields above */
     weft__monitors mons; /* on this actor, to fire at exit */
 };

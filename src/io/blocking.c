@@ -443,9 +443,9 @@ static int call(weft_fn fn, void *arg, int64_t deadline, bool keep,
     }
     /* Counted while parked, so that the virtual clock gives fn time to
      * finish before it jumps (the pending hook; clock.c's autojump). */
-    weft__pending_add(wk, WEFT__PENDING_POOL, 1);
+    weft__pending_park(wk, WEFT__PENDING_POOL, 1);
     rc = wait_job(p, j, deadline, keep, abandoned);
-    weft__pending_add(wk, WEFT__PENDING_POOL, -1);
+    weft__pending_park(wk, WEFT__PENDING_POOL, -1);
     return rc;
 }
 

@@ -218,8 +218,14 @@ static ptrdiff_t file_call(file_op *o, weft_time deadline)
                 (weft__wait_past(deadline) ||
                  deadline <= weft__now(weft__wpub(wk)->rt)))
                 return -ETIMEDOUT;
+            /* The request is in this worker's ring: the task stays here
+             * until its completion (a task that may move, too). */
+            weft_task *t = ld_rlx(&weft__wpub(wk)->cur);
             ptrdiff_t r;
-            if (ring_run(wk, p, o, deadline, &r))
+            weft__task_anchor(t, 1);
+            bool ran = ring_run(wk, p, o, deadline, &r);
+            weft__task_anchor(t, -1);
+            if (ran)
                 return r;
         }
     }

@@ -380,9 +380,13 @@ static int fd_wait(int fd, int events, weft_time deadline,
     bool oneshot = p->ops->arm != NULL;
     if (oneshot) /* a request for this wait (poller.h) */
         p->ops->arm(p, fd, ld_rlx(&r->gen), events);
+    /* Waits on a simulated network's sockets are not outside work; either
+     * way the task stays on w, where its registration is. */
     int outside = p->ops->in_runtime ? 0 : 1;
     weft__pending_add(w, WEFT__PENDING_IO, outside);
+    weft__task_anchor(ld_rlx(&weft__wpub(w)->cur), 1);
     rc = fd_park(r, events, deadline);
+    weft__task_anchor(ld_rlx(&weft__wpub(w)->cur), -1);
     weft__pending_add(w, WEFT__PENDING_IO, -outside);
     if (oneshot)
         p->ops->cancel(p, fd, events);

@@ -105,6 +105,7 @@ static void worker_read(weft_worker *w, weft_worker_stats *o)
     o->finished = ld_rlx(&st->finished);
     o->switches = o->parks + o->yields + ld_rlx(&st->resumed) + o->finished;
     o->steals = ld_rlx(&st->steals);
+    o->moved = ld_rlx(&st->moved);
     o->inbox = ld_rlx(&st->inbox);
     o->spawned = ld_rlx(&w->spawned);
     o->idle_ns = ld_rlx(&st->idle_ns);
@@ -148,6 +149,7 @@ static void worker_add(weft_worker_stats *sum, const weft_worker_stats *o)
     sum->parks += o->parks;
     sum->yields += o->yields;
     sum->steals += o->steals;
+    sum->moved += o->moved;
     sum->inbox += o->inbox;
     sum->spawned += o->spawned;
     sum->finished += o->finished;

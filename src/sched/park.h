@@ -54,6 +54,14 @@ static inline void weft__pending_add(weft_worker *w, int kind, int delta)
     st_rlx(&weft__wpub(w)->pending[kind],
            ld_rlx(&weft__wpub(w)->pending[kind]) + delta);
 }
+/* weft__pending_add by the running task of w for its own park on that
+ * work: the task stays on w meanwhile (weft__task_anchor), where the
+ * count and the work are. */
+static inline void weft__pending_park(weft_worker *w, int kind, int delta)
+{
+    weft__pending_add(w, kind, delta);
+    weft__task_anchor(ld_rlx(&weft__wpub(w)->cur), delta);
+}
 /* w's own count (w's thread). */
 static inline int weft__pending(weft_worker *w, int kind)
 {

@@ -149,6 +149,16 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 #if defined(WEFT_TSAN)
     __tsan_switch_to_fiber(to ? to->tsan_fiber : w->tsan_fiber, 0);
 #endif
+#if defined(WEFT__ASSERTS)
+    /* No task runs on two workers at once: `to` is on no CPU, and `from`
+     * is off this one once the other side of the switch says so
+     * (finish_switch). */
+    if (to)
+        WEFT_ASSERT_MSG(
+            atomic_exchange_explicit(&to->on_cpu, 1, memory_order_relaxed) == 0,
+            "a task resumed while it runs or switches away");
+    w->off_cpu = from;
+#endif
     ctx_jump(fc, tc);
 #if defined(WEFT_ASAN)
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
@@ -170,6 +180,11 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
 #define IO_POLL_NS (20 * WEFT_USEC) /* poller polled before sleeping in it */
 #define DEQUE_INITIAL 256
+/* Moves (see "moves" below): parks in a row woken from one other worker
+ * before a movable task goes there; an idle worker asks for a share of
+ * the yielded movable tasks of a worker that has at least SHARE_MIN. */
+#define MOVE_STREAK 16
+#define SHARE_MIN 2
 
 WEFT_TLS weft_worker *weft__tl_worker;
 
@@ -418,6 +433,106 @@ void weft__worker_quiesce(weft_worker *w)
         sched_yield();
 }
 
+/* ---- moves ----
+ * A task that may move (weft_task.mobile: opted in with
+ * weft_spawn_opts.movable or its scope's, or an actor waiting for its
+ * next message) changes workers only while it is runnable and not
+ * running, handed over by the worker that holds it: that worker owns its
+ * saved context, its timer and its queue links, and the hand-over is an
+ * inbox push (release), which the new worker's drain acquires. Two ways:
+ *
+ * - Toward its traffic (Go's runnext and Tokio's LIFO slot put a woken
+ *   task on the waker's processor at every wake; here with hysteresis):
+ *   a waker on another worker of the runtime counts the parks in a row it
+ *   woke (the park's generation says "in a row": one woken by anyone else
+ *   in between breaks the streak), and at MOVE_STREAK it asks for the
+ *   task (move_to). The task's worker sees the request when its inbox
+ *   gives it the task (it is off every CPU then, unless it is the very
+ *   task switching away, which stays) and forwards it to the waker's
+ *   inbox. So a pair that talks ends up on one worker after a few round
+ *   trips, and a task woken from everywhere stays where it is: a streak
+ *   of 16 from one worker among two equal ones comes once in ~65,000
+ *   wakes.
+ * - Toward idle workers: an idle worker that finds nothing to steal asks
+ *   a worker with SHARE_MIN or more yielded tasks for a share (share_to);
+ *   that worker, at its next fair round, hands half of its yielded
+ *   movable tasks over. Only yielded ones: a task that yields computes,
+ *   and has no conversation to split; a woken one goes where its waker
+ *   is, as above.
+ *
+ * A task tied to its worker (anchor: a scope deadline on the wheel, work
+ * pending there) stays. Its park's timer is on the old wheel: disarmed
+ * there before the hand-over (it has been woken; its timer would find
+ * nothing to do). */
+
+/* Hands t, runnable, off every CPU and held by w (not in w's queues), to
+ * worker `to`. */
+static void move_out(weft_worker *w, weft_task *t, weft_worker *to)
+{
+    WEFT_ASSERT_MSG(t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE),
+                    "moving a task that may not move");
+    if (weft__timer_armed(&t->timer))
+        weft__wheel_disarm(&w->wheel, &t->timer);
+    t->worker = to;
+    weft__stat_add(&w->st.moved, 1);
+    inbox_push(to, t);
+}
+
+/* t came out of w's inbox with a waker's request (move_to). */
+WEFT_COLD static void move_asked(weft_worker *w, weft_task *t)
+{
+    weft_worker *to = t->move_to;
+    t->move_to = NULL;
+    if (to != w && t != ld_rlx(&w->cur) && t->anchor == 0 &&
+        (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE)))
+        move_out(w, t, to);
+    else
+        make_ready_local(w, t, false);
+}
+
+/* The waker w (a worker of t's runtime, not t's) claimed t's park: counts
+ * the streak, and asks for t at MOVE_STREAK. */
+WEFT_COLD static void move_hint(weft_worker *w, weft_task *t)
+{
+    uint64_t gen = ld_rlx(&t->park) >> 2;
+    if (t->far_w == w->id && gen == t->far_gen + 1) {
+        if (++t->streak >= MOVE_STREAK) {
+            t->streak = 0;
+            t->move_to = w;
+        }
+    } else {
+        t->far_w = w->id;
+        t->streak = 1;
+    }
+    t->far_gen = gen;
+}
+
+/* Serves an idle worker's request (share_to): hands it every other
+ * movable task of w's yield queue. */
+WEFT_COLD static void share(weft_worker *w, int to_id)
+{
+    st_rlx(&w->share_to, 0);
+    weft_worker *to = &w->rt->workers[to_id];
+    weft__queue keep = {0};
+    atomic_init(&keep.len, 0);
+    bool give = true;
+    weft_task *t;
+    while ((t = q_pop(&w->yieldq)) != NULL) {
+        if (give && t != ld_rlx(&w->cur) && t->anchor == 0 &&
+            (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE))) {
+            move_out(w, t, to);
+            give = false;
+        } else {
+            if (t->mobile)
+                give = true;
+            q_push(&keep, t);
+        }
+    }
+    w->yieldq.head = keep.head;
+    w->yieldq.tail = keep.tail;
+    st_rlx(&w->yieldq.len, ld_rlx(&keep.len));
+}
+
 /* Moves the inbox into the run queue, oldest first. */
 static bool inbox_drain(weft_worker *w)
 {
@@ -436,7 +551,10 @@ static bool inbox_drain(weft_worker *w)
     weft__stat_add(&w->st.inbox, n_in);
     while (rev) {
         weft_task *n = rev->next;
-        make_ready_local(w, rev, false);
+        if (WEFT_UNLIKELY(rev->move_to != NULL))
+            move_asked(w, rev);
+        else
+            make_ready_local(w, rev, false);
         rev = n;
     }
     return true;
@@ -625,6 +743,9 @@ static void wake_finish(weft_task *t, int code, bool next, bool timer)
         if (wake_due(w))
             wake_watch(w, w, t, timer);
     } else {
+        if (WEFT_UNLIKELY(t->mobile != 0) && w && w->rt == tw->rt &&
+            !w->rt->seeded)
+            move_hint(w, t);
         if (w ? wake_due(w) : WEFT_UNLIKELY(tw->rt->instr != NULL)) {
             if (w)
                 wake_watch(w, tw, t, timer);
@@ -697,6 +818,7 @@ static void park_timeout(weft__timer *tm)
 static void start_task(weft_worker *w, weft_task *t)
 {
     t->worker = w;
+    t->home = w;
     t->flags |= TASK_STARTED;
 #if defined(WEFT_TSAN)
     /* A fiber belongs to the slot and serves its tasks one after another:
@@ -808,6 +930,9 @@ pick_inner(weft_worker *w, unsigned tick)
     if (WEFT_UNLIKELY(w->rt->seeded))
         return pick_seeded(w);
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
+        int to = ld_rlx(&w->share_to);
+        if (to)
+            share(w, to - 1);
         inbox_drain(w);
         poll_timers(w);
         if (weft__pending(w, WEFT__PENDING_IO))
@@ -873,6 +998,11 @@ static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
     if (t) {
         WEFT_ASSERT_MSG(t->worker == w || !(t->flags & TASK_STARTED),
                         "a started task picked by another worker");
+        /* A task that may not move (the default) runs where it started,
+         * at every resume. */
+        WEFT_ASSERT_MSG((t->mobile & WEFT__MOBILE_EVER) ||
+                            !(t->flags & TASK_STARTED) || t->home == w,
+                        "a task that may not move resumed on another worker");
         WEFT_ASSERT(!weft__task_parked(t));
         /* One test for both rare cases: a first run, a sampled wake. */
         if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED) | (t->lag_since != 0)))
@@ -907,6 +1037,12 @@ static void recycle(weft_worker *w, weft_task *t)
 /* Runs right after every switch, on the stack that was switched to. */
 static inline void finish_switch(weft_worker *w)
 {
+#if defined(WEFT__ASSERTS)
+    if (w->off_cpu) {
+        st_rlx(&w->off_cpu->on_cpu, 0);
+        w->off_cpu = NULL;
+    }
+#endif
     if (w->dead) {
         recycle(w, w->dead);
         w->dead = NULL;
@@ -928,6 +1064,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
         weft__stat_add(kind == WEFT_WAIT_YIELD ? &w->st.yields : &w->st.parks,
                        1);
         ctx_switch(w, self, next, false);
+        w = self->worker; /* another one, if self moved */
         finish_switch(w);
     }
     WEFT_ASSERT(ld_rlx(&w->cur) == self && weft__tl_worker == w);
@@ -1011,6 +1148,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     if (WEFT_UNLIKELY(w->instr != NULL))
         instr_run(w->instr, t);
     t->status = t->fn(t->arg);
+    w = t->worker;        /* another one, if t moved */
     watch_leave(w, t);    /* before its end is known: its name's life ends */
     w->rt->hooks.exit(t); /* the layers above: its scopes, its handle */
     /* The layers above are done with t: nothing waits, nothing is armed. */
@@ -1128,8 +1266,8 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
     run_next(w, t, -1);
     /* Runs again only once its park was claimed (or it cancelled it). */
     WEFT_ASSERT(!weft__task_parked(t));
-    if (weft__timer_armed(&t->timer))
-        weft__wheel_disarm(&w->wheel, &t->timer);
+    if (weft__timer_armed(&t->timer)) /* not if t moved: disarmed then */
+        weft__wheel_disarm(&t->worker->wheel, &t->timer);
     return t->wake_code;
 }
 
@@ -1181,6 +1319,12 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->worker = NULL;
     t->next = NULL;
     t->wake_code = 0;
+    t->mobile = o && o->movable > 0 && !o->worker
+                    ? WEFT__MOBILE_TASK | WEFT__MOBILE_EVER
+                    : 0; /* the scope layer adds its scope's choice */
+    t->anchor = 0;
+    t->far_w = -1; /* no streak (move_hint); home is set at the start */
+    WEFT_ASSERT_MSG(t->move_to == NULL, "a slot reused with a move asked");
     t->lag_since = 0;
     t->timer.next = t->timer.prev = NULL;
     t->timer.fn = park_timeout;
@@ -1352,6 +1496,19 @@ static bool steal(weft_worker *w, int round)
         if (got) {
             weft__stat_add(&w->st.steals, (uint64_t)got);
             return true;
+        }
+    }
+    /* Nothing to steal: ask a worker with yielded tasks for a share of
+     * its movable ones (it answers at its next fair round, through our
+     * inbox). Every 4th round (every look: round < 0, the virtual
+     * clock's): its yield queue's length is on the line it keeps
+     * writing, and each look costs it a miss. */
+    for (int i = 0; (round < 0 || (round & 3) == 3) && i < n; i++) {
+        weft_worker *v = &rt->workers[(start + i) % n];
+        if (v != w && ld_rlx(&v->yieldq.len) >= SHARE_MIN &&
+            ld_rlx(&v->share_to) == 0) {
+            st_rlx(&v->share_to, w->id + 1);
+            break;
         }
     }
     return false;

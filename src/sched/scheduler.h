@@ -65,6 +65,7 @@ typedef struct weft__wstats {
     _Atomic uint64_t yields;   /* switches away from a yielding task */
     _Atomic uint64_t resumed;  /* switches from the scheduler loop */
     _Atomic uint64_t steals;   /* tasks it took from other deques */
+    _Atomic uint64_t moved;    /* started tasks it handed to other workers */
     _Atomic uint64_t inbox;    /* tasks that came through its inbox */
     _Atomic uint64_t finished; /* tasks that finished here */
     _Atomic uint64_t idle_ns;  /* real time in the clock's idle_until */
@@ -108,7 +109,11 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
      * before it is 0 again (weft__worker_quiesce). Here, on the line the
      * waker writes anyway. */
     atomic_int wakers;
-    char pad0[WEFT_CACHELINE - sizeof(void *) - 2 * sizeof(int)];
+    /* An idle worker's request for some of this one's movable yielded
+     * tasks: its id + 1 (0: none); this worker serves it at its next fair
+     * round (sched.c, share). Here, on the line others write anyway. */
+    atomic_int share_to;
+    char pad0[WEFT_CACHELINE - sizeof(void *) - 3 * sizeof(int)];
     weft__deque deque; /* not-started tasks; thieves steal */
     char pad1[WEFT_CACHELINE];
 
@@ -154,6 +159,10 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
                               * as a thief (the stealing rule) */
     /* spawns made on this worker: the ids of its tasks (weft_task.id) */
     uint64_t next_id;
+    /* asserts: the task this worker switched away from, whose on_cpu the
+     * other side of the switch clears (finish_switch) */
+    weft_task *off_cpu;
+
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
     unsigned dgen; /* times it became so, under rt->dmu */

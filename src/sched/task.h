@@ -10,9 +10,12 @@
  * look inside it (observe, runtime) include.
  *
  * Thread rules, stated once:
- * - A task is run by one worker for its whole life, from its first run on.
- *   Everything in a weft_task marked "owner" is touched only by that worker
- *   (or, before the task first runs, by the worker that holds it).
+ * - A task is run by one worker for its whole life, from its first run on,
+ *   unless it may move (weft_task.mobile): then the worker that holds it
+ *   while it is runnable and not running may hand it to another (sched.c,
+ *   "moves"), which becomes its worker. Everything in a weft_task marked
+ *   "owner" is touched only by its worker of the moment (or, before the
+ *   task first runs, by the worker that holds it).
  * - A worker's run queues, timer wheel and pools are touched only by the
  *   worker's thread. Other threads reach a worker through its inbox (a
  *   lock-free stack of tasks to make runnable) and its sleeping flag.
@@ -38,7 +41,8 @@ enum {
 #define PARK_STATE(w) ((unsigned)((w)&3u))
 
 enum {
-    TASK_STARTED = 1u << 0,     /* has run: pinned to `worker` */
+    TASK_STARTED = 1u << 0,     /* has run: on `worker` (for life, unless
+                                 * it may move: mobile) */
     TASK_GUARDED = 1u << 1,     /* its stack has a guard page below it */
     TASK_CUSTOM = 1u << 2,      /* slot mmap'd for this task alone */
     TASK_CHECK_BELOW = 1u << 3, /* no guard: check the canary below */
@@ -67,7 +71,9 @@ enum {
  * that used little stack costs one page. */
 struct weft_task {
     weft__ctx ctx;         /* owner: saved registers while not running */
-    weft_worker *worker;   /* set when first run; never changes afterwards */
+    weft_worker *worker;   /* set when first run; changes only when the task
+                            * moves (mobile), by the worker that hands it
+                            * over, while it is not running */
     weft_task *next;       /* owner: link in a run queue, inbox or free list */
     _Atomic uint64_t park; /* park word (see above); any thread CASes it */
     int wake_code;     /* result of the last park, set by the winning waker */
@@ -128,7 +134,38 @@ struct weft_task {
 
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
+
+    /* Moving between workers (sched.c, "moves"). mobile: WEFT__MOBILE_*
+     * bits, set at spawn (TASK) or by the task itself while it runs
+     * (IDLE: an actor between two messages); read by its waker after the
+     * claim of its park, and by its worker while it is not running. */
+    uint8_t mobile;
+    uint8_t streak;       /* its waker's: parks in a row woken from far_w */
+    uint16_t anchor;      /* the task's own: what ties it to its worker now (a
+                           * scope deadline on the wheel, work pending there) */
+    int far_w;            /* the worker that woke its last park from afar */
+    uint64_t far_gen;     /* that park's generation */
+    weft_worker *move_to; /* the waker's worker, asking for it (its
+                           * worker reads it when the inbox gives it t) */
+    weft_worker *home;    /* where it first ran: asserts check that a task
+                           * that may not move runs nowhere else */
+    atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
+
+/* weft_task.mobile */
+enum {
+    WEFT__MOBILE_TASK = 1, /* opted in (weft_spawn_opts.movable, a scope's) */
+    WEFT__MOBILE_IDLE = 2, /* an actor waiting for its next message */
+    WEFT__MOBILE_EVER = 4, /* it was one of those once (asserts) */
+};
+
+/* The running task t is tied to its worker (delta 1) by something kept
+ * there (a timer on its wheel, a count of pending work), or no longer
+ * (-1): it does not move while tied. */
+static inline void weft__task_anchor(weft_task *t, int delta)
+{
+    t->anchor = (uint16_t)(t->anchor + delta);
+}
 
 /* A task's id (weft_task.id, weft_task_info.id): the spawning worker's
  * index + 1 above WEFT__ID_BITS, that worker's count below (shown as

@@ -465,6 +465,10 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
     if (deadline <= weft__now(weft__wpub(w)->rt))
         return weft__scope_cancel(s, CANCEL_DEADLINE);
     weft__wheel_arm(&weft__wpub(w)->wheel, &s->deadline_timer, deadline);
+    if (!s->anchored) { /* a movable owner stays with its timer */
+        s->anchored = true;
+        weft__task_anchor(s->owner, 1);
+    }
     return 0;
 }
 
@@ -493,6 +497,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     WEFT_ASSERT(parent != NULL);
     set_policy(s, pol);
     s->shield = opts && opts->shield;
+    s->movable = (opts && opts->movable) || parent->movable;
     s->owner = t;
     s->deadline = WEFT_NEVER;
     s->deadline_timer.fn = deadline_fired;
@@ -567,7 +572,12 @@ int weft_scope_join(weft_scope *s)
                     "a scope joined with children left");
     s->joined = true;
     scope_unlock(s);
+    w = t->worker; /* another one, if t moved while it waited */
     weft__wheel_disarm(&weft__wpub(w)->wheel, &s->deadline_timer);
+    if (s->anchored) {
+        s->anchored = false;
+        weft__task_anchor(t, -1);
+    }
     weft_scope *parent = s->parent;
     scope_lock(parent);
     kid_unlink_locked(parent, s);
@@ -820,8 +830,9 @@ int weft_call_for(weft_fn fn, void *arg, int64_t timeout_ns)
     if (rc)
         return rc;
     rc = fn(arg);
-    weft__scope_join_above(weft__wpub(w)->cur,
-                           s); /* scopes fn left open, if any */
+    /* The running task, read again: a movable one may have moved in fn
+     * (w is the worker it started on). Scopes fn left open, if any. */
+    weft__scope_join_above(weft__current(), s);
     weft_scope_join(s);
     bool timed_out = ld_rlx(&s->cancelled) == CANCEL_DEADLINE;
     weft_scope_free(s);

@@ -37,7 +37,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         return spawn_failed(o, NULL, -EINVAL);
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
-    if (o && (o->worker < 0 ||
+    if (o && (o->worker < 0 || o->movable < -1 || o->movable > 1 ||
               o->worker > weft__rtpub(weft__wpub(w)->rt)->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
@@ -62,6 +62,9 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     if (!t)
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
+    /* Its scope may make it movable (prepare took the spawn's own 1). */
+    if (WEFT_UNLIKELY(s->movable) && !(o && (o->movable < 0 || o->worker)))
+        t->mobile = WEFT__MOBILE_TASK | WEFT__MOBILE_EVER;
     weft__scope_task_init(t, h);
     int idx = weft__scope_add_child(s, t);
     if (idx < 0) {

@@ -48,6 +48,12 @@ struct weft_scope {
     weft__timer deadline_timer; /* on the owner's worker */
     int64_t deadline;
     bool is_root;
+    /* Its tasks may move (weft_scope_opts.movable, or its parent's);
+     * immutable after open. */
+    bool movable;
+    /* The deadline timer was armed on the owner's wheel: the owner is
+     * anchored there (weft__task_anchor) until the join. */
+    bool anchored;
     /* An internal policy's user's context (weft__scope_open_internal): a
      * supervisor's scope holds its weft_sup. Immutable after open. */
     void *ctx;

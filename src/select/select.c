@@ -273,11 +273,11 @@ static int wait_round(sel *s, round *r)
     int code = 0;
     weft_worker *w = weft__tl_worker;
     if (r->nfd)
-        weft__pending_add(w, WEFT__PENDING_IO, 1);
+        weft__pending_park(w, WEFT__PENDING_IO, 1);
     int rc = weft__wait_many(s->order, s->k, s->arms, s->n, WEFT__W_SELECT,
                              s->cases, r->until, &code);
     if (r->nfd)
-        weft__pending_add(w, WEFT__PENDING_IO, -1);
+        weft__pending_park(w, WEFT__PENDING_IO, -1);
     if (rc >= 0) {
         ops(&s->cases[rc])->won(&s->cases[rc], code);
     } else if (rc == -ETIMEDOUT && r->timer_case >= 0) {

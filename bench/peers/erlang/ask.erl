@@ -7,7 +7,7 @@
 %% ns/ask. The clock runs from before the actor's spawn to after its exit
 %% (a monitor's 'DOWN'), as weft's runs from before its spawn to its exit.
 -module(ask).
--export([main/0, main/1, run/2]).
+-export([main/0, main/1, run/2, counter/1]).
 
 main() -> main([]).
 main(Args) -> run("ask", bench_peer:n(Args, 1000000)).
@@ -22,7 +22,7 @@ run(Name, N) ->
     bench_peer:check(Last =:= N, "last reply ~p /= ~p", [Last, N]),
     bench_peer:print(Name, Elapsed, N, "ns/ask").
 
-%% The actor: nobody else touches C.
+%% The actor: nobody else touches C (actor32's too).
 counter(C) ->
     receive
         {add, A, From} ->

@@ -112,6 +112,20 @@ impl Countdown {
     }
 }
 
+/// An ask: what to add, and where to reply (ask's, ask2's and actor32's).
+pub type Ask = (i64, tokio::sync::oneshot::Sender<i64>);
+
+/// The actor of the ask benchmarks: owns a counter (nobody else touches
+/// it), answers each ask with the new value, ends when every sender is
+/// dropped.
+pub async fn counter(mut inbox: tokio::sync::mpsc::Receiver<Ask>) {
+    let mut count = 0i64;
+    while let Some((add, reply)) = inbox.recv().await {
+        count += add;
+        let _ = reply.send(count);
+    }
+}
+
 /// The ask and ask2 peers, which differ only in the runtime: one actor, a
 /// task owning a counter with an `mpsc` mailbox of capacity 64; a client
 /// task makes `n` asks in sequence, each "add 1 and reply with the new
@@ -122,18 +136,11 @@ impl Countdown {
 /// `n` and prints the BENCH line of `name`.
 pub fn run_ask(name: &str, rt: Runtime, n: u64) {
     use tokio::sync::{mpsc, oneshot};
-    type Ask = (i64, oneshot::Sender<i64>);
 
     let (elapsed, last) = rt.block_on(async move {
-        let (mailbox, mut inbox) = mpsc::channel::<Ask>(64);
+        let (mailbox, inbox) = mpsc::channel::<Ask>(64);
         let start = std::time::Instant::now();
-        let actor = tokio::spawn(async move {
-            let mut count = 0i64; // nobody else touches it
-            while let Some((add, reply)) = inbox.recv().await {
-                count += add;
-                let _ = reply.send(count);
-            }
-        });
+        let actor = tokio::spawn(counter(inbox));
         let client = tokio::spawn(async move {
             let mut last = 0;
             for _ in 0..n {

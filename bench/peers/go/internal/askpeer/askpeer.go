@@ -15,30 +15,34 @@ import (
 	"weft.bench/peers/internal/peer"
 )
 
-// request is one ask: what to add, and where to reply.
-type request struct {
-	add   int64
-	reply chan<- int64
+// Request is one ask: what to add, and where to reply.
+type Request struct {
+	Add   int64
+	Reply chan<- int64
+}
+
+// Counter is the actor: nobody else touches count. It answers each request
+// with the new value until mailbox is closed, then closes exited.
+func Counter(mailbox <-chan Request, exited chan<- struct{}) {
+	defer close(exited)
+	var count int64
+	for r := range mailbox {
+		count += r.Add
+		r.Reply <- count
+	}
 }
 
 // Run makes n asks and prints the BENCH line of the benchmark name.
 func Run(name string, n int) {
-	mailbox := make(chan request, 64)
+	mailbox := make(chan Request, 64)
 	exited := make(chan struct{})
 	reply := make(chan int64, 1) // the asker's, reused for every ask
 	var last int64
 
 	start := time.Now()
-	go func() { // the actor: nobody else touches count
-		defer close(exited)
-		var count int64
-		for r := range mailbox {
-			count += r.add
-			r.reply <- count
-		}
-	}()
+	go Counter(mailbox, exited)
 	for i := 0; i < n; i++ {
-		mailbox <- request{1, reply}
+		mailbox <- Request{1, reply}
 		last = <-reply
 	}
 	close(mailbox) // the actor's signal to stop
