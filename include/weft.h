@@ -285,9 +285,10 @@ typedef struct weft_config {
      * loopback I/O and a quick blocking call complete at the virtual
      * instant they started. 0: 5 ms for descriptors, 50 ms for blocking
      * calls (a weft_file_* call counts as a descriptor through the
-     * worker's io_uring ring, as a blocking call on the pool). A test that needs its calls to finish before the clock moves,
-     * on a machine however loaded, sets a long one (a jump then waits that
-     * long when a call does not finish). Negative: -EINVAL. */
+     * worker's io_uring ring, as a blocking call on the pool). A test that
+     * needs its calls to finish before the clock moves, on a machine however
+     * loaded, sets a long one (a jump then waits that long when a call does not
+     * finish). Negative: -EINVAL. */
     int64_t autojump_ns;
     /* Simulation (section 17): NULL, none, unless the environment variable
      * WEFT_SIM is "1" (then with the defaults of weft_sim_opts; "0" or
@@ -1844,8 +1845,9 @@ WEFT_EXTERN int weft_process_free(weft_process *p);
  * work, no thread hop), else runs on the blocking pool (section 7). Either
  * way the call is waited for once it runs, so its buffer may be on the
  * calling task's stack (mind its size: a 64 KiB buffer does not fit the
- * default 64 KiB stack, weft_config.stack_size). For pipes, sockets and terminals use weft_read
- * and weft_write (a non-blocking descriptor here may return -EAGAIN).
+ * default 64 KiB stack, weft_config.stack_size). For pipes, sockets and
+ * terminals use weft_read and weft_write (a non-blocking descriptor here may
+ * return -EAGAIN).
  *
  * Every call below but weft_file_close is a cancellation point with one
  * contract: a deadline or a cancel that comes before the call started
