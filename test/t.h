@@ -21,10 +21,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weft.h"
 
@@ -141,6 +143,27 @@ static inline long t_scale(long n)
 #else
 #define T_LIVE(n) T_SCALE(n)
 #endif
+
+/* CLOCK_MONOTONIC, in ns: for the tests about real time. */
+static inline int64_t t_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
+/* Waits (yielding the task and the thread, at most 10 s of real time)
+ * until cond holds: for states that other threads (the pool's, the
+ * kernel's) reach on their own. Nothing sleeps. */
+#define T_SETTLE(cond)                                                         \
+    do {                                                                       \
+        int64_t t_settle_end_ = t_real_ns() + 10 * WEFT_SEC;                   \
+        while (!(cond)) {                                                      \
+            ASSERT(t_real_ns() < t_settle_end_);                               \
+            weft_yield();                                                      \
+            sched_yield();                                                     \
+        }                                                                      \
+    } while (0)
 
 /* Runs fn(arg) in a runtime with these settings; returns weft_run's. */
 static inline int t_run(int workers, weft_clock_kind clock, uint64_t seed,

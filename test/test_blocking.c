@@ -100,25 +100,6 @@ static int job_fn(void *arg)
     return j->status;
 }
 
-static int64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
-
-/* Waits (yielding, at most 10 s of real time) until cond holds: for
- * states that pool threads reach on their own. */
-#define SETTLE(cond)                                                           \
-    do {                                                                       \
-        int64_t settle_end_ = real_ns() + 10 * WEFT_SEC;                       \
-        while (!(cond)) {                                                      \
-            ASSERT(real_ns() < settle_end_);                                   \
-            weft_yield();                                                      \
-            sched_yield();                                                     \
-        }                                                                      \
-    } while (0)
-
 /* A task that makes one call, in a scope of its own that a test may
  * cancel (the scope is published while the call may be cancelled), and
  * keeps its result. */
@@ -146,7 +127,7 @@ static int caller_fn(void *arg)
 static void cancel_caller(struct caller *c)
 {
     ASSERT_EQ(weft_scope_cancel(atomic_load(&c->scope)), 0);
-    SETTLE(atomic_load(&c->returned));
+    T_SETTLE(atomic_load(&c->returned));
 }
 
 static int run_pool(int workers, weft_clock_kind clock, int threads, int queue,
@@ -208,9 +189,9 @@ static struct snapshot snap(void)
     ASSERT_EQ(pthread_join(th, NULL), 0);
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
-    int64_t end = real_ns() + 10 * WEFT_SEC;
+    int64_t end = t_real_ns() + 10 * WEFT_SEC;
     while (access(path, F_OK) == 0) {
-        ASSERT(real_ns() < end);
+        ASSERT(t_real_ns() < end);
         sched_yield();
     }
     return (struct snapshot){count_threads(), count_fds()};
@@ -433,7 +414,7 @@ static void line_up(struct line *x, int first, int n)
 {
     for (int k = first; k < n; k++) {
         spawn(caller_fn, &x->caller[k]);
-        SETTLE(in_pool() == k + 1);
+        T_SETTLE(in_pool() == k + 1);
     }
 }
 
@@ -491,7 +472,7 @@ static int bound_root(void *arg)
         spawn(caller_fn, &x->caller[k]);
     /* Two run (and wait at the gate), three are queued, five wait. */
     ASSERT_EQ(weft_sem_acquire(&x->started, 2), 0);
-    SETTLE(stats().waiting == 5);
+    T_SETTLE(stats().waiting == 5);
     weft_blocking_info i = stats();
     ASSERT_EQ(i.threads, 2);
     ASSERT_EQ(i.running, 2);
@@ -605,7 +586,7 @@ static int cancel_running_root(void *arg)
     abandon_call(x);
     gate_open(&x->gate);
     ASSERT_EQ(weft_sem_acquire(&x->finished, 1), 0);
-    SETTLE(stats().running == 0);
+    T_SETTLE(stats().running == 0);
     ASSERT_EQ(x->caller.rc, -ECANCELED); /* 7 was discarded */
     scope_end(s);
     /* The thread is free again for the next call. */
@@ -751,7 +732,7 @@ struct tmo {
 static int hold_clock(void *arg)
 {
     struct job *j = arg;
-    SETTLE(atomic_load(&j->ran));
+    T_SETTLE(atomic_load(&j->ran));
     return 0;
 }
 
@@ -778,7 +759,7 @@ static int timeout_root(void *arg)
     ASSERT_EQ(stats().queued, 0);
     gate_open(&x->gate);
     ASSERT_EQ(weft_sem_acquire(&x->finished, 1), 0);
-    SETTLE(stats().running == 0);
+    T_SETTLE(stats().running == 0);
     return 0;
 }
 
@@ -874,9 +855,9 @@ static int storm_fn(void *arg)
     if (c->trigger) {
         ASSERT_EQ(weft_scope_cancel(c->round->scope), 0);
         atomic_store(&c->round->cancel_done, 1);
-        int64_t end = real_ns() + 10 * WEFT_SEC;
+        int64_t end = t_real_ns() + 10 * WEFT_SEC;
         while (!atomic_load(&c->returned)) {
-            ASSERT(real_ns() < end);
+            ASSERT(t_real_ns() < end);
             sched_yield();
         }
     }
@@ -917,7 +898,7 @@ static void storm_round(int n, struct sround *r, struct scall *calls,
         calls[i].spawned = rc >= 0;
     }
     ASSERT_EQ(weft_scope_join(r->scope), -ECANCELED);
-    SETTLE(atomic_load(&r->cancel_done)); /* before freeing the scope */
+    T_SETTLE(atomic_load(&r->cancel_done)); /* before freeing the scope */
     ASSERT_EQ(weft_scope_free(r->scope), 0);
     weft_blocking_info i = stats();
     ASSERT(i.queued == 0 && i.waiting == 0); /* nothing left in line */
@@ -1030,8 +1011,8 @@ static int idle_root(void *arg)
     scope_end(s);
     ASSERT_EQ(atomic_load(&x->ok), IDLE_THREADS); /* four threads at once */
     /* Each exits once idle for the keep-alive (shortened to 20 ms). */
-    SETTLE(stats().threads == 0);
-    SETTLE(count_threads() == x->base);
+    T_SETTLE(stats().threads == 0);
+    T_SETTLE(count_threads() == x->base);
     /* The next call starts a thread again. */
     struct job j = {.status = 9};
     ASSERT_EQ(weft_blocking(job_fn, &j), 9);

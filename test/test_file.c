@@ -43,24 +43,6 @@ static void remove_dir(void)
     ASSERT_EQ(rmdir(dir), 0);
 }
 
-static int64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
-
-/* Until cond holds, letting the pool's threads run; fails after 10 s. */
-#define SETTLE(cond)                                                           \
-    do {                                                                       \
-        int64_t settle_end_ = real_ns() + 10 * WEFT_SEC;                       \
-        while (!(cond)) {                                                      \
-            ASSERT(real_ns() < settle_end_);                                   \
-            weft_yield();                                                      \
-            sched_yield();                                                     \
-        }                                                                      \
-    } while (0)
-
 static int pool_running(void)
 {
     weft_blocking_info i;
@@ -224,8 +206,8 @@ static int fifo_open_main(void *arg)
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, fifo_writer, &fw) >= 0);
-    SETTLE(atomic_load(&fw.stage) == 2 ||
-           (atomic_load(&fw.stage) == 1 && call_runs()));
+    T_SETTLE(atomic_load(&fw.stage) == 2 ||
+             (atomic_load(&fw.stage) == 1 && call_runs()));
     ASSERT_EQ(atomic_load(&fw.stage), 1); /* waits for a reader */
     int rfd = open(path_fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     ASSERT(rfd >= 0);
@@ -356,17 +338,17 @@ static int cancel_running_main(void *arg)
     int wfd = -1;
     if (cancel_at == 2) {
         /* Let the open finish: a writer opens the other end. */
-        SETTLE(atomic_load(&r.stage) >= 1 && (wfd = open_writer()) >= 0);
-        SETTLE(atomic_load(&r.stage) == 2 && call_runs());
+        T_SETTLE(atomic_load(&r.stage) >= 1 && (wfd = open_writer()) >= 0);
+        T_SETTLE(atomic_load(&r.stage) == 2 && call_runs());
     } else {
-        SETTLE(atomic_load(&r.stage) == 1 && call_runs());
+        T_SETTLE(atomic_load(&r.stage) == 1 && call_runs());
     }
     /* The call runs now. */
     ASSERT_EQ(weft_scope_cancel(atomic_load(&r.scope)), 0);
     if (ring && cancel_at == 1) {
         /* The open, in the kernel's workers, is interrupted: nothing
          * opened, and the code is weft's, not the kernel's restart. */
-        SETTLE(atomic_load(&r.stage) == 3);
+        T_SETTLE(atomic_load(&r.stage) == 3);
         ASSERT_EQ(r.open_rc, -ECANCELED);
         ASSERT_EQ(r.fd, -1);
         ASSERT_EQ(weft_scope_join(s), 0);
@@ -374,7 +356,7 @@ static int cancel_running_main(void *arg)
         return 0;
     }
     if (ring) {
-        SETTLE(atomic_load(&r.stage) == 3);
+        T_SETTLE(atomic_load(&r.stage) == 3);
         ASSERT_EQ(r.got, -ECANCELED);
         ASSERT_EQ(write(wfd, "data!", 5), 5);
         ASSERT_EQ(weft_scope_join(s), 0);
@@ -391,7 +373,7 @@ static int cancel_running_main(void *arg)
     ASSERT(call_runs());
     ASSERT_EQ(atomic_load(&r.stage), cancel_at);
     if (cancel_at == 1) {
-        SETTLE((wfd = open_writer()) >= 0);
+        T_SETTLE((wfd = open_writer()) >= 0);
     } else {
         ASSERT_EQ(write(wfd, "data!", 5), 5);
     }
@@ -526,7 +508,7 @@ static int race_main(void *arg)
         int rc = weft_scope_join(s); /* the worker sleeps meanwhile */
         ASSERT(rc == 0 || rc == -ECANCELED);
         ASSERT_EQ(weft_scope_free(s), 0);
-        SETTLE(atomic_load(&r.stage) == 2);
+        T_SETTLE(atomic_load(&r.stage) == 2);
         ASSERT_EQ(pthread_join(th, NULL), 0);
         ASSERT_EQ(fcntl(r.p[0], F_SETFL, O_NONBLOCK), 0);
         char rest[8];
