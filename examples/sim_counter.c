@@ -126,7 +126,7 @@ static int serve_conn(void *arg)
         snprintf(rep, sizeof rep, "OK %012lld\n", increment(k->c, id));
         int rc = weft_write_all(k->fd, rep, MSG, NULL, WEFT_NEVER);
         if (rc < 0) {
-            note("server: the answer was not sent: %s", weft_strerror(rc));
+            note("server: the answer was not sent: %s", strerror(-rc));
             break;
         }
     }
@@ -198,7 +198,7 @@ static int client(void *arg)
         while ((rc = ask(&fd, id, &value)) != 0) {
             if (rc == -ECANCELED)
                 return rc;
-            note("client: increment %d: %s, retrying", i, weft_strerror(rc));
+            note("client: increment %d: %s, retrying", i, strerror(-rc));
             retried = 1;
             if (fd >= 0) /* a late reply must not answer the next request */
                 weft_close(fd);
