@@ -30,7 +30,7 @@
  * --seeds N  seeds 1..N (default 1000; WEFT_SWARM_SEEDS too)
  * --log      the failing run's whole event log, every packet and task
  * --trace F  the replay's trace, for ui.perfetto.dev
- * WEFT_SEED=S sim_counter replays seed S alone.
+ * WEFT_SEED=S sim_counter runs seed S alone, and shows its event log.
  *
  * Exits 0 when every seed passed, 1 when a seed failed, 2 on a usage or
  * setup error.
@@ -370,6 +370,12 @@ int main(int argc, char **argv)
     if (st.failed == 0) {
         printf("sim_counter: %" PRIu64 " seeds, no failure%s\n", st.runs,
                rc ? " (but the sweep found another problem)" : "");
+        if (getenv("WEFT_SEED")) { /* one seed: what happened in it */
+            printf("sim_counter: its event log (%s):\n",
+                   all ? "all of it" : "notes, verbs and resets");
+            fflush(stdout);
+            show_log(stdout, all);
+        }
         return rc ? 1 : 0;
     }
     /* Run the failing seed once more, with the fault sites the shrinking
