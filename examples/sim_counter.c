@@ -145,10 +145,14 @@ static int server(void *arg)
     int rc = weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_SERVE});
     while (rc == 0) {
         int fd = weft_accept(lfd, NULL, WEFT_NEVER);
-        if (fd == -ECANCELED)
-            break;
-        if (fd < 0) /* a failed accept (EMFILE, a fault): the next one */
+        if (fd == -ECONNABORTED || fd == -EINTR)
+            continue; /* that connection failed, not the listener */
+        if (fd == -EMFILE || fd == -ENFILE) { /* out of descriptors */
+            weft_sleep_for(WEFT_MSEC);
             continue;
+        }
+        if (fd < 0) /* cancelled (the host crashed), or the listener */
+            break;
         conn *k = malloc(sizeof *k);
         if (k)
             *k = (conn){c, fd};
