@@ -14,12 +14,16 @@
  * The program sweeps seeds on the simulated network (weft.h sections 16
  * and 17): each seed draws the network's latency and resets and a
  * nemesis that holds or partitions the link at random instants for a
- * virtual moment; then the faults stop and the network heals (the
+ * virtual moment, and, in a build with the fault sites (weft.h section
+ * 15; Debug builds), which of connect, accept, read and write fail and
+ * how often; then the faults stop and the network heals (the
  * liveness phase), every increment completes, and the invariant is
  * checked: the counter equals the number of increments the client
  * believes succeeded. A failing seed is printed with the command that
- * replays it, replayed, and its event log shown (the program's notes and
- * the network's verbs and resets).
+ * replays it, its fault sites shrunk to the fewest that still fail it
+ * (the network's own draws and the nemesis's are the seed: shrinking does
+ * not take them apart), replayed, and its event log shown (the program's
+ * notes and the network's verbs and resets).
  *
  * --fixed gives each increment an idempotency key: the client sends the
  * request's id, and the server remembers the ids it has answered and
@@ -28,7 +32,7 @@
  *   sim_counter [--fixed] [--seeds N] [--log] [--trace FILE]
  *
  * --seeds N  seeds 1..N (default 1000; WEFT_SWARM_SEEDS too)
- * --log      the failing run's whole event log, every packet and task
+ * --log      the whole event log of the run shown, every packet and task
  * --trace F  the replay's trace, for ui.perfetto.dev
  * WEFT_SEED=S sim_counter runs seed S alone, and shows its event log.
  *
