@@ -126,7 +126,7 @@ static int root(void *arg)
 
 int main(int argc, char **argv)
 {
-    char dir[] = "/tmp/tls-echo-XXXXXX", cert[64], key[64], cmd[256];
+    char dir[] = "/tmp/tls-echo-XXXXXX", cert[64], key[64], cmd[512];
     bool made = argc < 3;
     if (made) {
         if (!mkdtemp(dir))
