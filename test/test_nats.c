@@ -1305,6 +1305,10 @@ static int monitor_restart_root(void *arg)
     weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
                         .max_reconnect = -1};
     weft_nats_conn *c = t_connect(&srv, sc, &o);
+    /* The exporter reconnects later than the monitor: meanwhile the
+     * monitor's heartbeats find no responder, which must not count as
+     * the node's loss. */
+    o.reconnect_wait_ns = 400 * WEFT_MSEC;
     weft_nats_conn *d = t_connect(&srv, sc, &o);
     weft_actor *a;
     weft_nats_ref r;
