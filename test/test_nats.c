@@ -825,6 +825,18 @@ TEST(burst_one_worker)
 
 /* ---- remote actors: tell and ask across connections ---- */
 
+/* Stops and drops actor a, closes the connections c and d, and ends the
+ * test's server and scope. */
+static void t_end_pair(weft_scope *sc, t_server *srv, weft_actor *a,
+                       weft_nats_conn *c, weft_nats_conn *d)
+{
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, srv);
+}
+
 /* A counter: a tell adds its value; an ask adds it and replies with the
  * sum, or, for a negative value, sleeps that many milliseconds first (a
  * slow actor). */
@@ -908,11 +920,7 @@ static int remote_root(void *arg)
     ASSERT_EQ(
         weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
         -ESRCH);
-    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
-    weft_actor_unref(a);
-    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_end(sc, &srv);
+    t_end_pair(sc, &srv, a, c, d);
     return 0;
 }
 
@@ -1292,6 +1300,18 @@ static void t_wait_event(weft_nats_conn *c, weft_nats_event_kind kind)
     while (ev.kind != kind);
 }
 
+/* Asks r until it answers: both connections are back after a restart,
+ * and until the exporter's subscription is, an ask finds no responder. */
+static void t_ask_until_back(weft_nats_conn *c, const weft_nats_ref *r)
+{
+    int64_t v = 3, got = 0;
+    for (int i = 0; weft_nats_ask(c, r, &v, sizeof v, &got, sizeof got,
+                                  weft_now() + T_BEAT) != 0;
+         i++)
+        ASSERT(i < 50);
+    ASSERT_EQ(got, 3);
+}
+
 /* The server killed and restarted within the monitor's timeout: no
  * notice. Killed for longer: unreachable once the timeout passed since
  * the last answered heartbeat, and the server's return does not undo
@@ -1327,13 +1347,7 @@ static int monitor_restart_root(void *arg)
     t_server_start(&srv, srv.port, sc);
     t_wait_event(c, WEFT_NATS_EVENT_RECONNECTED);
     t_wait_event(d, WEFT_NATS_EVENT_RECONNECTED);
-    int64_t v = 3, got = 0;
-    int rc;
-    for (int i = 0; (rc = weft_nats_ask(c, &r, &v, sizeof v, &got, sizeof got,
-                                        weft_now() + T_BEAT)) != 0;
-         i++) /* until the exporter's subscription is back */
-        ASSERT(i < 50);
-    ASSERT_EQ(got, 3);
+    t_ask_until_back(c, &r);
     ASSERT(weft_now() - t0 < T_LOST); /* else the test proves nothing */
     ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + T_LOST + 5 * T_BEAT),
               -ETIMEDOUT);
@@ -1350,10 +1364,7 @@ static int monitor_restart_root(void *arg)
     t_server_start(&srv, srv.port, sc);
     t_wait_event(c, WEFT_NATS_EVENT_RECONNECTED);
     t_wait_event(d, WEFT_NATS_EVENT_RECONNECTED);
-    for (int i = 0; (rc = weft_nats_ask(c, &r, &v, sizeof v, &got, sizeof got,
-                                        weft_now() + T_BEAT)) != 0;
-         i++)
-        ASSERT(i < 50);
+    t_ask_until_back(c, &r);
     memset(&down, 0, sizeof down);
     ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now() + 3 * T_BEAT), 0);
     ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
@@ -1361,11 +1372,7 @@ static int monitor_restart_root(void *arg)
 
     ASSERT_EQ(weft_nats_monitor_free(m), 0);
     ASSERT_EQ(weft_nats_export_free(e), 0);
-    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
-    weft_actor_unref(a);
-    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_end(sc, &srv);
+    t_end_pair(sc, &srv, a, c, d);
     return 0;
 }
 
