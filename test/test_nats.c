@@ -825,6 +825,15 @@ TEST(burst_one_worker)
 
 /* ---- remote actors: tell and ask across connections ---- */
 
+/* Closes the connections c and d, and ends the test's server and scope. */
+static void t_end_two(weft_scope *sc, t_server *srv, weft_nats_conn *c,
+                      weft_nats_conn *d)
+{
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, srv);
+}
+
 /* Stops and drops actor a, closes the connections c and d, and ends the
  * test's server and scope. */
 static void t_end_pair(weft_scope *sc, t_server *srv, weft_actor *a,
@@ -832,9 +841,7 @@ static void t_end_pair(weft_scope *sc, t_server *srv, weft_actor *a,
 {
     ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
     weft_actor_unref(a);
-    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_end(sc, srv);
+    t_end_two(sc, srv, c, d);
 }
 
 /* A counter: a tell adds its value; an ask adds it and replies with the
@@ -1017,6 +1024,16 @@ static void t_child_run(weft_fn fn, const char *url)
     ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
 }
 
+/* Kills p with SIGKILL, reaps and frees it. */
+static void t_kill(weft_process *p)
+{
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+}
+
 static weft_process *peer_start(const char *url, weft_nats_ref *r)
 {
     char line[128];
@@ -1064,11 +1081,7 @@ static int two_root(void *arg)
     ASSERT_EQ(got, n * (n + 1) / 2);
 
     /* Killed: its node is gone, and asks say so. */
-    int status = 0;
-    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
-    ASSERT_EQ(weft_process_join(p, &status), 0);
-    ASSERT_EQ(status, -SIGKILL);
-    weft_process_free(p);
+    t_kill(p);
     ask_until_gone(c, &r1);
 
     /* Started again: a new incarnation, a fresh counter; the old
@@ -1084,6 +1097,7 @@ static int two_root(void *arg)
         weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
         -ESRCH);
     /* Its standard input ends: it withdraws and exits cleanly. */
+    int status = -1;
     ASSERT_EQ(weft_process_close_stdin(p), 0);
     ASSERT_EQ(weft_process_join(p, &status), 0);
     ASSERT_EQ(status, 0);
@@ -1232,9 +1246,7 @@ static int monitor_exit_root(void *arg)
     weft_actor_unref(a);
     ASSERT_EQ(weft_scope_join(as), 0);
     weft_scope_free(as);
-    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_end(sc, &srv);
+    t_end_two(sc, &srv, c, d);
     return 0;
 }
 
@@ -1272,12 +1284,8 @@ static int monitor_killed_root(void *arg)
     ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now() + 3 * T_BEAT),
               -ETIMEDOUT); /* alive: its beats are answered */
 
-    int status = 0;
     weft_time t0 = weft_now();
-    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
-    ASSERT_EQ(weft_process_join(p, &status), 0);
-    ASSERT_EQ(status, -SIGKILL);
-    weft_process_free(p);
+    t_kill(p);
     ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + T_LOST), 0);
     ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
     ASSERT_EQ(down.status, -ESRCH);
@@ -1640,11 +1648,7 @@ static int killed_worker_root(void *arg)
                                    url, line, sizeof line);
     ASSERT(strcmp(line, "job-42") == 0);
     /* Mid-job: killed. The job comes back after ack_wait, once. */
-    int status = 0;
-    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
-    ASSERT_EQ(weft_process_join(p, &status), 0);
-    ASSERT_EQ(status, -SIGKILL);
-    weft_process_free(p);
+    t_kill(p);
     natsMsg *j;
     ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
     ASSERT(strcmp(weft_nats_job_key(j), "job-42") == 0);
