@@ -355,12 +355,20 @@ static snapshot look(weft_nats_conn *c)
     return s;
 }
 
-/* Bytes are waiting on fd (not EOF, not an error: those the next
- * ProcessReadEvent after a READ edge finds by itself). */
-static bool bytes_waiting(int fd)
+/* Bytes are waiting on the socket of snapshot s (not EOF, not an error:
+ * those the next ProcessReadEvent after a READ edge finds by itself).
+ * Only while the socket is still the connection's: ProcessReadEvent may
+ * have closed it (nats.c says so with ev_read or ev_detach, under c->mu,
+ * before it closes the socket), and its number may belong to another file
+ * now. Holding c->mu keeps it open during the peek. */
+static bool bytes_waiting(weft_nats_conn *c, const snapshot *s)
 {
     char b;
-    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    pthread_mutex_lock(&c->mu);
+    bool yes = c->fd == s->fd && c->gen == s->gen &&
+               recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    pthread_mutex_unlock(&c->mu);
+    return yes;
 }
 
 /* Wakes publishers waiting for the outgoing buffer to drain. */
@@ -446,7 +454,7 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
     if (s.fd >= 0 && s.want_read && d->try_read) {
         atomic_fetch_add(&c->st_reads, 1);
         natsConnection_ProcessReadEvent(s.nc);
-        d->try_read = bytes_waiting(s.fd);
+        d->try_read = bytes_waiting(c, &s);
         if (d->try_read && ++d->reads % READS_BEFORE_YIELD == 0)
             weft_yield();
         return 0;
