@@ -425,7 +425,8 @@ typedef struct weft_nats_monitor weft_nats_monitor;
 /* Options of weft_nats_monitor_new; zero is the defaults. */
 typedef struct weft_nats_monitor_opts {
     /* The scope of the monitor's task (NULL: the caller's current scope);
-     * it must stay open until weft_nats_monitor_free. */
+     * it must stay open until weft_nats_monitor_free. Cancelling it stops
+     * the monitor: no notice comes after that. */
     weft_scope *scope;
     /* Time between two heartbeats; 0: 1 s. */
     int64_t interval_ns;

@@ -1582,7 +1582,7 @@ static int monitor_task(void *arg)
         if (rc == 2)
             break;
         /* Until the next beat, an exit notice. */
-        natsMsg *x;
+        natsMsg *x = NULL;
         rc = weft_nats_sub_recv(m->sub, &x, next);
         if (rc == -ECANCELED)
             return 0;
