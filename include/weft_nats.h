@@ -385,6 +385,99 @@ int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
                   weft_time deadline);
 
 /* ------------------------------------------------------------------------
+ * Remote monitors
+ *
+ * A monitor watches a remote actor's reference from another process and
+ * gives one down notice (weft_nats_monitor_recv), which says either that
+ * the actor exited, with its exit status, or that its node is unreachable
+ * (Akka's AddressTerminated): then nothing is known of the actor.
+ *
+ * What drives it:
+ * - the exit: the exporting side monitors its actor and, when it exits,
+ *   publishes its status on "weft.down.<node>.<id>.<incarnation>", to
+ *   which every monitor of the reference subscribes;
+ * - a heartbeat: every interval the monitor sends a request to the
+ *   reference, which the export's server answers with "alive" or "exited
+ *   with status s" (so an exit notice missed while disconnected is learned
+ *   at the next beat);
+ * - NATS's signals: a heartbeat that finds no responder (the server says
+ *   nobody serves the reference: its process ended or lost its
+ *   connection, or the export was withdrawn) makes the node unreachable at
+ *   once, unless the monitor's own connection was disconnected since the
+ *   last answered beat (then the exporter may still be reconnecting, and
+ *   it only counts as a missed beat); the monitor's connection closed for
+ *   good makes it unreachable at once;
+ * - the timeout: no beat answered for timeout_ns (the node hung, the
+ *   network or the server is down, the monitor's connection is
+ *   disconnected) makes it unreachable.
+ * So a server restarted, or a connection lost, for less than the timeout
+ * gives no notice; past it the notice is final: the monitor stops, and a
+ * node that comes back later does not bring the reference back (monitor
+ * it again; a restarted actor is a new incarnation anyway).
+ *
+ * Supervision stays on each node: a supervisor restarts its own actors;
+ * across nodes there is only this monitoring.
+ * ---------------------------------------------------------------------- */
+
+/* A remote actor's monitor (weft_nats_monitor_new). */
+typedef struct weft_nats_monitor weft_nats_monitor;
+
+/* Options of weft_nats_monitor_new; zero is the defaults. */
+typedef struct weft_nats_monitor_opts {
+    /* The scope of the monitor's task (NULL: the caller's current scope);
+     * it must stay open until weft_nats_monitor_free. Cancelling it stops
+     * the monitor: no notice comes after that. */
+    weft_scope *scope;
+    /* Time between two heartbeats; 0: 1 s. */
+    int64_t interval_ns;
+    /* No heartbeat answered for this long: unreachable; 0: 5 s. At least
+     * the interval. */
+    int64_t timeout_ns;
+} weft_nats_monitor_opts;
+
+/* What a down notice says. */
+typedef enum weft_nats_down_kind {
+    WEFT_NATS_DOWN_EXITED = 1,      /* the actor exited: status is its own */
+    WEFT_NATS_DOWN_UNREACHABLE = 2, /* its node is unreachable */
+} weft_nats_down_kind;
+
+/* A down notice. */
+typedef struct weft_nats_down {
+    weft_nats_down_kind kind;
+    /* EXITED: the actor's exit status (0, or its negative code).
+     * UNREACHABLE: why: -ESRCH (no responder for the reference),
+     * -ETIMEDOUT (no heartbeat answered for timeout_ns), -ENOTCONN (the
+     * monitor's connection closed). */
+    int status;
+    weft_nats_ref ref; /* the reference monitored */
+} weft_nats_down;
+
+/* Monitors the remote actor r over connection c: subscribes to its exit
+ * notices (with a flush, as weft_nats_subscribe) and starts the monitor's
+ * task in o->scope, which sends the first heartbeat at once. o may be
+ * NULL. Returns 0 and sets *out, or -EINVAL (r or the options invalid),
+ * -ENOMEM, -ENOTCONN, -ETIMEDOUT, -ECANCELED, -EPERM. Cancellation point:
+ * on any error nothing is left. Blocks. */
+int weft_nats_monitor_new(weft_nats_monitor **out, weft_nats_conn *c,
+                          const weft_nats_ref *r,
+                          const weft_nats_monitor_opts *o, weft_time deadline);
+
+/* Waits for m's down notice and copies it to *down. Once given, the same
+ * notice is given again to every later call. Returns 0, -ETIMEDOUT (no
+ * notice by the deadline: the actor is alive or not known to be down),
+ * -ECANCELED, -EINVAL, -EPERM. Cancellation point: a cancel or timeout
+ * leaves the monitor running. Any number of tasks may wait at once.
+ * Blocks. */
+int weft_nats_monitor_recv(weft_nats_monitor *m, weft_nats_down *down,
+                           weft_time deadline);
+
+/* Stops the monitor (no notice comes after this), unsubscribes and frees
+ * m. No task may be waiting on m, or start to. Returns 0 or -EINVAL.
+ * Waits for the monitor's task to end, which it does at once; not a
+ * cancellation point. */
+int weft_nats_monitor_free(weft_nats_monitor *m);
+
+/* ------------------------------------------------------------------------
  * Work queues on JetStream
  *
  * A work queue is a JetStream stream with work-queue retention (a job is

@@ -825,6 +825,25 @@ TEST(burst_one_worker)
 
 /* ---- remote actors: tell and ask across connections ---- */
 
+/* Closes the connections c and d, and ends the test's server and scope. */
+static void t_end_two(weft_scope *sc, t_server *srv, weft_nats_conn *c,
+                      weft_nats_conn *d)
+{
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
+    t_end(sc, srv);
+}
+
+/* Stops and drops actor a, closes the connections c and d, and ends the
+ * test's server and scope. */
+static void t_end_pair(weft_scope *sc, t_server *srv, weft_actor *a,
+                       weft_nats_conn *c, weft_nats_conn *d)
+{
+    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
+    weft_actor_unref(a);
+    t_end_two(sc, srv, c, d);
+}
+
 /* A counter: a tell adds its value; an ask adds it and replies with the
  * sum, or, for a negative value, sleeps that many milliseconds first (a
  * slow actor). */
@@ -908,11 +927,7 @@ static int remote_root(void *arg)
     ASSERT_EQ(
         weft_nats_ask(c, &r, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
         -ESRCH);
-    ASSERT_EQ(weft_actor_stop(a, WEFT_STOP_NOW), 0);
-    weft_actor_unref(a);
-    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
-    ASSERT_EQ(weft_nats_close(d, T_DEADLINE), 0);
-    t_end(sc, &srv);
+    t_end_pair(sc, &srv, a, c, d);
     return 0;
 }
 
@@ -1009,6 +1024,16 @@ static void t_child_run(weft_fn fn, const char *url)
     ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
 }
 
+/* Kills p with SIGKILL, reaps and frees it. */
+static void t_kill(weft_process *p)
+{
+    int status = 0;
+    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
+    ASSERT_EQ(weft_process_join(p, &status), 0);
+    ASSERT_EQ(status, -SIGKILL);
+    weft_process_free(p);
+}
+
 static weft_process *peer_start(const char *url, weft_nats_ref *r)
 {
     char line[128];
@@ -1056,11 +1081,7 @@ static int two_root(void *arg)
     ASSERT_EQ(got, n * (n + 1) / 2);
 
     /* Killed: its node is gone, and asks say so. */
-    int status = 0;
-    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
-    ASSERT_EQ(weft_process_join(p, &status), 0);
-    ASSERT_EQ(status, -SIGKILL);
-    weft_process_free(p);
+    t_kill(p);
     ask_until_gone(c, &r1);
 
     /* Started again: a new incarnation, a fresh counter; the old
@@ -1076,6 +1097,7 @@ static int two_root(void *arg)
         weft_nats_ask(c, &r1, &zero, sizeof zero, &got, sizeof got, T_DEADLINE),
         -ESRCH);
     /* Its standard input ends: it withdraws and exits cleanly. */
+    int status = -1;
     ASSERT_EQ(weft_process_close_stdin(p), 0);
     ASSERT_EQ(weft_process_join(p, &status), 0);
     ASSERT_EQ(status, 0);
@@ -1093,6 +1115,283 @@ TEST(remote_two_processes)
         return;
     }
     ASSERT_EQ(t_run_nats(2, two_root), 0);
+}
+
+/* ---- remote monitors ---- */
+
+/* An actor that fails with a tell's value when it is negative, and
+ * otherwise replies to an ask with it. */
+static int exiter_fn(void *state, weft_actor_msg *m)
+{
+    (void)state;
+    int64_t v;
+    memcpy(&v, m->data, sizeof v);
+    if (v < 0)
+        return (int)v;
+    if (m->kind == WEFT_MSG_ASK)
+        weft_actor_reply(m, &v);
+    return 0;
+}
+
+/* Spawns an exiter in as (whose policy lets it fail alone) and exports
+ * it on d as node "n1", its server in sc. */
+static weft_nats_export *t_export_exiter(weft_scope *as, weft_scope *sc,
+                                         weft_nats_conn *d, weft_actor **a,
+                                         weft_nats_ref *r)
+{
+    weft_actor_opts ao = {.fn = exiter_fn,
+                          .msg_size = sizeof(int64_t),
+                          .reply_size = sizeof(int64_t),
+                          .capacity = 16};
+    ASSERT_EQ(weft_actor_spawn(as, &ao, a), 0);
+    weft_nats_export *e;
+    weft_nats_export_opts eo = {.node = "n1",
+                                .msg_size = sizeof(int64_t),
+                                .reply_size = sizeof(int64_t),
+                                .scope = sc};
+    ASSERT_EQ(weft_nats_export_new(&e, d, *a, &eo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_export_ref(e, r), 0);
+    return e;
+}
+
+static int t_recv_forever(void *arg)
+{
+    weft_nats_down down;
+    return -weft_nats_monitor_recv(arg, &down, WEFT_NEVER);
+}
+
+/* The actor exits: the exporter publishes its status, and the monitor
+ * gives it at once (its heartbeat is far too slow to be what told it); a
+ * monitor made after the exit learns it from its first heartbeat. Before
+ * that, a wait's deadline passes and a cancelled wait returns, leaving
+ * the monitor running. */
+static int monitor_exit_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL); /* the monitoring node */
+    weft_nats_conn *d = t_connect(&srv, sc, NULL); /* the actor's node */
+    weft_actor *a;
+    weft_nats_ref r;
+    weft_scope *as;
+    ASSERT_EQ(weft_scope_open(&as, &(weft_scope_opts){.policy = WEFT_COLLECT}),
+              0);
+    weft_nats_export *e = t_export_exiter(as, sc, d, &a, &r);
+
+    weft_nats_monitor *m;
+    weft_nats_monitor_opts mo = {
+        .scope = sc, .interval_ns = 30 * WEFT_SEC, .timeout_ns = 60 * WEFT_SEC};
+    ASSERT_EQ(weft_nats_monitor_new(&m, c, &r, &mo, T_DEADLINE), 0);
+    weft_nats_down down;
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + 50 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT(weft_now() >= t0 + 50 * WEFT_MSEC);
+    weft_task_handle h;
+    ASSERT(weft_spawn_ex(sc, t_recv_forever, m,
+                         &(weft_spawn_opts){.handle = &h}) >= 0);
+    for (int i = 0; i < 10; i++)
+        weft_yield();
+    ASSERT_EQ(weft_task_cancel(h), 0);
+    int st = 0;
+    ASSERT_EQ(weft_task_join(h, &st), 0);
+    ASSERT_EQ(st, ECANCELED);
+
+    int64_t v = 5, got = 0;
+    ASSERT_EQ(weft_nats_ask(c, &r, &v, sizeof v, &got, sizeof got, T_DEADLINE),
+              0);
+    ASSERT_EQ(got, 5);
+    int64_t fail = -EPROTO;
+    t0 = weft_now();
+    ASSERT_EQ(weft_nats_tell(c, &r, &fail, sizeof fail, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, T_DEADLINE), 0);
+    ASSERT(weft_now() - t0 < 10 * WEFT_SEC); /* not a heartbeat's 30 s */
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_EXITED);
+    ASSERT_EQ(down.status, -EPROTO);
+    ASSERT(memcmp(&down.ref, &r, sizeof r) == 0);
+    /* Given again to a later wait. */
+    memset(&down, 0, sizeof down);
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now()), 0);
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_EXITED);
+    ASSERT_EQ(down.status, -EPROTO);
+
+    /* Monitored after the exit: its notice was published before, and
+     * the first heartbeat says it. */
+    weft_nats_monitor *late;
+    ASSERT_EQ(weft_nats_monitor_new(&late, c, &r, &mo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_monitor_recv(late, &down, T_DEADLINE), 0);
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_EXITED);
+    ASSERT_EQ(down.status, -EPROTO);
+    ASSERT_EQ(weft_nats_monitor_free(late), 0);
+
+    /* A reference nothing serves: unreachable (no responder), at once. */
+    weft_nats_ref none = r;
+    none.incarnation++;
+    ASSERT_EQ(weft_nats_monitor_new(&late, c, &none, &mo, T_DEADLINE), 0);
+    ASSERT_EQ(weft_nats_monitor_recv(late, &down, T_DEADLINE), 0);
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
+    ASSERT_EQ(down.status, -ESRCH);
+    ASSERT_EQ(weft_nats_monitor_free(late), 0);
+    ASSERT_EQ(weft_nats_monitor_new(
+                  &late, c, &r,
+                  &(weft_nats_monitor_opts){.interval_ns = 2, .timeout_ns = 1},
+                  T_DEADLINE),
+              -EINVAL);
+    ASSERT(late == NULL);
+
+    ASSERT_EQ(weft_nats_monitor_free(m), 0);
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    weft_actor_unref(a);
+    ASSERT_EQ(weft_scope_join(as), 0);
+    weft_scope_free(as);
+    t_end_two(sc, &srv, c, d);
+    return 0;
+}
+
+TEST(monitor_exit)
+{
+    ASSERT_EQ(t_run_nats(2, monitor_exit_root), 0);
+}
+
+#define T_BEAT (100 * WEFT_MSEC)
+#define T_LOST (2 * WEFT_SEC)
+
+/* The exporting process killed with SIGKILL: the server drops its
+ * subscriptions, the next heartbeat finds no responder, and the monitor
+ * says unreachable well within its timeout. */
+static int monitor_killed_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    char url[64];
+    t_url(url, sizeof url, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_ref r;
+    weft_process *p = peer_start(url, &r);
+    weft_nats_monitor *m;
+    weft_nats_monitor_opts mo = {
+        .scope = sc, .interval_ns = T_BEAT, .timeout_ns = T_LOST};
+    ASSERT_EQ(weft_nats_monitor_new(&m, c, &r, &mo, T_DEADLINE), 0);
+    int64_t one = 1, got = 0;
+    ASSERT_EQ(
+        weft_nats_ask(c, &r, &one, sizeof one, &got, sizeof got, T_DEADLINE),
+        0);
+    weft_nats_down down;
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now() + 3 * T_BEAT),
+              -ETIMEDOUT); /* alive: its beats are answered */
+
+    weft_time t0 = weft_now();
+    t_kill(p);
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + T_LOST), 0);
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
+    ASSERT_EQ(down.status, -ESRCH);
+    ASSERT_EQ(weft_nats_monitor_free(m), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(monitor_node_killed)
+{
+    ASSERT_EQ(t_run_nats(2, monitor_killed_root), 0);
+}
+
+static void t_wait_event(weft_nats_conn *c, weft_nats_event_kind kind)
+{
+    weft_nats_event ev;
+    do
+        ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    while (ev.kind != kind);
+}
+
+/* Asks r until it answers: both connections are back after a restart,
+ * and until the exporter's subscription is, an ask finds no responder. */
+static void t_ask_until_back(weft_nats_conn *c, const weft_nats_ref *r)
+{
+    int64_t v = 3, got = 0;
+    for (int i = 0; weft_nats_ask(c, r, &v, sizeof v, &got, sizeof got,
+                                  weft_now() + T_BEAT) != 0;
+         i++)
+        ASSERT(i < 50);
+    ASSERT_EQ(got, 3);
+}
+
+/* The server killed and restarted within the monitor's timeout: no
+ * notice. Killed for longer: unreachable once the timeout passed since
+ * the last answered heartbeat, and the server's return does not undo
+ * it. */
+static int monitor_restart_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_opts o = {.reconnect_wait_ns = 20 * WEFT_MSEC,
+                        .max_reconnect = -1};
+    weft_nats_conn *c = t_connect(&srv, sc, &o);
+    /* The exporter reconnects later than the monitor: meanwhile the
+     * monitor's heartbeats find no responder, which must not count as
+     * the node's loss. */
+    o.reconnect_wait_ns = 400 * WEFT_MSEC;
+    weft_nats_conn *d = t_connect(&srv, sc, &o);
+    weft_actor *a;
+    weft_nats_ref r;
+    weft_nats_export *e = t_export_exiter(sc, sc, d, &a, &r);
+    weft_nats_monitor *m;
+    weft_nats_monitor_opts mo = {
+        .scope = sc, .interval_ns = T_BEAT, .timeout_ns = T_LOST};
+    ASSERT_EQ(weft_nats_monitor_new(&m, c, &r, &mo, T_DEADLINE), 0);
+    weft_nats_down down;
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now() + 3 * T_BEAT),
+              -ETIMEDOUT);
+
+    /* Briefly down. */
+    weft_time t0 = weft_now();
+    t_server_stop(&srv);
+    t_server_start(&srv, srv.port, sc);
+    t_wait_event(c, WEFT_NATS_EVENT_RECONNECTED);
+    t_wait_event(d, WEFT_NATS_EVENT_RECONNECTED);
+    t_ask_until_back(c, &r);
+    ASSERT(weft_now() - t0 < T_LOST); /* else the test proves nothing */
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + T_LOST + 5 * T_BEAT),
+              -ETIMEDOUT);
+
+    /* Down for longer than the timeout. */
+    t0 = weft_now();
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, t0 + T_LOST + 10 * T_BEAT), 0);
+    weft_time took = weft_now() - t0;
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
+    ASSERT_EQ(down.status, -ETIMEDOUT);
+    /* The timeout counts from the last answered beat, before the kill;
+     * on a loaded machine some beats before it may have gone unanswered
+     * in time, so only half of it is certain. */
+    if (took < T_LOST / 2)
+        T_FAIL("unreachable %lld ms after the server's end",
+               (long long)(took / WEFT_MSEC));
+    /* Back: the actor answers again, but the notice stands. */
+    t_server_start(&srv, srv.port, sc);
+    t_wait_event(c, WEFT_NATS_EVENT_RECONNECTED);
+    t_wait_event(d, WEFT_NATS_EVENT_RECONNECTED);
+    t_ask_until_back(c, &r);
+    memset(&down, 0, sizeof down);
+    ASSERT_EQ(weft_nats_monitor_recv(m, &down, weft_now() + 3 * T_BEAT), 0);
+    ASSERT_EQ(down.kind, WEFT_NATS_DOWN_UNREACHABLE);
+    ASSERT_EQ(down.status, -ETIMEDOUT);
+
+    ASSERT_EQ(weft_nats_monitor_free(m), 0);
+    ASSERT_EQ(weft_nats_export_free(e), 0);
+    t_end_pair(sc, &srv, a, c, d);
+    return 0;
+}
+
+TEST(monitor_server_restart)
+{
+    ASSERT_EQ(t_run_nats(2, monitor_restart_root), 0);
 }
 
 /* ---- work queues on JetStream ---- */
@@ -1354,11 +1653,7 @@ static int killed_worker_root(void *arg)
                                    url, line, sizeof line);
     ASSERT(strcmp(line, "job-42") == 0);
     /* Mid-job: killed. The job comes back after ack_wait, once. */
-    int status = 0;
-    ASSERT_EQ(weft_process_kill(p, SIGKILL), 0);
-    ASSERT_EQ(weft_process_join(p, &status), 0);
-    ASSERT_EQ(status, -SIGKILL);
-    weft_process_free(p);
+    t_kill(p);
     natsMsg *j;
     ASSERT_EQ(weft_nats_job_take(q, &j, T_DEADLINE), 0);
     ASSERT(strcmp(weft_nats_job_key(j), "job-42") == 0);

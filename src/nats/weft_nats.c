@@ -355,12 +355,20 @@ static snapshot look(weft_nats_conn *c)
     return s;
 }
 
-/* Bytes are waiting on fd (not EOF, not an error: those the next
- * ProcessReadEvent after a READ edge finds by itself). */
-static bool bytes_waiting(int fd)
+/* Bytes are waiting on the socket of snapshot s (not EOF, not an error:
+ * those the next ProcessReadEvent after a READ edge finds by itself).
+ * Only while the socket is still the connection's: ProcessReadEvent may
+ * have closed it (nats.c says so with ev_read or ev_detach, under c->mu,
+ * before it closes the socket), and its number may belong to another file
+ * now. Holding c->mu keeps it open during the peek. */
+static bool bytes_waiting(weft_nats_conn *c, const snapshot *s)
 {
     char b;
-    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    pthread_mutex_lock(&c->mu);
+    bool yes = c->fd == s->fd && c->gen == s->gen &&
+               recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    pthread_mutex_unlock(&c->mu);
+    return yes;
 }
 
 /* Wakes publishers waiting for the outgoing buffer to drain. */
@@ -446,7 +454,7 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
     if (s.fd >= 0 && s.want_read && d->try_read) {
         atomic_fetch_add(&c->st_reads, 1);
         natsConnection_ProcessReadEvent(s.nc);
-        d->try_read = bytes_waiting(s.fd);
+        d->try_read = bytes_waiting(c, &s);
         if (d->try_read && ++d->reads % READS_BEFORE_YIELD == 0)
             weft_yield();
         return 0;
@@ -1110,6 +1118,8 @@ struct weft_nats_export {
     size_t msg_size, reply_size;
     weft_sem asks; /* a permit per ask that may be handled now */
     weft_task_handle server;
+    weft_future *down;         /* the actor's exit status (a local monitor) */
+    weft_task_handle notifier; /* publishes the exit on the down subject */
 };
 
 /* An ask being handled: the task owns the message. */
@@ -1179,15 +1189,22 @@ int weft_nats_ref_parse(weft_nats_ref *r, const char *text)
     return 0;
 }
 
+/* The subject prefix followed by r's text form: "weft.actor." for its
+ * messages, "weft.down." for its exit notice. */
+static int ref_subject_of(const char *prefix, const weft_nats_ref *r, char *buf,
+                          size_t n)
+{
+    size_t p = strlen(prefix);
+    if (n <= p)
+        return -ENOSPC;
+    memcpy(buf, prefix, p + 1);
+    int k = weft_nats_ref_format(r, buf + p, n - p);
+    return k < 0 ? k : 0;
+}
+
 static int ref_subject(const weft_nats_ref *r, char *buf, size_t n)
 {
-    static const char prefix[] = "weft.actor.";
-    if (n < sizeof prefix)
-        return -ENOSPC;
-    memcpy(buf, prefix, sizeof prefix);
-    int k = weft_nats_ref_format(r, buf + sizeof prefix - 1,
-                                 n - (sizeof prefix - 1));
-    return k < 0 ? k : 0;
+    return ref_subject_of("weft.actor.", r, buf, n);
 }
 
 /* The deadline a message carries, as time left, and back. */
@@ -1205,6 +1222,21 @@ static weft_time deadline_of(int64_t left)
         return WEFT_NEVER;
     weft_time now = weft_now();
     return left > WEFT_NEVER - now ? WEFT_NEVER : now + left;
+}
+
+/* Cancels task t and waits for its end, in a shielded scope so that a
+ * caller being cancelled still waits. */
+static void stop_task(weft_task_handle t)
+{
+    weft_scope *shield = NULL;
+    weft_scope_opts so = {.shield = 1};
+    bool shielded = weft_scope_open(&shield, &so) == 0;
+    weft_task_cancel(t);
+    weft_task_join(t, NULL);
+    if (shielded) {
+        weft_scope_join(shield);
+        weft_scope_free(shield);
+    }
 }
 
 /* Handles one ask on a task of its own, and replies. */
@@ -1231,11 +1263,49 @@ static int ask_task(void *arg)
     return 0;
 }
 
-/* Takes one message: a tell to the actor now, an ask to a task. Returns
- * 0, or -ECANCELED when the server is stopping. */
+/* A monitor's heartbeat ('P', no body): answers 'L' (alive) or 'X' and
+ * the actor's exit status, four bytes. */
+#define BEAT_REPLY (1 + REPLY_HEAD)
+
+static void answer_beat(weft_nats_export *e, natsMsg *m)
+{
+    unsigned char b[BEAT_REPLY];
+    int st = 0;
+    int rc = weft_future_try_await(e->down, &st);
+    b[0] = rc == -EINPROGRESS ? 'L' : 'X';
+    put_le(b + 1, (uint64_t)(uint32_t)(rc == 0 ? st : rc), REPLY_HEAD);
+    if (natsMsg_GetReply(m))
+        weft_nats_publish(e->c, natsMsg_GetReply(m), b, sizeof b, WEFT_NEVER);
+    natsMsg_Destroy(m);
+}
+
+/* Publishes the actor's exit status on its down subject when it exits:
+ * the monitors of its reference learn it at once. */
+static int export_notifier(void *arg)
+{
+    weft_nats_export *e = arg;
+    int st = 0;
+    int rc = weft_future_await(e->down, &st, WEFT_NEVER);
+    if (rc == -ECANCELED)
+        return 0;
+    char subj[128];
+    unsigned char b[REPLY_HEAD];
+    put_le(b, (uint64_t)(uint32_t)(rc == 0 ? st : rc), REPLY_HEAD);
+    if (ref_subject_of("weft.down.", &e->ref, subj, sizeof subj) == 0)
+        weft_nats_publish(e->c, subj, b, sizeof b, WEFT_NEVER);
+    return 0;
+}
+
+/* Takes one message: a tell to the actor now, an ask to a task, a
+ * heartbeat answered now. Returns 0, or -ECANCELED when the server is
+ * stopping. */
 static int serve_one(weft_nats_export *e, weft_scope *asks, natsMsg *m)
 {
     const unsigned char *d = (const unsigned char *)natsMsg_GetData(m);
+    if (natsMsg_GetDataLength(m) == WIRE_HEAD && d[0] == 'P') {
+        answer_beat(e, m);
+        return 0;
+    }
     if ((size_t)natsMsg_GetDataLength(m) != WIRE_HEAD + e->msg_size ||
         (d[0] != 'T' && d[0] != 'A')) {
         natsMsg_Destroy(m); /* not ours: dropped */
@@ -1311,10 +1381,21 @@ int weft_nats_export_new(weft_nats_export **out, weft_nats_conn *c,
         return rc;
     }
     e->a = weft_actor_ref(a);
-    rc = weft_spawn_ex(
-        o->scope, export_server, e,
-        &(weft_spawn_opts){.name = "nats export", .handle = &e->server});
+    rc = weft_actor_monitor_future(a, &e->down);
+    if (rc == 0)
+        rc = weft_spawn_ex(o->scope, export_notifier, e,
+                           &(weft_spawn_opts){.name = "nats export down",
+                                              .handle = &e->notifier});
+    if (rc >= 0) {
+        rc = weft_spawn_ex(
+            o->scope, export_server, e,
+            &(weft_spawn_opts){.name = "nats export", .handle = &e->server});
+        if (rc < 0)
+            stop_task(e->notifier);
+    }
     if (rc < 0) {
+        if (e->down)
+            weft_future_unref(e->down);
         weft_nats_sub_free(e->sub);
         weft_actor_unref(e->a);
         free(e);
@@ -1336,15 +1417,9 @@ int weft_nats_export_free(weft_nats_export *e)
 {
     if (!e)
         return -EINVAL;
-    weft_scope *shield = NULL;
-    weft_scope_opts so = {.shield = 1};
-    bool shielded = weft_scope_open(&shield, &so) == 0;
-    weft_task_cancel(e->server);
-    weft_task_join(e->server, NULL);
-    if (shielded) {
-        weft_scope_join(shield);
-        weft_scope_free(shield);
-    }
+    stop_task(e->server);
+    stop_task(e->notifier);
+    weft_future_unref(e->down);
     weft_nats_sub_free(e->sub);
     weft_actor_unref(e->a);
     free(e);
@@ -1367,7 +1442,8 @@ static int remote_send(weft_nats_conn *c, const weft_nats_ref *r, char kind,
         return -ENOMEM;
     buf[0] = (unsigned char)kind;
     put_le(buf + 1, (uint64_t)time_left(deadline), 8);
-    memcpy(buf + WIRE_HEAD, msg, len);
+    if (len)
+        memcpy(buf + WIRE_HEAD, msg, len);
     rc =
         kind == 'T'
             ? weft_nats_publish(c, subj, buf, WIRE_HEAD + len, deadline)
@@ -1410,6 +1486,190 @@ int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
     }
     natsMsg_Destroy(m);
     return rc;
+}
+
+/* ---- remote monitors ----
+ *
+ * A monitor is a subscription to the reference's down subject (the
+ * exporter's notice of its actor's exit: four bytes of status) and a task
+ * that sends a heartbeat request ('P') every interval and waits on that
+ * subscription between beats. The notice is a future of a weft_nats_down,
+ * resolved once by the task, which then ends. */
+
+#define MONITOR_INTERVAL WEFT_SEC
+#define MONITOR_TIMEOUT (5 * WEFT_SEC)
+
+struct weft_nats_monitor {
+    weft_nats_conn *c;
+    weft_nats_ref ref;
+    weft_nats_sub *sub;  /* the down subject */
+    weft_future *notice; /* a weft_nats_down */
+    int64_t interval, timeout;
+    weft_task_handle task;
+};
+
+static int32_t status_of(const unsigned char *p)
+{
+    return (int32_t)(uint32_t)get_le(p, REPLY_HEAD);
+}
+
+/* Whether the connection has stayed connected since the snapshot of its
+ * disconnects was taken. */
+static bool stayed_connected(weft_nats_conn *c, uint64_t disconnects)
+{
+    weft_nats_conn_stats cs;
+    return weft_nats_conn_stats_get(c, &cs) == 0 && cs.connected &&
+           cs.disconnects == disconnects;
+}
+
+static uint64_t disconnects_now(weft_nats_conn *c)
+{
+    return atomic_load(&c->st_disconnects);
+}
+
+/* One heartbeat, answered by `until`. Returns 1 (alive: *ok moved on), 0
+ * (a missed beat), -ECANCELED, or 2 with *d filled (down). */
+static int beat(weft_nats_monitor *m, weft_time until, weft_time *ok,
+                uint64_t *disc, weft_nats_down *d)
+{
+    natsMsg *r = NULL;
+    int rc = remote_send(m->c, &m->ref, 'P', NULL, 0, &r, until);
+    if (rc == -ECANCELED)
+        return rc;
+    if (rc == -ENOTCONN || (rc == -ESRCH && stayed_connected(m->c, *disc))) {
+        d->kind = WEFT_NATS_DOWN_UNREACHABLE;
+        d->status = rc;
+        return 2;
+    }
+    if (rc != 0)
+        return 0; /* no answer in time, or a no responder just after a
+                   * disconnect: the exporter may be reconnecting */
+    const unsigned char *b = (const unsigned char *)natsMsg_GetData(r);
+    int n = natsMsg_GetDataLength(r);
+    int res = 0;
+    if (n == BEAT_REPLY && b[0] == 'X') {
+        d->kind = WEFT_NATS_DOWN_EXITED;
+        d->status = status_of(b + 1);
+        res = 2;
+    } else if (n == BEAT_REPLY && b[0] == 'L') {
+        *ok = weft_now();
+        *disc = disconnects_now(m->c);
+        res = 1;
+    }
+    natsMsg_Destroy(r);
+    return res;
+}
+
+static int monitor_task(void *arg)
+{
+    weft_nats_monitor *m = arg;
+    weft_nats_down d = {.ref = m->ref};
+    weft_time ok = weft_now(); /* the last answered beat; first: the start */
+    uint64_t disc = disconnects_now(m->c);
+    for (;;) {
+        weft_time start = weft_now();
+        weft_time lost = ok + m->timeout;
+        if (start >= lost) {
+            d.kind = WEFT_NATS_DOWN_UNREACHABLE;
+            d.status = -ETIMEDOUT;
+            break;
+        }
+        weft_time next =
+            start + m->interval < lost ? start + m->interval : lost;
+        int rc = beat(m, next, &ok, &disc, &d);
+        if (rc == -ECANCELED)
+            return 0;
+        if (rc == 2)
+            break;
+        /* Until the next beat, an exit notice. */
+        natsMsg *x = NULL;
+        rc = weft_nats_sub_recv(m->sub, &x, next);
+        if (rc == -ECANCELED)
+            return 0;
+        if (rc == -EPIPE) { /* the connection closed */
+            d.kind = WEFT_NATS_DOWN_UNREACHABLE;
+            d.status = -ENOTCONN;
+            break;
+        }
+        if (rc == 0) {
+            bool notice = natsMsg_GetDataLength(x) == REPLY_HEAD;
+            if (notice) {
+                d.kind = WEFT_NATS_DOWN_EXITED;
+                d.status = status_of((const unsigned char *)natsMsg_GetData(x));
+            }
+            natsMsg_Destroy(x);
+            if (notice)
+                break;
+        }
+    }
+    weft_future_resolve(m->notice, &d);
+    return 0;
+}
+
+int weft_nats_monitor_new(weft_nats_monitor **out, weft_nats_conn *c,
+                          const weft_nats_ref *r,
+                          const weft_nats_monitor_opts *o, weft_time deadline)
+{
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    weft_nats_monitor_opts none = {0};
+    if (!o)
+        o = &none;
+    if (!c || !r || !node_ok(r->node) || o->interval_ns < 0 ||
+        o->timeout_ns < 0)
+        return -EINVAL;
+    int64_t interval = o->interval_ns ? o->interval_ns : MONITOR_INTERVAL;
+    int64_t timeout = o->timeout_ns ? o->timeout_ns : MONITOR_TIMEOUT;
+    if (timeout < interval)
+        return -EINVAL;
+    char subj[128];
+    int rc = ref_subject_of("weft.down.", r, subj, sizeof subj);
+    if (rc != 0)
+        return -EINVAL;
+    weft_nats_monitor *m = calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    *m = (weft_nats_monitor){
+        .c = c, .ref = *r, .interval = interval, .timeout = timeout};
+    rc = weft_future_new(&m->notice, sizeof(weft_nats_down));
+    if (rc == 0)
+        rc = weft_nats_subscribe(c, subj, NULL, &m->sub, deadline);
+    if (rc == 0)
+        rc = weft_spawn_ex(
+            o->scope, monitor_task, m,
+            &(weft_spawn_opts){.name = "nats monitor", .handle = &m->task});
+    if (rc < 0) {
+        if (m->sub)
+            weft_nats_sub_free(m->sub);
+        if (m->notice)
+            weft_future_unref(m->notice);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int weft_nats_monitor_recv(weft_nats_monitor *m, weft_nats_down *down,
+                           weft_time deadline)
+{
+    if (!m || !down)
+        return -EINVAL;
+    if (weft_worker_id() < 0)
+        return -EPERM;
+    return weft_future_await(m->notice, down, deadline);
+}
+
+int weft_nats_monitor_free(weft_nats_monitor *m)
+{
+    if (!m)
+        return -EINVAL;
+    stop_task(m->task);
+    weft_nats_sub_free(m->sub);
+    weft_future_unref(m->notice);
+    free(m);
+    return 0;
 }
 
 /* ---- work queues on JetStream ----
