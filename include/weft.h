@@ -644,7 +644,12 @@ typedef struct weft_spawn_opts {
      * worker when its worker has more tasks that yield than it can run.
      * A movable task that waits on work kept by its worker (a scope
      * deadline it owns, a descriptor or a blocking-pool call it waits on)
-     * stays there meanwhile. See docs/design.md, "Where tasks run". */
+     * stays there meanwhile. See docs/design.md, "Where tasks run".
+     *
+     * Tasks move on x86-64 only. On other machines (aarch64) compilers
+     * keep the thread pointer in a register across calls, so no code,
+     * weft's own included, could follow a move: there movable is
+     * accepted and the task stays where it started (actors too). */
     int movable;
 } weft_spawn_opts;
 

@@ -623,7 +623,7 @@ int weft_actor_spawn(weft_scope *s, const weft_actor_opts *o, weft_actor **out)
         }
         a->start_rc = rc;
     }
-    if (!o->worker)
+    if (WEFT__CAN_MOVE && !o->worker)
         a->idle_mobile = WEFT__MOBILE_IDLE | WEFT__MOBILE_EVER;
     weft_spawn_opts so = {.name = o->name, .worker = o->worker};
     rc = weft__spawn(s, actor_task, a, &so, __FILE__, __LINE__);

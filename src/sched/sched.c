@@ -1319,7 +1319,7 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     t->worker = NULL;
     t->next = NULL;
     t->wake_code = 0;
-    t->mobile = o && o->movable > 0 && !o->worker
+    t->mobile = WEFT__CAN_MOVE && o && o->movable > 0 && !o->worker
                     ? WEFT__MOBILE_TASK | WEFT__MOBILE_EVER
                     : 0; /* the scope layer adds its scope's choice */
     t->anchor = 0;

@@ -152,6 +152,18 @@ struct weft_task {
     atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
 
+/* Whether a task can move between workers here: only where every read of
+ * a thread-local variable goes through the thread's own segment register
+ * (x86-64's %fs). On other machines (aarch64's tpidr_el0) compilers keep
+ * the thread pointer in a register across calls, so weft's own code after
+ * a switch to another thread would read the first thread's variables:
+ * there, movable is accepted and tasks stay where they start. */
+#if defined(__x86_64__)
+#define WEFT__CAN_MOVE 1
+#else
+#define WEFT__CAN_MOVE 0
+#endif
+
 /* weft_task.mobile */
 enum {
     WEFT__MOBILE_TASK = 1, /* opted in (weft_spawn_opts.movable, a scope's) */

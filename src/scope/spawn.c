@@ -63,7 +63,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
     /* Its scope may make it movable (prepare took the spawn's own 1). */
-    if (WEFT_UNLIKELY(s->movable) && !(o && (o->movable < 0 || o->worker)))
+    if (WEFT__CAN_MOVE && WEFT_UNLIKELY(s->movable) &&
+        !(o && (o->movable < 0 || o->worker)))
         t->mobile = WEFT__MOBILE_TASK | WEFT__MOBILE_EVER;
     weft__scope_task_init(t, h);
     int idx = weft__scope_add_child(s, t);
