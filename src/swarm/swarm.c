@@ -335,6 +335,8 @@ static const char *command_line(const weft_swarm_opts *o, char *buf, size_t len)
 
 static int claim(void)
 {
+    if (weft__tl_worker) /* a task: weft_run would refuse every run */
+        return -EBUSY;
     int expected = 0;
     return atomic_compare_exchange_strong(&busy, &expected, 1) ? 0 : -EBUSY;
 }
