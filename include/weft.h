@@ -3582,8 +3582,11 @@ typedef struct weft_swarm_diff {
  * (failing seeds, seeds whose runs parted, required sites that never
  * fired, sometimes-names never true); or -EINVAL (body NULL, options out
  * of range, WEFT_SWARM_SEEDS or WEFT_SWARM_SITES not understood), -EBUSY
- * (another sweep, or a runtime, is running in this process). Blocks the
- * calling thread for the whole sweep; call it from a plain thread. */
+ * (another sweep is running in this process, or weft_run refused: the
+ * caller is a task, or another runtime holds the fault plan or the
+ * simulation). Blocks the calling thread for the whole sweep; call it
+ * from a plain thread (not a cancellation point: a task's call returns
+ * -EBUSY and runs nothing). */
 WEFT_EXTERN int weft_swarm_run(const weft_swarm_opts *opts, weft_fn body,
                                void *arg, weft_swarm_stats *out);
 
@@ -3597,7 +3600,8 @@ WEFT_EXTERN int weft_swarm_profile_get(const weft_swarm_opts *opts,
  * to trace_path (NULL: none). Returns the run's status: 0 passed, the
  * body's non-zero status, weft_run's error, or -EPROTO when a task
  * called weft_swarm_fail; -EINVAL, -EBUSY as weft_swarm_run. Blocks the
- * calling thread; call it from a plain thread. */
+ * calling thread; call it from a plain thread (not a cancellation point,
+ * as weft_swarm_run). */
 WEFT_EXTERN int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed,
                                   int sites_set, unsigned sites,
                                   const char *trace_path, weft_fn body,
@@ -3608,15 +3612,17 @@ WEFT_EXTERN int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed,
  * *out (may be NULL). Returns 0 if the runs agree, 1 if they part
  * (out->first names the first event where), -EINVAL, -EBUSY, or
  * -ENOTSUP when seed's profile has more than one worker. Blocks the
- * calling thread; call it from a plain thread. */
+ * calling thread; call it from a plain thread (not a cancellation point,
+ * as weft_swarm_run). */
 WEFT_EXTERN int weft_swarm_check(const weft_swarm_opts *opts, uint64_t seed,
                                  weft_fn body, void *arg, weft_swarm_diff *out);
 
 /* Shrinks seed's fault set: reruns it with each active site switched off
  * in turn, keeping a site off when the run still fails, and stores the
  * sites left in *sites. Returns 1 if seed fails (*sites then set), 0 if
- * it passes (nothing to shrink), -EINVAL, -EBUSY. Blocks the calling
- * thread; call it from a plain thread. */
+ * it passes (nothing to shrink), -EINVAL, -EBUSY (as weft_swarm_run).
+ * Blocks the calling thread; call it from a plain thread (not a
+ * cancellation point, as weft_swarm_run). */
 WEFT_EXTERN int weft_swarm_shrink(const weft_swarm_opts *opts, uint64_t seed,
                                   weft_fn body, void *arg, unsigned *sites);
 
@@ -3762,7 +3768,8 @@ WEFT_EXTERN uint64_t weft_sim_log_hash(void);
  * at most weft_sim_opts.log_max bytes; a last line says if more was cut.
  * Returns 0 or a negative errno of write(2). From a task of the simulated
  * run, or from any thread once no simulated run is going on; blocks in
- * write. */
+ * write(2), a task's worker with it (not a cancellation point: a cancel
+ * cannot cut the text short). */
 WEFT_EXTERN int weft_sim_log_write(int fd);
 
 /* ------------------------------------------------------------------------

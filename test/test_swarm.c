@@ -497,3 +497,24 @@ TEST(the_assertion_hook_fails_a_run_and_options_are_checked)
     }
     ASSERT(none > 5 && many > 5);
 }
+
+/* From a task of a runtime that is no sweep's: each entry point refuses
+ * (a check or a shrink must not report "agree" or "passes" for runs that
+ * never started). */
+static int in_task_body(void *arg)
+{
+    (void)arg;
+    weft_swarm_diff d;
+    unsigned sites = 0;
+    if (weft_swarm_check(NULL, 1, good_body, NULL, &d) != -EBUSY ||
+        weft_swarm_shrink(NULL, 1, good_body, NULL, &sites) != -EBUSY ||
+        weft_swarm_replay(NULL, 1, 0, 0, NULL, good_body, NULL) != -EBUSY ||
+        weft_swarm_run(NULL, good_body, NULL, NULL) != -EBUSY)
+        return -1;
+    return 0;
+}
+
+TEST(a_task_cannot_start_a_sweep)
+{
+    ASSERT_EQ(weft_run(&quiet_cfg, in_task_body, NULL), 0);
+}

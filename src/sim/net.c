@@ -56,7 +56,6 @@ enum { S_NEW, S_BOUND, S_LISTEN, S_CONNECTING, S_OPEN, S_CLOSED };
 struct sim_sock {
     sim_sock *next, *prev; /* the network's live list, or (next) its gone
                             * one: scans for ports see the live ones */
-    uint64_t id;           /* for the log */
     int fd;                /* -1: none (not accepted yet, or closed) */
     int type;              /* SOCK_STREAM, SOCK_DGRAM */
     int state;             /* S_* */
@@ -255,7 +254,6 @@ static sim_sock *sock_make(weft_sim_host *h, int type)
     sim_sock *s = weft__calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    s->id = ++n->nsocks;
     s->fd = -1;
     s->type = type;
     s->host = h;

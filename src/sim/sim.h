@@ -82,7 +82,6 @@ typedef struct sim_net {
                       * packet in flight may still point at one) */
     sim_sock **fds;  /* by descriptor - WEFT__SIM_FD_BASE */
     int nfds;
-    uint64_t nsocks;
 } sim_net;
 
 extern sim_net *weft__sim; /* the running simulation, or NULL */

@@ -7,6 +7,7 @@
  * assertions. It sits above the runtime: it starts runtimes, one after
  * the other, on the calling thread.
  */
+#include "sched/clock.h"
 #include "util/runlog.h"
 #include "util/util.h"
 
@@ -16,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define ALL_SITES ((1u << WEFT_FAULT_SITES) - 1)
@@ -335,6 +335,8 @@ static const char *command_line(const weft_swarm_opts *o, char *buf, size_t len)
 
 static int claim(void)
 {
+    if (weft__tl_worker) /* a task: weft_run would refuse every run */
+        return -EBUSY;
     int expected = 0;
     return atomic_compare_exchange_strong(&busy, &expected, 1) ? 0 : -EBUSY;
 }
@@ -509,13 +511,6 @@ int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed, int sites_set,
 }
 
 /* ---- the sweep ---- */
-
-static int64_t real_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void report_failure(const weft_swarm_opts *o, const char *name,
                            const weft_swarm_profile *p, const outcome *oc)
@@ -763,11 +758,11 @@ static int sweep(const weft_swarm_opts *o, weft_fn body, void *arg,
         return rc;
     uint64_t max_failures = o->max_failures ? (uint64_t)o->max_failures : 1;
     st->faults = faults_built();
-    int64_t t0 = real_now();
+    int64_t t0 = weft__mono_now();
     for (uint64_t i = 0; i < c.seeds && st->failed < max_failures; i++)
         if ((rc = sweep_seed(&c, i)) != 0)
             return rc;
-    st->elapsed_ns = real_now() - t0;
+    st->elapsed_ns = weft__mono_now() - t0;
     sweep_end(&c);
     return c.problems;
 }
