@@ -748,8 +748,7 @@ static int scope_cancel_root(void *arg)
     (void)arg;
     weft_scope *sc, *conn_scope;
     t_server srv = {0};
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
     weft_nats_conn *c = t_connect(&srv, conn_scope, NULL);
     weft_nats_sub *s;
