@@ -767,8 +767,6 @@ static int usable(weft_nats_conn *c, weft_time deadline)
     return wait_room(c, deadline);
 }
 
-/* Sends to subject (NULL: a flush marker to the inbox itself) with a
- * reply subject of the inbox, and waits for what comes back there. */
 /* Publishes to subject with reply subject `to`, with the header
  * Nats-Msg-Id: key (JetStream's idempotency key) when key is not NULL. */
 static natsStatus publish_request(weft_nats_conn *c, const char *subject,
@@ -788,6 +786,8 @@ static natsStatus publish_request(weft_nats_conn *c, const char *subject,
     return st;
 }
 
+/* Sends to subject (NULL: a flush marker to the inbox itself) with a
+ * reply subject of the inbox, and waits for what comes back there. */
 static int round_trip(weft_nats_conn *c, const char *subject, const char *key,
                       const void *data, size_t len, natsMsg **reply,
                       weft_time deadline)
