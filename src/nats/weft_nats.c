@@ -134,10 +134,10 @@ struct weft_nats_sub {
     pthread_cond_t room; /* signalled when a pop makes room */
     natsMsg **ring;
     size_t cap, head, len;
-    bool closed;           /* weft_nats_sub_free: drop what comes */
-    bool producer_waiting; /* nats.c's thread waits on room */
-    uint64_t received, taken, full_waits;
-    int64_t last_dropped; /* nats.c's count, kept once it forgets */
+    bool closed;                /* weft_nats_sub_free: drop what comes */
+    bool producer_waiting;      /* nats.c's thread waits on room */
+    uint64_t taken, full_waits; /* received: taken + len */
+    int64_t last_dropped;       /* nats.c's count, kept once it forgets */
 };
 
 /* ---- errors ---- */
@@ -944,7 +944,6 @@ static void sub_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     if (!closed) {
         s->ring[(s->head + s->len) % s->cap] = msg;
         s->len++;
-        s->received++;
     }
     pthread_mutex_unlock(&s->mu);
     if (closed)
@@ -1074,7 +1073,7 @@ int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
         return -EINVAL;
     pthread_mutex_lock(&s->mu);
     *out = (weft_nats_sub_stats){
-        .received = s->received,
+        .received = s->taken + s->len,
         .taken = s->taken,
         .queued = s->len,
         .capacity = s->cap,
