@@ -197,6 +197,16 @@ static void t_end(weft_scope *sc, t_server *srv)
     weft_scope_free(sc);
 }
 
+/* Takes c's next event, which must be of kind kind, and returns it. */
+static weft_nats_event t_next_event(weft_nats_conn *c,
+                                    weft_nats_event_kind kind)
+{
+    weft_nats_event ev;
+    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
+    ASSERT_EQ(ev.kind, kind);
+    return ev;
+}
+
 /* Waits until nats.c's delivery thread for s waits for room in its full
  * queue (it fills the queue first). */
 static void t_wait_producer(weft_nats_sub *s, weft_nats_sub_stats *st)
@@ -492,9 +502,7 @@ static int slow_root(void *arg)
     if (st.queued + 1 + (uint64_t)st.pending + (uint64_t)st.dropped != n)
         T_FAIL("queued %zu + 1 + pending %d + dropped %lld != %ld", st.queued,
                st.pending, (long long)st.dropped, n);
-    weft_nats_event ev;
-    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
-    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_SLOW_CONSUMER);
+    weft_nats_event ev = t_next_event(c, WEFT_NATS_EVENT_SLOW_CONSUMER);
     ASSERT_EQ(ev.status, NATS_SLOW_CONSUMER);
     /* Draining: in order, each at most once, all but the dropped ones. */
     long got = 0;
@@ -577,16 +585,13 @@ static int restart_root(void *arg)
     ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
 
     t_server_stop(&srv);
-    weft_nats_event ev;
-    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
-    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    t_next_event(c, WEFT_NATS_EVENT_DISCONNECTED);
     /* Published while disconnected: nats.c keeps them for the new
      * socket. */
     for (long i = 0; i < 10; i++, seq++)
         ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
     t_server_start(&srv, srv.port, sc);
-    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
-    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    t_next_event(c, WEFT_NATS_EVENT_RECONNECTED);
     int64_t resumed = seq;
     for (long i = 0; i < n; i++, seq++)
         ASSERT_EQ(t_publish_seq(c, "t.stream", seq), 0);
@@ -748,8 +753,7 @@ static int scope_cancel_root(void *arg)
     (void)arg;
     weft_scope *sc, *conn_scope;
     t_server srv = {0};
-    ASSERT(weft_scope_open(&sc, NULL) == 0);
-    t_server_start(&srv, 0, sc);
+    t_begin(&sc, &srv);
     ASSERT(weft_scope_open(&conn_scope, NULL) == 0);
     weft_nats_conn *c = t_connect(&srv, conn_scope, NULL);
     weft_nats_sub *s;
@@ -1585,12 +1589,9 @@ static int jobs_restart_root(void *arg)
     for (long i = 0; i < n; i++)
         ASSERT_EQ(t_job_publish(q, i), 0);
     t_server_stop(&srv);
-    weft_nats_event ev;
-    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
-    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_DISCONNECTED);
+    t_next_event(c, WEFT_NATS_EVENT_DISCONNECTED);
     t_server_start(&srv, srv.port, sc);
-    ASSERT_EQ(weft_nats_event_recv(c, &ev, T_DEADLINE), 0);
-    ASSERT_EQ(ev.kind, WEFT_NATS_EVENT_RECONNECTED);
+    t_next_event(c, WEFT_NATS_EVENT_RECONNECTED);
     unsigned char *seen = calloc((size_t)n, 1);
     for (long k = 0; k < n; k++) {
         natsMsg *j;

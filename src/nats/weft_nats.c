@@ -134,10 +134,10 @@ struct weft_nats_sub {
     pthread_cond_t room; /* signalled when a pop makes room */
     natsMsg **ring;
     size_t cap, head, len;
-    bool closed;           /* weft_nats_sub_free: drop what comes */
-    bool producer_waiting; /* nats.c's thread waits on room */
-    uint64_t received, taken, full_waits;
-    int64_t last_dropped; /* nats.c's count, kept once it forgets */
+    bool closed;                /* weft_nats_sub_free: drop what comes */
+    bool producer_waiting;      /* nats.c's thread waits on room */
+    uint64_t taken, full_waits; /* received: taken + len */
+    int64_t last_dropped;       /* nats.c's count, kept once it forgets */
 };
 
 /* ---- errors ---- */
@@ -767,8 +767,6 @@ static int usable(weft_nats_conn *c, weft_time deadline)
     return wait_room(c, deadline);
 }
 
-/* Sends to subject (NULL: a flush marker to the inbox itself) with a
- * reply subject of the inbox, and waits for what comes back there. */
 /* Publishes to subject with reply subject `to`, with the header
  * Nats-Msg-Id: key (JetStream's idempotency key) when key is not NULL. */
 static natsStatus publish_request(weft_nats_conn *c, const char *subject,
@@ -788,6 +786,8 @@ static natsStatus publish_request(weft_nats_conn *c, const char *subject,
     return st;
 }
 
+/* Sends to subject (NULL: a flush marker to the inbox itself) with a
+ * reply subject of the inbox, and waits for what comes back there. */
 static int round_trip(weft_nats_conn *c, const char *subject, const char *key,
                       const void *data, size_t len, natsMsg **reply,
                       weft_time deadline)
@@ -944,7 +944,6 @@ static void sub_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     if (!closed) {
         s->ring[(s->head + s->len) % s->cap] = msg;
         s->len++;
-        s->received++;
     }
     pthread_mutex_unlock(&s->mu);
     if (closed)
@@ -1074,7 +1073,7 @@ int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
         return -EINVAL;
     pthread_mutex_lock(&s->mu);
     *out = (weft_nats_sub_stats){
-        .received = s->received,
+        .received = s->taken + s->len,
         .taken = s->taken,
         .queued = s->len,
         .capacity = s->cap,
