@@ -818,7 +818,9 @@ static void park_timeout(weft__timer *tm)
 static void start_task(weft_worker *w, weft_task *t)
 {
     t->worker = w;
-    t->home = w;
+#if defined(WEFT__ASSERTS)
+    t->home = w; /* read by pick's assert alone */
+#endif
     t->flags |= TASK_STARTED;
 #if defined(WEFT_TSAN)
     /* A fiber belongs to the slot and serves its tasks one after another:
