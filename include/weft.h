@@ -518,11 +518,12 @@ typedef struct weft_scope_opts {
      * next line, or at join. */
     weft_failure_fn on_failure;
     void *failure_ctx;
-    /* Non-zero: the tasks spawned into this scope, and into the scopes
-     * opened inside it, may move between workers, as if each was spawned
-     * with weft_spawn_opts.movable = 1 (one spawned with movable = -1
-     * does not). Their code must keep the contract written there. An
-     * enclosing scope's choice is inherited; 0 adds nothing. */
+    /* 1: the tasks spawned into this scope, and into the scopes opened
+     * inside it, may move between workers, as if each was spawned with
+     * weft_spawn_opts.movable = 1 (one spawned with movable = -1 does
+     * not). Their code must keep the contract written there. An enclosing
+     * scope's choice is inherited; 0 adds nothing (a scope cannot take
+     * back its parent's 1); any other value is -EINVAL. */
     int movable;
 } weft_scope_opts;
 
@@ -530,8 +531,8 @@ typedef struct weft_scope_opts {
  * it the task's current scope. opts may be NULL (fail-fast, no deadline).
  * A scope opened inside a cancelled scope starts cancelled (unless
  * shielded). Returns 0 and sets *out, or -EINVAL (out NULL, an unknown
- * policy, a negative deadline, on_failure without WEFT_SERVE), -ENOMEM,
- * -EPERM. Never blocks. */
+ * policy, a negative deadline, movable not 0 or 1, on_failure without
+ * WEFT_SERVE), -ENOMEM, -EPERM. Never blocks. */
 WEFT_EXTERN int weft_scope_open(weft_scope **out, const weft_scope_opts *opts);
 
 /* Waits until every child of the scope has finished, then closes it (no

@@ -166,6 +166,25 @@ TEST(default_task_never_moves)
     }
 }
 
+/* A scope's movable is 0 or 1: -1 would read as "never" (a spawn's
+ * -1), yet a scope cannot take its parent's choice back. */
+static int scope_movable_values(void *arg)
+{
+    (void)arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.movable = -1}), -EINVAL);
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.movable = 2}), -EINVAL);
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.movable = 1}), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+TEST(scope_movable_is_0_or_1)
+{
+    ASSERT_EQ(t_run_mono(1, scope_movable_values, NULL), 0);
+}
+
 /* The instrument's hooks (and so the trace, which is built on them) see
  * a moved task on the worker it runs on now. */
 struct seen_runs {

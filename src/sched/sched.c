@@ -478,13 +478,20 @@ static void move_out(weft_worker *w, weft_task *t, weft_worker *to)
     inbox_push(to, t);
 }
 
+/* Whether w, which holds t runnable, may hand it over now: t may move,
+ * is not the task switching away on w, and nothing ties it to w. */
+static bool movable_now(weft_worker *w, weft_task *t)
+{
+    return t != ld_rlx(&w->cur) && t->anchor == 0 &&
+           (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE));
+}
+
 /* t came out of w's inbox with a waker's request (move_to). */
 WEFT_COLD static void move_asked(weft_worker *w, weft_task *t)
 {
     weft_worker *to = t->move_to;
     t->move_to = NULL;
-    if (to != w && t != ld_rlx(&w->cur) && t->anchor == 0 &&
-        (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE)))
+    if (to != w && movable_now(w, t))
         move_out(w, t, to);
     else
         make_ready_local(w, t, false);
@@ -518,8 +525,7 @@ WEFT_COLD static void share(weft_worker *w, int to_id)
     bool give = true;
     weft_task *t;
     while ((t = q_pop(&w->yieldq)) != NULL) {
-        if (give && t != ld_rlx(&w->cur) && t->anchor == 0 &&
-            (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE))) {
+        if (give && movable_now(w, t)) {
             move_out(w, t, to);
             give = false;
         } else {
@@ -818,7 +824,9 @@ static void park_timeout(weft__timer *tm)
 static void start_task(weft_worker *w, weft_task *t)
 {
     t->worker = w;
-    t->home = w;
+#if defined(WEFT__ASSERTS)
+    t->home = w; /* read by pick's assert alone */
+#endif
     t->flags |= TASK_STARTED;
 #if defined(WEFT_TSAN)
     /* A fiber belongs to the slot and serves its tasks one after another:

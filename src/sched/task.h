@@ -147,8 +147,9 @@ struct weft_task {
     uint64_t far_gen;     /* that park's generation */
     weft_worker *move_to; /* the waker's worker, asking for it (its
                            * worker reads it when the inbox gives it t) */
-    weft_worker *home;    /* where it first ran: asserts check that a task
-                           * that may not move runs nowhere else */
+    weft_worker *home;    /* asserts: where it first ran (set only with
+                           * them), to check that a task that may not
+                           * move runs nowhere else */
     atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
 

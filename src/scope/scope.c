@@ -486,7 +486,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
         weft__policy_of(opts ? opts->policy : WEFT_FAIL_FAST);
     if (!pol || (!internal && (pol->flags & WEFT__POL_INTERNAL)))
         return -EINVAL;
-    if (opts && opts->deadline < 0)
+    if (opts && (opts->deadline < 0 || opts->movable < 0 || opts->movable > 1))
         return -EINVAL;
     if (opts && opts->on_failure && !(pol->flags & WEFT__POL_REPORT))
         return -EINVAL;
