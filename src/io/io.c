@@ -383,10 +383,11 @@ static int fd_wait(int fd, int events, weft_time deadline,
     /* Waits on a simulated network's sockets are not outside work; either
      * way the task stays on w, where its registration is. */
     int outside = p->ops->in_runtime ? 0 : 1;
+    weft_task *t = ld_rlx(&weft__wpub(w)->cur);
     weft__pending_add(w, WEFT__PENDING_IO, outside);
-    weft__task_anchor(ld_rlx(&weft__wpub(w)->cur), 1);
+    weft__task_anchor(t, 1);
     rc = fd_park(r, events, deadline);
-    weft__task_anchor(ld_rlx(&weft__wpub(w)->cur), -1);
+    weft__task_anchor(t, -1);
     weft__pending_add(w, WEFT__PENDING_IO, -outside);
     if (oneshot)
         p->ops->cancel(p, fd, events);

@@ -160,7 +160,10 @@ static bool regrace(weft_runtime *rt, weft_worker *w)
 static void virt_idle_until(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
-    uint64_t seen = activity(rt); /* what the grace covers */
+    /* What the grace covers: only a worker whose tasks wait for
+     * descriptors is looked at by regrace, and its count cannot change
+     * while it is idle (only its own tasks change it). */
+    uint64_t seen = weft__pending(w, WEFT__PENDING_IO) ? activity(rt) : 0;
     if (weft__steal_any(w) || autojump_grace(w))
         return;
     pthread_mutex_lock(&rt->vmu);
