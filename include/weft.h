@@ -652,13 +652,23 @@ typedef struct weft_spawn_opts {
      * weft's own included, could follow a move: there movable is
      * accepted and the task stays where it started (actors too). */
     int movable;
+    /* 1: a background child, which the scope waits for and cancels like
+     * any child but whose end its policy never sees (Trio's system tasks):
+     * it has no index and no status in the scope, weft_scope_spawned and
+     * weft_scope_failed do not count it, it is never a WEFT_FIRST or
+     * WEFT_RACE scope's winner and its failure cancels no sibling. For a
+     * helper that serves the other children (a process's reaper is one);
+     * read its status through opts.handle. 0: an ordinary child. */
+    int background;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
  * scope). The child starts soon, on this worker or on an idle one.
  * Returns the child's index in the scope (0, 1, 2, ... in spawn order; 0
- * for every child of a WEFT_SERVE scope, which numbers none), or -EINVAL
- * (fn is NULL, or opts->worker is not 0 .. weft_workers()), -EPERM (not
+ * for every child of a WEFT_SERVE scope, which numbers none, and for a
+ * background child, which has none), or -EINVAL (fn is NULL,
+ * opts->worker is not 0 .. weft_workers(), opts->movable not -1 .. 1 or
+ * opts->background not 0 or 1), -EPERM (not
  * called from a task of this runtime), -ESHUTDOWN (the scope was joined),
  * -ECANCELED (the scope is cancelled), -EOVERFLOW (the scope has had
  * INT_MAX children, the most an index can number: every policy but
@@ -1666,11 +1676,12 @@ WEFT_EXTERN int weft_local_port(int fd);
  * the exit, the reaper sends opts.kill_signal (SIGTERM) to the child's
  * process group, waits opts.grace_ns (5 s) for the exit, then sends
  * SIGKILL to the group, and reaps. So the scope's join returns only once
- * the child is reaped, and no path leaves a zombie. The reaper is one of
- * the scope's children (weft_scope_spawned counts it); its status is
- * always 0, so a fail-fast scope is never failed by it (a WEFT_FIRST or
- * WEFT_RACE scope may take it for its winner: spawn processes into a
- * scope of another policy). The child's exit status is read with
+ * the child is reaped, and no path leaves a zombie. The reaper is a
+ * background child of the scope (weft_spawn_opts.background): the scope
+ * waits for it, but its policy never sees it, so it is not counted by
+ * weft_scope_spawned, never a WEFT_FIRST or WEFT_RACE scope's winner, and
+ * a process's exit decides nothing in the scope. The child's exit status
+ * is read with
  * weft_process_join: 0 to 255 for an exit, or minus the signal number for
  * a child killed by a signal (-9 for SIGKILL).
  *

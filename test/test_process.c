@@ -812,3 +812,44 @@ TEST(same_group_new_group_or_new_session)
     fork_path = 1;
     ASSERT_EQ(run2(groups_main, &fork_path), 0);
 }
+
+static int after_exit(void *arg)
+{
+    weft_process *p = arg;
+    int st = -1;
+    ASSERT_EQ(weft_process_join(p, &st), 0); /* the reaper has reaped */
+    ASSERT_EQ(st, 0);
+    for (int i = 0; i < 10; i++) /* let the reaper end first */
+        weft_yield();
+    return 5;
+}
+
+static int never_a_winner_main(void *arg)
+{
+    (void)arg;
+    const weft_policy policies[] = {WEFT_RACE, WEFT_FIRST};
+    for (int i = 0; i < 2; i++) {
+        weft_scope *s = NULL;
+        ASSERT_EQ(
+            weft_scope_open(&s, &(weft_scope_opts){.policy = policies[i]}), 0);
+        weft_process *p =
+            spawn_argv((char *[]){"true", NULL}, WEFT_STDIO_INHERIT);
+        ASSERT_EQ(weft_spawn(s, after_exit, p), 0); /* the reaper has none */
+        ASSERT_EQ(weft_scope_spawned(s), 1);
+        /* RACE: the task's 5; FIRST: its success. The reaper, which ended
+         * first with 0, won both before it was a background child. */
+        ASSERT_EQ(weft_scope_join(s), policies[i] == WEFT_RACE ? 5 : 0);
+        ASSERT_EQ(weft_scope_winner(s), 0);
+        ASSERT_EQ(weft_scope_spawned(s), 1);
+        ASSERT_EQ(weft_scope_free(s), 0);
+        ASSERT_EQ(weft_process_free(p), 0);
+    }
+    return 0;
+}
+
+/* A process's exit is never a WEFT_RACE or WEFT_FIRST scope's winner, and
+ * its reaper is not counted among the scope's children. */
+TEST(a_process_is_never_a_scope_winner)
+{
+    ASSERT_EQ(run2(never_a_winner_main, NULL), 0);
+}

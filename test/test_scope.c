@@ -2194,3 +2194,87 @@ TEST(policy_tables)
     ASSERT(p->flags & WEFT__POL_UNINDEXED);
     ASSERT(p->flags & WEFT__POL_REPORT);
 }
+
+/* ---- background children ---- */
+
+static int bg_fail_when_set(void *arg)
+{
+    weft_event *e = arg;
+    int rc = weft_event_wait(e);
+    return rc ? rc : -EIO;
+}
+
+static int bg_ok(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static int background_root(void *arg)
+{
+    (void)arg;
+    weft_event e = WEFT_EVENT_INIT;
+    weft_task_handle h;
+    const weft_spawn_opts bg = {.background = 1, .handle = &h};
+
+    /* Fail-fast: the background child's failure cancels nobody and is not
+     * the scope's result; it has no index and is not counted. */
+    weft_scope *s = NULL;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT_EQ(weft_spawn_ex(s, bg_fail_when_set, &e, &bg), 0);
+    ASSERT_EQ(weft_spawn(s, bg_ok, NULL), 0); /* the first index */
+    ASSERT_EQ(weft_scope_spawned(s), 1);
+    ASSERT_EQ(weft_event_set(&e), 0);
+    ASSERT_EQ(weft_scope_join(s), 0); /* waits for it all the same */
+    ASSERT_EQ(weft_scope_failed(s), 0);
+    ASSERT_EQ(weft_scope_cancelled(s), 0);
+    int st = 0;
+    ASSERT_EQ(weft_task_join(h, &st), 0);
+    ASSERT_EQ(st, -EIO);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* A cancel of the scope reaches it like any child. */
+    ASSERT_EQ(weft_event_reset(&e), 0);
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT_EQ(weft_spawn_ex(s, bg_fail_when_set, &e, &bg), 0);
+    ASSERT_EQ(weft_scope_cancel(s), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    ASSERT_EQ(weft_task_join(h, &st), 0);
+    ASSERT_EQ(st, -ECANCELED);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* A race of background children alone has no winner. */
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_RACE}), 0);
+    ASSERT_EQ(
+        weft_spawn_ex(s, bg_ok, NULL, &(weft_spawn_opts){.background = 1}), 0);
+    ASSERT_EQ(weft_scope_join(s), -ENOENT);
+    ASSERT_EQ(weft_scope_winner(s), -ENOENT);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    /* Collect: no status slot for it; the ordinary child is number 0. */
+    ASSERT_EQ(weft_event_set(&e), 0);
+    ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.policy = WEFT_COLLECT}),
+              0);
+    ASSERT_EQ(
+        weft_spawn_ex(s, bg_ok, NULL, &(weft_spawn_opts){.background = 1}), 0);
+    ASSERT_EQ(weft_spawn(s, bg_fail_when_set, &e), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_spawned(s), 1);
+    ASSERT_EQ(weft_scope_status(s, 0, &st), 0);
+    ASSERT_EQ(st, -EIO);
+    ASSERT_EQ(weft_scope_status(s, 1, &st), -ENOENT);
+    ASSERT_EQ(weft_scope_free(s), 0);
+
+    ASSERT_EQ(
+        weft_spawn_ex(NULL, bg_ok, NULL, &(weft_spawn_opts){.background = 2}),
+        -EINVAL);
+    return 0;
+}
+
+/* weft_spawn_opts.background: waited for and cancelled with its scope,
+ * never seen by the scope's policy, on one worker and across two. */
+TEST(background_children_are_outside_the_policy)
+{
+    ASSERT_EQ(t_run_virtual(1, background_root, NULL), 0);
+    ASSERT_EQ(t_run_virtual(2, background_root, NULL), 0);
+}

@@ -539,7 +539,8 @@ static int own_child(weft_scope *s, weft_process *p)
         return p->pidfd;
     }
     atomic_store_explicit(&p->refs, 2, memory_order_relaxed);
-    weft_spawn_opts so = {.name = "process reaper", .handle = &p->reaper};
+    weft_spawn_opts so = {
+        .name = "process reaper", .handle = &p->reaper, .background = 1};
     int r = weft_spawn_ex(s, reaper, p, &so);
     if (r < 0) {
         /* The scope refused (cancelled meanwhile, joined, no memory): the

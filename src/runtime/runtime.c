@@ -461,7 +461,7 @@ static int spawn_root(weft_runtime *rt, weft_fn fn, void *arg, weft_task **root)
     st_rlx(&t->id, 1); /* weft_task_info.id: made by no worker */
     *root = t;
     weft__scope_task_init(t, NULL);
-    weft__scope_add_child(weft__scope_rt(rt)->root, t);
+    weft__scope_add_child(weft__scope_rt(rt)->root, t, false);
     weft__stat_add(&w0->spawned, 1); /* counted as spawned (stats) */
     weft__make_ready(w0, t);         /* worker 0 starts it first */
     return 0;
@@ -817,7 +817,7 @@ static int start_keeper(weft_runtime *rt)
     static const weft_spawn_opts keeper_opts = {.name = "shutdown keeper"};
     weft__task_prepare(t, keeper_main, rt, &keeper_opts, __FILE__, __LINE__);
     weft__scope_task_init(t, NULL);
-    weft__scope_add_child(home, t);
+    weft__scope_add_child(home, t, false);
     t->worker = w0;    /* where the wake sends it, and where it stays */
     st_rlx(&t->id, 2); /* weft_task_info.id: made by no worker */
     if (WEFT_UNLIKELY(rt->instr != NULL))

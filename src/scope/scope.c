@@ -264,7 +264,7 @@ static int next_index(weft_scope *s)
     return s->spawned++;
 }
 
-int weft__scope_add_child(weft_scope *s, weft_task *t)
+int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
 {
     int rc;
     scope_lock(s);
@@ -272,7 +272,7 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         rc = -ESHUTDOWN;
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
-    else if ((rc = next_index(s)) >= 0) {
+    else if ((rc = WEFT_UNLIKELY(background) ? 0 : next_index(s)) >= 0) {
         WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
                         "a task registered in a scope after it started");
         s->live++;
@@ -281,7 +281,7 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
         if (WEFT_UNLIKELY(weft__scope_of_task(t)->handle != NULL))
             cur = task_scope_open_locked(s, t);
         weft__task_set_scope(t, cur);
-        weft__scope_of_task(t)->index = rc;
+        weft__scope_of_task(t)->index = WEFT_UNLIKELY(background) ? -1 : rc;
         weft__scope_of_task(t)->mprev = NULL;
         weft__scope_of_task(t)->mnext = s->members;
         if (s->members)
@@ -297,8 +297,11 @@ int weft__scope_add_child(weft_scope *s, weft_task *t)
 static bool record_status(weft_scope *s, weft_task *t)
 {
     int st = t->status;
+    int index = weft__scope_of_task(t)->index;
+    if (WEFT_UNLIKELY(index < 0))
+        return false; /* a background child: no policy sees it */
     if (has(s, WEFT__POL_STATUSES))
-        s->statuses[weft__scope_of_task(t)->index] = st;
+        s->statuses[index] = st;
     if (st < 0) {
         if (s->failed < INT_MAX)
             s->failed++;
@@ -308,8 +311,7 @@ static bool record_status(weft_scope *s, weft_task *t)
     if (WEFT_LIKELY(st >= 0 && !has(s, WEFT__POL_SUCCESSES)))
         return false; /* the policy does not look at successes */
     bool cancelled = ld_rlx(&s->cancelled) != CANCEL_NONE;
-    if (s->pol->done(&s->ps, weft__scope_of_task(t)->index, st, cancelled) &
-        WEFT__POL_CANCEL)
+    if (s->pol->done(&s->ps, index, st, cancelled) & WEFT__POL_CANCEL)
         return cancel_locked(s, CANCEL_POLICY);
     return false;
 }

@@ -51,7 +51,8 @@ typedef struct weft__task_scope {
     weft_task *mprev, *mnext;  /* home's member list, under home's lock */
     weft__handle *handle;      /* its handle's record (task.c), or NULL:
                                 * set at spawn, read at exit */
-    int index;                 /* child index in home (WEFT_SERVE: 0) */
+    int index;                 /* child index in home (WEFT_SERVE: 0;
+                                * a background child: -1) */
 } weft__task_scope;
 
 _Static_assert(sizeof(weft__task_scope) <= WEFT__EXT_SYNC - WEFT__EXT_SCOPE,
@@ -83,8 +84,10 @@ static inline void weft__scope_task_init(weft_task *t, weft__handle *h)
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s);
 /* Registers a new child in s; returns its index or an error. A task with
- * a handle gets the handle's scope, made a kid of s, as its current. */
-int weft__scope_add_child(weft_scope *s, weft_task *t);
+ * a handle gets the handle's scope, made a kid of s, as its current. A
+ * background child (weft_spawn_opts.background) gets no index (-1 in its
+ * links; 0 returned) and s's policy never sees its end. */
+int weft__scope_add_child(weft_scope *s, weft_task *t, bool background);
 /* The capacity of a statuses array after `cap` entries are full: 16, then
  * doubling, at most INT_MAX (indexes are ints). */
 int weft__scope_status_cap(int cap);

@@ -38,6 +38,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
     if (o && (o->worker < 0 || o->movable < -1 || o->movable > 1 ||
+              (unsigned)o->background > 1 ||
               o->worker > weft__rtpub(weft__wpub(w)->rt)->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
@@ -67,7 +68,7 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
         !(o && (o->movable < 0 || o->worker)))
         t->mobile = WEFT__MOBILE_TASK | WEFT__MOBILE_EVER;
     weft__scope_task_init(t, h);
-    int idx = weft__scope_add_child(s, t);
+    int idx = weft__scope_add_child(s, t, o && o->background);
     if (idx < 0) {
         weft__task_free(w, t);
         return spawn_failed(o, h, idx);
