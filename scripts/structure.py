@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Measures the shape of src/, for reviews of structural changes.
 
-    scripts/structure.py [-v] [ROOT]
+    scripts/structure.py [-v] [--check] [ROOT]
 
 Prints, for the library's own sources (src/ without the optional modules):
 - functions: how many, their length in lines (body, between the braces
@@ -16,7 +16,8 @@ Prints, for the library's own sources (src/ without the optional modules):
   or claim a waiter by hand (the wait layer's internals), which should be
   none;
 - select: the operations weft_select takes (weft_op in include/weft.h).
-Reads the sources as text; builds nothing.
+Reads the sources as text; builds nothing. --check (CI's headers stage)
+exits 1 if a function is over 60 lines without a comment saying why.
 """
 import glob
 import os
@@ -25,7 +26,8 @@ import statistics
 import sys
 
 verbose = "-v" in sys.argv[1:]
-args = [a for a in sys.argv[1:] if a != "-v"]
+check = "--check" in sys.argv[1:]
+args = [a for a in sys.argv[1:] if a not in ("-v", "--check")]
 root = args[0] if args else os.path.join(os.path.dirname(__file__), "..")
 src = os.path.join(root, "src")
 every = sorted(glob.glob(os.path.join(src, "*.c")) +
@@ -115,3 +117,11 @@ hdr = open(os.path.join(root, "include", "weft.h")).read()
 m = re.search(r"typedef enum weft_op \{(.*?)\}", hdr, re.S)
 ops = re.findall(r"\b(WEFT_OP_\w+)\s*=", m.group(1)) if m else []
 print(f"select: {len(ops)} operations: {' '.join(o[8:] for o in ops)}")
+
+if check:
+    bad = [x for x in long_ if not x[2].endswith("(says why)")]
+    for x in bad:
+        print(f"structure: {x[1]} {x[2]} is {x[0]} lines: split it, or say "
+              "in the comment above it why it cannot be (\"60 lines\")",
+              file=sys.stderr)
+    sys.exit(1 if bad else 0)

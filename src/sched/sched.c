@@ -1451,6 +1451,74 @@ static bool victim_stuck(weft_worker *v, struct weft__seen *seen)
     return state != 'R';
 }
 
+/* Whether w may take from v, which has avail tasks queued, on this round
+ * (round < 0: always): a victim with a short, young queue is left alone
+ * unless it has made no progress for STUCK_ROUNDS of w's rounds and is
+ * stuck (victim_stuck), so that a worker that will run its own tasks soon
+ * keeps them together. */
+static bool victim_ready(weft_worker *w, weft_worker *v, int64_t avail,
+                         int round)
+{
+    unsigned vtick = ld_rlx(&v->tick);
+    if (round < 0 || avail >= STEAL_BACKLOG ||
+        dq_oldest_age(&v->deque, vtick) >= STEAL_AGE)
+        return true;
+    struct weft__seen *seen = &w->seen[v->id];
+    unsigned progress = vtick + (unsigned)ld_rlx(&v->spawned);
+    if (progress != seen->progress) {
+        seen->progress = progress;
+        seen->round = (unsigned)round;
+        seen->cpu = -1;
+        return false;
+    }
+    return (unsigned)round - seen->round >= STUCK_ROUNDS &&
+           victim_stuck(v, seen);
+}
+
+/* Moves half of v's avail queued tasks (at least one) to w's deque (its
+ * run queue if that is full). Returns how many came. */
+static int steal_half(weft_worker *w, weft_worker *v, int64_t avail)
+{
+    int64_t want = avail > 1 ? avail / 2 : 1;
+    int got = 0;
+    for (int64_t k = 0; k < want; k++) {
+        bool lost = false;
+        weft_task *t = dq_steal(&v->deque, &lost);
+        if (!t) {
+            if (lost) {
+                k--;
+                continue;
+            }
+            break;
+        }
+        WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
+                        "a started task in a deque");
+        if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0)
+            q_push(&w->runq, t);
+        got++;
+    }
+    return got;
+}
+
+/* Nothing to steal: asks a worker with yielded tasks for a share of its
+ * movable ones (it answers at its next fair round, through w's inbox).
+ * Every 4th round (every look: round < 0, the virtual clock's): its yield
+ * queue's length is on the line it keeps writing, and each look costs it
+ * a miss. */
+static void ask_share(weft_worker *w, int start, int round)
+{
+    weft_runtime *rt = w->rt;
+    int n = rt->nworkers;
+    for (int i = 0; (round < 0 || (round & 3) == 3) && i < n; i++) {
+        weft_worker *v = &rt->workers[(start + i) % n];
+        if (v != w && ld_rlx(&v->yieldq.len) >= SHARE_MIN &&
+            ld_rlx(&v->share_to) == 0) {
+            st_rlx(&v->share_to, w->id + 1);
+            break;
+        }
+    }
+}
+
 /* round >= 0: take only from a victim with a backlog, one whose oldest
  * task is old, or one that is stuck (victim_stuck after STUCK_ROUNDS
  * rounds without progress); round < 0: take from anyone. */
@@ -1466,59 +1534,15 @@ static bool steal(weft_worker *w, int round)
         if (v == w)
             continue;
         int64_t avail = ld_sc(&v->deque.bottom) - ld_sc(&v->deque.top);
-        if (avail <= 0)
+        if (avail <= 0 || !victim_ready(w, v, avail, round))
             continue;
-        unsigned vtick = ld_rlx(&v->tick);
-        if (round >= 0 && avail < STEAL_BACKLOG &&
-            dq_oldest_age(&v->deque, vtick) < STEAL_AGE) {
-            struct weft__seen *seen = &w->seen[v->id];
-            unsigned progress = vtick + (unsigned)ld_rlx(&v->spawned);
-            if (progress != seen->progress) {
-                seen->progress = progress;
-                seen->round = (unsigned)round;
-                seen->cpu = -1;
-                continue;
-            }
-            if ((unsigned)round - seen->round < STUCK_ROUNDS ||
-                !victim_stuck(v, seen))
-                continue;
-        }
-        int64_t want = avail > 1 ? avail / 2 : 1;
-        int got = 0;
-        for (int64_t k = 0; k < want; k++) {
-            bool lost = false;
-            weft_task *t = dq_steal(&v->deque, &lost);
-            if (!t) {
-                if (lost) {
-                    k--;
-                    continue;
-                }
-                break;
-            }
-            WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
-                            "a started task in a deque");
-            if (dq_push(&w->deque, t, ld_rlx(&w->tick)) != 0)
-                q_push(&w->runq, t);
-            got++;
-        }
+        int got = steal_half(w, v, avail);
         if (got) {
             weft__stat_add(&w->st.steals, (uint64_t)got);
             return true;
         }
     }
-    /* Nothing to steal: ask a worker with yielded tasks for a share of
-     * its movable ones (it answers at its next fair round, through our
-     * inbox). Every 4th round (every look: round < 0, the virtual
-     * clock's): its yield queue's length is on the line it keeps
-     * writing, and each look costs it a miss. */
-    for (int i = 0; (round < 0 || (round & 3) == 3) && i < n; i++) {
-        weft_worker *v = &rt->workers[(start + i) % n];
-        if (v != w && ld_rlx(&v->yieldq.len) >= SHARE_MIN &&
-            ld_rlx(&v->share_to) == 0) {
-            st_rlx(&v->share_to, w->id + 1);
-            break;
-        }
-    }
+    ask_share(w, start, round);
     return false;
 }
 
