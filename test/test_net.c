@@ -2111,3 +2111,165 @@ TEST(accept_on_a_udp_socket_fails)
 {
     net_run(1, WEFT_CLOCK_VIRTUAL, accept_udp_root, NULL);
 }
+
+/* ---- interrupted reads and accepts lose nothing ---- */
+
+/* A deadline for one interrupted call, drawn from *rng: none, one already
+ * past, or 1-200 us away; or (-1) a scope whose deadline is that near, so
+ * that the call is cancelled rather than timed out. */
+static weft_time interrupt_at(uint64_t *rng, bool *by_scope)
+{
+    uint64_t r = rnd(rng);
+    *by_scope = (r & 3) == 3;
+    switch ((r >> 2) % 4) {
+    case 0:
+        return *by_scope ? weft_now() + 50 * WEFT_USEC : WEFT_NEVER;
+    case 1:
+        return weft_now();
+    default:
+        return weft_now() + (int64_t)(1 + (r >> 8) % 200) * WEFT_USEC;
+    }
+}
+
+/* Runs a read (accept: fd < 0 stands for lfd) under an interrupt drawn
+ * from *rng; returns its result. */
+static ptrdiff_t interrupted(uint64_t *rng, int fd, void *buf, size_t n,
+                             bool accept)
+{
+    bool by_scope;
+    weft_time d = interrupt_at(rng, &by_scope);
+    weft_scope *s = NULL;
+    if (by_scope) {
+        ASSERT_EQ(weft_scope_open(&s, &(weft_scope_opts){.deadline = d}), 0);
+        d = WEFT_NEVER;
+    }
+    ptrdiff_t r = accept ? weft_accept(fd, NULL, d) : weft_read(fd, buf, n, d);
+    if (s) {
+        int jr = weft_scope_join(s);
+        ASSERT(jr == 0 || jr == -ETIMEDOUT);
+        ASSERT_EQ(weft_scope_free(s), 0);
+    }
+    if (r < 0)
+        ASSERT(r == (by_scope ? -ECANCELED : -ETIMEDOUT));
+    return r;
+}
+
+enum { LL_CLIENTS = 64 };
+
+struct lossless {
+    int a;    /* the writer's end */
+    int port; /* the listener's */
+    size_t n; /* bytes the writer sends */
+    uint64_t seed;
+};
+
+static int ll_writer(void *arg)
+{
+    struct lossless *L = arg;
+    uint64_t rng = L->seed ^ 0x5bd1e995;
+    unsigned char buf[4096];
+    size_t off = 0;
+    while (off < L->n) {
+        size_t k = 1 + rnd(&rng) % sizeof buf;
+        if (k > L->n - off)
+            k = L->n - off;
+        pat_fill(1, off, buf, k);
+        ASSERT_EQ(weft_write_all(L->a, buf, k, NULL, WEFT_NEVER), 0);
+        off += k;
+        if (rnd(&rng) % 4 == 0)
+            weft_yield();
+    }
+    ASSERT_EQ(weft_shutdown(L->a, SHUT_WR), 0);
+    return 0;
+}
+
+static int ll_client(void *arg)
+{
+    struct lossless *L = (struct lossless *)((uintptr_t)arg & ~(uintptr_t)255);
+    unsigned char id = (unsigned char)((uintptr_t)arg & 255);
+    int c = weft_tcp_connect("127.0.0.1", L->port, WEFT_NEVER);
+    ASSERT(c >= 0);
+    ASSERT_EQ(weft_write_all(c, &id, 1, NULL, WEFT_NEVER), 0);
+    char x;
+    ASSERT_EQ(weft_read(c, &x, 1, WEFT_NEVER), 0); /* the server's close */
+    ASSERT_EQ(weft_close(c), 0);
+    return 0;
+}
+
+static _Alignas(256) struct lossless ll_state;
+
+static int lossless_root(void *arg)
+{
+    struct lossless *L = &ll_state;
+    L->seed = (uint64_t)(uintptr_t)arg;
+    uint64_t rng = L->seed;
+    int b;
+    tcp_pair(&L->a, &b);
+    L->n = (size_t)T_SCALE(1 << 20);
+    weft_scope *s = scope_open();
+    ASSERT(weft_spawn(s, ll_writer, L) >= 0);
+    /* Every byte once, in order, whatever the reads that timed out or
+     * were cancelled. */
+    unsigned char buf[3000];
+    size_t got = 0;
+    long interrupts = 0;
+    for (;;) {
+        size_t k = 1 + rnd(&rng) % sizeof buf;
+        ptrdiff_t r = interrupted(&rng, b, buf, k, false);
+        if (r < 0) {
+            interrupts++;
+            continue;
+        }
+        if (r == 0)
+            break;
+        pat_check(1, got, buf, (size_t)r);
+        got += (size_t)r;
+    }
+    ASSERT_EQ(got, L->n);
+    ASSERT(interrupts > 0);
+    scope_end(s);
+    close2(L->a, b);
+
+    /* Every connection accepted once, whatever the accepts that timed out
+     * or were cancelled. */
+    int lfd = listen_v4(LL_CLIENTS);
+    L->port = weft_local_port(lfd);
+    s = scope_open();
+    for (uintptr_t i = 0; i < LL_CLIENTS; i++)
+        ASSERT(weft_spawn(s, ll_client, (void *)((uintptr_t)L | i)) >= 0);
+    int seen[LL_CLIENTS] = {0};
+    int accepted = 0;
+    interrupts = 0;
+    while (accepted < LL_CLIENTS) {
+        ptrdiff_t c = interrupted(&rng, lfd, NULL, 0, true);
+        if (c < 0) {
+            interrupts++;
+            continue;
+        }
+        unsigned char id = 255;
+        ASSERT_EQ(weft_read_exact((int)c, &id, 1, NULL, WEFT_NEVER), 0);
+        ASSERT(id < LL_CLIENTS);
+        seen[id]++;
+        accepted++;
+        ASSERT_EQ(weft_close((int)c), 0);
+    }
+    for (int i = 0; i < LL_CLIENTS; i++)
+        ASSERT_EQ(seen[i], 1);
+    scope_end(s);
+    ASSERT_EQ(weft_accept(lfd, NULL, weft_now()), -ETIMEDOUT); /* no more */
+    ASSERT_EQ(weft_close(lfd), 0);
+    return 0;
+}
+
+/* Reads and accepts that time out or are cancelled (by their deadline,
+ * by a scope's) at random points, between and during waits, take nothing:
+ * the stream arrives whole and in order, and every connection is accepted
+ * once. On one worker and two, on each poller (the uring: entries). */
+TEST(interrupted_reads_and_accepts_lose_nothing)
+{
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        T_SEED(seed);
+        net_run(1, WEFT_CLOCK_MONOTONIC, lossless_root, (void *)seed);
+        net_run(2, WEFT_CLOCK_MONOTONIC, lossless_root, (void *)seed);
+    }
+}
