@@ -127,14 +127,16 @@ typedef enum weft_clock_kind {
  * field; see weft_fd_wait). Each worker makes its poller at its first
  * wait for a descriptor; weft_poller_name says which one it has. */
 typedef enum weft_poller_kind {
-    /* The default: epoll in this version. io_uring stays a choice until
-     * weft's socket calls complete through it (not only wait for
-     * readiness) and it has been measured against epoll. */
+    /* The default: epoll in this version (BENCHMARKS.md, "Each poller",
+     * has the measurements behind the choice). */
     WEFT_POLLER_DEFAULT = 0,
     /* Edge-triggered epoll: a descriptor is registered once per worker. */
     WEFT_POLLER_EPOLL = 1,
     /* io_uring (Linux 5.6 or newer, liburing at build time): a
-     * one-shot poll request per wait, submitted with the worker's sleep.
+     * one-shot poll request per wait, submitted with the worker's next
+     * look or sleep; a TCP read that has to wait is a receive request
+     * instead, which brings the bytes (one request, no recv(2) after it),
+     * and files are read and written through the ring (weft_file_*).
      * Where the kernel refuses a ring (kernel.io_uring_disabled, a
      * seccomp filter, the locked memory limit, a missing operation) or
      * libweft was built without liburing, the worker uses epoll, and the

@@ -9,6 +9,8 @@
  * the same descriptors after the runtime as before it.
  */
 #include "t.h"
+#include "io/io.h"
+#include "sched/poller.h"
 #include "weft.h"
 
 #include <arpa/inet.h>
@@ -2272,4 +2274,69 @@ TEST(interrupted_reads_and_accepts_lose_nothing)
         net_run(1, WEFT_CLOCK_MONOTONIC, lossless_root, (void *)seed);
         net_run(2, WEFT_CLOCK_MONOTONIC, lossless_root, (void *)seed);
     }
+}
+
+/* ---- a TCP read that waits, on each poller ---- */
+
+static uint64_t ring_ops(void)
+{
+    int err = 0;
+    weft__poller *p = weft__io_poller(weft__tl_worker, &err);
+    ASSERT(p != NULL);
+    return p->ops_done;
+}
+
+static int late_writer(void *arg)
+{
+    int a = *(int *)arg;
+    for (int i = 0; i < 10; i++)
+        weft_yield(); /* the reader is parked by now */
+    ASSERT_EQ(weft_write_all(a, "late", 4, NULL, WEFT_NEVER), 0);
+    return 0;
+}
+
+static int read_waits_root(void *arg)
+{
+    (void)arg;
+    int a, b;
+    tcp_pair(&a, &b);
+    bool ring = strcmp(weft_poller_name(), "io_uring") == 0;
+    for (int i = 0; i < 3; i++) {
+        uint64_t before = ring_ops();
+        weft_scope *s = scope_open();
+        ASSERT(weft_spawn(s, late_writer, &a) >= 0);
+        char buf[16];
+        ASSERT_EQ(weft_read_exact(b, buf, 4, NULL, WEFT_NEVER), 0);
+        ASSERT(memcmp(buf, "late", 4) == 0);
+        scope_end(s);
+        /* On io_uring the waiting read is one receive request, whose
+         * completion brought the bytes; on epoll no request at all. */
+        ASSERT_EQ(ring_ops() - before, ring ? 1u : 0u);
+    }
+    /* A short read, then one that waits: received through the ring as
+     * well (the read that finds the queue empty waits first). */
+    ASSERT_EQ(weft_write_all(a, "ab", 2, NULL, WEFT_NEVER), 0);
+    char buf[16];
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, WEFT_NEVER), 2);
+    uint64_t before = ring_ops();
+    weft_scope *s = scope_open();
+    ASSERT(weft_spawn(s, late_writer, &a) >= 0);
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, WEFT_NEVER), 4);
+    scope_end(s);
+    ASSERT_EQ(ring_ops() - before, ring ? 1u : 0u);
+    /* The end of the stream, and a close under a waiting read. */
+    ASSERT_EQ(weft_shutdown(a, SHUT_WR), 0);
+    ASSERT_EQ(weft_read(b, buf, sizeof buf, WEFT_NEVER), 0);
+    close2(a, b);
+    return 0;
+}
+
+/* On the io_uring poller a TCP read that has to wait receives through
+ * the worker's ring (one request, no readiness and recv(2) after it); on
+ * epoll it waits for readiness. Either way the bytes come once, in
+ * order. */
+TEST(a_tcp_read_that_waits_receives_through_the_ring)
+{
+    net_run(1, WEFT_CLOCK_MONOTONIC, read_waits_root, NULL);
+    net_run(2, WEFT_CLOCK_MONOTONIC, read_waits_root, NULL);
 }

@@ -355,10 +355,106 @@ static int fd_park(fd_rec *r, int events, int64_t deadline)
     return rc >= 0 ? code : rc;
 }
 
+/* ---- a read as a request in the worker's ring ----
+ * A TCP read that would wait, on a worker whose poller takes receives as
+ * requests (io_uring's IORING_OP_RECV): instead of a readiness request
+ * and a recv(2) once it fires, one request that receives. The task waits
+ * on two queues at once (wait_many): the record's read queue, as any read
+ * wait (so weft_close and weft_fd_forget wake it with -EBADF, and an edge
+ * from elsewhere with 0), and the request's own, which its completion
+ * wakes (RECV_DONE). Whatever ended the wait, the request is over before
+ * the call returns: if it has not completed, it is cancelled and its
+ * completion waited for, firm, since the kernel may still write the
+ * caller's buffer until then. Bytes it received are returned whatever
+ * else happened (a deadline, a cancel, a close that came with them), so
+ * none is dropped; only a request that moved nothing gives the wait's own
+ * code. */
+
+enum { RECV_DONE = 1 }; /* the completion's wake code */
+
+typedef struct ring_recv {
+    weft__op op;
+    weft__lock lock; /* guards done and q */
+    bool done;
+    weft__waitq q; /* the task, while the request runs */
+} ring_recv;
+
+/* The poller's owner thread, once: the result is in. */
+static void recv_complete(weft__op *op)
+{
+    ring_recv *c = (ring_recv *)op;
+    weft__chain woken;
+    weft__chain_init(&woken);
+    weft__lock_acquire(&c->lock);
+    c->done = true;
+    woken.tail = weft__waitq_claim_all(&c->q, woken.tail);
+    weft__lock_release(&c->lock);
+    weft__wake_chain(woken.head, RECV_DONE);
+}
+
+/* Under r's lock (fd_look said park): starts c's request; false (the
+ * lock still held) if the poller takes none (epoll; a kernel without the
+ * operation; a full ring). */
+static bool recv_start(weft__poller *p, ring_recv *c)
+{
+    return p->ops->op_submit && p->ops->op_submit(p, &c->op) == 0;
+}
+
+/* Under r's lock, c's request started: waits for it (see above); returns
+ * 1 with the request's result in *got, 0 (an edge came: read again), or
+ * the wait's error (-ETIMEDOUT, -ECANCELED, -EBADF). r's lock released. */
+static int recv_wait(weft__poller *p, fd_rec *r, ring_recv *c, int64_t deadline,
+                     ptrdiff_t *got)
+{
+    weft__arm arms[2] = {{.lock = &r->lock, .q = &r->q[0]},
+                         {.lock = &c->lock, .q = &c->q}};
+    weft__lock *order[2] = {&r->lock, &c->lock};
+    weft__lock_acquire(&c->lock); /* nobody else has it yet */
+    int code = 0;
+    weft__wait_note_name("read");
+    int won =
+        weft__wait_many(order, 2, arms, 2, &weft__wk_fd, r, deadline, &code);
+    weft__lock_acquire(&c->lock);
+    if (!c->done) {
+        weft__lock_release(&c->lock);
+        p->ops->op_cancel(p, &c->op);
+        weft__lock_acquire(&c->lock);
+    }
+    if (!c->done) {
+        weft__waiter w;
+        weft__waiter_init(&w, NULL, 0);
+        weft__wait(&w, &(weft__wait_spec){.kind = &weft__wk_fd,
+                                          .obj = r,
+                                          .name = "read",
+                                          .lock = &c->lock,
+                                          .q = &c->q,
+                                          .deadline = WEFT_NEVER,
+                                          .flags = WEFT__WAIT_FIRM});
+    } else {
+        weft__lock_release(&c->lock);
+    }
+    int32_t res = c->op.res;
+    /* A result that moved nothing: cancelled, interrupted, or nothing to
+     * read after all (an inline try of a request that may not wait). */
+    bool nothing = res == -ECANCELED || res == -EINTR || res == -EAGAIN ||
+                   (res <= -512 && res >= -516); /* the kernel's restarts */
+    if (!nothing) {
+        *got = res;
+        return 1;
+    }
+    if (won < 0)
+        return won;                         /* its deadline or a cancel */
+    return won == 0 && code < 0 ? code : 0; /* a close; or read again */
+}
+
 /* Waits for events on fd. after == NULL: an edge not yet given to a wait
- * counts (weft_fd_wait); else only a read edge past *after does. */
-static int fd_wait(int fd, int events, weft_time deadline,
-                   const unsigned *after)
+ * counts (weft_fd_wait); else only a read edge past *after does. With
+ * rbuf (a TCP read of rn > 0 bytes that would wait) on a worker whose
+ * poller takes receives as requests, receives instead: returns 1 with the
+ * result in *got (see above). */
+static int fd_wait_recv(int fd, int events, weft_time deadline,
+                        const unsigned *after, void *rbuf, size_t rn,
+                        ptrdiff_t *got)
 {
     if (fd < 0 || !(events & (WEFT_IO_READ | WEFT_IO_WRITE)) ||
         (events & ~(WEFT_IO_READ | WEFT_IO_WRITE)))
@@ -375,6 +471,23 @@ static int fd_wait(int fd, int events, weft_time deadline,
         return rc;
     if ((rc = fd_look(p, r, fd, events, after)) != FD_PARK)
         return rc;
+    weft_task *t = ld_rlx(&weft__wpub(w)->cur);
+    if (rbuf) {
+        ring_recv c = {.op = {.code = WEFT__OP_RECV,
+                              .fd = fd,
+                              .buf = rbuf,
+                              .n = rn < (1u << 30) ? (uint32_t)rn : 1u << 30,
+                              .complete = recv_complete,
+                              .lazy = true}};
+        if (recv_start(p, &c)) {
+            /* The request counts as pending I/O until it completes; the
+             * task stays on w, whose ring has it. */
+            weft__task_anchor(t, 1);
+            rc = recv_wait(p, r, &c, deadline, got);
+            weft__task_anchor(t, -1);
+            return rc;
+        }
+    }
     /* Counted while parked, so that the worker polls (and sleeps in) its
      * poller meanwhile. */
     bool oneshot = p->ops->arm != NULL;
@@ -383,7 +496,6 @@ static int fd_wait(int fd, int events, weft_time deadline,
     /* Waits on a simulated network's sockets are not outside work; either
      * way the task stays on w, where its registration is. */
     int outside = p->ops->in_runtime ? 0 : 1;
-    weft_task *t = ld_rlx(&weft__wpub(w)->cur);
     weft__pending_add(w, WEFT__PENDING_IO, outside);
     weft__task_anchor(t, 1);
     rc = fd_park(r, events, deadline);
@@ -394,9 +506,21 @@ static int fd_wait(int fd, int events, weft_time deadline,
     return rc;
 }
 
+static int fd_wait(int fd, int events, weft_time deadline,
+                   const unsigned *after)
+{
+    return fd_wait_recv(fd, events, deadline, after, NULL, 0, NULL);
+}
+
 int weft_fd_wait(int fd, int events, weft_time deadline)
 {
     return fd_wait(fd, events, deadline, NULL);
+}
+
+int weft__fd_recv_wait(int fd, void *buf, size_t n, weft_time deadline,
+                       ptrdiff_t *got)
+{
+    return fd_wait_recv(fd, WEFT_IO_READ, deadline, NULL, buf, n, got);
 }
 
 /* ---- select's descriptor case (wait/many.h, "select's cases") ---- */
@@ -539,7 +663,8 @@ void weft__fd_read_done(int fd, unsigned edges_before, bool short_read)
     weft__lock_release(&r->lock);
 }
 
-int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
+int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream,
+                             void *buf, size_t n, ptrdiff_t *got)
 {
     fd_rec *r = fd_lookup(fd, false);
     *stream = false;
@@ -552,7 +677,7 @@ int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream)
     weft__lock_release(&r->lock);
     if (!drained || ld_acq(&r->edges[0]) != at)
         return 0;
-    return fd_wait(fd, WEFT_IO_READ, deadline, &at);
+    return fd_wait_recv(fd, WEFT_IO_READ, deadline, &at, buf, n, got);
 }
 
 /* weft_close, weft_fd_forget: the calling worker's one-shot poller lets

@@ -112,7 +112,9 @@ uint32_t weft__fd_gen(int fd);
  * far (take it just before a read); after a read that returned data,
  * whether it came back short; and, before a read, wait first if the last
  * one was short and no edge came since (0 if waited or no need, else
- * weft_fd_wait's error; *stream: whether fd is a TCP socket). */
+ * weft_fd_wait's error; *stream: whether fd is a TCP socket; a wait may
+ * receive into buf instead, as weft__fd_recv_wait's, returning 1 with
+ * the result in *got). */
 /* The descriptor whose record rec is (a weft__wk_fd wait's object), or
  * -1. For the task dump; any thread; never blocks. */
 int weft__fd_of(const void *rec);
@@ -124,7 +126,15 @@ void weft__fd_set_stream(int fd);
 void weft__fd_own(int fd, bool stream);
 unsigned weft__fd_read_edges(int fd);
 void weft__fd_read_done(int fd, unsigned edges_before, bool short_read);
-int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream);
+int weft__fd_read_wait_first(int fd, weft_time deadline, bool *stream,
+                             void *buf, size_t n, ptrdiff_t *got);
+/* A TCP read of n > 0 bytes into buf got EAGAIN: waits until fd is
+ * readable (0: read again) or, on a worker whose poller takes receives as
+ * requests, receives: 1, with the receive's result (bytes, 0 at the end
+ * of the stream, or -errno) in *got. Or weft_fd_wait's error. The
+ * buffer is the caller's again once it returns. */
+int weft__fd_recv_wait(int fd, void *buf, size_t n, weft_time deadline,
+                       ptrdiff_t *got);
 
 /* Worker w's poller (sched/poller.h), made at its first use as weft's
  * descriptor waits make it; NULL with *err if it cannot be. w's thread. */

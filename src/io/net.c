@@ -183,6 +183,15 @@ static ptrdiff_t io_call_(int fd, io_op *op)
     return -1;
 }
 
+/* A stream read's result r: a short one (data, fewer bytes than asked)
+ * says the queue is empty now, unless an edge came since `edges`. */
+static ptrdiff_t read_done(int fd, const io_op *op, unsigned edges, ptrdiff_t r)
+{
+    if (r >= 0)
+        weft__fd_read_done(fd, edges, r > 0 && (size_t)r < op->n);
+    return r;
+}
+
 /* Makes op's call until it succeeds or fails for a reason other than
  * EINTR or EAGAIN, waiting for readiness after EAGAIN. Returns the call's
  * result or a negative errno (weft_fd_wait's among them). */
@@ -191,9 +200,15 @@ static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
     int events = op->kind < IO_SEND ? WEFT_IO_READ : WEFT_IO_WRITE;
     bool stream_read =
         (op->kind == IO_READ || op->kind == IO_RECV) && op->n > 0;
+    unsigned edges = 0;
+    ptrdiff_t r;
     if (stream_read) { /* the last read emptied the queue: wait first */
         bool tcp;
-        int rc = weft__fd_read_wait_first(fd, deadline, &tcp);
+        edges = weft__fd_read_edges(fd);
+        int rc =
+            weft__fd_read_wait_first(fd, deadline, &tcp, op->buf, op->n, &r);
+        if (rc == 1) /* received through the worker's ring */
+            return read_done(fd, op, edges, r);
         /* Timed out: the read decides, since the edge that would have
          * ended the wait may still sit undispatched in epoll (a deadline
          * already past lets through a read that needs no waiting). */
@@ -202,13 +217,11 @@ static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
         op->kind = tcp ? IO_RECV : IO_READ;
     }
     for (;;) {
-        unsigned edges = stream_read ? weft__fd_read_edges(fd) : 0;
-        ptrdiff_t r = io_call(fd, op);
-        if (r >= 0) {
-            if (stream_read)
-                weft__fd_read_done(fd, edges, r > 0 && (size_t)r < op->n);
-            return r;
-        }
+        if (stream_read)
+            edges = weft__fd_read_edges(fd);
+        r = io_call(fd, op);
+        if (r >= 0)
+            return stream_read ? read_done(fd, op, edges, r) : r;
         int err = errno;
         if (err == EINTR)
             continue;
@@ -219,7 +232,11 @@ static ptrdiff_t io_loop(int fd, io_op *op, weft_time deadline)
         }
         if (err != EAGAIN && err != EWOULDBLOCK)
             return -err;
-        int rc = weft_fd_wait(fd, events, deadline);
+        int rc = op->kind == IO_RECV && op->n > 0
+                     ? weft__fd_recv_wait(fd, op->buf, op->n, deadline, &r)
+                     : weft_fd_wait(fd, events, deadline);
+        if (rc == 1) /* received through the worker's ring */
+            return read_done(fd, op, edges, r);
         if (rc)
             return rc;
     }

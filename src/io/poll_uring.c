@@ -136,9 +136,13 @@ typedef struct ur_poller {
     bool rm_pending;  /* withdrawals not yet submitted: counted once in
                        * the owner's pending I/O */
     bool files;       /* the kernel has the file operations (probed) */
+    bool recv;        /* and IORING_OP_RECV (probed) */
     weft__op **ops;   /* file operations in flight, by slot */
     uint32_t *opfree; /* free slots (a stack), nopfree of them */
     uint32_t nops, nopfree;
+    uint32_t *cancels; /* slots whose cancel found no free entry: put in
+                        * by the next flush (room for nops) */
+    uint32_t ncancels;
 } ur_poller;
 
 static uint64_t ud_make(int fd, int dir, unsigned seq, uint32_t gen)
@@ -199,6 +203,14 @@ static void wake_arm(ur_poller *u)
  * the caller must not sleep). */
 static bool flush(ur_poller *u)
 {
+    while (u->ncancels > 0) {
+        struct io_uring_sqe *sqe = sqe_get(u);
+        if (!sqe)
+            return false;
+        uint32_t i = u->cancels[--u->ncancels];
+        io_uring_prep_cancel64(sqe, (uint64_t)i << 32 | UD_OP, 0);
+        io_uring_sqe_set_data64(sqe, UD_IGNORE);
+    }
     while (u->nrm > 0) {
         struct io_uring_sqe *sqe = sqe_get(u);
         if (!sqe)
@@ -257,6 +269,7 @@ static void ur_fini(weft__poller *p)
     free(u->rm);
     free(u->ops);
     free(u->opfree);
+    free(u->cancels);
     free(u);
 }
 
@@ -295,6 +308,7 @@ static int ring_setup(ur_poller *u)
         u->files = true;
         for (size_t i = 0; i < sizeof file_ops / sizeof *file_ops; i++)
             u->files &= io_uring_opcode_supported(probe, file_ops[i]) != 0;
+        u->recv = u->files && io_uring_opcode_supported(probe, IORING_OP_RECV);
         io_uring_free_probe(probe);
     }
     if (missing) {
@@ -491,6 +505,10 @@ static bool op_slot(ur_poller *u, weft__op *op)
         if (!fr)
             return false;
         u->opfree = fr;
+        uint32_t *cs = weft__realloc(u->cancels, n * sizeof(*cs));
+        if (!cs)
+            return false;
+        u->cancels = cs;
         for (uint32_t i = n; i > u->nops; i--)
             u->opfree[u->nopfree++] = i - 1;
         u->nops = n;
@@ -503,7 +521,7 @@ static bool op_slot(ur_poller *u, weft__op *op)
 static int ur_op_submit(weft__poller *p, weft__op *op)
 {
     ur_poller *u = (ur_poller *)p;
-    if (!u->files)
+    if (!u->files || (op->code == WEFT__OP_RECV && !u->recv))
         return -ENOTSUP;
     if (!op_slot(u, op))
         return -ENOMEM;
@@ -529,6 +547,9 @@ static int ur_op_submit(weft__poller *p, weft__op *op)
     case WEFT__OP_WRITE:
         io_uring_prep_write(sqe, op->fd, op->buf, op->n, (uint64_t)op->off);
         break;
+    case WEFT__OP_RECV:
+        io_uring_prep_recv(sqe, op->fd, op->buf, op->n, 0);
+        break;
     default:
         io_uring_prep_fsync(sqe, op->fd, 0);
         break;
@@ -539,7 +560,8 @@ static int ur_op_submit(weft__poller *p, weft__op *op)
      * inline or from its own workers; the owner reads the completion at
      * its next look, which the pending count makes it take before it
      * sleeps elsewhere than in the ring. */
-    io_uring_submit(&u->ring);
+    if (!op->lazy)
+        io_uring_submit(&u->ring);
     weft__pending_add(u->w, WEFT__PENDING_IO, 1);
     return 0;
 }
@@ -549,8 +571,13 @@ static void ur_op_cancel(weft__poller *p, weft__op *op)
     ur_poller *u = (ur_poller *)p;
     WEFT_ASSERT(op->slot < u->nops && u->ops[op->slot] == op);
     struct io_uring_sqe *sqe = sqe_get(u);
-    if (!sqe)
-        return; /* no entry to be had: the operation just runs to its end */
+    if (!sqe) {
+        /* No entry to be had now: the next flush puts the cancel in (the
+         * operation in flight keeps the owner polling meanwhile), unless
+         * the operation completes first (op_done takes it out). */
+        u->cancels[u->ncancels++] = op->slot;
+        return;
+    }
     io_uring_prep_cancel64(sqe, (uint64_t)op->slot << 32 | UD_OP, 0);
     io_uring_sqe_set_data64(sqe, UD_IGNORE);
     io_uring_submit(&u->ring);
@@ -562,8 +589,12 @@ static int op_done(ur_poller *u, uint32_t i, int32_t res)
     WEFT_ASSERT(i < u->nops && u->ops[i] != NULL);
     weft__op *op = u->ops[i];
     u->ops[i] = NULL;
+    for (uint32_t k = 0; k < u->ncancels; k++) /* a cancel not put in */
+        if (u->cancels[k] == i)
+            u->cancels[k--] = u->cancels[--u->ncancels];
     u->opfree[u->nopfree++] = i;
     weft__pending_add(u->w, WEFT__PENDING_IO, -1);
+    u->base.ops_done++;
     op->res = res;
     op->complete(op);
     return 1;

@@ -57,6 +57,7 @@ enum {
     WEFT__OP_READ,  /* read at off (-1: the descriptor's offset) */
     WEFT__OP_WRITE, /* write at off (-1: the descriptor's offset) */
     WEFT__OP_FSYNC, /* fsync */
+    WEFT__OP_RECV,  /* recv(fd, buf, n, 0) on a socket */
     WEFT__OP_KINDS
 };
 
@@ -71,6 +72,9 @@ typedef struct weft__op {
     int64_t off;
     int32_t res; /* the result (a count, a descriptor, or -errno), set
                   * before complete runs */
+    /* Submitted with the poller's next look or sleep rather than at once
+     * (a receive, whose wait that look would start anyway). */
+    bool lazy;
     /* Called once, on the poller's owner thread, when the operation is
      * over (its result in res): a completion or a cancel's. */
     void (*complete)(struct weft__op *op);
@@ -140,6 +144,7 @@ typedef struct weft__poller_ops {
 /* Every poller starts with its table. */
 struct weft__poller {
     const weft__poller_ops *ops;
+    uint64_t ops_done; /* operations completed (op_submit's); tests */
 };
 
 extern const weft__poller_ops weft__poller_epoll;
