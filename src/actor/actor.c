@@ -107,19 +107,6 @@ static inline weft__ask *ask_of(weft__waiter *w)
     return (weft__ask *)((char *)w - offsetof(weft__ask, w));
 }
 
-/* Copies a message: one move for the common small sizes, no call. */
-static inline void msg_copy(void *d, const void *s, size_t n)
-{
-    if (n == 8)
-        memcpy(d, s, 8);
-    else if (n == 4)
-        memcpy(d, s, 4);
-    else if (n == 16)
-        memcpy(d, s, 16);
-    else
-        memcpy(d, s, n);
-}
-
 static void actor_select_install(void); /* select's cases, at the end */
 
 /* ---- references ---- */
@@ -157,7 +144,7 @@ static inline uint32_t ring_push(weft_actor *a, const void *msg, uintptr_t hdr)
         i -= a->cap;
     unsigned char *p = slot_at(a, i);
     memcpy(p, &hdr, sizeof hdr);
-    msg_copy(p + HDR, msg, a->msg_size);
+    weft__copy_small(p + HDR, msg, a->msg_size);
     a->len++;
     return i;
 }
@@ -405,7 +392,7 @@ static int ring_take(weft_actor *a, weft__waiter **woken)
     unsigned char *p = slot_at(a, a->head);
     uintptr_t hdr;
     memcpy(&hdr, p, sizeof hdr);
-    msg_copy(a->buf, p + HDR, a->msg_size);
+    weft__copy_small(a->buf, p + HDR, a->msg_size);
     a->head = a->head + 1 == a->cap ? 0 : a->head + 1;
     a->len--;
     weft__ask *r = (weft__ask *)(hdr & ~(uintptr_t)1);
@@ -665,7 +652,7 @@ static inline int tell(weft_actor *a, const void *msg, int64_t deadline,
     }
     weft_task *t = claim_actor(a);
     if (t) { /* parked, empty: straight in */
-        msg_copy(a->buf, msg, a->msg_size);
+        weft__copy_small(a->buf, msg, a->msg_size);
         a->cur_kind = WEFT_MSG_TELL;
         a->cur_ask = NULL;
         weft__lock_release(&a->lock);
@@ -713,7 +700,7 @@ static weft__waiter *ask_publish(weft__waiter *w, void *a_)
     weft__ask *r = ask_of(w);
     weft__waiter *idle = weft__slot_claim(&a->idle);
     if (idle) { /* parked, empty: straight in */
-        msg_copy(a->buf, w->elem, a->msg_size);
+        weft__copy_small(a->buf, w->elem, a->msg_size);
         a->cur_kind = WEFT_MSG_ASK;
         a->cur_ask = r;
         r->where = ASK_CURRENT;
@@ -804,7 +791,7 @@ static int reply(weft_actor_msg *m, const void *data, int status)
     a->cur_ask = NULL;
     if (r && ask_end(r, status)) {
         if (data && r->reply && a->reply_size)
-            msg_copy(r->reply, data, a->reply_size);
+            weft__copy_small(r->reply, data, a->reply_size);
     } else {
         r = NULL; /* nobody waits: dropped */
     }
@@ -1214,7 +1201,7 @@ static int tell_case_try(weft_case *c, weft__arm *arm, weft__chain *woken)
     }
     weft__waiter *idle = weft__slot_claim(&a->idle);
     if (idle) { /* parked, empty: straight in */
-        msg_copy(a->buf, c->elem, a->msg_size);
+        weft__copy_small(a->buf, c->elem, a->msg_size);
         a->cur_kind = WEFT_MSG_TELL;
         a->cur_ask = NULL;
         weft__chain_add(woken, idle); /* woken with 0 once select unlocks */

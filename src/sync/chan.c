@@ -128,20 +128,6 @@ size_t weft_chan_cap(const weft_chan *c)
 
 /* ---- moves, under the channel's lock ---- */
 
-/* Copies one element: a word or two as plain moves (the sizes most
- * channels carry: a pointer, an int64, a pair), else memcpy. */
-static inline void elem_copy(void *to, const void *from, size_t n)
-{
-    if (n == 8)
-        memcpy(to, from, 8);
-    else if (n == 4)
-        memcpy(to, from, 4);
-    else if (n == 16)
-        memcpy(to, from, 16);
-    else
-        memcpy(to, from, n);
-}
-
 static unsigned char *slot(weft_chan *c, size_t i)
 {
     size_t k = c->head + i; /* head < cap and i <= cap: one wrap at most */
@@ -159,12 +145,12 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
         /* Receivers wait only on an empty ring. */
         WEFT_ASSERT_MSG(c->len == 0,
                         "a receiver waited beside buffered values");
-        elem_copy(w->elem, elem, c->elem);
+        weft__copy_small(w->elem, elem, c->elem);
         *woken = w;
         return 0;
     }
     if (c->len < c->cap) {
-        elem_copy(slot(c, c->len), elem, c->elem);
+        weft__copy_small(slot(c, c->len), elem, c->elem);
         c->len++;
         return 0;
     }
@@ -176,14 +162,14 @@ static int send_locked(weft_chan *c, const void *elem, weft__waiter **woken)
 static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
 {
     if (c->len > 0) {
-        elem_copy(out, slot(c, 0), c->elem);
+        weft__copy_small(out, slot(c, 0), c->elem);
         c->head = c->head + 1 == c->cap ? 0 : c->head + 1;
         c->len--;
         weft__waiter *w = weft__waitq_claim(&c->sendq);
         if (w) { /* the ring had been full: the sender's value joins it */
             WEFT_ASSERT_MSG(c->len + 1 == c->cap,
                             "a sender waited beside room in the ring");
-            elem_copy(slot(c, c->len), w->elem, c->elem);
+            weft__copy_small(slot(c, c->len), w->elem, c->elem);
             c->len++;
             *woken = w;
         }
@@ -191,7 +177,7 @@ static int recv_locked(weft_chan *c, void *out, weft__waiter **woken)
     }
     weft__waiter *w = weft__waitq_claim(&c->sendq);
     if (w) { /* rendezvous: straight from the sender */
-        elem_copy(out, w->elem, c->elem);
+        weft__copy_small(out, w->elem, c->elem);
         *woken = w;
         return 0;
     }

@@ -51,6 +51,21 @@ static inline int weft__timeout_ms(int64_t ns)
 }
 
 /* The largest stack a task may ask for (weft_config, weft_spawn_opts). */
+/* Copies n bytes: one move for the sizes values mostly have (4, 8, 16:
+ * an int, a pointer or an int64, a pair), no call to memcpy; memcpy for
+ * the rest. For channels' elements and actors' messages. */
+static inline void weft__copy_small(void *to, const void *from, size_t n)
+{
+    if (n == 8)
+        __builtin_memcpy(to, from, 8);
+    else if (n == 4)
+        __builtin_memcpy(to, from, 4);
+    else if (n == 16)
+        __builtin_memcpy(to, from, 16);
+    else
+        __builtin_memcpy(to, from, n);
+}
+
 #define WEFT__MAX_STACK ((size_t)1 << 30)
 
 typedef struct weft_task weft_task;
