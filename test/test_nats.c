@@ -724,6 +724,44 @@ TEST(many_tasks_two_workers)
     ASSERT_EQ(t_run_nats(2, many_root), 0);
 }
 
+/* ---- a publish goes out at once ---- */
+
+/* On one worker, where the driver runs only when this task lets it: a
+ * publish asks the driver to write at once (nats.c's "send asap"), so a
+ * few yields later it has written. Without that, nats.c's flusher thread
+ * waits a millisecond before it asks, and a request and its reply each
+ * took a millisecond more. */
+static int asap_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    for (int k = 0; k < 20; k++) {
+        weft_nats_conn_stats before, after;
+        ASSERT_EQ(weft_nats_conn_stats_get(c, &before), 0);
+        ASSERT_EQ(weft_nats_publish(c, "t.asap", "x", 1, T_DEADLINE), 0);
+        weft_time t0 = weft_now();
+        do {
+            weft_yield();
+            ASSERT_EQ(weft_nats_conn_stats_get(c, &after), 0);
+        } while (after.write_events == before.write_events &&
+                 weft_now() - t0 < 200 * WEFT_USEC);
+        if (after.write_events == before.write_events)
+            T_FAIL("publish %d not written within 200 us", k);
+    }
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(publish_written_at_once)
+{
+    ASSERT_EQ(t_run_nats(1, asap_root), 0);
+}
+
 /* ---- connecting: refused, and a connection whose scope is cancelled ---- */
 
 static int refused_root(void *arg)
