@@ -244,7 +244,7 @@ stop_nats_server() {
 # most BENCH_TIMEOUT seconds, and stops the server. Sets bench_line; returns
 # 1, saying why on stderr, if anything went wrong.
 run_nats() {
-    local name=$1 impl=$2 bin=$3 n=${4:-} server port='' i line rc=0
+    local name=$1 impl=$2 bin=$3 n=${4:-} server port='' i rc=0
     server=$(nats_server_path) || { log "no nats-server"; return 1; }
     nats_store=$(mktemp -d)
     server_log=$(mktemp)
@@ -262,17 +262,11 @@ run_nats() {
         stop_nats_server
         return 1
     fi
-    line=$(NATS_URL="nats://127.0.0.1:$port" timeout "$BENCH_TIMEOUT" "$bin" ${n:+"$n"}) || rc=$?
+    export NATS_URL="nats://127.0.0.1:$port"
+    run_program "$name" "$impl" "$bin" "$n" || rc=$?
+    unset NATS_URL
     stop_nats_server
-    if ((rc)); then
-        log "FAIL $name $impl (exit $rc$( ((rc == 124)) && echo ": timed out after ${BENCH_TIMEOUT}s"))"
-        return 1
-    fi
-    if [[ ! $line =~ ^BENCH\ $name\ $impl\ [0-9.]+\ [^\ ]+$ ]]; then
-        log "FAIL $name $impl: bad output '$line'"
-        return 1
-    fi
-    bench_line=$line
+    return "$rc"
 }
 
 # run_fetch IMPL BIN SERVER [N]: the fetch benchmark. Starts weft's http

@@ -19,11 +19,10 @@
 #include <string.h>
 
 #include "bench.h"
-#include "weft.h"
-#include "weft_nats.h"
+#include "nats.h"
 
 static long n_asks;
-static const char *url = "nats://127.0.0.1:4222";
+static const char *url;
 static int64_t elapsed_ns, last;
 
 static int counter(void *state, weft_actor_msg *m)
@@ -42,10 +41,8 @@ static int root(void *arg)
     weft_time deadline = weft_now() + 10 * WEFT_SEC;
     weft_scope *sc;
     weft_nats_conn *c, *d;
-    weft_nats_opts o = {.url = url};
-    int rc = weft_scope_open(&sc, NULL);
-    if (rc || (rc = weft_nats_connect(sc, &o, &c, deadline)) ||
-        (rc = weft_nats_connect(sc, &o, &d, deadline)))
+    int rc = bench_nats_open(url, &sc, &c, &d);
+    if (rc)
         return rc;
     static int64_t count;
     weft_actor *a;
@@ -73,20 +70,13 @@ static int root(void *arg)
     weft_nats_export_free(e);
     weft_actor_stop(a, WEFT_STOP_NOW);
     weft_actor_unref(a);
-    weft_nats_close(c, deadline);
-    weft_nats_close(d, deadline);
-    int jrc = weft_scope_join(sc);
-    weft_scope_free(sc);
-    return rc ? rc : jrc;
+    return bench_nats_close(sc, c, d, rc);
 }
 
 int main(int argc, char **argv)
 {
     n_asks = bench_n(argc, argv, 20000);
-    if (argc > 2)
-        url = argv[2];
-    else if (getenv("NATS_URL"))
-        url = getenv("NATS_URL");
+    url = bench_nats_url(argc, argv);
     weft_config cfg = {0};
     cfg.workers = 1;
     int rc = weft_run(&cfg, root, NULL);

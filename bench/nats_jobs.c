@@ -25,13 +25,12 @@
 #include <string.h>
 
 #include "bench.h"
-#include "weft.h"
-#include "weft_nats.h"
+#include "nats.h"
 
 #define SIDE 16 /* producer tasks, and consumer tasks */
 
 static long n_jobs;
-static const char *url = "nats://127.0.0.1:4222";
+static const char *url;
 static int64_t t0, elapsed_ns;
 static _Atomic long done, next_job;
 static _Atomic unsigned char *seen;
@@ -88,13 +87,10 @@ static int consumer(void *arg)
 static int root(void *arg)
 {
     (void)arg;
-    weft_time deadline = weft_now() + 10 * WEFT_SEC;
     weft_scope *sc, *ws;
     weft_nats_conn *c, *d;
-    weft_nats_opts o = {.url = url};
-    int rc = weft_scope_open(&sc, NULL);
-    if (rc || (rc = weft_nats_connect(sc, &o, &c, deadline)) ||
-        (rc = weft_nats_connect(sc, &o, &d, deadline)))
+    int rc = bench_nats_open(url, &sc, &c, &d);
+    if (rc)
         return rc;
     weft_nats_queue *pq = open_queue(c, &rc), *cq = NULL;
     if (rc == 0)
@@ -112,20 +108,13 @@ static int root(void *arg)
         weft_nats_queue_free(cq);
     if (pq)
         weft_nats_queue_free(pq);
-    weft_nats_close(c, deadline);
-    weft_nats_close(d, deadline);
-    int jrc = weft_scope_join(sc);
-    weft_scope_free(sc);
-    return rc ? rc : jrc;
+    return bench_nats_close(sc, c, d, rc);
 }
 
 int main(int argc, char **argv)
 {
     n_jobs = bench_n(argc, argv, 50000);
-    if (argc > 2)
-        url = argv[2];
-    else if (getenv("NATS_URL"))
-        url = getenv("NATS_URL");
+    url = bench_nats_url(argc, argv);
     seen = calloc((size_t)n_jobs, 1);
     if (!seen)
         return 1;

@@ -1067,6 +1067,19 @@ static void t_child_run(weft_fn fn, const char *url)
     ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
 }
 
+/* A test with a child process: this program, run again as the child
+ * (the environment variable var set, by t_spawn_self), runs child(its
+ * value); run as the test, runs root on two workers. */
+static void t_parent_or_child(const char *var, weft_fn child, weft_fn root)
+{
+    const char *value = getenv(var);
+    if (value) {
+        t_child_run(child, value);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, root), 0);
+}
+
 /* Kills p with SIGKILL, reaps and frees it. */
 static void t_kill(weft_process *p)
 {
@@ -1152,12 +1165,8 @@ static int two_root(void *arg)
 
 TEST(remote_two_processes)
 {
-    const char *peer = getenv("WEFT_NATS_PEER");
-    if (peer) { /* the peer process (two_root starts it) */
-        t_child_run(peer_root, peer);
-        return;
-    }
-    ASSERT_EQ(t_run_nats(2, two_root), 0);
+    /* the peer process: peer_root (two_root starts it) */
+    t_parent_or_child("WEFT_NATS_PEER", peer_root, two_root);
 }
 
 /* ---- remote monitors ---- */
@@ -1709,12 +1718,8 @@ static int killed_worker_root(void *arg)
 
 TEST(jobs_worker_killed)
 {
-    const char *url = getenv("WEFT_NATS_WORKER");
-    if (url) { /* the worker process (killed_worker_root starts it) */
-        t_child_run(worker_root, url);
-        return;
-    }
-    ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
+    /* the worker process: worker_root (killed_worker_root starts it) */
+    t_parent_or_child("WEFT_NATS_WORKER", worker_root, killed_worker_root);
 }
 
 /* ---- the driver's scope cancelled while the connect runs ---- */
@@ -2044,10 +2049,7 @@ static int jobs_processes_root(void *arg)
 
 TEST(jobs_four_processes)
 {
-    const char *env = getenv("WEFT_NATS_CONSUMER");
-    if (env) { /* a consumer process (jobs_processes_root starts them) */
-        t_child_run(consumer_root, env);
-        return;
-    }
-    ASSERT_EQ(t_run_nats(2, jobs_processes_root), 0);
+    /* a consumer process: consumer_root (jobs_processes_root starts
+     * them) */
+    t_parent_or_child("WEFT_NATS_CONSUMER", consumer_root, jobs_processes_root);
 }
