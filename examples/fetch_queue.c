@@ -175,18 +175,18 @@ static int fetcher(void *arg)
         int delivery = weft_nats_job_deliveries(job);
         long status;
         int64_t bytes;
+        printf("%s: take  %s (delivery %d)\n", opt.name, url, delivery);
         weft_time t0 = weft_now();
         rc = fetch(easy, url, &status, &bytes, why);
         int64_t ms = (weft_now() - t0) / WEFT_MSEC;
         if (rc == -ECANCELED) { /* Ctrl-C: give it back, at once */
-            printf("%s: %s (delivery %d): stopped, given back\n", opt.name, url,
-                   delivery);
+            printf("%s: back  %s: stopped, given back\n", opt.name, url);
             weft_nats_job_nak(queue, job, 0);
             break;
         }
         bool again = rc != 0 || status == 429 || status >= 500;
         if (again && delivery < opt.tries) {
-            printf("%s: %s %s (delivery %d): again later\n", opt.name, url,
+            printf("%s: again %s: %s, in %d s\n", opt.name, url,
                    rc ? why : "server error", delivery);
             weft_nats_job_nak(queue, job, delivery * WEFT_SEC);
             continue;
@@ -198,8 +198,8 @@ static int fetcher(void *arg)
                            "%s %ld %" PRId64 " %" PRId64 " %d %s %s%s%s", key,
                            status, bytes, ms, delivery, opt.name, url,
                            rc ? ": " : "", rc ? why : "");
-        printf("%s: %s %ld, %" PRId64 " bytes, %" PRId64 " ms (delivery %d)\n",
-               opt.name, url, status, bytes, ms, delivery);
+        printf("%s: done  %s: %ld, %" PRId64 " bytes, %" PRId64 " ms\n",
+               opt.name, url, status, bytes, ms);
         weft_nats_publish(conn, RESULTS, res, (size_t)len, WEFT_NEVER);
         /* Done: acked after its result is out. An ack whose outcome is
          * unknown may bring the job back; the producer keeps the first
