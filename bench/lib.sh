@@ -8,7 +8,7 @@
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 actor32 ring restart"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 actor32 ring restart nats_ask nats_jobs"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {
@@ -43,7 +43,21 @@ need_weft_tools() {
         pkg_missing libcurl4-openssl-dev; then
         missing+=(libcurl4-openssl-dev pkg-config)
     fi
+    if [[ " $* " == *" nats_"* ]]; then
+        [[ -e /usr/include/nats/nats.h ]] || missing+=(libnats-dev pkg-config)
+        nats_server_path >/dev/null || missing+=(nats-server)
+    fi
     return 0
+}
+
+# nats_server_path: the nats-server to run (Debian's is in /usr/sbin, which
+# a user's PATH may lack); nothing and status 1 if there is none.
+nats_server_path() {
+    local p
+    for p in "${NATS_SERVER:-}" "$(command -v nats-server || true)" /usr/sbin/nats-server; do
+        [[ -n $p && -x $p ]] && { echo "$p"; return 0; }
+    done
+    return 1
 }
 
 # build_weft BUILD_DIR BENCH...: a Release build without tests in
@@ -208,6 +222,51 @@ run_http() {
     fi
     printf '  wrk: %s\n' "${wrk_out//$'\n'/$'\n'  wrk: }" >&2
     printf -v bench_line 'BENCH http %s %.0f req/s' "$impl" "$rps"
+}
+
+# The running nats-server's store (a temporary directory), removed by
+# stop_nats_server.
+nats_store=
+
+# stop_nats_server: stops the NATS server (stop_server: by its PID) and
+# removes its store.
+stop_nats_server() {
+    stop_server
+    [[ -n $nats_store ]] && rm -rf "$nats_store"
+    nats_store=
+    return 0
+}
+
+# run_nats NAME IMPL BIN [N]: a NATS benchmark (nats_ask, nats_jobs).
+# Starts a fresh nats-server with JetStream (-js, its store in a new
+# temporary directory) on 127.0.0.1 and a port of its choosing, runs BIN
+# with N (nothing: its default) and the server's URL in NATS_URL for at
+# most BENCH_TIMEOUT seconds, and stops the server. Sets bench_line; returns
+# 1, saying why on stderr, if anything went wrong.
+run_nats() {
+    local name=$1 impl=$2 bin=$3 n=${4:-} server port='' i rc=0
+    server=$(nats_server_path) || { log "no nats-server"; return 1; }
+    nats_store=$(mktemp -d)
+    server_log=$(mktemp)
+    "$server" -a 127.0.0.1 -p -1 -js -sd "$nats_store" >/dev/null 2>"$server_log" &
+    server_pid=$!
+    for ((i = 0; i < 100; i++)); do
+        grep -q 'Server is ready' "$server_log" && break
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    port=$(sed -n 's/.*Listening for client connections on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$server_log" | head -n 1)
+    if [[ -z $port ]] || ! grep -q 'Server is ready' "$server_log"; then
+        log "nats-server did not start"
+        cat "$server_log" >&2
+        stop_nats_server
+        return 1
+    fi
+    export NATS_URL="nats://127.0.0.1:$port"
+    run_program "$name" "$impl" "$bin" "$n" || rc=$?
+    unset NATS_URL
+    stop_nats_server
+    return "$rc"
 }
 
 # run_fetch IMPL BIN SERVER [N]: the fetch benchmark. Starts weft's http

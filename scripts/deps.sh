@@ -12,7 +12,9 @@
 # pkg-config, curl (libcurl's headers for weft_curl, and openssl for its
 # tests), pg (PostgreSQL's server and libpq's headers, for the libpq
 # example and its tests), nats (nats.c's headers for weft_nats, and
-# nats-server for its tests), http (curl and wrk, to test the HTTP server), aarch64 (a
+# nats-server for its tests), nats-bench (what nats adds, and Go's NATS
+# client, for the NATS benchmarks' peers in bench/peers/natsc and
+# bench/peers/natsgo), http (curl and wrk, to test the HTTP server), aarch64 (a
 # cross compiler and qemu-user), valgrind (valgrind and valgrind/valgrind.h,
 # which the build needs to tell valgrind about task stacks; configure again
 # after installing it). When everything asked for is present this
@@ -131,6 +133,21 @@ for need in "$@"; do
             add "weft_nats's tests run a NATS server" nats-server
         fi
         have pkg-config || add "CMake finds nats.c through it" pkg-config
+        ;;
+    nats-bench)
+        # bench/nats_*.c and their peers: nats.c and nats-server as for
+        # nats, Go and Debian's packaged Go NATS client (built without
+        # modules, from /usr/share/gocode, by bench/compare).
+        [ -e /usr/include/nats/nats.h ] ||
+            add "the NATS benchmarks and their nats.c peer" libnats-dev
+        if ! have nats-server && [ ! -x /usr/sbin/nats-server ]; then
+            add "the NATS benchmarks run a NATS server" nats-server
+        fi
+        have pkg-config || add "CMake finds nats.c through it" pkg-config
+        [ -x /usr/bin/go ] || add "builds the Go peers of the benchmarks" golang-go
+        [ -e /usr/share/gocode/src/github.com/nats-io/nats.go/nats.go ] ||
+            add "the NATS benchmarks' Go peer (Go's NATS client)" \
+                golang-github-nats-io-go-nats-dev
         ;;
     http)
         have curl || add "scripts/http-check.sh" curl

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -723,6 +724,44 @@ TEST(many_tasks_two_workers)
     ASSERT_EQ(t_run_nats(2, many_root), 0);
 }
 
+/* ---- a publish goes out at once ---- */
+
+/* On one worker, where the driver runs only when this task lets it: a
+ * publish asks the driver to write at once (nats.c's "send asap"), so a
+ * few yields later it has written. Without that, nats.c's flusher thread
+ * waits a millisecond before it asks, and a request and its reply each
+ * took a millisecond more. */
+static int asap_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    for (int k = 0; k < 20; k++) {
+        weft_nats_conn_stats before, after;
+        ASSERT_EQ(weft_nats_conn_stats_get(c, &before), 0);
+        ASSERT_EQ(weft_nats_publish(c, "t.asap", "x", 1, T_DEADLINE), 0);
+        weft_time t0 = weft_now();
+        do {
+            weft_yield();
+            ASSERT_EQ(weft_nats_conn_stats_get(c, &after), 0);
+        } while (after.write_events == before.write_events &&
+                 weft_now() - t0 < 200 * WEFT_USEC);
+        if (after.write_events == before.write_events)
+            T_FAIL("publish %d not written within 200 us", k);
+    }
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(publish_written_at_once)
+{
+    ASSERT_EQ(t_run_nats(1, asap_root), 0);
+}
+
 /* ---- connecting: refused, and a connection whose scope is cancelled ---- */
 
 static int refused_root(void *arg)
@@ -1028,6 +1067,19 @@ static void t_child_run(weft_fn fn, const char *url)
     ASSERT_EQ(weft_run(&cfg, fn, (void *)url), 0);
 }
 
+/* A test with a child process: this program, run again as the child
+ * (the environment variable var set, by t_spawn_self), runs child(its
+ * value); run as the test, runs root on two workers. */
+static void t_parent_or_child(const char *var, weft_fn child, weft_fn root)
+{
+    const char *value = getenv(var);
+    if (value) {
+        t_child_run(child, value);
+        return;
+    }
+    ASSERT_EQ(t_run_nats(2, root), 0);
+}
+
 /* Kills p with SIGKILL, reaps and frees it. */
 static void t_kill(weft_process *p)
 {
@@ -1113,12 +1165,8 @@ static int two_root(void *arg)
 
 TEST(remote_two_processes)
 {
-    const char *peer = getenv("WEFT_NATS_PEER");
-    if (peer) { /* the peer process (two_root starts it) */
-        t_child_run(peer_root, peer);
-        return;
-    }
-    ASSERT_EQ(t_run_nats(2, two_root), 0);
+    /* the peer process: peer_root (two_root starts it) */
+    t_parent_or_child("WEFT_NATS_PEER", peer_root, two_root);
 }
 
 /* ---- remote monitors ---- */
@@ -1670,12 +1718,8 @@ static int killed_worker_root(void *arg)
 
 TEST(jobs_worker_killed)
 {
-    const char *url = getenv("WEFT_NATS_WORKER");
-    if (url) { /* the worker process (killed_worker_root starts it) */
-        t_child_run(worker_root, url);
-        return;
-    }
-    ASSERT_EQ(t_run_nats(2, killed_worker_root), 0);
+    /* the worker process: worker_root (killed_worker_root starts it) */
+    t_parent_or_child("WEFT_NATS_WORKER", worker_root, killed_worker_root);
 }
 
 /* ---- the driver's scope cancelled while the connect runs ---- */
@@ -1805,4 +1849,207 @@ static int cancel_connector_root(void *arg)
 TEST(connect_cancelled_while_connecting)
 {
     ASSERT_EQ(t_run_nats(1, cancel_connector_root), 0);
+}
+
+/* ---- many jobs through four consumer processes ---- */
+
+/* What the consumers share with the test, in a file each maps: per job,
+ * its "done" record (set once, by key: the idempotent effect) and how
+ * many times it was delivered; per process, the jobs it did. */
+#define T_CONSUMERS 4
+typedef struct shared_jobs {
+    long jobs;
+    _Atomic long done; /* records made */
+    _Atomic long did[T_CONSUMERS];
+    _Atomic long redone; /* deliveries that found their record made */
+    _Atomic unsigned char rec[];
+    /* then jobs bytes: deliveries per job */
+} shared_jobs;
+
+static size_t t_shared_size(long jobs)
+{
+    return sizeof(shared_jobs) + 2 * (size_t)jobs;
+}
+
+static shared_jobs *t_shared_map(const char *path, long jobs, int create)
+{
+    int fd =
+        open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
+    ASSERT(fd >= 0);
+    if (create)
+        ASSERT(ftruncate(fd, (off_t)t_shared_size(jobs)) == 0);
+    shared_jobs *sh = mmap(NULL, t_shared_size(jobs), PROT_READ | PROT_WRITE,
+                           MAP_SHARED, fd, 0);
+    ASSERT(sh != MAP_FAILED);
+    close(fd);
+    if (create)
+        sh->jobs = jobs;
+    ASSERT_EQ(sh->jobs, jobs);
+    return sh;
+}
+
+typedef struct consumer {
+    weft_nats_queue *q;
+    shared_jobs *sh;
+    int me;
+} consumer;
+
+/* Takes jobs until every job has its record: does each (makes its record,
+ * unless a delivery before made it) and acks it. */
+static int consumer_task(void *arg)
+{
+    consumer *k = arg;
+    shared_jobs *sh = k->sh;
+    _Atomic unsigned char *deliveries = sh->rec + sh->jobs;
+    while (atomic_load(&sh->done) < sh->jobs) {
+        natsMsg *j;
+        int rc = weft_nats_job_take(k->q, &j, weft_now() + 100 * WEFT_MSEC);
+        if (rc == -ETIMEDOUT)
+            continue;
+        ASSERT_EQ(rc, 0);
+        const char *key = weft_nats_job_key(j);
+        ASSERT(key && strncmp(key, "job-", 4) == 0);
+        long i = atol(key + 4);
+        ASSERT(i >= 0 && i < sh->jobs);
+        atomic_fetch_add(&deliveries[i], 1);
+        unsigned char no = 0;
+        if (atomic_compare_exchange_strong(&sh->rec[i], &no, 1)) {
+            atomic_fetch_add(&sh->did[k->me], 1);
+            atomic_fetch_add(&sh->done, 1);
+        } else {
+            atomic_fetch_add(&sh->redone, 1); /* done before: only acked */
+        }
+        ASSERT_EQ(weft_nats_job_ack(k->q, j, T_DEADLINE), 0);
+    }
+    return 0;
+}
+
+#define T_CONSUMER_TASKS 16 /* per process, and its max_in_flight */
+
+/* A consumer process: this program again, with WEFT_NATS_CONSUMER set to
+ * "<url> <shared file> <jobs> <its number>". It says "ready" once its
+ * queue is open, and exits once every job has its record. */
+static int consumer_root(void *arg)
+{
+    char url[64], path[128];
+    long jobs;
+    int me;
+    ASSERT_EQ(sscanf(arg, "%63s %127s %ld %d", url, path, &jobs, &me), 4);
+    ASSERT(me >= 0 && me < T_CONSUMERS);
+    consumer k = {.sh = t_shared_map(path, jobs, 0), .me = me};
+    weft_scope *sc;
+    ASSERT(weft_scope_open(&sc, NULL) == 0);
+    weft_nats_opts o = {.url = url};
+    weft_nats_conn *c;
+    ASSERT_EQ(weft_nats_connect(sc, &o, &c, T_DEADLINE), 0);
+    k.q = t_queue(c, 0, T_CONSUMER_TASKS);
+    ASSERT_EQ(weft_write_all(1, "ready\n", 6, NULL, T_DEADLINE), 0);
+    weft_scope *ws;
+    ASSERT(weft_scope_open(&ws, NULL) == 0);
+    for (int i = 0; i < T_CONSUMER_TASKS; i++)
+        ASSERT(weft_spawn(ws, consumer_task, &k) >= 0);
+    ASSERT_EQ(weft_scope_join(ws), 0);
+    weft_scope_free(ws);
+    ASSERT_EQ(weft_nats_queue_free(k.q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    weft_scope_free(sc);
+    munmap(k.sh, t_shared_size(jobs));
+    return 0;
+}
+
+typedef struct producer {
+    weft_nats_queue *q;
+    long from, jobs, step;
+} producer;
+
+static int producer_task(void *arg)
+{
+    producer *p = arg;
+    for (long i = p->from; i < p->jobs; i += p->step)
+        ASSERT_EQ(t_job_publish(p->q, i), 0);
+    return 0;
+}
+
+#define T_PRODUCER_TASKS 32
+
+static int jobs_processes_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin_js(&sc, &srv);
+    long jobs = T_SCALE(100000);
+    char url[64], path[128], line[32], env[256];
+    t_url(url, sizeof url, &srv);
+    snprintf(path, sizeof path, "%s/shared", srv.dir);
+    shared_jobs *sh = t_shared_map(path, jobs, 1);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_queue *q = t_queue(c, 0, 0);
+    weft_time t0 = weft_now();
+    weft_process *p[T_CONSUMERS];
+    for (int k = 0; k < T_CONSUMERS; k++) {
+        snprintf(env, sizeof env, "%s %s %ld %d", url, path, jobs, k);
+        p[k] = t_spawn_self("jobs_four_processes", "WEFT_NATS_CONSUMER", env,
+                            line, sizeof line);
+        ASSERT(strcmp(line, "ready") == 0);
+    }
+    weft_time t1 = weft_now();
+    /* The producer: its tasks publish with their keys, each waiting for
+     * the stream to store its job, while the consumers take them. */
+    static producer pr[T_PRODUCER_TASKS];
+    weft_scope *ps;
+    ASSERT(weft_scope_open(&ps, NULL) == 0);
+    for (int i = 0; i < T_PRODUCER_TASKS; i++) {
+        pr[i] = (producer){q, i, jobs, T_PRODUCER_TASKS};
+        ASSERT(weft_spawn(ps, producer_task, &pr[i]) >= 0);
+    }
+    ASSERT_EQ(weft_scope_join(ps), 0);
+    weft_scope_free(ps);
+    weft_time t2 = weft_now();
+    for (int k = 0; k < T_CONSUMERS; k++) {
+        int status = -1;
+        ASSERT_EQ(weft_process_join(p[k], &status), 0);
+        ASSERT_EQ(status, 0);
+        weft_process_free(p[k]);
+    }
+    weft_time t3 = weft_now();
+    /* Every key done exactly once; every process did its share. */
+    _Atomic unsigned char *deliveries = sh->rec + jobs;
+    long did = 0, delivered = 0;
+    for (int k = 0; k < T_CONSUMERS; k++) {
+        ASSERT(atomic_load(&sh->did[k]) > 0);
+        did += atomic_load(&sh->did[k]);
+    }
+    for (long i = 0; i < jobs; i++) {
+        if (atomic_load(&sh->rec[i]) != 1)
+            T_FAIL("job-%ld was lost", i);
+        delivered += atomic_load(&deliveries[i]);
+    }
+    ASSERT_EQ(did, jobs);
+    ASSERT_EQ(atomic_load(&sh->done), jobs);
+    ASSERT_EQ(delivered - jobs, atomic_load(&sh->redone));
+    fprintf(stderr,
+            "%ld jobs: consumers up %.2f s, published %.2f s, done %.2f s; "
+            "per process %ld %ld %ld %ld; redelivered %ld\n",
+            jobs, (double)(t1 - t0) / WEFT_SEC, (double)(t2 - t1) / WEFT_SEC,
+            (double)(t3 - t1) / WEFT_SEC, atomic_load(&sh->did[0]),
+            atomic_load(&sh->did[1]), atomic_load(&sh->did[2]),
+            atomic_load(&sh->did[3]), delivered - jobs);
+    /* Nothing left on the queue. */
+    natsMsg *x;
+    ASSERT_EQ(weft_nats_job_take(q, &x, weft_now() + 100 * WEFT_MSEC),
+              -ETIMEDOUT);
+    munmap(sh, t_shared_size(jobs));
+    ASSERT_EQ(weft_nats_queue_free(q), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(jobs_four_processes)
+{
+    /* a consumer process: consumer_root (jobs_processes_root starts
+     * them) */
+    t_parent_or_child("WEFT_NATS_CONSUMER", consumer_root, jobs_processes_root);
 }

@@ -529,6 +529,13 @@ static natsOptions *make_options(weft_nats_conn *c, const weft_nats_opts *o,
     if (st == NATS_OK)
         st = natsOptions_SetEventLoop(no, c, ev_attach, ev_read, ev_write,
                                       ev_detach);
+    /* Without it, a publish wakes nats.c's flusher thread, which waits a
+     * millisecond before it asks the driver to write (to gather more):
+     * a millisecond on every request and reply. With it the publish asks
+     * at once; what is published before the driver runs still goes out
+     * in one write. */
+    if (st == NATS_OK)
+        st = natsOptions_SetSendAsap(no, true);
     if (st == NATS_OK)
         st = natsOptions_SetDisconnectedCB(no, on_disconnected, c);
     if (st == NATS_OK)
