@@ -3440,9 +3440,11 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * one command that replays it (WEFT_SEED=<seed> ./prog name: a program
  * whose sweep finds WEFT_SEED set runs that seed alone, with the same
  * profile, and WEFT_TRACE=file.json gives its trace), then shrinks its
- * fault set: it reruns the seed with the active sites switched off one at
- * a time and keeps the smallest set that still fails, printed with its
- * own replay command (WEFT_SWARM_SITES=read,write). Half the seeds also
+ * fault set: it reruns the seed with the active sites, and in a simulated
+ * run the network's fault classes (loss, dup, reorder, reset, partition),
+ * switched off one at a time and keeps the smallest set that still
+ * fails, printed with its own replay command
+ * (WEFT_SWARM_SITES=read,write,reset). Half the seeds also
  * explore the schedule (PCT, see weft_swarm_profile.explore), which
  * brings up interleavings that uniform random picks almost never take.
  *
@@ -3462,6 +3464,13 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * sweep runs its seeds without faults, and says so.
  * ---------------------------------------------------------------------- */
 
+/* The bit of the simulated network's fault class c (weft_sim_fault,
+ * section 17) in a swarm's masks of sites (weft_swarm_profile.sites,
+ * weft_swarm_stats.failed_sites and shrunk_sites, weft_swarm_opts.sites,
+ * weft_swarm_replay's sites), above the fault sites' bits. */
+#define WEFT_SWARM_NET(c) (1u << (16 + (unsigned)(c)))
+#define WEFT_SWARM_NET_ALL (((1u << 5) - 1) << 16)
+
 /* What a seed draws before its run (weft_swarm_profile_get). */
 typedef struct weft_swarm_profile {
     uint64_t seed; /* the run's weft_config.seed (WEFT_SEED to replay) */
@@ -3474,7 +3483,11 @@ typedef struct weft_swarm_profile {
     /* The fault plan: site_permille holds each active site's rate (none
      * active: no faults this run). */
     weft_fault_plan faults;
-    /* Bit 1u << site for each active site. */
+    /* Bit 1u << site for each active site, and, in a simulated run
+     * (weft_config.sim, or WEFT_SIM=1), WEFT_SWARM_NET(c) for each of the
+     * network's fault classes that is on: every class the run's
+     * weft_sim_opts gives a chance (loss, dup, reorder, reset) and
+     * partition (the verbs), until shrinking switches one off. */
     unsigned sites;
     /* Schedule exploration on the seeded worker (PCT's random priorities
      * with change points): 0, each pick takes a ready task uniformly at
@@ -3500,7 +3513,9 @@ typedef struct weft_swarm_opts {
     uint64_t seeds;
     /* Most workers a profile draws (1 to 4, uniformly). 0 or 1: one. */
     int max_workers;
-    /* Sites a profile may make active (bit 1u << site). 0: every site. */
+    /* Sites a profile may make active (bit 1u << site). 0: every site.
+     * With WEFT_SWARM_NET bits, the network's classes a simulated run
+     * may have on (none of them: every class). */
     unsigned sites;
     /* Schedule exploration (weft_swarm_profile.explore): 0, half the
      * seeds draw it; 1, every seed; -1, none. */
@@ -3627,8 +3642,9 @@ WEFT_EXTERN int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed,
 WEFT_EXTERN int weft_swarm_check(const weft_swarm_opts *opts, uint64_t seed,
                                  weft_fn body, void *arg, weft_swarm_diff *out);
 
-/* Shrinks seed's fault set: reruns it with each active site switched off
- * in turn, keeping a site off when the run still fails, and stores the
+/* Shrinks seed's fault set: reruns it with each active site (and, in a
+ * simulated run, each of the network's fault classes) switched off in
+ * turn, keeping a site off when the run still fails, and stores the
  * sites left in *sites. Returns 1 if seed fails (*sites then set), 0 if
  * it passes (nothing to shrink), -EINVAL, -EBUSY (as weft_swarm_run).
  * Blocks the calling thread; call it from a plain thread (not a

@@ -1294,3 +1294,77 @@ TEST(unix_stream_and_datagram_sockets_are_paths_on_a_simulated_host)
     ASSERT(log_has("accept unix box:/run/echo.sock"));
     ASSERT(log_has("send unix box:@dns len 5"));
 }
+
+/* ---- shrinking the network's faults ---- */
+
+/* Pings the udp echo twenty times, each answered within 20 ms: a lost
+ * datagram or a partition fails the run. */
+static int fragile_body(void *arg)
+{
+    (void)arg;
+    weft_sim_host *srv;
+    ASSERT_EQ(weft_sim_host_new(&srv, "server"), 0);
+    ASSERT_EQ(weft_sim_host_start(srv, udp_echo, NULL), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    int fd = weft_udp_bind("0.0.0.0", 0, 0);
+    ASSERT(fd >= 0);
+    int failed = 0;
+    for (int i = 0; i < 20; i++) {
+        if (i == 10)
+            ASSERT_EQ(weft_sim_partition(NULL, srv), 0);
+        if (i == 12)
+            ASSERT_EQ(weft_sim_repair(NULL, srv), 0);
+        failed += udp_ping(fd, weft_now() + 20 * WEFT_MSEC) != 4;
+    }
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    if (failed)
+        weft_swarm_fail("a ping went unanswered");
+    return 0;
+}
+
+TEST(shrinking_switches_the_networks_fault_classes_off_one_at_a_time)
+{
+    ASSERT_EQ(strcmp(weft_sim_fault_name(WEFT_SIM_PARTITION), "partition"), 0);
+    ASSERT(weft_sim_fault_name(WEFT_SIM_FAULTS) == NULL);
+    weft_sim_opts so = {.loss_permille = 100, .reset_permille = 1};
+    weft_config cfg = {.sim = &so};
+    weft_swarm_opts o = {.name = "net",
+                         .seeds = 1,
+                         .first_seed = T_SEED(5),
+                         .shrink = 1,
+                         .sites = 1u << WEFT_FAULT_READ,
+                         .max_permille = 1,
+                         .verbose = -1,
+                         .config = &cfg};
+    unsigned loss = WEFT_SWARM_NET(WEFT_SIM_LOSS),
+             reset = WEFT_SWARM_NET(WEFT_SIM_RESET),
+             part = WEFT_SWARM_NET(WEFT_SIM_PARTITION);
+    weft_swarm_profile p;
+    ASSERT_EQ(weft_swarm_profile_get(&o, 1, &p), 0);
+    ASSERT_EQ(p.sites & WEFT_SWARM_NET_ALL, loss | reset | part);
+    weft_swarm_stats st;
+    ASSERT_EQ(weft_swarm_run(&o, fragile_body, NULL, &st), 1);
+    ASSERT_EQ(st.failed, 1);
+    ASSERT_EQ(st.failed_sites & WEFT_SWARM_NET_ALL, loss | reset | part);
+    /* Loss alone fails it too (a ping in twenty is lost, most seeds), so
+     * the loss class goes first, and what is left is the partition. */
+    ASSERT_EQ(st.shrunk, 1);
+    ASSERT_EQ(st.shrunk_sites, part);
+    /* Replays: with none of the network's faults it passes; with the
+     * partition alone, or loss alone, it fails; the runs' logs say which
+     * were off. */
+    uint64_t seed = st.first_failed_seed;
+    ASSERT_EQ(weft_swarm_replay(&o, seed, 1, 0, NULL, fragile_body, NULL), 0);
+    ASSERT(log_has("partition main server (off)"));
+    ASSERT_EQ(weft_swarm_replay(&o, seed, 1, part, NULL, fragile_body, NULL),
+              -EPROTO);
+    ASSERT(!log_has("(off)"));
+    unsigned shrunk;
+    ASSERT_EQ(weft_swarm_shrink(&o, seed, fragile_body, NULL, &shrunk), 1);
+    ASSERT_EQ(shrunk, part);
+    /* Outside simulation a profile has no network classes. */
+    o.config = NULL;
+    ASSERT_EQ(weft_swarm_profile_get(&o, 1, &p), 0);
+    ASSERT_EQ(p.sites & WEFT_SWARM_NET_ALL, 0u);
+}
