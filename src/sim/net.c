@@ -891,6 +891,18 @@ static ssize_t stream_send(sim_sock *s, const struct iovec *iov, int iovcnt)
     return (ssize_t)n;
 }
 
+/* Datagram p joins s's queue. */
+static void dq_push(sim_sock *s, sim_pkt *p)
+{
+    p->next = NULL;
+    if (s->dqtail)
+        s->dqtail->next = p;
+    else
+        s->dq = p;
+    s->dqtail = p;
+    edge(s, WEFT__FD_READ);
+}
+
 /* A Unix datagram from s to the socket bound at path on its host: there
  * at once, never lost. */
 static ssize_t unix_dgram_send(sim_sock *s, const struct iovec *iov, int iovcnt,
@@ -907,12 +919,7 @@ static ssize_t unix_dgram_send(sim_sock *s, const struct iovec *iov, int iovcnt,
     memcpy(p->data + n, s->path, s->pathlen);
     p->plen = s->pathlen;
     unix_log("send", s, path, plen, n);
-    if (d->dqtail)
-        d->dqtail->next = p;
-    else
-        d->dq = p;
-    d->dqtail = p;
-    edge(d, WEFT__FD_READ);
+    dq_push(d, p);
     return (ssize_t)n;
 }
 
@@ -1367,13 +1374,7 @@ static void arrive_dgram(sim_pkt *p)
         free(p);
         return;
     }
-    p->next = NULL;
-    if (s->dqtail)
-        s->dqtail->next = p;
-    else
-        s->dq = p;
-    s->dqtail = p;
-    edge(s, WEFT__FD_READ);
+    dq_push(s, p);
 }
 
 static void park(sim_link *l, sim_pkt *p)
