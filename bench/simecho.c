@@ -74,7 +74,8 @@ int main(int argc, char **argv)
     int bad = 0;
     int64_t t0 = bench_clock_ns();
     for (long i = 1; i <= n; i++) {
-        weft_config cfg = {.sim = &sim, .seed = (uint64_t)i};
+        weft_config cfg = {
+            .sim = &sim, .seed = (uint64_t)i, .faults = bench_faults()};
         int rc = weft_run(&cfg, sweep_root, &bad);
         if (rc || bad) {
             fprintf(stderr, "simecho: seed %ld: %s, %d echoes wrong\n", i,
@@ -83,6 +84,14 @@ int main(int argc, char **argv)
         }
     }
     double secs = (double)(bench_clock_ns() - t0) / 1e9;
+    weft_fault_stats fs;
+    if (bench_faults() && weft_fault_stats_get(&fs) == 0) {
+        uint64_t passes = 0;
+        for (int s = 0; s < WEFT_FAULT_SITES; s++)
+            passes += fs.passes[s];
+        fprintf(stderr, "simecho: the last seed passed %llu fault sites\n",
+                (unsigned long long)passes);
+    }
     printf("BENCH simecho weft %.0f seeds/s\n", (double)n / secs);
     return 0;
 }
