@@ -745,7 +745,9 @@ static ssize_t dgram_take(sim_sock *s, void *buf, size_t n, struct sockaddr *a,
         s->dqtail = NULL;
     size_t k = p->len < n ? p->len : n;
     memcpy(buf, p->data, k);
-    if (s->family == AF_UNIX)
+    if (s->family == AF_UNIX && !p->plen && alen)
+        *alen = 0; /* an unbound sender: no name, as Linux says */
+    else if (s->family == AF_UNIX)
         unix_fill(a, alen, p->data + p->len, p->plen);
     else
         inet_fill(a, alen, p->sip, p->sport);
