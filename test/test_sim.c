@@ -19,6 +19,7 @@
 #include "../examples/http_parse.c"
 
 #include "io/io.h" /* weft__netsys_for: connect(2) on a simulated socket */
+#include "util/runlog.h" /* weft__sim_off: the classes shrinking switches off */
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1367,4 +1368,57 @@ TEST(shrinking_switches_the_networks_fault_classes_off_one_at_a_time)
     o.config = NULL;
     ASSERT_EQ(weft_swarm_profile_get(&o, 1, &p), 0);
     ASSERT_EQ(p.sites & WEFT_SWARM_NET_ALL, 0u);
+}
+
+/* The lines of the last run's log that contain what, in order. */
+static char *log_lines(const char *what)
+{
+    size_t n;
+    char *t = log_text(&n);
+    char *out = calloc(1, n + 1);
+    ASSERT(out != NULL);
+    size_t at = 0;
+    for (char *line = t; line < t + n;) {
+        char *end = memchr(line, '\n', (size_t)(t + n - line));
+        size_t len = end ? (size_t)(end - line) + 1 : (size_t)(t + n - line);
+        if (memmem(line, len, what, strlen(what))) {
+            memcpy(out + at, line, len);
+            at += len;
+        }
+        line += len;
+    }
+    free(t);
+    return out;
+}
+
+TEST(a_fault_class_switched_off_leaves_the_others_draws_in_place)
+{
+    /* A jitter below the datagrams' spacing: each one draws its latency,
+     * and none overtakes another by it. */
+    dgram_seen d;
+    weft_sim_opts o = {.jitter_ns = 50 * WEFT_USEC,
+                       .dup_permille = 200,
+                       .reorder_permille = 200};
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    char *held = log_lines("hold back");
+    ASSERT(strlen(held) > 0);
+    ASSERT(d.dups > 0);
+    /* Duplication off: no copy, and the same datagrams held back at the
+     * same instants. */
+    atomic_store(&weft__sim_off, 1u << WEFT_SIM_DUP);
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    atomic_store(&weft__sim_off, 0u);
+    ASSERT_EQ(d.dups, 0);
+    char *again = log_lines("hold back");
+    ASSERT_EQ(strcmp(held, again), 0);
+    free(again);
+    /* Holding back off: none held back, none overtaken. */
+    atomic_store(&weft__sim_off, 1u << WEFT_SIM_REORDER);
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    atomic_store(&weft__sim_off, 0u);
+    ASSERT_EQ(d.overtaken, 0);
+    again = log_lines("hold back");
+    ASSERT_EQ(strlen(again), 0u);
+    free(again);
+    free(held);
 }

@@ -93,16 +93,26 @@ struct sim_sock {
     char rpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
-/* Whether the network's seeded fault of class c (weft_sim_fault, chance
- * permille) strikes now. The draw is made whenever the chance is set,
- * also with the class switched off (weft__sim_off: shrinking), so that
- * the other classes' draws stay where they were. */
+/* Whether a seeded fault of chance permille is drawn now: a draw is
+ * made whenever the chance is set, also with its class switched off
+ * (weft__sim_off: shrinking), and so are the draws that follow a hit
+ * (a held-back datagram's delay, a copy's latency), so that the other
+ * classes' draws stay where they were. */
+static bool drawn(unsigned permille)
+{
+    return permille && weft__sim_rand() % 1000 < permille;
+}
+
+/* Whether fault class c (weft_sim_fault) is switched on. */
+static bool class_on(int c)
+{
+    return !(weft__sim->off & (1u << c));
+}
+
+/* A seeded fault of class c that draws nothing more when it strikes. */
 static bool strikes(unsigned permille, int c)
 {
-    if (!permille)
-        return false;
-    bool hit = weft__sim_rand() % 1000 < permille;
-    return hit && !(weft__sim->off & (1u << c));
+    return drawn(permille) && class_on(c);
 }
 
 /* ---- the heap of packets in flight ---- */
@@ -953,20 +963,27 @@ static ssize_t dgram_send(sim_sock *s, const struct iovec *iov, int iovcnt,
         free(p);
         return (ssize_t)n;
     }
+    bool twice = drawn(net->o.dup_permille);
     sim_pkt *dup = NULL;
-    if (strikes(net->o.dup_permille, WEFT_SIM_DUP) &&
+    if (twice && class_on(WEFT_SIM_DUP) &&
         (dup = pkt_gather(P_DGRAM, iov, iovcnt, n, 0)) != NULL) {
         memcpy(dup, p, sizeof(*p));
         log_pkt("duplicate", p);
     }
     int64_t late = 0;
-    if (strikes(net->o.reorder_permille, WEFT_SIM_REORDER)) {
-        late = net->o.latency_ns * (1 + (int64_t)(weft__sim_rand() % 10));
-        log_pkt("hold back", p);
+    if (drawn(net->o.reorder_permille)) {
+        int64_t extra =
+            net->o.latency_ns * (1 + (int64_t)(weft__sim_rand() % 10));
+        if (class_on(WEFT_SIM_REORDER)) {
+            late = extra;
+            log_pkt("hold back", p);
+        }
     }
     pkt_send_late(p, NULL, late);
     if (dup)
         pkt_send(dup, NULL);
+    else if (twice)
+        (void)latency(net); /* the copy's draw, made or not */
     return (ssize_t)n;
 }
 
