@@ -903,15 +903,21 @@ static ssize_t stream_send(sim_sock *s, const struct iovec *iov, int iovcnt)
     return (ssize_t)n;
 }
 
+/* p joins the end of the list head .. *tail. */
+static void pkt_append(sim_pkt **head, sim_pkt **tail, sim_pkt *p)
+{
+    p->next = NULL;
+    if (*tail)
+        (*tail)->next = p;
+    else
+        *head = p;
+    *tail = p;
+}
+
 /* Datagram p joins s's queue. */
 static void dq_push(sim_sock *s, sim_pkt *p)
 {
-    p->next = NULL;
-    if (s->dqtail)
-        s->dqtail->next = p;
-    else
-        s->dq = p;
-    s->dqtail = p;
+    pkt_append(&s->dq, &s->dqtail, p);
     edge(s, WEFT__FD_READ);
 }
 
@@ -1399,12 +1405,7 @@ static void arrive_dgram(sim_pkt *p)
 static void park(sim_link *l, sim_pkt *p)
 {
     log_pkt("park", p);
-    p->next = NULL;
-    if (l->ptail)
-        l->ptail->next = p;
-    else
-        l->parked = p;
-    l->ptail = p;
+    pkt_append(&l->parked, &l->ptail, p);
 }
 
 /* A stream's segment p reached a crashed host: sent again an RTO later
