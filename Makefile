@@ -21,9 +21,11 @@
 #                    under a task's last switch differ from make tsan's
 #   make swarm       the swarm sweep (tools/swarm_torture.c, build/swarm:
 #                    Release with the asserts and fault sites on):
-#                    SWARM_SEEDS seeds of the torture body, each under
-#                    its own fault profile, the determinism check on
-#                    every 20th, and every fault site it reaches fired
+#                    SWARM_SEEDS seeds of the torture body and half as
+#                    many of the net body (real sockets, signals, the
+#                    pool), each under its own fault profile, the
+#                    determinism check on every 20th, and every fault
+#                    site fired
 #   make layers      checks the layering of src/: includes, and the calls
 #                    of the library's objects (scripts/layers.sh --build,
 #                    in build/layers)

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "weft.h"
+
 /* N from the first argument (the peers' meaning), or def; exits 2 on a bad
  * value. */
 static inline long bench_n(int argc, char **argv, long def)
@@ -36,6 +38,18 @@ static inline int64_t bench_clock_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The fault plan of a run: with BENCH_FAULTS=1 in the environment, a
+ * plan that fails nothing, so that every fault site counts its passes
+ * (the cost of the sites switched on; a library built with WEFT_FAULTS=ON
+ * only, another refuses the plan); else NULL (the sites, if compiled in,
+ * are a load and a branch each). */
+static inline const weft_fault_plan *bench_faults(void)
+{
+    static const weft_fault_plan none_fail;
+    const char *s = getenv("BENCH_FAULTS");
+    return s && s[0] == '1' ? &none_fail : NULL;
 }
 
 #endif

@@ -109,7 +109,7 @@ static int root(void *arg)
 int main(int argc, char **argv)
 {
     struct bench b = {.n = bench_n(argc, argv, 1000000)};
-    weft_config cfg = {.workers = 1};
+    weft_config cfg = {.workers = 1, .faults = bench_faults()};
     int64_t want = (int64_t)b.n * (b.n - 1) / 2 + b.n;
     int err;
 

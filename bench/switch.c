@@ -66,7 +66,7 @@ static int root(void *arg)
 int main(int argc, char **argv)
 {
     struct bench b = {.n = bench_n(argc, argv, 10000000)};
-    weft_config cfg = {.workers = 1};
+    weft_config cfg = {.workers = 1, .faults = bench_faults()};
     int err = weft_run(&cfg, root, &b);
 
     if (err < 0) {

@@ -20,10 +20,11 @@
  * liveness phase), every increment completes, and the invariant is
  * checked: the counter equals the number of increments the client
  * believes succeeded. A failing seed is printed with the command that
- * replays it, its fault sites shrunk to the fewest that still fail it
- * (the network's own draws and the nemesis's are the seed: shrinking does
- * not take them apart), replayed, and its event log shown (the program's
- * notes and the network's verbs and resets).
+ * replays it, its faults shrunk to the fewest that still fail it (the
+ * fault sites, and the network's classes of faults: its seeded resets,
+ * and the partitions and holds the nemesis makes), replayed with them,
+ * and its event log shown (the program's notes and the network's verbs
+ * and resets).
  *
  * --fixed gives each increment an idempotency key: the client sends the
  * request's id, and the server remembers the ids it has answered and

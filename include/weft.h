@@ -1652,6 +1652,15 @@ WEFT_EXTERN ptrdiff_t weft_recvfrom(int fd, void *buf, size_t n,
  * Any thread; never blocks. */
 WEFT_EXTERN int weft_unix_listen(const char *path, int backlog);
 
+/* A Unix domain datagram socket bound at path ('@' first: an abstract
+ * name; a file at path: -EADDRINUSE, as weft_unix_listen), or, path NULL,
+ * an unbound one (it sends; nothing can answer it). Send with
+ * weft_sendto to a struct sockaddr_un, receive with weft_recvfrom (from
+ * gets the sender's path). Returns the descriptor, or -EINVAL (""),
+ * -ENAMETOOLONG, -EADDRINUSE, -EACCES, -ENOENT, -EMFILE, -ENFILE. Any
+ * thread; never blocks. */
+WEFT_EXTERN int weft_unix_dgram_bind(const char *path);
+
 /* Connects to the Unix domain stream socket at path ('@': abstract). While
  * the listener's backlog is full it tries again, 1 ms, 2, 4, ... up to
  * 64 ms apart (Linux gives no readiness to wait for), until the deadline.
@@ -3444,9 +3453,11 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * one command that replays it (WEFT_SEED=<seed> ./prog name: a program
  * whose sweep finds WEFT_SEED set runs that seed alone, with the same
  * profile, and WEFT_TRACE=file.json gives its trace), then shrinks its
- * fault set: it reruns the seed with the active sites switched off one at
- * a time and keeps the smallest set that still fails, printed with its
- * own replay command (WEFT_SWARM_SITES=read,write). Half the seeds also
+ * fault set: it reruns the seed with the active sites, and in a simulated
+ * run the network's fault classes (loss, dup, reorder, reset, partition),
+ * switched off one at a time and keeps the smallest set that still
+ * fails, printed with its own replay command
+ * (WEFT_SWARM_SITES=read,write,reset). Half the seeds also
  * explore the schedule (PCT, see weft_swarm_profile.explore), which
  * brings up interleavings that uniform random picks almost never take.
  *
@@ -3466,6 +3477,13 @@ WEFT_EXTERN const char *weft_fault_site_name(weft_fault_site site);
  * sweep runs its seeds without faults, and says so.
  * ---------------------------------------------------------------------- */
 
+/* The bit of the simulated network's fault class c (weft_sim_fault,
+ * section 17) in a swarm's masks of sites (weft_swarm_profile.sites,
+ * weft_swarm_stats.failed_sites and shrunk_sites, weft_swarm_opts.sites,
+ * weft_swarm_replay's sites), above the fault sites' bits. */
+#define WEFT_SWARM_NET(c) (1u << (16 + (unsigned)(c)))
+#define WEFT_SWARM_NET_ALL (((1u << 5) - 1) << 16)
+
 /* What a seed draws before its run (weft_swarm_profile_get). */
 typedef struct weft_swarm_profile {
     uint64_t seed; /* the run's weft_config.seed (WEFT_SEED to replay) */
@@ -3478,7 +3496,11 @@ typedef struct weft_swarm_profile {
     /* The fault plan: site_permille holds each active site's rate (none
      * active: no faults this run). */
     weft_fault_plan faults;
-    /* Bit 1u << site for each active site. */
+    /* Bit 1u << site for each active site, and, in a simulated run
+     * (weft_config.sim, or WEFT_SIM=1), WEFT_SWARM_NET(c) for each of the
+     * network's fault classes that is on: every class the run's
+     * weft_sim_opts gives a chance (loss, dup, reorder, reset) and
+     * partition (the verbs), until shrinking switches one off. */
     unsigned sites;
     /* Schedule exploration on the seeded worker (PCT's random priorities
      * with change points): 0, each pick takes a ready task uniformly at
@@ -3504,7 +3526,9 @@ typedef struct weft_swarm_opts {
     uint64_t seeds;
     /* Most workers a profile draws (1 to 4, uniformly). 0 or 1: one. */
     int max_workers;
-    /* Sites a profile may make active (bit 1u << site). 0: every site. */
+    /* Sites a profile may make active (bit 1u << site). 0: every site.
+     * With WEFT_SWARM_NET bits, the network's classes a simulated run
+     * may have on (none of them: every class). */
     unsigned sites;
     /* Schedule exploration (weft_swarm_profile.explore): 0, half the
      * seeds draw it; 1, every seed; -1, none. */
@@ -3631,8 +3655,9 @@ WEFT_EXTERN int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed,
 WEFT_EXTERN int weft_swarm_check(const weft_swarm_opts *opts, uint64_t seed,
                                  weft_fn body, void *arg, weft_swarm_diff *out);
 
-/* Shrinks seed's fault set: reruns it with each active site switched off
- * in turn, keeping a site off when the run still fails, and stores the
+/* Shrinks seed's fault set: reruns it with each active site (and, in a
+ * simulated run, each of the network's fault classes) switched off in
+ * turn, keeping a site off when the run still fails, and stores the
  * sites left in *sites. Returns 1 if seed fails (*sites then set), 0 if
  * it passes (nothing to shrink), -EINVAL, -EBUSY (as weft_swarm_run).
  * Blocks the calling thread; call it from a plain thread (not a
@@ -3668,21 +3693,26 @@ WEFT_EXTERN int weft_sim_sometimes(int cond, const char *name);
  *   weft_backoff's jitter, and every draw of the network come from it;
  * - weft_tcp_listen, weft_tcp_connect, weft_accept, weft_read,
  *   weft_write, weft_shutdown, weft_close, weft_udp_bind, weft_sendto,
- *   weft_recvfrom (and their _addr, v and exact forms, and weft_fd_wait
- *   and select's descriptor cases on these sockets) reach an in-memory
- *   network of simulated hosts instead of the kernel: host n has the
- *   address 10.0.0.n and its name resolves to it; 127.0.0.1 and the
- *   wildcard are the calling host (a listener on 127.0.0.1 is reached at
- *   its host's address too). Streams behave as TCP does to the
+ *   weft_recvfrom, weft_unix_listen, weft_unix_connect,
+ *   weft_unix_dgram_bind (and their _addr, v and exact forms, and
+ *   weft_fd_wait and select's descriptor cases on these sockets) reach an
+ *   in-memory network of simulated hosts instead of the kernel: host n
+ *   has the address 10.0.0.n and its name resolves to it; 127.0.0.1 and
+ *   the wildcard are the calling host (a listener on 127.0.0.1 is reached
+ *   at its host's address too). Streams behave as TCP does to the
  *   program: EOF after the peer's shutdown or close, ECONNREFUSED when
  *   nothing listens, ECONNRESET after a reset (a close with unread data,
- *   a host crash, or the network's seeded resets). Each packet takes the
- *   latency plus a jitter drawn from the seed; a stream's bytes arrive in
- *   order and are never lost (TCP retransmits across a partition);
- *   datagrams may be lost (loss_permille). A send never waits (no
- *   window). Not simulated: Unix sockets and IPv6 (making one fails with
- *   -EAFNOSUPPORT), signals and descriptors weft did not make (a wait on
- *   one fails with -ENOTSUP);
+ *   a crashed host back up, or the network's seeded resets); a crash
+ *   leaves its peers' connections half-open (their reads wait, their
+ *   writes are retransmitted until the host answers with a reset, or
+ *   time out). Each packet takes the latency plus a jitter drawn from the
+ *   seed; a stream's bytes arrive in order and are never lost (TCP
+ *   retransmits across a partition); datagrams may be lost, duplicated
+ *   or held back (loss_permille, dup_permille, reorder_permille). A send
+ *   never waits (no window). Unix sockets are paths on the host that
+ *   makes them, reached at once (no network). Not simulated: IPv6
+ *   (making a socket fails with -EAFNOSUPPORT), signals and descriptors
+ *   weft did not make (a wait on one fails with -ENOTSUP);
  * - weft_blocking calls run inline on the worker, at the virtual instant
  *   they are made (no thread, no real time): a call cannot be abandoned,
  *   and a deadline or cancel is only seen before it starts;
@@ -3707,10 +3737,38 @@ typedef struct weft_sim_opts {
     unsigned reset_permille;
     /* Chance in thousandths that a datagram is lost. 0: never. */
     unsigned loss_permille;
+    /* Chance in thousandths that a datagram arrives twice (the copy with
+     * a latency of its own, so it may come first). 0: never. */
+    unsigned dup_permille;
+    /* Chance in thousandths that a datagram is held back: its latency
+     * grows by 1 to 10 latencies more, so that datagrams sent after it
+     * overtake it (jitter alone reorders only within jitter_ns). A
+     * stream's bytes stay in order. 0: never. */
+    unsigned reorder_permille;
     /* Bytes of the event log's text kept for weft_sim_log_write (the hash
      * covers every event). 0: 4 MiB. */
     size_t log_max;
 } weft_sim_opts;
+
+/* The simulated network's seeded faults, as classes that swarm
+ * testing's shrinking switches off one at a time (section 16; named in
+ * WEFT_SWARM_SITES by weft_sim_fault_name: "loss", "dup", "reorder",
+ * "reset", "partition"). A class switched off still draws from the seed
+ * (the other classes' draws stay where they were) but does nothing;
+ * partition's covers weft_sim_partition and weft_sim_hold (and their
+ * repair and release). */
+typedef enum weft_sim_fault {
+    WEFT_SIM_LOSS = 0,      /* loss_permille */
+    WEFT_SIM_DUP = 1,       /* dup_permille */
+    WEFT_SIM_REORDER = 2,   /* reorder_permille */
+    WEFT_SIM_RESET = 3,     /* reset_permille */
+    WEFT_SIM_PARTITION = 4, /* the verbs that cut or hold a link */
+    WEFT_SIM_FAULTS = 5     /* how many */
+} weft_sim_fault;
+
+/* The name of class c ("loss", ...), or NULL if it is out of range. Any
+ * thread; never blocks. */
+WEFT_EXTERN const char *weft_sim_fault_name(weft_sim_fault c);
 
 /* A simulated host: an address, its sockets and its tasks. */
 typedef struct weft_sim_host weft_sim_host;
@@ -3742,10 +3800,14 @@ WEFT_EXTERN int weft_sim_host_start(weft_sim_host *h, weft_fn fn, void *arg);
 
 /* Crashes h: its root scope is cancelled (every task on it gets
  * -ECANCELED from its blocking calls and ends), its sockets are dropped
- * at once (its listeners' ports are free again, its connections' peers
- * get a reset; what is in flight to it finds nothing), and until it is
- * restarted packets to it are lost (a connect to it waits for its
- * deadline). Returns 0, -ESRCH (h is not running), -EINVAL (NULL or
+ * at once (its listeners' ports and Unix paths are free again; what is in
+ * flight to it finds nothing), and until it is restarted datagrams and
+ * connection attempts to it are lost (a connect to it waits for its
+ * deadline). Its connections' peers are not told (half-open, as TCP's):
+ * their reads wait, and a segment they send is retransmitted until the
+ * host is back and resets the connection (-ECONNRESET), or, after eight
+ * retransmissions from 200 ms apart, doubling (about 51 s), times out
+ * (-ETIMEDOUT). Returns 0, -ESRCH (h is not running), -EINVAL (NULL or
  * "main"). */
 WEFT_EXTERN int weft_sim_host_crash(weft_sim_host *h);
 

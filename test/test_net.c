@@ -1662,6 +1662,51 @@ TEST(unix_sockets)
     net_run(2, WEFT_CLOCK_MONOTONIC, unix_root, NULL);
 }
 
+/* Unix datagrams: a socket at a path, another at an abstract name, an
+ * unbound one that only sends. */
+static int unix_dgram_root(void *arg)
+{
+    (void)arg;
+    char path[108], name[64];
+    unix_path(path, sizeof path, "dgram");
+    snprintf(name, sizeof name, "@weft-test-dgram-%d", (int)getpid());
+    int a = weft_unix_dgram_bind(path);
+    ASSERT(a >= 0);
+    ASSERT_EQ(weft_unix_dgram_bind(path), -EADDRINUSE);
+    ASSERT_EQ(weft_unix_dgram_bind(""), -EINVAL);
+    int b = weft_unix_dgram_bind(name);
+    int u = weft_unix_dgram_bind(NULL);
+    ASSERT(b >= 0 && u >= 0);
+    struct sockaddr_un to = {.sun_family = AF_UNIX};
+    snprintf(to.sun_path, sizeof to.sun_path, "%s", path);
+    ASSERT_EQ(
+        weft_sendto(u, "one", 3, (struct sockaddr *)&to, sizeof to, WEFT_NEVER),
+        3);
+    char buf[8];
+    struct sockaddr_storage from;
+    ASSERT_EQ(weft_recvfrom(a, buf, sizeof buf, &from, WEFT_NEVER), 3);
+    ASSERT_EQ(memcmp(buf, "one", 3), 0); /* from an unbound socket: no name */
+    /* b answers a at the path it sent from. */
+    struct sockaddr_un bn = {.sun_family = AF_UNIX};
+    memcpy(bn.sun_path + 1, name + 1, strlen(name) - 1);
+    socklen_t blen =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name));
+    ASSERT_EQ(
+        weft_sendto(a, "two", 3, (struct sockaddr *)&bn, blen, WEFT_NEVER), 3);
+    ASSERT_EQ(weft_recvfrom(b, buf, sizeof buf, &from, WEFT_NEVER), 3);
+    ASSERT_EQ(strcmp(((struct sockaddr_un *)&from)->sun_path, path), 0);
+    ASSERT_EQ(weft_close(a), 0);
+    ASSERT_EQ(weft_close(b), 0);
+    ASSERT_EQ(weft_close(u), 0);
+    ASSERT_EQ(unlink(path), 0);
+    return 0;
+}
+
+TEST(unix_datagram_sockets)
+{
+    net_run(1, WEFT_CLOCK_MONOTONIC, unix_dgram_root, NULL);
+}
+
 /* A full Unix backlog has no readiness: connect tries again until the
  * deadline, and gets in once the listener accepts. */
 static void poke_accept(struct blk *b, weft_scope *s)

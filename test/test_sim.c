@@ -18,10 +18,16 @@
 #undef root
 #include "../examples/http_parse.c"
 
+#include "io/io.h" /* weft__netsys_for: connect(2) on a simulated socket */
+#include "util/runlog.h" /* weft__sim_off: the classes shrinking switches off */
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define ECHO_PORT 7
@@ -170,8 +176,11 @@ static int unchanged_program(void *arg)
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(weft_close(lfd), 0);
-    /* Not simulated: refused, never the kernel's. */
-    ASSERT_EQ(weft_unix_listen("@weft-sim-test", 1), -EAFNOSUPPORT);
+    /* Unix sockets are the simulated host's too, never the kernel's. */
+    int ufd = weft_unix_listen("@weft-sim-test", 1);
+    ASSERT(ufd >= 0);
+    ASSERT_EQ(weft_close(ufd), 0);
+    /* Not simulated: refused. */
     ASSERT_EQ(weft_fd_wait(0, WEFT_IO_READ, WEFT_NEVER), -ENOTSUP);
     /* Ten virtual seconds take no real time. */
     weft_time t = weft_now();
@@ -975,4 +984,441 @@ TEST(a_swarm_sweep_runs_on_the_simulated_network)
     weft_swarm_stats st;
     ASSERT_EQ(weft_swarm_run(&o, sweep_body, NULL, &st), 0);
     ASSERT(st.checked > 0);
+}
+
+/* ---- the same log twice ---- */
+
+/* Runs fn twice with seed and o: the same status, and the same event log
+ * byte for byte. Returns the status. */
+static int twice(uint64_t seed, const weft_sim_opts *o, weft_fn fn, void *arg)
+{
+    int a = sim_run(seed, o, fn, arg);
+    uint64_t h = weft_sim_log_hash();
+    size_t n1, n2;
+    char *t1 = log_text(&n1);
+    ASSERT_EQ(sim_run(seed, o, fn, arg), a);
+    ASSERT_EQ(weft_sim_log_hash(), h);
+    char *t2 = log_text(&n2);
+    ASSERT_EQ(n1, n2);
+    ASSERT_EQ(memcmp(t1, t2, n1), 0);
+    free(t1);
+    free(t2);
+    return a;
+}
+
+static bool log_has(const char *what)
+{
+    size_t n;
+    char *t = log_text(&n);
+    bool has = memmem(t, n, what, strlen(what)) != NULL;
+    free(t);
+    return has;
+}
+
+/* ---- datagrams duplicated and held back ---- */
+
+#define NDGRAMS 200
+
+typedef struct dgram_seen {
+    int got[NDGRAMS];
+    int dups, overtaken, total;
+} dgram_seen;
+
+static int numbered_sink(void *arg)
+{
+    dgram_seen *d = arg;
+    int fd = weft_udp_bind(NULL, 53, 0);
+    ASSERT(fd >= 0);
+    int last = -1;
+    for (;;) {
+        int v;
+        ptrdiff_t n =
+            weft_recvfrom(fd, &v, sizeof v, NULL, weft_now() + 100 * WEFT_MSEC);
+        if (n == -ETIMEDOUT)
+            break;
+        ASSERT_EQ(n, (ptrdiff_t)sizeof v);
+        ASSERT(v >= 0 && v < NDGRAMS);
+        d->total++;
+        d->dups += d->got[v]++ > 0;
+        d->overtaken += v < last;
+        last = v > last ? v : last;
+    }
+    weft_close(fd);
+    return 0;
+}
+
+static int dup_body(void *arg)
+{
+    dgram_seen *d = arg;
+    memset(d, 0, sizeof(*d));
+    weft_sim_host *srv;
+    ASSERT_EQ(weft_sim_host_new(&srv, "server"), 0);
+    ASSERT_EQ(weft_sim_host_start(srv, numbered_sink, d), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    int fd = weft_udp_bind("0.0.0.0", 0, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(53)};
+    inet_pton(AF_INET, "10.0.0.2", &to.sin_addr);
+    for (int i = 0; i < NDGRAMS; i++) {
+        ASSERT_EQ(weft_sendto(fd, &i, sizeof i, (struct sockaddr *)&to,
+                              sizeof to, WEFT_NEVER),
+                  (ptrdiff_t)sizeof i);
+        ASSERT_EQ(weft_sleep_for(100 * WEFT_USEC), 0);
+    }
+    ASSERT_EQ(weft_close(fd), 0);
+    return 0; /* the sink ends 100 ms after the last one */
+}
+
+TEST(datagrams_are_duplicated_and_held_back_as_the_seed_says)
+{
+    /* No jitter: without the two faults every datagram comes once, in
+     * order. */
+    dgram_seen d;
+    weft_sim_opts calm = {.jitter_ns = -1};
+    ASSERT_EQ(twice(T_SEED(31), &calm, dup_body, &d), 0);
+    ASSERT_EQ(d.total, NDGRAMS);
+    ASSERT_EQ(d.dups + d.overtaken, 0);
+    weft_sim_opts o = {
+        .jitter_ns = -1, .dup_permille = 200, .reorder_permille = 200};
+    ASSERT_EQ(twice(T_SEED(31), &o, dup_body, &d), 0);
+    for (int i = 0; i < NDGRAMS; i++)
+        ASSERT(d.got[i] >= 1); /* none lost */
+    /* About one in five twice, one in five overtaken. */
+    ASSERT(d.dups > NDGRAMS / 20 && d.dups < NDGRAMS / 2);
+    ASSERT(d.overtaken > NDGRAMS / 20);
+    ASSERT_EQ(d.total, NDGRAMS + d.dups);
+    ASSERT(log_has("duplicate dgram"));
+    ASSERT(log_has("hold back dgram"));
+}
+
+/* ---- writev on a datagram socket: one datagram of every piece ---- */
+
+static int gather_body(void *arg)
+{
+    (void)arg;
+    int rx = weft_udp_bind("127.0.0.1", 53, 0);
+    int tx = weft_udp_bind("127.0.0.1", 0, 0);
+    ASSERT(rx >= 0 && tx >= 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(53)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    ASSERT_EQ(
+        weft__netsys_for(tx)->connect(tx, (struct sockaddr *)&to, sizeof to),
+        0);
+    struct iovec v[3] = {{"ab", 2}, {"cde", 3}, {"f", 1}};
+    ASSERT_EQ(weft_writev(tx, v, 3, WEFT_NEVER), 6);
+    ASSERT_EQ(weft_writev(tx, v + 2, 1, WEFT_NEVER), 1);
+    char buf[16];
+    ASSERT_EQ(weft_recvfrom(rx, buf, sizeof buf, NULL, WEFT_NEVER), 6);
+    ASSERT_EQ(memcmp(buf, "abcdef", 6), 0);
+    ASSERT_EQ(weft_recvfrom(rx, buf, sizeof buf, NULL, WEFT_NEVER), 1);
+    ASSERT_EQ(buf[0], 'f');
+    /* And a Unix datagram socket's. */
+    int urx = weft_unix_dgram_bind("/run/rx");
+    int utx = weft_unix_dgram_bind(NULL);
+    ASSERT(urx >= 0 && utx >= 0);
+    struct sockaddr_un un = {.sun_family = AF_UNIX, .sun_path = "/run/rx"};
+    ASSERT_EQ(
+        weft__netsys_for(utx)->connect(utx, (struct sockaddr *)&un, sizeof un),
+        0);
+    ASSERT_EQ(weft_writev(utx, v, 3, WEFT_NEVER), 6);
+    ASSERT_EQ(weft_recvfrom(urx, buf, sizeof buf, NULL, WEFT_NEVER), 6);
+    ASSERT_EQ(memcmp(buf, "abcdef", 6), 0);
+    weft_close(urx);
+    weft_close(utx);
+    weft_close(rx);
+    weft_close(tx);
+    return 0;
+}
+
+TEST(writev_on_a_datagram_socket_sends_one_datagram_of_every_piece)
+{
+    ASSERT_EQ(twice(T_SEED(32), NULL, gather_body, NULL), 0);
+}
+
+/* ---- a crash leaves its peers' connections half-open ---- */
+
+static int half_open_body(void *arg)
+{
+    bool restart = *(bool *)arg;
+    weft_sim_host *srv = server_up();
+    int fd = weft_tcp_connect("server", ECHO_PORT, WEFT_NEVER);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(echo_once(fd, "before", WEFT_NEVER), 0);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    /* Nothing tells the client: its reads wait (a minute here). */
+    char c;
+    ASSERT_EQ(weft_read(fd, &c, 1, weft_now() + 60 * WEFT_SEC), -ETIMEDOUT);
+    /* A write is taken (the kernel buffers it); its segment is sent
+     * again until the host answers: the restarted host knows no such
+     * connection and resets it; a host that stays down, after the
+     * retransmissions, times it out. */
+    weft_time t0 = weft_now();
+    ASSERT_EQ(weft_write(fd, "after", 5, WEFT_NEVER), 5);
+    if (restart) {
+        ASSERT_EQ(weft_sleep_for(WEFT_SEC), 0);
+        ASSERT_EQ(weft_sim_host_restart(srv), 0);
+    }
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER),
+              restart ? -ECONNRESET : -ETIMEDOUT);
+    weft_time took = weft_now() - t0;
+    if (restart) /* the retransmission after the restart */
+        ASSERT(took > WEFT_SEC && took < 4 * WEFT_SEC);
+    else /* 200 ms, doubled at each of eight retransmissions */
+        ASSERT(took > 50 * WEFT_SEC && took < 60 * WEFT_SEC);
+    ASSERT_EQ(weft_close(fd), 0);
+    if (restart)
+        ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    return 0;
+}
+
+TEST(a_crashed_host_leaves_its_peers_connections_half_open)
+{
+    bool restart = true;
+    ASSERT_EQ(twice(T_SEED(33), NULL, half_open_body, &restart), 0);
+    ASSERT(log_has("retransmit data"));
+    restart = false;
+    ASSERT_EQ(twice(T_SEED(33), NULL, half_open_body, &restart), 0);
+    ASSERT(log_has("time out data"));
+}
+
+/* ---- Unix sockets: paths on a simulated host ---- */
+
+static int unix_echo_server(void *arg)
+{
+    (void)arg;
+    int lfd = weft_unix_listen("/run/echo.sock", 8);
+    ASSERT(lfd >= 0);
+    /* The path is taken on this host. */
+    ASSERT_EQ(weft_unix_listen("/run/echo.sock", 8), -EADDRINUSE);
+    int fd = weft_accept(lfd, NULL, WEFT_NEVER);
+    if (fd == -ECANCELED) { /* its host crashed */
+        weft_close(lfd);
+        return 0;
+    }
+    ASSERT(fd >= 0);
+    char buf[64];
+    for (;;) {
+        ptrdiff_t n = weft_read(fd, buf, sizeof buf, WEFT_NEVER);
+        if (n <= 0)
+            break;
+        ASSERT_EQ(weft_write_all(fd, buf, (size_t)n, NULL, WEFT_NEVER), 0);
+    }
+    weft_close(fd);
+    weft_close(lfd);
+    /* Datagrams: one in, its answer to the sender's path. */
+    int d = weft_unix_dgram_bind("@dns");
+    ASSERT(d >= 0);
+    struct sockaddr_storage from;
+    ptrdiff_t n = weft_recvfrom(d, buf, sizeof buf, &from, WEFT_NEVER);
+    ASSERT_EQ(n, 5);
+    struct sockaddr_un *un = (struct sockaddr_un *)&from;
+    ASSERT_EQ(un->sun_family, AF_UNIX);
+    ASSERT_EQ(strcmp(un->sun_path, "/run/client"), 0);
+    ASSERT_EQ(weft_sendto(d, "pong", 4, (struct sockaddr *)&from,
+                          sizeof(struct sockaddr_un), WEFT_NEVER),
+              4);
+    weft_close(d);
+    return 0;
+}
+
+static int unix_body(void *arg)
+{
+    (void)arg;
+    weft_sim_host *srv;
+    ASSERT_EQ(weft_sim_host_new(&srv, "server"), 0);
+    ASSERT_EQ(weft_sim_host_start(srv, unix_echo_server, NULL), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    /* Another host's path: nothing here. */
+    ASSERT_EQ(weft_unix_connect("/run/echo.sock", WEFT_NEVER), -ENOENT);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    return 0;
+}
+
+static int unix_client(void *arg)
+{
+    (void)arg;
+    int fd = weft_unix_connect("/run/echo.sock", WEFT_NEVER);
+    ASSERT_EQ(fd < 0 ? fd : 0, 0);
+    weft_time t0 = weft_now();
+    for (int i = 0; i < 10; i++)
+        ASSERT_EQ(echo_once(fd, "over a unix socket", WEFT_NEVER), 0);
+    ASSERT_EQ(weft_now(), t0); /* no network: no latency */
+    ASSERT_EQ(weft_shutdown(fd, SHUT_WR), 0);
+    char c;
+    ASSERT_EQ(weft_read(fd, &c, 1, WEFT_NEVER), 0); /* the server closed */
+    ASSERT_EQ(weft_close(fd), 0);
+    /* Its path is free again once it is closed: no file stays. */
+    int again = weft_unix_listen("/run/echo.sock", 1);
+    ASSERT(again >= 0);
+    weft_close(again);
+    int d = weft_unix_dgram_bind("/run/client");
+    ASSERT(d >= 0);
+    struct sockaddr_un to = {.sun_family = AF_UNIX};
+    to.sun_path[0] = '\0'; /* "@dns": abstract */
+    memcpy(to.sun_path + 1, "dns", 3);
+    socklen_t tolen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 4);
+    ASSERT_EQ(
+        weft_sendto(d, "ping!", 5, (struct sockaddr *)&to, tolen, WEFT_NEVER),
+        5);
+    char buf[8];
+    ASSERT_EQ(weft_recvfrom(d, buf, sizeof buf, NULL, WEFT_NEVER), 4);
+    ASSERT_EQ(memcmp(buf, "pong", 4), 0);
+    weft_close(d);
+    return 0;
+}
+
+static int unix_box(void *arg)
+{
+    (void)arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, unix_echo_server, NULL) >= 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    ASSERT(weft_spawn(s, unix_client, NULL) >= 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static int unix_both(void *arg)
+{
+    ASSERT_EQ(unix_body(arg), 0);
+    weft_sim_host *h;
+    ASSERT_EQ(weft_sim_host_new(&h, "box"), 0);
+    ASSERT_EQ(weft_sim_host_start(h, unix_box, NULL), 0);
+    return 0;
+}
+
+TEST(unix_stream_and_datagram_sockets_are_paths_on_a_simulated_host)
+{
+    ASSERT_EQ(twice(T_SEED(34), NULL, unix_both, NULL), 0);
+    ASSERT(log_has("accept unix box:/run/echo.sock"));
+    ASSERT(log_has("send unix box:@dns len 5"));
+}
+
+/* ---- shrinking the network's faults ---- */
+
+/* Pings the udp echo twenty times, each answered within 20 ms: a lost
+ * datagram or a partition fails the run. */
+static int fragile_body(void *arg)
+{
+    (void)arg;
+    weft_sim_host *srv;
+    ASSERT_EQ(weft_sim_host_new(&srv, "server"), 0);
+    ASSERT_EQ(weft_sim_host_start(srv, udp_echo, NULL), 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
+    int fd = weft_udp_bind("0.0.0.0", 0, 0);
+    ASSERT(fd >= 0);
+    int failed = 0;
+    for (int i = 0; i < 20; i++) {
+        if (i == 10)
+            ASSERT_EQ(weft_sim_partition(NULL, srv), 0);
+        if (i == 12)
+            ASSERT_EQ(weft_sim_repair(NULL, srv), 0);
+        failed += udp_ping(fd, weft_now() + 20 * WEFT_MSEC) != 4;
+    }
+    ASSERT_EQ(weft_close(fd), 0);
+    ASSERT_EQ(weft_sim_host_crash(srv), 0);
+    if (failed)
+        weft_swarm_fail("a ping went unanswered");
+    return 0;
+}
+
+TEST(shrinking_switches_the_networks_fault_classes_off_one_at_a_time)
+{
+    ASSERT_EQ(strcmp(weft_sim_fault_name(WEFT_SIM_PARTITION), "partition"), 0);
+    ASSERT(weft_sim_fault_name(WEFT_SIM_FAULTS) == NULL);
+    weft_sim_opts so = {.loss_permille = 100, .reset_permille = 1};
+    weft_config cfg = {.sim = &so};
+    weft_swarm_opts o = {.name = "net",
+                         .seeds = 1,
+                         .first_seed = T_SEED(5),
+                         .shrink = 1,
+                         .sites = 1u << WEFT_FAULT_READ,
+                         .max_permille = 1,
+                         .verbose = -1,
+                         .config = &cfg};
+    unsigned loss = WEFT_SWARM_NET(WEFT_SIM_LOSS),
+             reset = WEFT_SWARM_NET(WEFT_SIM_RESET),
+             part = WEFT_SWARM_NET(WEFT_SIM_PARTITION);
+    weft_swarm_profile p;
+    ASSERT_EQ(weft_swarm_profile_get(&o, 1, &p), 0);
+    ASSERT_EQ(p.sites & WEFT_SWARM_NET_ALL, loss | reset | part);
+    weft_swarm_stats st;
+    ASSERT_EQ(weft_swarm_run(&o, fragile_body, NULL, &st), 1);
+    ASSERT_EQ(st.failed, 1);
+    ASSERT_EQ(st.failed_sites & WEFT_SWARM_NET_ALL, loss | reset | part);
+    /* Loss alone fails it too (a ping in twenty is lost, most seeds), so
+     * the loss class goes first, and what is left is the partition. */
+    ASSERT_EQ(st.shrunk, 1);
+    ASSERT_EQ(st.shrunk_sites, part);
+    /* Replays: with none of the network's faults it passes; with the
+     * partition alone, or loss alone, it fails; the runs' logs say which
+     * were off. */
+    uint64_t seed = st.first_failed_seed;
+    ASSERT_EQ(weft_swarm_replay(&o, seed, 1, 0, NULL, fragile_body, NULL), 0);
+    ASSERT(log_has("partition main server (off)"));
+    ASSERT_EQ(weft_swarm_replay(&o, seed, 1, part, NULL, fragile_body, NULL),
+              -EPROTO);
+    ASSERT(!log_has("(off)"));
+    unsigned shrunk;
+    ASSERT_EQ(weft_swarm_shrink(&o, seed, fragile_body, NULL, &shrunk), 1);
+    ASSERT_EQ(shrunk, part);
+    /* Outside simulation a profile has no network classes. */
+    o.config = NULL;
+    ASSERT_EQ(weft_swarm_profile_get(&o, 1, &p), 0);
+    ASSERT_EQ(p.sites & WEFT_SWARM_NET_ALL, 0u);
+}
+
+/* The lines of the last run's log that contain what, in order. */
+static char *log_lines(const char *what)
+{
+    size_t n;
+    char *t = log_text(&n);
+    char *out = calloc(1, n + 1);
+    ASSERT(out != NULL);
+    size_t at = 0;
+    for (char *line = t; line < t + n;) {
+        char *end = memchr(line, '\n', (size_t)(t + n - line));
+        size_t len = end ? (size_t)(end - line) + 1 : (size_t)(t + n - line);
+        if (memmem(line, len, what, strlen(what))) {
+            memcpy(out + at, line, len);
+            at += len;
+        }
+        line += len;
+    }
+    free(t);
+    return out;
+}
+
+TEST(a_fault_class_switched_off_leaves_the_others_draws_in_place)
+{
+    /* A jitter below the datagrams' spacing: each one draws its latency,
+     * and none overtakes another by it. */
+    dgram_seen d;
+    weft_sim_opts o = {.jitter_ns = 50 * WEFT_USEC,
+                       .dup_permille = 200,
+                       .reorder_permille = 200};
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    char *held = log_lines("hold back");
+    ASSERT(strlen(held) > 0);
+    ASSERT(d.dups > 0);
+    /* Duplication off: no copy, and the same datagrams held back at the
+     * same instants. */
+    atomic_store(&weft__sim_off, 1u << WEFT_SIM_DUP);
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    atomic_store(&weft__sim_off, 0u);
+    ASSERT_EQ(d.dups, 0);
+    char *again = log_lines("hold back");
+    ASSERT_EQ(strcmp(held, again), 0);
+    free(again);
+    /* Holding back off: none held back, none overtaken. */
+    atomic_store(&weft__sim_off, 1u << WEFT_SIM_REORDER);
+    ASSERT_EQ(sim_run(T_SEED(35), &o, dup_body, &d), 0);
+    atomic_store(&weft__sim_off, 0u);
+    ASSERT_EQ(d.overtaken, 0);
+    again = log_lines("hold back");
+    ASSERT_EQ(strlen(again), 0u);
+    free(again);
+    free(held);
 }

@@ -17,11 +17,17 @@
  *   - no leak: every node it allocated was freed, and (over the sweep)
  *     no descriptor is left open.
  *
- *   swarm_torture [--seeds N | --long] [--first SEED] [--check-every K]
- *                 [--workers W] [--no-shrink] [--bug] [--verbose]
+ * A second sweep runs the net body (below) on half as many seeds: real
+ * sockets, signals and the blocking pool, which reach the fault sites
+ * the torture body cannot; between them every site must fire.
  *
- * --long is --seeds 100000 (WEFT_SWARM_SEEDS=N too); WEFT_SEED=S
- * replays one seed, as a failure's report says. --bug plants a bug (a
+ *   swarm_torture [--seeds N | --long] [--first SEED] [--check-every K]
+ *                 [--workers W] [--no-shrink] [--bug]
+ *                 [--body torture|net] [--verbose]
+ *
+ * --long is --seeds 100000 (WEFT_SWARM_SEEDS=N too); --body runs one of
+ * the two sweeps alone; WEFT_SEED=S replays one seed, as a failure's
+ * report says (its command names the body). --bug plants a bug (a
  * stream writer that takes a short write for a whole one, so bytes are
  * lost) for the sweep to find and shrink. Exits 0 if the sweep passed, 1 if
  * not, 2 on bad arguments.
@@ -30,6 +36,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_DEPTH 5
@@ -344,6 +353,231 @@ static int torture(void *arg)
     return rc;
 }
 
+/* ---- the net body: a real runtime's sockets, signals and pool ---- */
+
+/* The sites the torture body cannot reach (it makes no socket of weft's
+ * and never waits for a descriptor, and the simulated network has no
+ * poller of the kernel's) come from this body: a seeded runtime of one
+ * to four workers (the virtual clock gives real descriptors a grace
+ * before it jumps) running a TCP echo service on 127.0.0.1, clients that
+ * check every byte they get back, a signal taken through weft's signal
+ * API, and calls on the blocking pool. Every call's error must be one
+ * the API documents. */
+
+#define NET_CLIENTS 4
+#define NET_BYTES 256
+
+typedef struct net_world {
+    int lfd, port;
+    uint64_t seed;     /* the body's draws */
+    uint64_t acc_seed; /* the acceptor's, drawn before it starts */
+    atomic_int live;   /* tasks started and not ended */
+} net_world;
+
+typedef struct net_conn {
+    net_world *w;
+    int fd;
+    uint64_t rng;
+} net_conn;
+
+/* The errors a fault may bring out of the calls this body makes (weft.h,
+ * sections 12 and 15): anything else is a bug. */
+static bool documented(long rc)
+{
+    static const int errs[] = {ENOMEM,       EAGAIN,      EMFILE,        ENFILE,
+                               ENOBUFS,      ECONNRESET,  EPIPE,         EIO,
+                               ECONNREFUSED, ENETUNREACH, EADDRNOTAVAIL, ENOSPC,
+                               ETIMEDOUT,    ECANCELED,   ECONNABORTED};
+    if (rc >= 0)
+        return true;
+    for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+        if (rc == -errs[i])
+            return true;
+    return false;
+}
+
+static long net_rc(long rc, const char *what)
+{
+    if (!documented(rc))
+        broken(what);
+    return rc;
+}
+
+static int echo_conn(void *arg)
+{
+    net_conn *c = arg;
+    char b[64];
+    for (;;) {
+        ptrdiff_t n = net_rc(weft_read(c->fd, b, 1 + rnd(&c->rng) % sizeof(b),
+                                       weft_now() + WEFT_SEC),
+                             "echo: read: an undocumented error");
+        if (n <= 0)
+            break;
+        if (net_rc(weft_write_all(c->fd, b, (size_t)n, NULL,
+                                  weft_now() + WEFT_SEC),
+                   "echo: write: an undocumented error"))
+            break;
+    }
+    weft_close(c->fd);
+    atomic_fetch_sub(&c->w->live, 1);
+    free(c);
+    return 0;
+}
+
+static int acceptor(void *arg)
+{
+    net_world *w = arg;
+    uint64_t r = w->acc_seed;
+    for (;;) {
+        int fd = (int)net_rc(weft_accept(w->lfd, NULL, WEFT_NEVER),
+                             "accept: an undocumented error");
+        if (fd == -ECANCELED)
+            return 0;
+        if (fd < 0)
+            continue;
+        net_conn *c = malloc(sizeof(*c));
+        if (c) {
+            *c = (net_conn){w, fd, rnd(&r)};
+            atomic_fetch_add(&w->live, 1);
+        }
+        if (!c || weft_spawn(NULL, echo_conn, c) < 0) {
+            if (c)
+                atomic_fetch_sub(&w->live, 1);
+            free(c);
+            weft_close(fd);
+        }
+    }
+}
+
+/* Writes NET_BYTES in random pieces and reads them back: what comes back
+ * is a prefix of what went, and all of it when every call succeeded. */
+static int net_client(void *arg)
+{
+    net_conn *c = arg;
+    net_world *w = c->w;
+    unsigned char out[NET_BYTES], in[NET_BYTES];
+    for (int i = 0; i < NET_BYTES; i++)
+        out[i] = (unsigned char)rnd(&c->rng);
+    int fd = (int)net_rc(
+        weft_tcp_connect("127.0.0.1", w->port, weft_now() + WEFT_SEC),
+        "connect: an undocumented error");
+    size_t sent = 0, got = 0;
+    int rc = fd < 0 ? fd : 0;
+    while (!rc && sent < NET_BYTES) {
+        size_t n = 1 + rnd(&c->rng) % (NET_BYTES - sent);
+        rc = (int)net_rc(
+            weft_write_all(fd, out + sent, n, NULL, weft_now() + WEFT_SEC),
+            "client: write: an undocumented error");
+        if (!rc)
+            sent += n;
+        size_t done = 0;
+        int r2 = (int)net_rc(weft_read_exact(fd, in + got, rc ? 0 : n, &done,
+                                             weft_now() + WEFT_SEC),
+                             "client: read: an undocumented error");
+        got += done;
+        if (!rc)
+            rc = r2;
+    }
+    weft_sim_sometimes(fd >= 0 && !rc, "an echo came back whole");
+    if (got > sent || memcmp(in, out, got) != 0)
+        broken("echo: bytes not as written");
+    else if (!rc && got != sent)
+        broken("echo: bytes lost");
+    if (fd >= 0)
+        weft_close(fd);
+    atomic_fetch_sub(&w->live, 1);
+    free(c);
+    return 0;
+}
+
+/* A raise of SIGUSR2, taken once: by the wait, or after the run. */
+static int raiser(void *arg)
+{
+    (void)arg;
+    weft_yield(); /* most often while the wait waits */
+    kill(getpid(), SIGUSR2);
+    return 0;
+}
+
+static int pool_call(void *arg)
+{
+    return *(int *)arg + 1;
+}
+
+static int net_body(void *arg)
+{
+    (void)arg;
+    net_world *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->seed = weft_seed();
+    w->acc_seed = rnd(&w->seed);
+    w->lfd = (int)net_rc(weft_tcp_listen("127.0.0.1", 0, 16, 0),
+                         "listen: an undocumented error");
+    weft_scope *srv = NULL, *cl = NULL;
+    if (w->lfd >= 0 && weft_scope_open(&srv, NULL) == 0 &&
+        weft_spawn(srv, acceptor, w) >= 0 && weft_scope_open(&cl, NULL) == 0) {
+        w->port = weft_local_port(w->lfd);
+        for (int i = 0; i < NET_CLIENTS; i++) {
+            net_conn *c = malloc(sizeof(*c));
+            if (!c)
+                continue;
+            *c = (net_conn){w, -1, rnd(&w->seed)};
+            atomic_fetch_add(&w->live, 1);
+            if (net_rc(weft_spawn(cl, net_client, c), "spawn") < 0) {
+                atomic_fetch_sub(&w->live, 1);
+                free(c);
+            }
+        }
+    }
+    /* Meanwhile, a signal and the blocking pool. */
+    int sig = SIGUSR2, v = 41;
+    weft_scope *s = NULL;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    struct timespec zero = {0, 0};
+    int raised = 0, taken = 0;
+    for (int i = 0; i < 3; i++) {
+        if (weft_scope_open(&s, NULL) != 0)
+            continue;
+        raised += weft_spawn(s, raiser, NULL) >= 0;
+        int rc =
+            (int)net_rc(weft_signal_wait(&sig, 1, weft_now() + 2 * WEFT_MSEC),
+                        "signal wait: an undocumented error");
+        weft_scope_join(s);
+        weft_scope_free(s);
+        taken += rc == SIGUSR2;
+        /* A raise the wait did not take is pending: take it now. */
+        if (sigtimedwait(&set, NULL, &zero) == SIGUSR2)
+            taken++;
+    }
+    for (int i = 0; i < 2; i++) {
+        int rc = (int)net_rc(weft_blocking(pool_call, &v),
+                             "blocking: an undocumented error");
+        if (rc >= 0 && rc != 42)
+            broken("blocking: not the call's result");
+    }
+    if (cl) {
+        weft_scope_join(cl);
+        weft_scope_free(cl);
+    }
+    if (srv) {
+        weft_scope_cancel(srv);
+        weft_scope_join(srv);
+        weft_scope_free(srv);
+    }
+    if (w->lfd >= 0)
+        weft_close(w->lfd);
+    weft_sim_sometimes(taken == raised, "every signal taken");
+    if (taken != raised)
+        broken("a signal lost or taken twice");
+    if (atomic_load(&w->live) != 0)
+        broken("an orphan: a connection's task still running");
+    free(w);
+    return 0;
+}
+
 static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -360,8 +594,26 @@ static int usage(void)
 {
     fprintf(stderr, "usage: swarm_torture [--seeds N | --long] [--first SEED] "
                     "[--check-every K] [--workers W] [--no-shrink] [--bug] "
-                    "[--verbose]\n");
+                    "[--body torture|net] [--verbose]\n");
     return 2;
+}
+
+/* This process's command line with "--body name" added: what replays one
+ * of the two sweeps' seeds. */
+static const char *command_for(int argc, char **argv, const char *body,
+                               char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int i = 0; i < argc && at < len; i++) {
+        if (strcmp(argv[i], "--body") == 0 && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        at += (size_t)snprintf(buf + at, len - at, "%s ", argv[i]);
+    }
+    if (at < len)
+        snprintf(buf + at, len - at, "--body %s", body);
+    return buf;
 }
 
 int main(int argc, char **argv)
@@ -372,6 +624,7 @@ int main(int argc, char **argv)
                          .shrink = 1,
                          .max_permille = 100,
                          .require_sometimes = 1};
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool val = i + 1 < argc;
@@ -391,21 +644,62 @@ int main(int argc, char **argv)
             plant_bug = true;
         else if (strcmp(a, "--verbose") == 0)
             o.verbose = 1;
+        else if (strcmp(a, "--body") == 0 && val &&
+                 (strcmp(argv[i + 1], "torture") == 0 ||
+                  strcmp(argv[i + 1], "net") == 0))
+            only = argv[++i];
         else
             return usage();
     }
-    /* Every site the body reaches must fire over the sweep: its
+    /* WEFT_SWARM_SEEDS replaces the count: split it here, as --seeds. */
+    const char *env = getenv("WEFT_SWARM_SEEDS");
+    if (env && *env >= '0' && *env <= '9') {
+        o.seeds = strtoull(env, NULL, 0);
+        unsetenv("WEFT_SWARM_SEEDS");
+    }
+    /* Every seed runs the torture body, and one in two the net body too
+     * (both from the first seed), unless --body names one. */
+    weft_swarm_opts net = o;
+    net.name = "net";
+    net.seeds = only ? o.seeds : o.seeds / 2 ? o.seeds / 2 : 1;
+    net.max_workers = o.max_workers ? o.max_workers : 4;
+    /* Real descriptors and more than one worker: a run is not a function
+     * of its seed, and the determinism check is the torture body's. */
+    net.check_every = 0;
+    /* Some sites pass once or twice a run (a worker's eventfd, the signal
+     * wait's signalfd): higher rates, so that a few hundred seeds fire each. */
+    net.max_permille = 400;
+    char cmd[2][1024];
+    o.command = command_for(argc, argv, "torture", cmd[0], sizeof(cmd[0]));
+    net.command = command_for(argc, argv, "net", cmd[1], sizeof(cmd[1]));
+    /* Every site must fire over the sweep. The torture body reaches its
      * allocations and stacks, the watchdog's thread at each start, and
-     * the streams' reads and writes. */
+     * the streams' reads and writes; the net body every site. */
     weft_fault_stats fs;
     bool sites = weft_fault_stats_get(&fs) == 0;
-    if (sites)
+    if (sites) {
         o.must_fire = 1u << WEFT_FAULT_ALLOC | 1u << WEFT_FAULT_STACK |
                       1u << WEFT_FAULT_THREAD | 1u << WEFT_FAULT_READ |
                       1u << WEFT_FAULT_WRITE;
+        net.must_fire = (1u << WEFT_FAULT_SITES) - 1;
+    }
+    /* The net body's signal is blocked in every thread (the workers
+     * inherit this mask), as weft_signal_wait asks. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     int fds = open_fds();
     weft_swarm_stats st;
-    int rc = weft_swarm_run(&o, torture, NULL, &st);
+    int rc = 0, problems = 0;
+    for (int k = 0; k < 2 && rc >= 0; k++) {
+        bool is_net = k == 1;
+        if (only && strcmp(only, is_net ? "net" : "torture") != 0)
+            continue;
+        rc = weft_swarm_run(is_net ? &net : &o, is_net ? net_body : torture,
+                            NULL, &st);
+        problems += rc > 0 ? rc : 0;
+    }
     if (rc < 0) {
         fprintf(stderr, "swarm_torture: %s\n", weft_strerror(rc));
         return 2;
@@ -416,7 +710,7 @@ int main(int argc, char **argv)
                 "swarm_torture: %d descriptors open before the "
                 "sweep, %d after: a leak\n",
                 fds, fds_after);
-        rc++;
+        problems++;
     }
-    return rc ? 1 : 0;
+    return problems ? 1 : 0;
 }

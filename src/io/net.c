@@ -878,6 +878,17 @@ int weft_unix_listen(const char *path, int backlog)
     return sock_listen((struct sockaddr *)&sun, (size_t)len, backlog, 0);
 }
 
+int weft_unix_dgram_bind(const char *path)
+{
+    if (!path)
+        return sock_new(AF_UNIX, SOCK_DGRAM);
+    struct sockaddr_un sun;
+    int len = unix_addr(path, &sun);
+    if (len < 0)
+        return len;
+    return sock_bind((struct sockaddr *)&sun, (size_t)len, SOCK_DGRAM, 0);
+}
+
 int weft_unix_connect(const char *path, weft_time deadline)
 {
     struct sockaddr_un sun;

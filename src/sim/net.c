@@ -33,6 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+
+/* A stream segment sent to a crashed host is sent again (TCP
+ * retransmits it) this many times, the first RTO later and each time
+ * twice as long, before its connection times out. */
+#define RTX_MAX 8
+#define RTX_FIRST (200 * WEFT_MSEC)
 
 enum { P_SYN, P_SYNACK, P_DATA, P_FIN, P_RST, P_DGRAM };
 static const char *const kind_names[] = {"syn", "synack", "data",
@@ -47,7 +54,9 @@ struct sim_pkt {
     sim_sock *from, *to; /* to: NULL for SYN and DGRAM (by address) */
     uint32_t sip, dip;   /* addresses, host order */
     uint16_t sport, dport;
+    int tries; /* a stream segment's retransmissions to a down host */
     size_t len;
+    socklen_t plen; /* a Unix datagram's: its sender's path, after data */
     char data[];
 };
 
@@ -58,6 +67,7 @@ struct sim_sock {
                             * one: scans for ports see the live ones */
     int fd;                /* -1: none (not accepted yet, or closed) */
     int type;              /* SOCK_STREAM, SOCK_DGRAM */
+    int family;            /* AF_INET, AF_UNIX */
     int state;             /* S_* */
     bool gone;             /* closed, or dropped by its host's crash */
     bool crashed; /* dropped by a crash: its calls fail with ENETDOWN */
@@ -75,7 +85,35 @@ struct sim_sock {
     sim_sock **acq;  /* a listener's connections not yet accepted */
     int nacq, capacq, backlog;
     sim_pkt *dq, *dqtail; /* datagrams received */
+    /* AF_UNIX: the path bound (sun_path's bytes; 0: none), a name on its
+     * host (there is no file system: it is free once the socket
+     * closes); rpath: a datagram socket's default destination. */
+    socklen_t pathlen, rpathlen;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char rpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
+
+/* Whether a seeded fault of chance permille is drawn now: a draw is
+ * made whenever the chance is set, also with its class switched off
+ * (weft__sim_off: shrinking), and so are the draws that follow a hit
+ * (a held-back datagram's delay, a copy's latency), so that the other
+ * classes' draws stay where they were. */
+static bool drawn(unsigned permille)
+{
+    return permille && weft__sim_rand() % 1000 < permille;
+}
+
+/* Whether fault class c (weft_sim_fault) is switched on. */
+static bool class_on(int c)
+{
+    return !(weft__sim->off & (1u << c));
+}
+
+/* A seeded fault of class c that draws nothing more when it strikes. */
+static bool strikes(unsigned permille, int c)
+{
+    return drawn(permille) && class_on(c);
+}
 
 /* ---- the heap of packets in flight ---- */
 
@@ -190,11 +228,12 @@ static int64_t latency(sim_net *n)
     return d > 0 ? d : 1;
 }
 
-/* Puts p in flight; frees it if it cannot be (out of memory: lost). */
-static void pkt_send(sim_pkt *p, sim_sock *stream)
+/* Puts p in flight, late ns later than its latency; frees it if it
+ * cannot be (out of memory: lost). */
+static void pkt_send_late(sim_pkt *p, sim_sock *stream, int64_t late)
 {
     sim_net *n = weft__sim;
-    p->when = weft__now(n->rt) + latency(n);
+    p->when = weft__now(n->rt) + latency(n) + late;
     if (stream) {
         if (p->when < stream->tx_last)
             p->when = stream->tx_last;
@@ -207,6 +246,11 @@ static void pkt_send(sim_pkt *p, sim_sock *stream)
         return;
     }
     timer_update(n);
+}
+
+static void pkt_send(sim_pkt *p, sim_sock *stream)
+{
+    pkt_send_late(p, stream, 0);
 }
 
 /* A packet without data from stream s to its peer. */
@@ -359,7 +403,7 @@ static int sim_socket(int family, int type, int proto)
 {
     WEFT_UNUSED(proto);
     int t = type & 0xf;
-    if (family != AF_INET) {
+    if (family != AF_INET && family != AF_UNIX) {
         errno = EAFNOSUPPORT;
         return -1;
     }
@@ -378,7 +422,142 @@ static int sim_socket(int family, int type, int proto)
         errno = ENOMEM;
         return -1;
     }
+    s->family = family;
+    if (family == AF_UNIX)
+        s->lip = 0;
     return fd_give(s);
+}
+
+/* ---- Unix domain sockets: paths on the host, no network ---- */
+
+/* a's path (sun_path's bytes, an abstract name's '\0' first) into buf;
+ * its length, or 0 with errno. */
+static socklen_t unix_path_of(const struct sockaddr *a, socklen_t len,
+                              char *buf)
+{
+    size_t off = offsetof(struct sockaddr_un, sun_path);
+    if (!a || len <= off || a->sa_family != AF_UNIX ||
+        len - off > sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        errno = a && a->sa_family != AF_UNIX ? EAFNOSUPPORT : EINVAL;
+        return 0;
+    }
+    socklen_t n = (socklen_t)(len - off);
+    memcpy(buf, ((const struct sockaddr_un *)a)->sun_path, n);
+    /* A path's length ends at its '\0' (an abstract name has none). */
+    if (buf[0] != '\0')
+        n = (socklen_t)strnlen(buf, n);
+    return n;
+}
+
+static void unix_fill(struct sockaddr *a, socklen_t *alen, const char *path,
+                      socklen_t n)
+{
+    if (!a || !alen)
+        return;
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    memcpy(un.sun_path, path, n);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
+                                (n && path[0] != '\0'));
+    memcpy(a, &un, *alen < len ? *alen : len);
+    *alen = len;
+}
+
+/* The socket bound at path on host h (of any type), or NULL. */
+static sim_sock *unix_bound(const weft_sim_host *h, const char *path,
+                            socklen_t n)
+{
+    for (sim_sock *s = weft__sim->socks; s; s = s->next)
+        if (!s->gone && s->family == AF_UNIX && s->host == h &&
+            s->pathlen == n && memcmp(s->path, path, n) == 0)
+            return s;
+    return NULL;
+}
+
+static void unix_log(const char *what, const sim_sock *s, const char *path,
+                     socklen_t n, size_t len)
+{
+    weft__sim_logf("%s unix %s:%s%.*s len %zu", what, s->host->name,
+                   n && path[0] == '\0' ? "@" : "",
+                   (int)(n && path[0] == '\0' ? n - 1 : n),
+                   n && path[0] == '\0' ? path + 1 : path, len);
+}
+
+static int unix_bind(sim_sock *s, const struct sockaddr *a, socklen_t len)
+{
+    char path[sizeof(s->path)];
+    socklen_t n = unix_path_of(a, len, path);
+    if (!n)
+        return -1;
+    if (s->state != S_NEW || s->pathlen) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (unix_bound(s->host, path, n)) {
+        errno = EADDRINUSE;
+        return -1;
+    }
+    memcpy(s->path, path, n);
+    s->pathlen = n;
+    s->state = S_BOUND;
+    unix_log("bind", s, path, n, 0);
+    return 0;
+}
+
+/* A Unix stream's connect is done at once, as Linux's is: the listener's
+ * new socket is queued for accept. */
+static int unix_connect(sim_sock *s, const struct sockaddr *a, socklen_t len)
+{
+    char path[sizeof(s->path)];
+    socklen_t n = unix_path_of(a, len, path);
+    if (!n)
+        return -1;
+    sim_sock *l = unix_bound(s->host, path, n);
+    int e = s->state == S_OPEN                                ? EISCONN
+            : s->state == S_LISTEN || s->state == S_CLOSED    ? EINVAL
+            : !l                                              ? ENOENT
+            : l->type != s->type                              ? EPROTOTYPE
+            : s->type == SOCK_STREAM && l->state != S_LISTEN  ? ECONNREFUSED
+            : s->type == SOCK_STREAM && l->nacq >= l->backlog ? EAGAIN
+                                                              : 0;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    if (s->type == SOCK_DGRAM) { /* a default destination */
+        memcpy(s->rpath, path, n);
+        s->rpathlen = n;
+        s->state = S_OPEN;
+        return 0;
+    }
+    if (l->nacq == l->capacq) {
+        int cap = l->capacq ? l->capacq * 2 : 8;
+        sim_sock **q = weft__realloc(l->acq, (size_t)cap * sizeof(*q));
+        if (!q) {
+            errno = ENOBUFS;
+            return -1;
+        }
+        l->acq = q;
+        l->capacq = cap;
+    }
+    sim_sock *c = sock_make(s->host, SOCK_STREAM);
+    if (!c) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    c->family = AF_UNIX;
+    c->lip = 0;
+    memcpy(c->path, path, n);
+    c->pathlen = n;
+    c->peer = s;
+    c->state = S_OPEN;
+    s->peer = c;
+    s->state = S_OPEN;
+    memcpy(s->rpath, path, n);
+    s->rpathlen = n;
+    l->acq[l->nacq++] = c;
+    unix_log("connect", s, path, n, 0);
+    edge(l, WEFT__FD_READ);
+    return 0;
 }
 
 static bool inet_addr_of(const struct sockaddr *a, socklen_t len, uint32_t *ip,
@@ -411,6 +590,8 @@ static int sim_bind(int fd, const struct sockaddr *a, socklen_t len)
     sim_sock *s = sock_live(fd);
     uint32_t ip;
     uint16_t port;
+    if (s && s->family == AF_UNIX)
+        return unix_bind(s, a, len);
     if (!s || !inet_addr_of(a, len, &ip, &port))
         return -1;
     if (s->state != S_NEW) {
@@ -444,11 +625,14 @@ static int sim_listen(int fd, int backlog)
         errno = s->type != SOCK_STREAM ? EOPNOTSUPP : EINVAL;
         return -1;
     }
-    if (s->state == S_NEW && autobind(s) != 0)
+    if (s->state == S_NEW && s->family == AF_INET && autobind(s) != 0)
         return -1;
     s->state = S_LISTEN;
     s->backlog = backlog > 0 ? backlog : 128;
-    weft__sim_logf("listen %s:%u", s->host->name, s->lport);
+    if (s->family == AF_UNIX)
+        unix_log("listen", s, s->path, s->pathlen, 0);
+    else
+        weft__sim_logf("listen %s:%u", s->host->name, s->lport);
     return 0;
 }
 
@@ -470,6 +654,11 @@ static int sim_accept4(int fd, struct sockaddr *a, socklen_t *alen, int flags)
     if (fd_give(c) < 0)
         return -1; /* left in the queue */
     memmove(s->acq, s->acq + 1, (size_t)--s->nacq * sizeof(*s->acq));
+    if (c->family == AF_UNIX) {
+        unix_fill(a, alen, "", 0); /* the connecting socket: unnamed */
+        unix_log("accept", s, s->path, s->pathlen, 0);
+        return c->fd;
+    }
     inet_fill(a, alen, c->rip, c->rport);
     char b[32];
     addr_str(b, sizeof b, c->rip, c->rport);
@@ -482,6 +671,8 @@ static int sim_connect(int fd, const struct sockaddr *a, socklen_t len)
     sim_sock *s = sock_live(fd);
     uint32_t ip;
     uint16_t port;
+    if (s && s->family == AF_UNIX)
+        return unix_connect(s, a, len);
     if (!s || !inet_addr_of(a, len, &ip, &port))
         return -1;
     weft_sim_host *dh = weft__sim_host_by_ip(ip, s->host);
@@ -564,7 +755,12 @@ static ssize_t dgram_take(sim_sock *s, void *buf, size_t n, struct sockaddr *a,
         s->dqtail = NULL;
     size_t k = p->len < n ? p->len : n;
     memcpy(buf, p->data, k);
-    inet_fill(a, alen, p->sip, p->sport);
+    if (s->family == AF_UNIX && !p->plen && alen)
+        *alen = 0; /* an unbound sender: no name, as Linux says */
+    else if (s->family == AF_UNIX)
+        unix_fill(a, alen, p->data + p->len, p->plen);
+    else
+        inet_fill(a, alen, p->sip, p->sport);
     free(p);
     return (ssize_t)k;
 }
@@ -645,6 +841,44 @@ static void seeded_reset(sim_sock *s)
     reply_rst(&out);
 }
 
+static bool rx_append(sim_sock *s, const char *data, size_t n);
+
+/* A Unix stream's bytes go straight into the peer's buffer. */
+static ssize_t unix_stream_send(sim_sock *s, const struct iovec *iov,
+                                int iovcnt, size_t n)
+{
+    sim_sock *peer = s->peer;
+    if (!peer || peer->gone || peer->rd_shut) {
+        errno = EPIPE;
+        return -1;
+    }
+    for (int i = 0; i < iovcnt; i++)
+        if (!rx_append(peer, iov[i].iov_base, iov[i].iov_len)) {
+            errno = ENOBUFS; /* what went stays: a short write */
+            return -1;
+        }
+    unix_log("send", s, s->rpath, s->rpathlen, n);
+    edge(peer, WEFT__FD_READ);
+    return (ssize_t)n;
+}
+
+/* Gathers iov's bytes into a new packet of kind (len: their total). */
+static sim_pkt *pkt_gather(int kind, const struct iovec *iov, int iovcnt,
+                           size_t len, size_t extra)
+{
+    sim_pkt *p = pkt_new(kind, NULL, len + extra);
+    if (!p) {
+        errno = ENOBUFS;
+        return NULL;
+    }
+    p->len = len;
+    for (size_t off = 0, i = 0; i < (size_t)iovcnt; i++) {
+        memcpy(p->data + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    return p;
+}
+
 /* Sends iov's bytes from stream s as one segment. */
 static ssize_t stream_send(sim_sock *s, const struct iovec *iov, int iovcnt)
 {
@@ -655,29 +889,62 @@ static ssize_t stream_send(sim_sock *s, const struct iovec *iov, int iovcnt)
         n += iov[i].iov_len;
     if (n == 0)
         return 0;
-    sim_net *net = weft__sim;
-    if (net->o.reset_permille &&
-        weft__sim_rand() % 1000 < net->o.reset_permille) {
+    if (s->family == AF_UNIX)
+        return unix_stream_send(s, iov, iovcnt, n);
+    if (strikes(weft__sim->o.reset_permille, WEFT_SIM_RESET)) {
         seeded_reset(s);
         return (ssize_t)n; /* taken, and lost with the connection */
     }
-    sim_pkt *p = pkt_new(P_DATA, NULL, n);
-    if (!p) {
-        errno = ENOBUFS;
+    sim_pkt *p = pkt_gather(P_DATA, iov, iovcnt, n, 0);
+    if (!p)
         return -1;
-    }
-    for (size_t off = 0, i = 0; i < (size_t)iovcnt; i++) {
-        memcpy(p->data + off, iov[i].iov_base, iov[i].iov_len);
-        off += iov[i].iov_len;
-    }
     pkt_route(p, s, s->peer);
     pkt_send(p, s);
     return (ssize_t)n;
 }
 
-/* A datagram from s to ip:port. */
-static ssize_t dgram_send(sim_sock *s, const void *buf, size_t n, uint32_t ip,
-                          uint16_t port)
+/* p joins the end of the list head .. *tail. */
+static void pkt_append(sim_pkt **head, sim_pkt **tail, sim_pkt *p)
+{
+    p->next = NULL;
+    if (*tail)
+        (*tail)->next = p;
+    else
+        *head = p;
+    *tail = p;
+}
+
+/* Datagram p joins s's queue. */
+static void dq_push(sim_sock *s, sim_pkt *p)
+{
+    pkt_append(&s->dq, &s->dqtail, p);
+    edge(s, WEFT__FD_READ);
+}
+
+/* A Unix datagram from s to the socket bound at path on its host: there
+ * at once, never lost. */
+static ssize_t unix_dgram_send(sim_sock *s, const struct iovec *iov, int iovcnt,
+                               size_t n, const char *path, socklen_t plen)
+{
+    sim_sock *d = unix_bound(s->host, path, plen);
+    if (!d || d->type != SOCK_DGRAM) {
+        errno = !d ? ENOENT : EPROTOTYPE;
+        return -1;
+    }
+    sim_pkt *p = pkt_gather(P_DGRAM, iov, iovcnt, n, s->pathlen);
+    if (!p)
+        return -1;
+    memcpy(p->data + n, s->path, s->pathlen);
+    p->plen = s->pathlen;
+    unix_log("send", s, path, plen, n);
+    dq_push(d, p);
+    return (ssize_t)n;
+}
+
+/* A datagram of iov's bytes (n of them) from s to ip:port: lost,
+ * duplicated or held back as the seed says. */
+static ssize_t dgram_send(sim_sock *s, const struct iovec *iov, int iovcnt,
+                          size_t n, uint32_t ip, uint16_t port)
 {
     if (s->state == S_NEW && autobind(s) != 0)
         return -1;
@@ -686,11 +953,9 @@ static ssize_t dgram_send(sim_sock *s, const void *buf, size_t n, uint32_t ip,
         errno = ENETUNREACH;
         return -1;
     }
-    sim_pkt *p = pkt_new(P_DGRAM, buf, n);
-    if (!p) {
-        errno = ENOBUFS;
+    sim_pkt *p = pkt_gather(P_DGRAM, iov, iovcnt, n, 0);
+    if (!p)
         return -1;
-    }
     p->from = s;
     p->src = s->host->idx;
     p->dst = dh->idx;
@@ -699,14 +964,61 @@ static ssize_t dgram_send(sim_sock *s, const void *buf, size_t n, uint32_t ip,
     p->dip = weft__sim_host_ip(dh);
     p->dport = port;
     sim_net *net = weft__sim;
-    if (net->o.loss_permille &&
-        weft__sim_rand() % 1000 < net->o.loss_permille) {
+    if (strikes(net->o.loss_permille, WEFT_SIM_LOSS)) {
         log_pkt("lose", p);
         free(p);
         return (ssize_t)n;
     }
-    pkt_send(p, NULL);
+    bool twice = drawn(net->o.dup_permille);
+    sim_pkt *dup = NULL;
+    if (twice && class_on(WEFT_SIM_DUP) &&
+        (dup = pkt_gather(P_DGRAM, iov, iovcnt, n, 0)) != NULL) {
+        memcpy(dup, p, sizeof(*p));
+        log_pkt("duplicate", p);
+    }
+    int64_t late = 0;
+    if (drawn(net->o.reorder_permille)) {
+        int64_t extra =
+            net->o.latency_ns * (1 + (int64_t)(weft__sim_rand() % 10));
+        if (class_on(WEFT_SIM_REORDER)) {
+            late = extra;
+            log_pkt("hold back", p);
+        }
+    }
+    pkt_send_late(p, NULL, late);
+    if (dup)
+        pkt_send(dup, NULL);
+    else if (twice)
+        (void)latency(net); /* the copy's draw, made or not */
     return (ssize_t)n;
+}
+
+/* iov's bytes from s, as one segment or one datagram (to a, or to the
+ * socket's default destination when a is NULL). */
+static ssize_t sock_send(sim_sock *s, const struct iovec *iov, int iovcnt,
+                         const struct sockaddr *a, socklen_t alen)
+{
+    if (s->type == SOCK_STREAM)
+        return stream_send(s, iov, iovcnt);
+    size_t n = 0;
+    for (int i = 0; i < iovcnt; i++)
+        n += iov[i].iov_len;
+    if (!a && s->state != S_OPEN) {
+        errno = EDESTADDRREQ;
+        return -1;
+    }
+    if (s->family == AF_UNIX) {
+        char path[sizeof(s->path)];
+        socklen_t plen = a ? unix_path_of(a, alen, path) : s->rpathlen;
+        if (!plen)
+            return -1;
+        return unix_dgram_send(s, iov, iovcnt, n, a ? path : s->rpath, plen);
+    }
+    uint32_t ip = s->rip;
+    uint16_t port = s->rport;
+    if (a && !inet_addr_of(a, alen, &ip, &port))
+        return -1;
+    return dgram_send(s, iov, iovcnt, n, ip, port);
 }
 
 static ssize_t sim_sendto(int fd, const void *buf, size_t n, int flags,
@@ -716,19 +1028,8 @@ static ssize_t sim_sendto(int fd, const void *buf, size_t n, int flags,
     sim_sock *s = sock_live(fd);
     if (!s)
         return -1;
-    if (s->type == SOCK_STREAM) {
-        struct iovec v = {(void *)buf, n};
-        return stream_send(s, &v, 1);
-    }
-    uint32_t ip = s->rip;
-    uint16_t port = s->rport;
-    if (a && !inet_addr_of(a, alen, &ip, &port))
-        return -1;
-    if (!a && s->state != S_OPEN) {
-        errno = EDESTADDRREQ;
-        return -1;
-    }
-    return dgram_send(s, buf, n, ip, port);
+    struct iovec v = {(void *)buf, n};
+    return sock_send(s, &v, 1, a, alen);
 }
 
 static ssize_t sim_send(int fd, const void *buf, size_t n, int flags)
@@ -746,19 +1047,22 @@ static ssize_t sim_writev(int fd, const struct iovec *iov, int iovcnt)
     sim_sock *s = sock_live(fd);
     if (!s)
         return -1;
-    if (s->type == SOCK_STREAM)
-        return stream_send(s, iov, iovcnt);
-    return iovcnt ? sim_sendto(fd, iov[0].iov_base, iov[0].iov_len, 0, NULL, 0)
-                  : 0;
+    return sock_send(s, iov, iovcnt, NULL, 0);
 }
 
 static ssize_t sim_sendmsg(int fd, const struct msghdr *m, int flags)
 {
     WEFT_UNUSED(flags);
-    return sim_writev(fd, m->msg_iov, (int)m->msg_iovlen);
+    sim_sock *s = sock_live(fd);
+    if (!s)
+        return -1;
+    return sock_send(s, m->msg_iov, (int)m->msg_iovlen, m->msg_name,
+                     m->msg_namelen);
 }
 
 /* ---- ending ---- */
+
+static void unix_end(sim_sock *s, bool unread);
 
 static int sim_shutdown(int fd, int how)
 {
@@ -771,7 +1075,9 @@ static int sim_shutdown(int fd, int how)
     }
     if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
         s->wr_shut = true;
-        if (!s->reset)
+        if (s->family == AF_UNIX)
+            unix_end(s, false);
+        else if (!s->reset)
             stream_signal(s, P_FIN);
     }
     if ((how == SHUT_RD || how == SHUT_RDWR) && !s->rd_shut) {
@@ -797,23 +1103,51 @@ static void sock_bury(sim_sock *s)
     n->gone = s;
 }
 
+/* A Unix stream s ends its side: its peer reads the end, or, if s
+ * leaves bytes unread, a reset (as Linux does). */
+static void unix_end(sim_sock *s, bool unread)
+{
+    sim_sock *peer = s->peer;
+    if (!peer || peer->gone || peer->reset)
+        return;
+    if (unread) {
+        peer->err = ECONNRESET;
+        peer->reset = true;
+    } else {
+        peer->rd_eof = true;
+    }
+    edge(peer, WEFT__FD_READ | WEFT__FD_HUP | (unread ? WEFT__FD_WRITE : 0));
+}
+
 /* s leaves: a stream says so to its peer (a reset if bytes were left
  * unread, as Linux does, else a FIN), a listener resets what it did not
- * accept. */
+ * accept. A crash says nothing: the host is gone at once, and its peers
+ * learn it only when they send (TCP's half-open connection: their
+ * segments are retransmitted until the host is back and answers with a
+ * reset, or time out). */
 static void sock_drop(sim_sock *s, bool crash)
 {
     if (s->gone)
         return;
     if (s->type == SOCK_STREAM && s->state == S_OPEN && !s->reset) {
-        if (crash || s->rxlen > s->rxoff)
+        bool unread = s->rxlen > s->rxoff;
+        if (s->family == AF_UNIX)
+            unix_end(s, unread || crash);
+        else if (crash)
+            ;
+        else if (unread)
             stream_signal(s, P_RST);
         else if (!s->wr_shut)
             stream_signal(s, P_FIN);
     }
     for (int i = 0; i < s->nacq; i++) {
         sim_sock *c = s->acq[i];
-        stream_signal(c, P_RST);
+        if (c->family == AF_UNIX)
+            unix_end(c, true);
+        else if (!crash)
+            stream_signal(c, P_RST);
         c->state = S_CLOSED;
+        c->crashed = crash;
         sock_bury(c);
     }
     s->nacq = 0;
@@ -833,7 +1167,9 @@ static int sim_close(int fd)
     sim_sock *s = sock_of(fd);
     if (!s)
         return -1;
-    if (!s->gone)
+    if (!s->gone && s->family == AF_UNIX)
+        unix_log("close", s, s->path, s->pathlen, 0);
+    else if (!s->gone)
         weft__sim_logf("close %s:%u", s->host->name, s->lport);
     sock_drop(s, false);
     weft__sim->fds[fd - WEFT__SIM_FD_BASE] = NULL;
@@ -894,7 +1230,10 @@ static int sim_getsockname(int fd, struct sockaddr *a, socklen_t *alen)
     sim_sock *s = sock_live(fd);
     if (!s)
         return -1;
-    inet_fill(a, alen, s->lip, s->lport);
+    if (s->family == AF_UNIX)
+        unix_fill(a, alen, s->path, s->pathlen);
+    else
+        inet_fill(a, alen, s->lip, s->lport);
     return 0;
 }
 
@@ -907,7 +1246,10 @@ static int sim_getpeername(int fd, struct sockaddr *a, socklen_t *alen)
         errno = ENOTCONN;
         return -1;
     }
-    inet_fill(a, alen, s->rip, s->rport);
+    if (s->family == AF_UNIX)
+        unix_fill(a, alen, s->rpath, s->rpathlen);
+    else
+        inet_fill(a, alen, s->rip, s->rport);
     return 0;
 }
 
@@ -1024,6 +1366,10 @@ static void arrive_stream(sim_pkt *p, sim_sock *s)
         edge(s, WEFT__FD_READ);
         return;
     case P_FIN:
+        if (s->gone && s->crashed) { /* the host is back: it knows none */
+            reply_rst(p);
+            return;
+        }
         if (s->gone || s->reset)
             return;
         s->rd_eof = true;
@@ -1053,24 +1399,37 @@ static void arrive_dgram(sim_pkt *p)
         free(p);
         return;
     }
-    p->next = NULL;
-    if (s->dqtail)
-        s->dqtail->next = p;
-    else
-        s->dq = p;
-    s->dqtail = p;
-    edge(s, WEFT__FD_READ);
+    dq_push(s, p);
 }
 
 static void park(sim_link *l, sim_pkt *p)
 {
     log_pkt("park", p);
-    p->next = NULL;
-    if (l->ptail)
-        l->ptail->next = p;
-    else
-        l->parked = p;
-    l->ptail = p;
+    pkt_append(&l->parked, &l->ptail, p);
+}
+
+/* A stream's segment p reached a crashed host: sent again an RTO later
+ * (doubled each time), or, after RTX_MAX tries, its connection times
+ * out (ETIMEDOUT), as TCP's retransmissions do. */
+static void retransmit(sim_pkt *p)
+{
+    sim_net *n = weft__sim;
+    sim_sock *from = p->from;
+    if (p->tries == RTX_MAX) {
+        log_pkt("time out", p);
+        if (from && !from->gone && !from->reset) {
+            from->err = ETIMEDOUT;
+            from->reset = true;
+            edge(from, WEFT__FD_READ | WEFT__FD_WRITE | WEFT__FD_HUP);
+        }
+        free(p);
+        return;
+    }
+    log_pkt("retransmit", p);
+    p->when = weft__now(n->rt) + (RTX_FIRST << p->tries);
+    p->tries++;
+    if (!heap_push(n, p))
+        free(p);
 }
 
 /* p has arrived: the link and the host decide, then the socket. */
@@ -1093,6 +1452,10 @@ static void route(sim_pkt *p)
         return;
     }
     if (n->hosts[p->dst]->down) {
+        if (p->kind == P_DATA || p->kind == P_FIN || p->kind == P_SYNACK) {
+            retransmit(p);
+            return;
+        }
         log_pkt("lose", p);
         free(p);
         return;

@@ -38,6 +38,7 @@
 #include "sim/sim.h"
 #include "scope/struct.h"
 #include "util/fault.h"
+#include "util/runlog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -376,6 +377,13 @@ int weft_sim_host_crash(weft_sim_host *h)
     return 0;
 }
 
+const char *weft_sim_fault_name(weft_sim_fault c)
+{
+    static const char *const names[WEFT_SIM_FAULTS] = {"loss", "dup", "reorder",
+                                                       "reset", "partition"};
+    return (unsigned)c < WEFT_SIM_FAULTS ? names[c] : NULL;
+}
+
 /* ---- the network's verbs ---- */
 
 enum { VERB_PARTITION, VERB_REPAIR, VERB_HOLD, VERB_RELEASE };
@@ -391,7 +399,13 @@ static int verb(weft_sim_host *a, weft_sim_host *b, int v)
     b = b ? b : weft__sim->hosts[0];
     if (!host_ok(a) || !host_ok(b) || a == b)
         return -EINVAL;
-    weft__sim_logf("%s %s %s", names[v], a->name, b->name);
+    /* Partitions and holds are a fault class shrinking switches off:
+     * then they (and their repairs and releases) change nothing. */
+    bool off = weft__sim->off & (1u << WEFT_SIM_PARTITION);
+    weft__sim_logf("%s %s %s%s", names[v], a->name, b->name,
+                   off ? " (off)" : "");
+    if (off)
+        return 0;
     sim_link *ls[2] = {&weft__sim->links[a->idx][b->idx],
                        &weft__sim->links[b->idx][a->idx]};
     for (int i = 0; i < 2; i++) {
@@ -474,7 +488,8 @@ int weft_sim_log_write(int fd)
 static int opts_resolve(const weft_sim_opts *in, weft_sim_opts *o)
 {
     if (in->latency_ns < 0 || in->reset_permille > 1000 ||
-        in->loss_permille > 1000)
+        in->loss_permille > 1000 || in->dup_permille > 1000 ||
+        in->reorder_permille > 1000)
         return -EINVAL;
     *o = *in;
     o->latency_ns = in->latency_ns ? in->latency_ns : DEFAULT_LATENCY;
@@ -504,6 +519,7 @@ int weft__sim_start(weft_runtime *rt, const weft_sim_opts *opts)
     n->rt = rt;
     n->o = o;
     n->rng = rt->seed ^ 0x5EED5EED5EED5EEDull;
+    n->off = ld_acq(&weft__sim_off);
     n->timer.fn = weft__sim_net_fire;
     weft__sim = n;
     log_reset(o.log_max);

@@ -69,6 +69,7 @@ typedef struct sim_net {
     weft_runtime *rt;
     weft_sim_opts o;   /* resolved: no zero means "default" any more */
     uint64_t rng;      /* splitmix64 state: the network's draws */
+    unsigned off;      /* fault classes switched off (weft__sim_off) */
     weft__timer timer; /* worker 0's wheel: the next packet's arrival */
     weft_sim_host *hosts[SIM_MAX_HOSTS];
     int nhosts;

@@ -20,6 +20,11 @@
 #include <unistd.h>
 
 #define ALL_SITES ((1u << WEFT_FAULT_SITES) - 1)
+#define NET WEFT_SWARM_NET_ALL
+_Static_assert(WEFT_SWARM_NET_ALL ==
+                   ((1u << WEFT_SIM_FAULTS) - 1) * WEFT_SWARM_NET(0),
+               "WEFT_SWARM_NET_ALL names every class");
+_Static_assert(WEFT_FAULT_SITES <= 16, "the sites' bits stay below NET's");
 #define MAX_WORKERS 4
 #define SOMETIMES_MAX 256
 
@@ -96,11 +101,32 @@ static bool faults_built(void)
 static int opts_check(const weft_swarm_opts *o)
 {
     if (o->max_workers < 0 || o->max_workers > MAX_WORKERS ||
-        (o->sites & ~ALL_SITES) || (o->must_fire & ~ALL_SITES) ||
+        (o->sites & ~(ALL_SITES | NET)) || (o->must_fire & ~ALL_SITES) ||
         o->max_permille > 1000 || o->check_every < 0 || o->max_failures < 0 ||
         o->explore < -1 || o->explore > 1)
         return -EINVAL;
     return 0;
+}
+
+/* The network's fault classes a run under o can have: none outside
+ * simulation; in it, each class whose chance the run's weft_sim_opts
+ * sets, and partition (the verbs, which the body calls). */
+static unsigned net_classes(const weft_swarm_opts *o)
+{
+    const weft_sim_opts *so = o->config ? o->config->sim : NULL;
+    const char *env = getenv("WEFT_SIM");
+    if (!so && !(env && strcmp(env, "1") == 0))
+        return 0;
+    unsigned m = WEFT_SWARM_NET(WEFT_SIM_PARTITION);
+    if (so && so->loss_permille)
+        m |= WEFT_SWARM_NET(WEFT_SIM_LOSS);
+    if (so && so->dup_permille)
+        m |= WEFT_SWARM_NET(WEFT_SIM_DUP);
+    if (so && so->reorder_permille)
+        m |= WEFT_SWARM_NET(WEFT_SIM_REORDER);
+    if (so && so->reset_permille)
+        m |= WEFT_SWARM_NET(WEFT_SIM_RESET);
+    return m;
 }
 
 int weft_swarm_profile_get(const weft_swarm_opts *opts, uint64_t seed,
@@ -118,7 +144,7 @@ int weft_swarm_profile_get(const weft_swarm_opts *opts, uint64_t seed,
     out->workers =
         o->max_workers > 1 ? 1 + (int)(next(&r) % o->max_workers) : 1;
     out->deterministic = out->workers == 1;
-    unsigned allowed = o->sites ? o->sites : ALL_SITES;
+    unsigned allowed = o->sites & ALL_SITES ? o->sites & ALL_SITES : ALL_SITES;
     unsigned max = o->max_permille ? o->max_permille : 50;
     int bits = 0;
     while ((1u << bits) < max)
@@ -136,6 +162,9 @@ int weft_swarm_profile_get(const weft_swarm_opts *opts, uint64_t seed,
         out->faults.site_permille[s] = permille < max ? permille : max;
         out->sites |= 1u << s;
     }
+    /* A simulated run has the network's classes on (drawing nothing:
+     * the network's draws are the seed's); shrinking takes them away. */
+    out->sites |= net_classes(o) & (o->sites & NET ? o->sites : NET);
     /* Schedule exploration, from a stream of its own (the fault draws
      * above stay as they were). */
     uint64_t e = seed ^ 0x4558504c4f524531u;
@@ -145,7 +174,7 @@ int weft_swarm_profile_get(const weft_swarm_opts *opts, uint64_t seed,
     return 0;
 }
 
-/* Keeps only the sites in mask active in p. */
+/* Keeps only the sites (and network classes) in mask active in p. */
 static void profile_limit(weft_swarm_profile *p, unsigned mask,
                           const weft_swarm_opts *o)
 {
@@ -198,7 +227,11 @@ static void run_one(const weft_swarm_opts *o, const weft_swarm_profile *p,
     st_rlx(&run_failed, 0);
     run_what[0] = '\0';
     weft__pct_set(p->explore, p->seed);
+    /* The network's classes the profile has off (shrinking, a replay's
+     * WEFT_SWARM_SITES): the simulation switches them off. */
+    st_rel(&weft__sim_off, (net_classes(o) & ~p->sites) / WEFT_SWARM_NET(0));
     int rc = weft_run(&cfg, root_fn, &r);
+    st_rel(&weft__sim_off, 0);
     weft__pct_set(0, 0);
     memset(out, 0, sizeof(*out));
     out->status = rc;
@@ -234,6 +267,17 @@ static int env_number(const char *name, uint64_t *v, bool *set)
     return 0;
 }
 
+/* The name of a swarm mask's bit k: a fault site's, or a network
+ * class's; NULL for none. */
+static const char *site_name(unsigned k)
+{
+    if (k < WEFT_FAULT_SITES)
+        return weft_fault_site_name((weft_fault_site)k);
+    if (k >= 16 && k < 16 + WEFT_SIM_FAULTS)
+        return weft_sim_fault_name((weft_sim_fault)(k - 16));
+    return NULL;
+}
+
 /* Reads a list of site names ("read,write", or "none") into *mask. */
 static int parse_sites(const char *s, unsigned *mask)
 {
@@ -242,15 +286,15 @@ static int parse_sites(const char *s, unsigned *mask)
         return 0;
     while (*s) {
         size_t n = strcspn(s, ",");
-        unsigned s_at = WEFT_FAULT_SITES;
-        for (unsigned k = 0; k < WEFT_FAULT_SITES; k++) {
-            const char *name = weft_fault_site_name((weft_fault_site)k);
-            if (strlen(name) == n && strncmp(name, s, n) == 0)
-                s_at = k;
+        unsigned bit = 0;
+        for (unsigned k = 0; k < 32 && !bit; k++) {
+            const char *name = site_name(k);
+            if (name && strlen(name) == n && strncmp(name, s, n) == 0)
+                bit = 1u << k;
         }
-        if (s_at == WEFT_FAULT_SITES)
+        if (!bit)
             return -EINVAL;
-        *mask |= 1u << s_at;
+        *mask |= bit;
         s += n;
         if (*s == ',')
             s++;
@@ -265,16 +309,18 @@ static const char *site_list_rates(unsigned mask, const unsigned *rates,
 {
     size_t at = 0;
     buf[0] = '\0';
-    for (unsigned s = 0; s < WEFT_FAULT_SITES; s++)
-        if (mask & (1u << s)) {
+    for (unsigned s = 0; s < 32; s++)
+        if ((mask & (1u << s)) && site_name(s)) {
             char rate[16] = "";
-            if (rates)
+            if (rates && s < WEFT_FAULT_SITES)
                 snprintf(rate, sizeof(rate), " %u/1000", rates[s]);
+            else if (rates)
+                snprintf(rate, sizeof(rate), " (network)");
             int n = snprintf(buf + at, len - at, "%s%s%s",
                              !at     ? ""
                              : rates ? ", "
                                      : ",",
-                             weft_fault_site_name((weft_fault_site)s), rate);
+                             site_name(s), rate);
             if (n < 0 || (size_t)n >= len - at)
                 break;
             at += (size_t)n;
@@ -356,7 +402,7 @@ static int shrink(const weft_swarm_opts *o, const weft_swarm_profile *p,
     if (!oc.failed)
         return 0;
     unsigned keep = p->sites;
-    for (unsigned s = 0; s < WEFT_FAULT_SITES; s++) {
+    for (unsigned s = 0; s < 32; s++) {
         if (!(keep & (1u << s)))
             continue;
         weft_swarm_profile q = *p;
@@ -497,7 +543,8 @@ int weft_swarm_replay(const weft_swarm_opts *opts, uint64_t seed, int sites_set,
     weft_swarm_opts none = {0};
     const weft_swarm_opts *o = opts ? opts : &none;
     weft_swarm_profile p;
-    if (!body || (sites & ~ALL_SITES) || weft_swarm_profile_get(o, seed, &p))
+    if (!body || (sites & ~(ALL_SITES | NET)) ||
+        weft_swarm_profile_get(o, seed, &p))
         return -EINVAL;
     if (sites_set)
         profile_limit(&p, sites, o);
@@ -520,7 +567,7 @@ static void report_failure(const weft_swarm_opts *o, const char *name,
     fprintf(
         stderr,
         "swarm %s: seed %llu FAILED: status %d (%s)%s%s%s; %d worker%s, "
-        "fault sites %s%s\n",
+        "faults %s%s\n",
         name, (unsigned long long)p->seed, oc->status,
         oc->status < 0 ? weft_strerror(oc->status) : "the body's",
         oc->what[0] ? ", \"" : "", oc->what, oc->what[0] ? "\"" : "",
@@ -542,8 +589,7 @@ static void report_shrunk(const weft_swarm_opts *o, const char *name,
                 name, (unsigned long long)seed);
     else
         fprintf(stderr,
-                "swarm %s: seed %llu shrunk: it fails with fault sites %s "
-                "alone\n",
+                "swarm %s: seed %llu shrunk: it fails with faults %s alone\n",
                 name, (unsigned long long)seed, l);
     fprintf(stderr, "  replay: WEFT_SEED=%llu WEFT_SWARM_SITES=%s %s\n",
             (unsigned long long)seed, l, c);
@@ -682,7 +728,7 @@ static int sweep_seed(sweep_ctx *c, uint64_t i)
     if (c->sites_set)
         profile_limit(&p, c->sites, o);
     if (!st->faults)
-        profile_limit(&p, 0, o);
+        profile_limit(&p, p.sites & NET, o);
     outcome oc;
     run_one(o, &p, NULL, c->body, c->arg, &oc);
     st->runs++;

@@ -86,6 +86,7 @@ void weft__runlog_free(weft__runlog *log)
 /* ---- schedule exploration ---- */
 
 atomic_uint weft__pct_shift;
+atomic_uint weft__sim_off;
 static uint64_t pct_epoch; /* change points so far; the seeded worker's */
 static uint64_t pct_salt;  /* the run's seed */
 

@@ -56,4 +56,10 @@ void weft__pct_change(void);
  * worker), in the run's current draw. */
 uint64_t weft__pct_priority(uint64_t id);
 
+/* The simulated network's seeded fault classes switched off for the next
+ * runs (bit 1u << weft_sim_fault): the swarm's shrinking sets it around
+ * one run, the simulation reads it when a run starts. Process-wide, as
+ * the log is. */
+extern atomic_uint weft__sim_off;
+
 #endif
