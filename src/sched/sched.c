@@ -121,7 +121,7 @@ static inline void ctx_target_stack(weft_worker *w, weft_task *to,
 {
     if (to) {
         *lo = to->stack_lo;
-        *size = (size_t)((char *)to - to->stack_lo);
+        *size = (size_t)(to->stack_hi - to->stack_lo);
     } else {
         *lo = w->stack_lo;
         *size = w->stack_size;
@@ -137,6 +137,10 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 {
     weft__ctx *fc = from ? &from->ctx : &w->sched_ctx;
     weft__ctx *tc = to ? &to->ctx : &w->sched_ctx;
+    /* A compact task's stack given back while it was parked: copied in
+     * again, here on the stack we leave (stack.c). */
+    if (to && WEFT_UNLIKELY(to->flags & TASK_RELEASED))
+        weft__stack_restore(to);
 #if defined(WEFT_ASAN)
     void *fake = NULL;
     const void *lo;
@@ -1055,6 +1059,13 @@ static inline void finish_switch(weft_worker *w)
         recycle(w, w->dead);
         w->dead = NULL;
     }
+    if (WEFT_UNLIKELY(w->release != NULL)) {
+        /* A compact task that parked: its stack is still and nothing but
+         * it touches it (TASK_MAY_RELEASE); it runs again only here, after
+         * this, with its stack copied in (ctx_switch). */
+        weft__stack_release(w->release);
+        w->release = NULL;
+    }
 }
 
 /* Switches from the running task self to whatever runs next; returns when
@@ -1066,6 +1077,9 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
     bool switched = next != self; /* else woken before it even left */
     if (switched) {
         weft__stack_check(self);
+        if (kind != WEFT_WAIT_YIELD &&
+            WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE))
+            w->release = self; /* given back once we are off its stack */
         st_rlx(&w->cur, next);
         w->spawns = 0;
         /* A constant where inlined: one counter, chosen at compile time */
@@ -1323,7 +1337,8 @@ static uint64_t task_id(void)
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line)
 {
-    t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
+    t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN |
+                TASK_COMPACT;
     t->worker = NULL;
     t->next = NULL;
     t->wake_code = 0;
@@ -1348,9 +1363,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     /* The slot's previous task left through a switch, not by returning, so
      * ASan still marks its frames' redzones: clear them for the new life. */
     __asan_unpoison_memory_region(t->stack_lo,
-                                  (size_t)((char *)t - t->stack_lo));
+                                  (size_t)(t->stack_hi - t->stack_lo));
 #endif
-    weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
+    weft__ctx_make(&t->ctx, t->stack_lo, t->stack_hi, weft__task_main, t);
 }
 
 /* Runs on w's thread, t prepared and registered in its scope. */

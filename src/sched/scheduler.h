@@ -126,6 +126,8 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
             weft__queue runq;   /* woken tasks, FIFO */
             weft__queue yieldq; /* tasks that yielded: after everything */
             weft_task *dead;    /* finished task to recycle after the switch */
+            weft_task *release; /* compact task whose stack to give back
+                                 * after the switch (stack.c) */
             atomic_uint tick;   /* scheduling decisions taken; thieves read
                                  * it, the watchdog too (stored with
                                  * release: see stats.c) */
@@ -343,6 +345,9 @@ void weft__pool_trim(weft_worker *w);
 /* Stacks registered with valgrind (whether or not it runs) and not yet
  * deregistered, in the whole process: 0 when no runtime runs. For tests. */
 extern atomic_long weft__stacks_registered;
+/* Compact tasks' stacks given back (weft__stack_release), ever, in the
+ * whole process. For tests. */
+extern atomic_long weft__stacks_released;
 /* Overflow detection: the canary below the stack, and the signal handler. */
 void weft__stack_check_slow(weft_task *t);
 /* Called at every switch away from t. */
@@ -351,6 +356,12 @@ static inline void weft__stack_check(weft_task *t)
     if (!(t->flags & TASK_GUARDED))
         weft__stack_check_slow(t);
 }
+/* A compact task's stack (stack.c, "compact tasks"): released (its used
+ * part copied out, its pages given back) by its worker right after the
+ * task parked with TASK_MAY_RELEASE and switched away; restored by the
+ * switch back to it, before the jump. */
+void weft__stack_release(weft_task *t);
+void weft__stack_restore(weft_task *t);
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);
