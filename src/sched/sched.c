@@ -139,8 +139,8 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
     weft__ctx *tc = to ? &to->ctx : &w->sched_ctx;
     /* A compact task's stack given back while it was parked: copied in
      * again, here on the stack we leave (stack.c). */
-    if (to && WEFT_UNLIKELY(to->flags & TASK_RELEASED))
-        weft__stack_restore(to);
+    if (to && WEFT_UNLIKELY(to->flags & (TASK_PENDING | TASK_RELEASED)))
+        weft__stack_resume(w, to);
 #if defined(WEFT_ASAN)
     void *fake = NULL;
     const void *lo;
@@ -1062,8 +1062,8 @@ static inline void finish_switch(weft_worker *w)
     if (WEFT_UNLIKELY(w->release != NULL)) {
         /* A compact task that parked: its stack is still and nothing but
          * it touches it (TASK_MAY_RELEASE); it runs again only here, after
-         * this, with its stack copied in (ctx_switch). */
-        weft__stack_release(w->release);
+         * this (ctx_switch resumes it). */
+        weft__stack_park(w, w->release);
         w->release = NULL;
     }
 }
@@ -1686,6 +1686,8 @@ int weft__worker_loop(weft_worker *w)
             ctx_switch(w, NULL, t, false);
             continue;
         }
+        if (WEFT_UNLIKELY(w->pend_live))
+            weft__stack_idle(w); /* idle: compact stacks given back */
         if (ld_acq(&rt->done))
             break;
         /* Waits for work or the next timer, as the clock has it (the
@@ -1734,6 +1736,9 @@ void weft__worker_fini(weft_worker *w)
     w->ready = NULL;
     free(w->seen);
     w->seen = NULL;
+    WEFT_ASSERT_MSG(!w->pend_live, "a compact task parked at the end");
+    free(w->pend);
+    w->pend = NULL;
     int fd = ld_rlx(&w->stat_fd);
     if (fd >= 0)
         close(fd);

@@ -164,6 +164,10 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* asserts: the task this worker switched away from, whose on_cpu the
      * other side of the switch clears (finish_switch) */
     weft_task *off_cpu;
+    /* compact tasks parked here whose stacks are not given back yet: a
+     * ring of WEFT__PEND slots, made at the first (stack.c) */
+    weft_task **pend;
+    unsigned pend_at, pend_live;
 
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
@@ -356,12 +360,17 @@ static inline void weft__stack_check(weft_task *t)
     if (!(t->flags & TASK_GUARDED))
         weft__stack_check_slow(t);
 }
-/* A compact task's stack (stack.c, "compact tasks"): released (its used
- * part copied out, its pages given back) by its worker right after the
- * task parked with TASK_MAY_RELEASE and switched away; restored by the
- * switch back to it, before the jump. */
-void weft__stack_release(weft_task *t);
-void weft__stack_restore(weft_task *t);
+/* A compact task's stack (stack.c, "compact tasks"). weft__stack_park: t
+ * parked with TASK_MAY_RELEASE and w has switched away from it: noted in
+ * w's ring, whose slot's previous task has its stack given back (its used
+ * part copied out, its pages given back). weft__stack_resume: before the
+ * switch back to t (pending or released): out of the ring, or its stack
+ * copied in again. weft__stack_idle: w has nothing to run: every pending
+ * stack given back. */
+#define WEFT__PEND 64
+void weft__stack_park(weft_worker *w, weft_task *t);
+void weft__stack_resume(weft_worker *w, weft_task *t);
+void weft__stack_idle(weft_worker *w);
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);

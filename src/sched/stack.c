@@ -406,7 +406,7 @@ static weft_task *compact_free(weft_task *t)
 {
     weft__compact *cp = weft__compact_of(t);
     weft_task *c = (weft_task *)(void *)t->stack_hi;
-    WEFT_ASSERT_MSG(!(t->flags & TASK_RELEASED),
+    WEFT_ASSERT_MSG(!(t->flags & (TASK_RELEASED | TASK_PENDING)),
                     "a compact task freed with its stack given back");
     /* (c's own fields are zero if the stack was ever given back) */
     WEFT_ASSERT((char *)c > t->stack_lo &&
@@ -471,15 +471,15 @@ static void image_parts(weft_task *t, char **a, char **b)
     }
 }
 
-void weft__stack_release(weft_task *t)
+static void stack_release(weft_task *t)
 {
 #if defined(WEFT_UCONTEXT)
     WEFT_UNUSED(t);
 #else
     weft__compact *cp = weft__compact_of(t);
     char *sp = t->ctx.sp, *a, *b;
-    WEFT_ASSERT_MSG((t->flags & (TASK_RELEASED | TASK_MAY_RELEASE)) ==
-                        TASK_MAY_RELEASE,
+    WEFT_ASSERT_MSG((t->flags & (TASK_RELEASED | TASK_MAY_RELEASE |
+                                 TASK_PENDING)) == TASK_MAY_RELEASE,
                     "a stack given back twice, or in a wait that keeps it");
     WEFT_ASSERT_MSG(sp >= t->stack_lo && sp < t->stack_hi &&
                         (uintptr_t)sp % 8 == 0,
@@ -507,7 +507,7 @@ void weft__stack_release(weft_task *t)
 #endif
 }
 
-void weft__stack_restore(weft_task *t)
+static void stack_restore(weft_task *t)
 {
 #if defined(WEFT_UCONTEXT)
     WEFT_UNUSED(t);
@@ -526,6 +526,65 @@ void weft__stack_restore(weft_task *t)
         *(uint64_t *)t->stack_lo = CANARY;
     t->flags &= ~(unsigned)TASK_RELEASED;
 #endif
+}
+
+/* The ring of parks whose stacks are not given back yet: a compact task
+ * that parks and runs again soon (a busy one) pays no copy and no
+ * madvise; one still parked WEFT__PEND parks later, or when its worker
+ * goes idle, has its stack given back. */
+void weft__stack_park(weft_worker *w, weft_task *t)
+{
+    WEFT_ASSERT(w == weft__tl_worker && t->worker == w);
+    WEFT_ASSERT((t->flags & (TASK_COMPACT | TASK_MAY_RELEASE | TASK_PENDING |
+                             TASK_RELEASED)) ==
+                (TASK_COMPACT | TASK_MAY_RELEASE));
+    if (WEFT_UNLIKELY(!w->pend)) {
+        w->pend = weft__calloc(WEFT__PEND, sizeof(*w->pend));
+        if (!w->pend) {
+            stack_release(t); /* no ring: given back at once */
+            return;
+        }
+    }
+    weft_task *old = w->pend[w->pend_at];
+    if (old) {
+        WEFT_ASSERT(old->flags & TASK_PENDING);
+        old->flags &= ~(unsigned)TASK_PENDING;
+        stack_release(old);
+        w->pend_live--;
+    }
+    w->pend[w->pend_at] = t;
+    weft__compact_of(t)->pend = (uint16_t)w->pend_at;
+    t->flags |= TASK_PENDING;
+    w->pend_live++;
+    w->pend_at = (w->pend_at + 1) % WEFT__PEND;
+}
+
+void weft__stack_resume(weft_worker *w, weft_task *t)
+{
+    WEFT_ASSERT(w == weft__tl_worker && t->worker == w);
+    if (t->flags & TASK_PENDING) {
+        weft__compact *cp = weft__compact_of(t);
+        WEFT_ASSERT(!(t->flags & TASK_RELEASED) && w->pend[cp->pend] == t);
+        w->pend[cp->pend] = NULL;
+        w->pend_live--;
+        t->flags &= ~(unsigned)TASK_PENDING;
+        return; /* its stack is as it left it */
+    }
+    stack_restore(t);
+}
+
+void weft__stack_idle(weft_worker *w)
+{
+    for (unsigned i = 0; i < WEFT__PEND && w->pend_live; i++) {
+        weft_task *t = w->pend[i];
+        if (!t)
+            continue;
+        w->pend[i] = NULL;
+        w->pend_live--;
+        t->flags &= ~(unsigned)TASK_PENDING;
+        stack_release(t);
+    }
+    WEFT_ASSERT(w->pend_live == 0);
 }
 
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)

@@ -63,6 +63,8 @@ enum {
     TASK_MAY_RELEASE = 1u << 9, /* owner: set by the wait layer around a
                                  * park during which nothing but the task
                                  * itself touches its stack */
+    TASK_PENDING = 1u << 10,    /* owner: parked so, in its worker's ring
+                                 * of stacks to give back (stack.c) */
 };
 
 /* weft_task.ext, the per-task state of the layers above the scheduler: a
@@ -171,18 +173,23 @@ struct weft_task {
  * stack is a slot of the pool, borrowed: the slot's own struct sits at
  * the stack's top (stack_hi). When it parks in a wait that lets it
  * (TASK_MAY_RELEASE: the wait layer has moved everything another thread
- * may touch off the stack, into `ext`), the worker copies the stack's
- * used part, from its saved stack pointer to its top, into `img` and
- * gives the slot's pages back (madvise); the switch back to it copies the
- * image in again, at the same addresses. A hole in the used part, bytes
- * the wait layer says are dead while it is parked (the primitive's own
- * waiter, stood in for by the one in ext), is left out. Owner only. */
+ * may touch off the stack, into `ext`), its worker notes it in a ring of
+ * such parks (TASK_PENDING); the stack is given back (its used part, from
+ * the saved stack pointer to the top, copied into `img`, the slot's pages
+ * given back with madvise: TASK_RELEASED) once the ring comes round to it
+ * again, or when the worker goes idle. The switch back to it copies the
+ * image in again, at the same addresses, or, if it was still pending,
+ * only takes it out of the ring. A hole in the used part, bytes the wait
+ * layer says are dead while it is parked (the primitive's own waiter,
+ * stood in for by the one in ext), is left out. Owner only. */
 #define WEFT__COMPACT_EXT 112u /* the wait layer's (wait/compact.c) */
 typedef struct weft__compact {
     char *img;         /* the image of a released stack (kept: reused) */
     uint32_t len, cap; /* its bytes, and the buffer's */
     /* 0, or the hole: dead bytes [stack_hi - hole, + hole_len) */
-    uint32_t hole, hole_len;
+    uint32_t hole;
+    uint16_t hole_len;
+    uint16_t pend; /* TASK_PENDING: its slot in the worker's ring */
     _Alignas(8) unsigned char ext[WEFT__COMPACT_EXT];
 } weft__compact;
 

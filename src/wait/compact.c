@@ -14,7 +14,7 @@
  * its compact record, with a bounce buffer standing in for elem: the
  * value to send is copied in before the park, the value received copied
  * out after it. Only then does it mark the park TASK_MAY_RELEASE, which
- * tells its worker to give the stack back once it has switched away.
+ * lets its worker give the stack back once it has switched away.
  * Every other wait (select, wait sets, publish callbacks, the blocking
  * pool, files, joins, actors, an elem larger than the bounce buffer)
  * keeps the stack where it is for that park.
@@ -70,7 +70,7 @@ int weft__compact_leave(weft__waiter *w, weft__waiter *x, int rc, bool out,
     weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     compact_wait *cw = (compact_wait *)(void *)weft__compact_of(t)->ext;
     WEFT_ASSERT(x == &cw->w && (t->flags & TASK_MAY_RELEASE));
-    WEFT_ASSERT_MSG(!(t->flags & TASK_RELEASED),
+    WEFT_ASSERT_MSG(!(t->flags & (TASK_RELEASED | TASK_PENDING)),
                     "a compact task runs with its stack given back");
     t->flags &= ~(unsigned)TASK_MAY_RELEASE;
     weft__compact_of(t)->hole = 0;
