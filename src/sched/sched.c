@@ -1055,16 +1055,17 @@ static inline void finish_switch(weft_worker *w)
         w->off_cpu = NULL;
     }
 #endif
-    if (w->dead) {
-        recycle(w, w->dead);
+    weft_task *d = w->dead;
+    if (d) {
         w->dead = NULL;
-    }
-    if (WEFT_UNLIKELY(w->release != NULL)) {
-        /* A compact task that parked: its stack is still and nothing but
-         * it touches it (TASK_MAY_RELEASE); it runs again only here, after
-         * this (ctx_switch resumes it). */
-        weft__stack_park(w, w->release);
-        w->release = NULL;
+        if (WEFT_UNLIKELY((uintptr_t)d & 1)) {
+            /* A compact task that parked: its stack is still and nothing
+             * but it touches it (TASK_MAY_RELEASE); it runs again only
+             * here, after this (ctx_switch resumes it). */
+            weft__stack_park(w, (weft_task *)((uintptr_t)d - 1));
+        } else {
+            recycle(w, d);
+        }
     }
 }
 
@@ -1078,8 +1079,9 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
     if (switched) {
         weft__stack_check(self);
         if (kind != WEFT_WAIT_YIELD &&
-            WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE))
-            w->release = self; /* given back once we are off its stack */
+            WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE)) /* noted once
+                                                             * off its stack */
+            w->dead = (weft_task *)((uintptr_t)self | 1);
         st_rlx(&w->cur, next);
         w->spawns = 0;
         /* A constant where inlined: one counter, chosen at compile time */

@@ -125,9 +125,9 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
             unsigned runnext_streak;
             weft__queue runq;   /* woken tasks, FIFO */
             weft__queue yieldq; /* tasks that yielded: after everything */
-            weft_task *dead;    /* finished task to recycle after the switch */
-            weft_task *release; /* compact task whose stack to give back
-                                 * after the switch (stack.c) */
+            weft_task *dead;    /* finished task to recycle after the switch;
+                                 * with its low bit set, a compact task that
+                                 * parked, noted then (stack.c) */
             atomic_uint tick;   /* scheduling decisions taken; thieves read
                                  * it, the watchdog too (stored with
                                  * release: see stats.c) */
