@@ -662,36 +662,40 @@ typedef struct weft_spawn_opts {
      * (weft_scope_opts.compact), by default not; 1: compact; -1: not,
      * whatever its scope says. For servers with very many mostly idle
      * connections: a parked task normally keeps the page at its stack's
-     * top resident (about 4 KiB); a compact task parked in one of the
-     * waits below keeps only the used part of its stack, copied to the
-     * heap (a few hundred bytes, its record beside), and gives every page
-     * of its stack back to the kernel. Its stack keeps its addresses: the
-     * switch back to it copies the part in again, so pointers into it
-     * stay right.
+     * top resident (about 4 KiB); a compact task that stays parked in one
+     * of the waits below keeps only the used part of its stack, copied to
+     * the heap (a few hundred bytes, beside its record), and gives every
+     * page of its stack back to the kernel: under 1 KiB in all. Its stack
+     * keeps its addresses: the switch back to it copies the part in
+     * again, so pointers into it stay right. "Stays parked": its worker
+     * gives back the stacks of the compact tasks still parked 64 compact
+     * parks later, and all of them when it goes idle.
      *
      * Waits that give the stack back: weft_chan_send and weft_chan_recv
      * (and their _until forms; values of at most 16 bytes), weft_mutex_lock
-     * (and its _until form), weft_event_wait, weft_wg_wait,
-     * weft_fd_wait for one direction (the socket calls that wait for
-     * one), weft_sleep_for and weft_sleep_until. A compact task parked in
-     * any other wait (select, the future combinators, condition
-     * variables, semaphores, rwlocks, joins, actors, the blocking pool,
-     * files, a descriptor wait for both directions) keeps its stack as a
-     * plain task does: those waits let other threads write into the
-     * parked task's stack. In the waits above other threads touch only
-     * the task's record, off the stack: a value sent to or received by a
-     * parked compact task goes through its record and is copied to the
-     * caller's buffer when it runs again.
+     * (and its _until form), weft_event_wait, weft_wg_wait (and their
+     * _until forms), weft_fd_wait for one direction (and the socket calls
+     * that wait for one), weft_sleep_for and weft_sleep_until. A compact
+     * task parked in any other wait (select, the future combinators,
+     * condition variables, semaphores, rwlocks, joins, actors, the
+     * blocking pool, files, a descriptor wait for both directions) keeps
+     * its stack as a plain task does: those waits let other threads
+     * write into the parked task's stack. In the waits above other
+     * threads touch only the task's record, off the stack: a value sent
+     * to or received by a parked compact task goes through its record
+     * and is copied to the caller's buffer when it runs again.
      *
-     * Cost: each such park copies the used part of the stack out and
-     * gives the pages back (one madvise), and the next switch to the task
-     * copies it in again, taking a page fault or two: a few microseconds
-     * per park, against tens of nanoseconds for a plain task. A compact
-     * task's stack is not walked by the task dump (WEFT_DUMP_STACKS).
-     * Stack overflow is caught as for any task (its stack keeps its guard
+     * Cost: a compact task's park in those waits costs a few nanoseconds
+     * more; waking one whose stack was given back costs the copy out and
+     * a madvise, then a page fault and the copy in: microseconds
+     * (bench/wake-compact). A large buffer on the stack is copied out
+     * with the rest: keep such buffers on the heap. A compact task's
+     * stack is not walked by the task dump (WEFT_DUMP_STACKS). Stack
+     * overflow is caught as for any task (its stack keeps its guard
      * page). A compact task never moves between workers: compact = 1
      * with movable = 1 is -EINVAL, and a movable scope's compact tasks
-     * stay where they start. Tasks that are not compact pay nothing. */
+     * stay where they start. Tasks that are not compact pay a test or
+     * two per switch and per wait. */
     int compact;
 } weft_spawn_opts;
 
