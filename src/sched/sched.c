@@ -483,11 +483,15 @@ static void move_out(weft_worker *w, weft_task *t, weft_worker *to)
 }
 
 /* Whether w, which holds t runnable, may hand it over now: t may move,
- * is not the task switching away on w, and nothing ties it to w. */
+ * is not the task switching away on w, and nothing ties it to w. A
+ * compact task never moves (its stack is noted in its worker's ring, or
+ * given back and copied in, by that worker: stack.c); an actor's task
+ * in a compact scope is one. */
 static bool movable_now(weft_worker *w, weft_task *t)
 {
     return t != ld_rlx(&w->cur) && t->anchor == 0 &&
-           (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE));
+           (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE)) &&
+           !(t->flags & TASK_COMPACT);
 }
 
 /* t came out of w's inbox with a waker's request (move_to). */
@@ -1080,7 +1084,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
         weft__stack_check(self);
         if (kind != WEFT_WAIT_YIELD &&
             WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE)) /* noted once
-                                                             * off its stack */
+                                                            * off its stack */
             w->dead = (weft_task *)((uintptr_t)self | 1);
         st_rlx(&w->cur, next);
         w->spawns = 0;
@@ -1738,8 +1742,7 @@ void weft__worker_fini(weft_worker *w)
     w->ready = NULL;
     free(w->seen);
     w->seen = NULL;
-    WEFT_ASSERT_MSG(!w->pend_live, "a compact task parked at the end");
-    free(w->pend);
+    free(w->pend); /* a deadlock may leave compact tasks parked */
     w->pend = NULL;
     int fd = ld_rlx(&w->stat_fd);
     if (fd >= 0)
