@@ -8,21 +8,20 @@
  * groups, mutexes, sleeps, descriptors), on two workers, wake them in a
  * seeded random order, and check every local and every value. Then:
  * deadlines and cancels of parked compact tasks, a select that keeps the
- * stack, the options, a stack overflow, and the resident memory of
- * 10,000 parked compact tasks.
+ * stack, the options, and the resident memory of 10,000 parked compact
+ * tasks. A stack overflow in a compact task is test_stack.c's
+ * stack_overflow_compact_task_reported, beside the other overflows.
  */
 #include "t.h"
 #include "sched/scheduler.h" /* weft__stacks_released */
 #include "weft.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #if defined(WEFT_ASAN) || defined(WEFT_TSAN)
@@ -592,74 +591,6 @@ static int opt_root(void *arg)
 TEST(compact_options_and_inheritance)
 {
     ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, opt_root, NULL), 0);
-}
-
-/* ---- stack overflow ---- */
-
-static volatile int overflow_limit = 0x7fffffff;
-
-__attribute__((noinline)) static int overflow(int depth)
-{
-    volatile char buf[1024];
-    if (depth >= overflow_limit)
-        return 0;
-    buf[0] = (char)depth;
-    buf[sizeof buf - 1] = (char)depth;
-    return overflow(depth + 1) + buf[0] + buf[sizeof buf - 1];
-}
-
-static int overflower(void *arg)
-{
-    (void)arg;
-    /* Parked twice with its stack given back, then overflows. */
-    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
-    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0);
-    return overflow(0);
-}
-
-static int ovf_root(void *arg)
-{
-    (void)arg;
-    ASSERT(weft_spawn_ex(NULL, overflower, NULL,
-                         &(weft_spawn_opts){.name = "compact-overflower",
-                                            .compact = 1}) >= 0);
-    return 0;
-}
-
-TEST(compact_stack_overflow_reported)
-{
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        close(fds[1]);
-        alarm(60);
-        int r = t_run(2, WEFT_CLOCK_VIRTUAL, 0, ovf_root, NULL);
-        fprintf(stderr, "weft_run returned %d after an overflow\n", r);
-        _exit(0);
-    }
-    close(fds[1]);
-    static char out[1 << 16];
-    size_t len = 0;
-    ssize_t k;
-    while (len < sizeof out - 1 &&
-           (k = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)k;
-    out[len] = '\0';
-    close(fds[0]);
-    int status;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    int abnormal =
-        WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
-    if (!abnormal || !strstr(out, "stack overflow") ||
-        !strstr(out, "compact-overflower") ||
-        (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM))
-        T_FAIL("child status %#x; stderr:\n%s", status, out);
 }
 
 /* ---- resident memory ---- */
