@@ -537,8 +537,8 @@ typedef struct weft_scope_opts {
  * it the task's current scope. opts may be NULL (fail-fast, no deadline).
  * A scope opened inside a cancelled scope starts cancelled (unless
  * shielded). Returns 0 and sets *out, or -EINVAL (out NULL, an unknown
- * policy, a negative deadline, movable or compact not 0 or 1, on_failure without
- * WEFT_SERVE), -ENOMEM, -EPERM. Never blocks. */
+ * policy, a negative deadline, movable or compact not 0 or 1, on_failure
+ * without WEFT_SERVE), -ENOMEM, -EPERM. Never blocks. */
 WEFT_EXTERN int weft_scope_open(weft_scope **out, const weft_scope_opts *opts);
 
 /* Waits until every child of the scope has finished, then closes it (no

@@ -20,7 +20,9 @@
  * The protocol, written once here:
  * - A waiter is a node on a wait queue (weft__waitq), on the waiting
  *   task's stack, guarded by the queue owner's lock. It carries the task
- *   and the token of its park.
+ *   and the token of its park. (A compact task's, in a wait flagged
+ *   WEFT__WAIT_COMPACT, is off its stack, so that the stack may be given
+ *   back while it waits: wait/compact.c.)
  * - A waker, holding that lock, pops waiters and claims each
  *   (weft__waiter_claim). A claim that fails means the waiter was woken
  *   otherwise (its deadline, a cancel, another case of its select): skip
@@ -246,6 +248,8 @@ weft__wait_block(weft__waiter *w, const weft__wait_spec *s)
     return rc;
 }
 
+/* ---- compact tasks ---- */
+
 /* A compact task's steps around a wait that allows it (wait/compact.c):
  * weft__compact_enter returns the waiter to wait on in w's stead, the
  * task's own off its stack (elem pointing at a bounce buffer holding a
@@ -259,12 +263,12 @@ weft__waiter *weft__compact_enter(weft__waiter *w, size_t elem_size)
 int weft__compact_leave(weft__waiter *w, weft__waiter *x, int rc, bool out,
                         size_t elem_size) __attribute__((noinline));
 
-/* THE ENTRY's body (weft__wait, below). The caller holds s->lock and found
- * nothing ready. A past deadline returns -ETIMEDOUT at once, the lock released,
- * nothing queued. Otherwise arms w, queues it on s->q (or puts it in
- * s->slot), calls s->publish, releases the lock, finishes s->woken and
- * what publish claimed, and parks. Returns with the lock released, with
- * the park's result: 0 (or the code the waker finished with) once handed
+/* THE ENTRY's body (weft__wait, below). The caller holds s->lock and
+ * found nothing ready. A past deadline returns -ETIMEDOUT at once, the
+ * lock released, nothing queued. Otherwise arms w, queues it on s->q (or
+ * puts it in s->slot), calls s->publish, releases the lock, finishes
+ * s->woken and what publish claimed, and parks. Returns with the lock released,
+ * with the park's result: 0 (or the code the waker finished with) once handed
  * what it waited for, or -ETIMEDOUT / -ECANCELED with w taken back
  * (weft__wait_leave) and nothing handed over. Inline: every blocking
  * call's hot path. */
