@@ -92,6 +92,7 @@ typedef struct job {
     int64_t sleep_ns;
     pair got; /* what the wait received */
     bool done;
+    int worker; /* where it ran */
 } job;
 
 typedef struct world {
@@ -100,6 +101,7 @@ typedef struct world {
     job *jobs;
     atomic_long waiting; /* tasks at their wait */
     atomic_long finished;
+    long on[2]; /* tasks that ran on worker 0, and on worker 1 */
 } world;
 
 /* The wait of j's kind, at the bottom of its frames. Returns 0. */
@@ -169,7 +171,9 @@ __attribute__((noinline)) static int deep(job *j, int level)
 static int job_main(void *arg)
 {
     job *j = arg;
+    j->worker = weft_worker_id();
     ASSERT_EQ(deep(j, j->wd->depth), 0);
+    ASSERT_EQ(weft_worker_id(), j->worker); /* compact: never moves */
     ASSERT_EQ(j->got.a, j->id * 3);
     ASSERT_EQ(j->got.b, ~j->id);
     j->done = true;
@@ -264,9 +268,11 @@ static int world_root(void *arg)
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
     ASSERT_EQ(atomic_load(&wd->finished), n);
+    long on[2] = {0, 0};
     for (long i = 0; i < n; i++) {
         job *j = &wd->jobs[i];
         ASSERT(j->done);
+        on[j->worker == 0 ? 0 : 1]++;
         if (j->ch)
             weft_chan_unref(j->ch);
         if (j->sv[0] >= 0) {
@@ -274,6 +280,8 @@ static int world_root(void *arg)
             close(j->sv[1]);
         }
     }
+    wd->on[0] = on[0];
+    wd->on[1] = on[1];
     return 0;
 }
 
@@ -289,6 +297,8 @@ static void run_world(long n, int depth)
     cfg.clock = WEFT_CLOCK_VIRTUAL;
     cfg.seed = rng_state;
     ASSERT_EQ(weft_run(&cfg, world_root, &wd), 0);
+    fprintf(stderr, "%ld compact tasks on worker 0, %ld on worker 1\n",
+            wd.on[0], wd.on[1]);
     free(wd.jobs);
 }
 
