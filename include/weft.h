@@ -673,12 +673,13 @@ typedef struct weft_spawn_opts {
      *
      * Waits that give the stack back: weft_chan_send and weft_chan_recv
      * (and their _until forms; values of at most 16 bytes), weft_mutex_lock
-     * (and its _until form), weft_event_wait, weft_wg_wait (and their
-     * _until forms), weft_fd_wait for one direction (and the socket calls
-     * that wait for one), weft_sleep_for and weft_sleep_until. A compact
-     * task parked in any other wait (select, the future combinators,
-     * condition variables, semaphores, rwlocks, joins, actors, the
-     * blocking pool, files, a descriptor wait for both directions) keeps
+     * (and its _until form), weft_event_wait, weft_wg_wait,
+     * weft_sem_acquire, weft_rwlock_rdlock and weft_rwlock_wrlock (and
+     * their _until forms), weft_fd_wait for one direction (and the socket
+     * calls that wait for one), weft_sleep_for and weft_sleep_until. A
+     * compact task parked in any other wait (select, the future
+     * combinators, condition variables, once, barriers, joins, actors,
+     * the blocking pool, files, a descriptor wait for both directions) keeps
      * its stack as a plain task does: those waits let other threads
      * write into the parked task's stack. In the waits above other
      * threads touch only the task's record, off the stack: a value sent

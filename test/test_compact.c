@@ -5,7 +5,8 @@
  * copied in again when it runs. These tests park many of them, with
  * canary patterns in deep frames and a pointer into their own stack, in
  * every wait that gives the stack back (channels both ways, events, wait
- * groups, mutexes, sleeps, descriptors), on two workers, wake them in a
+ * groups, mutexes, semaphores, rwlocks, sleeps, descriptors), on two
+ * workers, wake them in a
  * seeded random order, and check every local and every value. Then:
  * deadlines and cancels of parked compact tasks, a select that keeps the
  * stack, the options, and the resident memory of 10,000 parked compact
@@ -72,7 +73,18 @@ static uint64_t pat(long id, int level, int i)
 
 /* ---- many compact tasks in every wait that gives the stack back ---- */
 
-enum { K_RECV, K_SEND, K_EVENT, K_WG, K_MUTEX, K_SLEEP, K_FD, K_KINDS };
+enum {
+    K_RECV,
+    K_SEND,
+    K_EVENT,
+    K_WG,
+    K_MUTEX,
+    K_SEM,
+    K_RWLOCK,
+    K_SLEEP,
+    K_FD,
+    K_KINDS
+};
 
 typedef struct pair {
     int64_t a, b; /* 16 bytes: the most a compact channel wait carries */
@@ -88,6 +100,8 @@ typedef struct job {
     weft_event ev;
     weft_wg wg;
     weft_mutex mu;
+    weft_sem sem;
+    weft_rwlock rw;
     int sv[2];
     int64_t sleep_ns;
     pair got; /* what the wait received */
@@ -134,6 +148,15 @@ __attribute__((noinline)) static int do_wait(job *j)
     case K_MUTEX:
         ASSERT_EQ(weft_mutex_lock(&j->mu), 0);
         ASSERT_EQ(weft_mutex_unlock(&j->mu), 0);
+        v = (pair){j->id * 3, ~j->id};
+        break;
+    case K_SEM:
+        ASSERT_EQ(weft_sem_acquire(&j->sem, 2), 0);
+        v = (pair){j->id * 3, ~j->id};
+        break;
+    case K_RWLOCK:
+        ASSERT_EQ(weft_rwlock_rdlock(&j->rw), 0);
+        ASSERT_EQ(weft_rwlock_rdunlock(&j->rw), 0);
         v = (pair){j->id * 3, ~j->id};
         break;
     case K_SLEEP:
@@ -205,6 +228,12 @@ static void wake(job *j)
     case K_MUTEX:
         ASSERT_EQ(weft_mutex_unlock(&j->mu), 0);
         break;
+    case K_SEM:
+        ASSERT_EQ(weft_sem_release(&j->sem, 2), 0);
+        break;
+    case K_RWLOCK:
+        ASSERT_EQ(weft_rwlock_wrunlock(&j->rw), 0);
+        break;
     case K_SLEEP:
         break; /* its deadline, once the root blocks */
     case K_FD:
@@ -235,6 +264,13 @@ static int world_root(void *arg)
             break;
         case K_MUTEX:
             ASSERT_EQ(weft_mutex_lock(&j->mu), 0);
+            break;
+        case K_SEM:
+            ASSERT_EQ(weft_sem_init(&j->sem, 1), 0); /* 2 wanted */
+            break;
+        case K_RWLOCK:
+            j->rw = (weft_rwlock)WEFT_RWLOCK_INIT;
+            ASSERT_EQ(weft_rwlock_wrlock(&j->rw), 0);
             break;
         case K_SLEEP: /* after the root's sleep below */
             j->sleep_ns = 2 * WEFT_MSEC + (int64_t)(rng() % 1000) * WEFT_USEC;
@@ -291,7 +327,10 @@ static void run_world(long n, int depth)
     wd = (world){.n = n, .depth = depth};
     wd.jobs = calloc((size_t)n, sizeof(job));
     ASSERT(wd.jobs != NULL);
-    rng_state = T_SEED(0x5eed0001) | 1;
+    /* WEFT_SEED=... reorders the wakes too (weft_run reads it for its
+     * own seed). */
+    const char *env = getenv("WEFT_SEED");
+    rng_state = T_SEED(env && *env ? strtoull(env, NULL, 0) : 0x5eed0001) | 1;
     weft_config cfg = {0};
     cfg.workers = 2;
     cfg.clock = WEFT_CLOCK_VIRTUAL;

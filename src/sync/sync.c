@@ -568,7 +568,8 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
                                               .obj = s,
                                               .lock = &s->lock,
                                               .q = &s->q,
-                                              .deadline = deadline});
+                                              .deadline = deadline,
+                                              .flags = WEFT__WAIT_COMPACT});
     if (rc != 0) {
         /* A large request leaving may let smaller ones behind it through. */
         weft__lock_acquire(&s->lock);

@@ -15,9 +15,11 @@
  * value to send is copied in before the park, the value received copied
  * out after it. Only then does it mark the park TASK_MAY_RELEASE, which
  * lets its worker give the stack back once it has switched away.
- * Every other wait (select, wait sets, publish callbacks, the blocking
- * pool, files, joins, actors, an elem larger than the bounce buffer)
- * keeps the stack where it is for that park.
+ * Flagged: channel sends and receives, mutexes, semaphores, rwlocks,
+ * events, wait groups, one-direction descriptor waits (and sleeps, which
+ * have no waiter: wait.c). Every other wait (select, wait sets, publish
+ * callbacks, the blocking pool, files, joins, actors, an elem larger
+ * than the bounce buffer) keeps the stack where it is for that park.
  */
 #include "wait/wait.h"
 
