@@ -8,7 +8,7 @@
 # and `log_tag`.
 
 # The benchmarks of bench/README.md, in its order.
-BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked http https fetch ask ask2 actor32 ring restart nats_ask nats_jobs"
+BENCH_ORDER="switch spawn skynet pingpong chanflow timeout mutex parked parked-compact http https fetch ask ask2 actor32 ring restart nats_ask nats_jobs"
 
 log() { echo "$log_tag: $*" >&2; }
 die() {
@@ -59,9 +59,12 @@ nats_server_path() {
     done
     return 1
 }
+# A benchmark's program: bench_NAME, a '-' of its name a '_' there
+# (parked-compact is bench_parked_compact, from bench/parked_compact.c).
+bench_prog() { echo "bench_${1//-/_}"; }
 
 # build_weft BUILD_DIR BENCH...: a Release build without tests in
-# BUILD_DIR, of the programs bench_BENCH. Configuring every time is cheap
+# BUILD_DIR, of the programs bench_BENCH (bench_prog). Configuring every time is cheap
 # once cached, and picks up new bench/*.c.
 build_weft() { build_weft_from "$repo" "$@"; }
 
@@ -70,7 +73,7 @@ build_weft() { build_weft_from "$repo" "$@"; }
 build_weft_from() {
     local src=$1 dir=$2 out b targets=()
     shift 2
-    for b; do targets+=("bench_$b"); done
+    for b; do targets+=("$(bench_prog "$b")"); done
     log "building ${targets[*]} in $dir"
     if ! out=$({ cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
         -DWEFT_TESTS=OFF -DWEFT_EXAMPLES=OFF -DWEFT_BENCH=ON &&

@@ -11,6 +11,11 @@
  * theirs. Peak RSS is read inside the root task, before the first channel
  * and spawn and once every task is parked, as the peers read it. The
  * first argument overrides N, the number of tasks.
+ *
+ * Built a second time as parked_compact (bench/parked_compact.c defines
+ * PARKED_COMPACT): the same, with the tasks compact (weft_scope_opts.compact:
+ * a parked task's stack is copied out and its pages given back), its line
+ * named parked-compact.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -22,6 +27,10 @@
 
 #include "bench.h"
 #include "weft.h"
+
+#if !defined(PARKED_COMPACT)
+#define PARKED_COMPACT 0
+#endif
 
 static atomic_long parked; /* tasks that have started (and so block) */
 static atomic_llong sum;   /* sum of the values the tasks received */
@@ -75,7 +84,7 @@ static int root(void *arg)
     b->chans = calloc((size_t)b->n, sizeof(*b->chans));
     if (!b->chans)
         return -ENOMEM;
-    err = weft_scope_open(&s, NULL);
+    err = weft_scope_open(&s, &(weft_scope_opts){.compact = PARKED_COMPACT});
     if (err < 0) {
         free(b->chans);
         return err;
@@ -126,7 +135,8 @@ int main(int argc, char **argv)
                 (long long)atomic_load(&sum), want);
         return 1;
     }
-    printf("BENCH parked weft %.0f bytes/task\n",
+    printf("BENCH %s weft %.0f bytes/task\n",
+           PARKED_COMPACT ? "parked-compact" : "parked",
            (double)(b.after - b.before) / (double)b.n);
     return 0;
 }

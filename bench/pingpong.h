@@ -7,6 +7,11 @@
  *                channel is closed (as the pingpong peers); > 0: every
  *                receive is made under weft_now() + PP_DEADLINE and the echo
  *                task makes exactly N receives (as the timeout peers).
+ * and may define:
+ *   PP_COMPACT   1: both tasks are compact (weft_scope_opts.compact), so
+ *                every park gives the stack back and every resume copies
+ *                it in (pingpong-compact); default 0
+ *   PP_N         the default N; default 1,000,000
  *
  * Two tasks, two rendezvous (capacity 0) channels of int64, N round trips,
  * one worker; the echo task answers v with v + 1 and the pinger's sum is
@@ -24,6 +29,13 @@
 
 #include "bench.h"
 #include "weft.h"
+
+#if !defined(PP_COMPACT)
+#define PP_COMPACT 0
+#endif
+#if !defined(PP_N)
+#define PP_N 1000000
+#endif
 
 struct bench {
     long n;             /* round trips */
@@ -93,7 +105,7 @@ static int root(void *arg)
     int err, join;
     int64_t start;
 
-    err = weft_scope_open(&s, NULL);
+    err = weft_scope_open(&s, &(weft_scope_opts){.compact = PP_COMPACT});
     if (err < 0)
         return err;
     start = bench_clock_ns();
@@ -108,7 +120,7 @@ static int root(void *arg)
 
 int main(int argc, char **argv)
 {
-    struct bench b = {.n = bench_n(argc, argv, 1000000)};
+    struct bench b = {.n = bench_n(argc, argv, PP_N)};
     weft_config cfg = {.workers = 1, .faults = bench_faults()};
     int64_t want = (int64_t)b.n * (b.n - 1) / 2 + b.n;
     int err;

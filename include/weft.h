@@ -527,14 +527,20 @@ typedef struct weft_scope_opts {
      * scope's choice is inherited; 0 adds nothing (a scope cannot take
      * back its parent's 1); any other value is -EINVAL. */
     int movable;
+    /* 1: the tasks spawned into this scope, and into the scopes opened
+     * inside it, are compact, as if each was spawned with
+     * weft_spawn_opts.compact = 1 (one spawned with compact = -1 is not).
+     * Inherited as movable is; 0 adds nothing; any other value is
+     * -EINVAL. */
+    int compact;
 } weft_scope_opts;
 
 /* Opens a scope as a child of the calling task's current scope, and makes
  * it the task's current scope. opts may be NULL (fail-fast, no deadline).
  * A scope opened inside a cancelled scope starts cancelled (unless
  * shielded). Returns 0 and sets *out, or -EINVAL (out NULL, an unknown
- * policy, a negative deadline, movable not 0 or 1, on_failure without
- * WEFT_SERVE), -ENOMEM, -EPERM. Never blocks. */
+ * policy, a negative deadline, movable or compact not 0 or 1, on_failure
+ * without WEFT_SERVE), -ENOMEM, -EPERM. Never blocks. */
 WEFT_EXTERN int weft_scope_open(weft_scope **out, const weft_scope_opts *opts);
 
 /* Waits until every child of the scope has finished, then closes it (no
@@ -662,6 +668,46 @@ typedef struct weft_spawn_opts {
      * helper that serves the other children (a process's reaper is one);
      * read its status through opts.handle. 0: an ordinary child. */
     int background;
+    /* Whether the task is compact: 0: as its scope says
+     * (weft_scope_opts.compact), by default not; 1: compact; -1: not,
+     * whatever its scope says. For servers with very many mostly idle
+     * connections: a parked task normally keeps the page at its stack's
+     * top resident (about 4 KiB); a compact task that stays parked in one
+     * of the waits below keeps only the used part of its stack, copied to
+     * the heap (a few hundred bytes, beside its record), and gives every
+     * page of its stack back to the kernel: under 1 KiB in all. Its stack
+     * keeps its addresses: the switch back to it copies the part in
+     * again, so pointers into it stay right. "Stays parked": its worker
+     * gives back the stacks of the compact tasks still parked 64 compact
+     * parks later, and all of them when it goes idle.
+     *
+     * Waits that give the stack back: weft_chan_send and weft_chan_recv
+     * (and their _until forms; values of at most 16 bytes), weft_mutex_lock
+     * (and its _until form), weft_event_wait, weft_wg_wait,
+     * weft_sem_acquire, weft_rwlock_rdlock and weft_rwlock_wrlock (and
+     * their _until forms), weft_fd_wait for one direction (and the socket
+     * calls that wait for one), weft_sleep_for and weft_sleep_until. A
+     * compact task parked in any other wait (select, the future
+     * combinators, condition variables, once, barriers, joins, actors,
+     * the blocking pool, files, a descriptor wait for both directions) keeps
+     * its stack as a plain task does: those waits let other threads
+     * write into the parked task's stack. In the waits above other
+     * threads touch only the task's record, off the stack: a value sent
+     * to or received by a parked compact task goes through its record
+     * and is copied to the caller's buffer when it runs again.
+     *
+     * Cost: a compact task's park in those waits costs a few nanoseconds
+     * more; waking one whose stack was given back costs the copy out and
+     * a madvise, then a page fault and the copy in: microseconds
+     * (bench/wake-compact). A large buffer on the stack is copied out
+     * with the rest: keep such buffers on the heap. A compact task's
+     * stack is not walked by the task dump (WEFT_DUMP_STACKS). Stack
+     * overflow is caught as for any task (its stack keeps its guard
+     * page). A compact task never moves between workers: compact = 1
+     * with movable = 1 is -EINVAL, and a movable scope's compact tasks
+     * stay where they start. Tasks that are not compact pay a test or
+     * two per switch and per wait. */
+    int compact;
 } weft_spawn_opts;
 
 /* Spawns fn(arg) as a child of scope s (NULL: the calling task's current
@@ -671,6 +717,9 @@ typedef struct weft_spawn_opts {
  * background child, which has none), or -EINVAL (fn is NULL,
  * opts->worker is not 0 .. weft_workers(), opts->movable not -1 .. 1 or
  * opts->background not 0 or 1), -EPERM (not
+ * for every child of a WEFT_SERVE scope, which numbers none), or -EINVAL
+ * (fn is NULL, opts->worker is not 0 .. weft_workers(), opts->movable
+ * or opts->compact not -1 .. 1, or both 1), -EPERM (not
  * called from a task of this runtime), -ESHUTDOWN (the scope was joined),
  * -ECANCELED (the scope is cancelled), -EOVERFLOW (the scope has had
  * INT_MAX children, the most an index can number: every policy but

@@ -65,12 +65,14 @@ struct ovf {
     int workers;
     size_t stack_size;
     const char *name;
+    int compact; /* weft_spawn_opts.compact */
 };
 
 static int only_named_root(void *arg)
 {
     struct ovf *o = arg;
-    weft_spawn_opts so = {.name = o->name, .stack_size = o->stack_size};
+    weft_spawn_opts so = {
+        .name = o->name, .stack_size = o->stack_size, .compact = o->compact};
     ASSERT(weft_spawn_ex(NULL, overflower, NULL, &so) >= 0);
     return 0;
 }
@@ -137,6 +139,14 @@ static void expect_overflow_report(weft_fn fn, struct ovf *o)
 TEST(stack_overflow_reported_with_task_name)
 {
     struct ovf o = {.workers = 1, .name = "overflower"};
+    expect_overflow_report(only_named_root, &o);
+}
+
+/* A compact task's stack, given back while it slept (its worker idle)
+ * and copied in again, keeps its guard page. */
+TEST(stack_overflow_compact_task_reported)
+{
+    struct ovf o = {.workers = 2, .name = "compact-overflower", .compact = 1};
     expect_overflow_report(only_named_root, &o);
 }
 

@@ -343,7 +343,8 @@ static int fd_park(fd_rec *r, int events, int64_t deadline)
                                     .name = dir,
                                     .lock = &r->lock,
                                     .q = &r->q[events == WEFT_IO_READ ? 0 : 1],
-                                    .deadline = deadline});
+                                    .deadline = deadline,
+                                    .flags = WEFT__WAIT_COMPACT});
     }
     weft__arm arms[2] = {{.lock = &r->lock, .q = &r->q[0]},
                          {.lock = &r->lock, .q = &r->q[1]}};

@@ -112,8 +112,12 @@ NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
     WEFT_UNUSED(t);
     return false;
 #else
+    /* A compact task's stack may be given back while it is parked (its
+     * image elsewhere, stack.c): not walked. */
+    if (t->flags & TASK_COMPACT)
+        return false;
     w->lo = (uintptr_t)t->stack_lo;
-    w->hi = (uintptr_t)t; /* the task's record sits above its stack */
+    w->hi = (uintptr_t)t->stack_hi;
     uintptr_t sp = (uintptr_t)t->ctx.sp, v;
 #if defined(__x86_64__)
     /* +8 r15 +16 r14 +24 r13 +32 r12 +40 rbx +48 rbp +56 return address */

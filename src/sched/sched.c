@@ -121,7 +121,7 @@ static inline void ctx_target_stack(weft_worker *w, weft_task *to,
 {
     if (to) {
         *lo = to->stack_lo;
-        *size = (size_t)((char *)to - to->stack_lo);
+        *size = (size_t)(to->stack_hi - to->stack_lo);
     } else {
         *lo = w->stack_lo;
         *size = w->stack_size;
@@ -137,6 +137,10 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 {
     weft__ctx *fc = from ? &from->ctx : &w->sched_ctx;
     weft__ctx *tc = to ? &to->ctx : &w->sched_ctx;
+    /* A compact task's stack given back while it was parked: copied in
+     * again, here on the stack we leave (stack.c). */
+    if (to && WEFT_UNLIKELY(to->flags & (TASK_PENDING | TASK_RELEASED)))
+        weft__stack_resume(w, to);
 #if defined(WEFT_ASAN)
     void *fake = NULL;
     const void *lo;
@@ -479,11 +483,15 @@ static void move_out(weft_worker *w, weft_task *t, weft_worker *to)
 }
 
 /* Whether w, which holds t runnable, may hand it over now: t may move,
- * is not the task switching away on w, and nothing ties it to w. */
+ * is not the task switching away on w, and nothing ties it to w. A
+ * compact task never moves (its stack is noted in its worker's ring, or
+ * given back and copied in, by that worker: stack.c); an actor's task
+ * in a compact scope is one. */
 static bool movable_now(weft_worker *w, weft_task *t)
 {
     return t != ld_rlx(&w->cur) && t->anchor == 0 &&
-           (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE));
+           (t->mobile & (WEFT__MOBILE_TASK | WEFT__MOBILE_IDLE)) &&
+           !(t->flags & TASK_COMPACT);
 }
 
 /* t came out of w's inbox with a waker's request (move_to). */
@@ -1051,9 +1059,17 @@ static inline void finish_switch(weft_worker *w)
         w->off_cpu = NULL;
     }
 #endif
-    if (w->dead) {
-        recycle(w, w->dead);
+    weft_task *d = w->dead;
+    if (d) {
         w->dead = NULL;
+        if (WEFT_UNLIKELY((uintptr_t)d & 1)) {
+            /* A compact task that parked: its stack is still and nothing
+             * but it touches it (TASK_MAY_RELEASE); it runs again only
+             * here, after this (ctx_switch resumes it). */
+            weft__stack_park(w, (weft_task *)((uintptr_t)d - 1));
+        } else {
+            recycle(w, d);
+        }
     }
 }
 
@@ -1066,6 +1082,10 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
     bool switched = next != self; /* else woken before it even left */
     if (switched) {
         weft__stack_check(self);
+        if (kind != WEFT_WAIT_YIELD &&
+            WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE)) /* noted once
+                                                            * off its stack */
+            w->dead = (weft_task *)((uintptr_t)self | 1);
         st_rlx(&w->cur, next);
         w->spawns = 0;
         /* A constant where inlined: one counter, chosen at compile time */
@@ -1323,7 +1343,8 @@ static uint64_t task_id(void)
 void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
                         const weft_spawn_opts *o, const char *file, int line)
 {
-    t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN;
+    t->flags &= TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN |
+                TASK_COMPACT;
     t->worker = NULL;
     t->next = NULL;
     t->wake_code = 0;
@@ -1348,9 +1369,9 @@ void weft__task_prepare(weft_task *t, weft_fn fn, void *arg,
     /* The slot's previous task left through a switch, not by returning, so
      * ASan still marks its frames' redzones: clear them for the new life. */
     __asan_unpoison_memory_region(t->stack_lo,
-                                  (size_t)((char *)t - t->stack_lo));
+                                  (size_t)(t->stack_hi - t->stack_lo));
 #endif
-    weft__ctx_make(&t->ctx, t->stack_lo, (char *)t, weft__task_main, t);
+    weft__ctx_make(&t->ctx, t->stack_lo, t->stack_hi, weft__task_main, t);
 }
 
 /* Runs on w's thread, t prepared and registered in its scope. */
@@ -1695,6 +1716,8 @@ int weft__worker_loop(weft_worker *w)
             ctx_switch(w, NULL, t, false);
             continue;
         }
+        if (WEFT_UNLIKELY(w->pend_live))
+            weft__stack_idle(w); /* idle: compact stacks given back */
         if (ld_acq(&rt->done))
             break;
         /* Waits for work or the next timer, as the clock has it (the
@@ -1743,6 +1766,8 @@ void weft__worker_fini(weft_worker *w)
     w->ready = NULL;
     free(w->seen);
     w->seen = NULL;
+    free(w->pend); /* a deadlock may leave compact tasks parked */
+    w->pend = NULL;
     int fd = ld_rlx(&w->stat_fd);
     if (fd >= 0)
         close(fd);

@@ -125,7 +125,9 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
             unsigned runnext_streak;
             weft__queue runq;   /* woken tasks, FIFO */
             weft__queue yieldq; /* tasks that yielded: after everything */
-            weft_task *dead;    /* finished task to recycle after the switch */
+            weft_task *dead;    /* finished task to recycle after the switch;
+                                 * with its low bit set, a compact task that
+                                 * parked, noted then (stack.c) */
             atomic_uint tick;   /* scheduling decisions taken; thieves read
                                  * it, the watchdog too (stored with
                                  * release: see stats.c) */
@@ -162,6 +164,10 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* asserts: the task this worker switched away from, whose on_cpu the
      * other side of the switch clears (finish_switch) */
     weft_task *off_cpu;
+    /* compact tasks parked here whose stacks are not given back yet: a
+     * ring of WEFT__PEND slots, made at the first (stack.c) */
+    weft_task **pend;
+    unsigned pend_at, pend_live;
 
     /* idle with no timer and nothing pending, under rt->dmu */
     bool didle;
@@ -343,6 +349,9 @@ void weft__pool_trim(weft_worker *w);
 /* Stacks registered with valgrind (whether or not it runs) and not yet
  * deregistered, in the whole process: 0 when no runtime runs. For tests. */
 extern atomic_long weft__stacks_registered;
+/* Compact tasks' stacks given back (weft__stack_release), ever, in the
+ * whole process. For tests. */
+extern atomic_long weft__stacks_released;
 /* Overflow detection: the canary below the stack, and the signal handler. */
 void weft__stack_check_slow(weft_task *t);
 /* Called at every switch away from t. */
@@ -351,6 +360,17 @@ static inline void weft__stack_check(weft_task *t)
     if (!(t->flags & TASK_GUARDED))
         weft__stack_check_slow(t);
 }
+/* A compact task's stack (stack.c, "compact tasks"). weft__stack_park: t
+ * parked with TASK_MAY_RELEASE and w has switched away from it: noted in
+ * w's ring, whose slot's previous task has its stack given back (its used
+ * part copied out, its pages given back). weft__stack_resume: before the
+ * switch back to t (pending or released): out of the ring, or its stack
+ * copied in again. weft__stack_idle: w has nothing to run: every pending
+ * stack given back. */
+#define WEFT__PEND 64
+void weft__stack_park(weft_worker *w, weft_task *t);
+void weft__stack_resume(weft_worker *w, weft_task *t);
+void weft__stack_idle(weft_worker *w);
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);

@@ -15,6 +15,11 @@
 /* A fresh task in a slot with a stack of stack_size (0: default). */
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size);
 void weft__task_free(weft_worker *w, weft_task *t);
+/* A fresh compact task (task.h, weft__compact): its struct on the heap,
+ * its stack a slot of stack_size (0: default) borrowed from the pool.
+ * Freed by weft__task_free. A plain task where stacks cannot be copied
+ * (the ucontext build). */
+weft_task *weft__task_alloc_compact(weft_worker *w, size_t stack_size);
 
 /* ---- spawn (sched.c) ---- */
 

@@ -78,6 +78,7 @@
 #endif
 
 atomic_long weft__stacks_registered;
+atomic_long weft__stacks_released;
 
 /* Called once per laying out of a slot, when its task struct is in
  * place. */
@@ -254,6 +255,7 @@ static weft_task *slot_init(char *lo, size_t size, bool guarded, bool custom,
     t->slot_lo = lo;
     t->slot_size = size;
     t->stack_lo = guarded ? lo + page_size() : lo;
+    t->stack_hi = (char *)t;
     t->flags = (guarded ? TASK_GUARDED : 0) | (custom ? TASK_CUSTOM : 0);
     *(uint64_t *)(lo + size - sizeof(uint64_t)) = CANARY;
     if (!guarded) {
@@ -353,6 +355,238 @@ static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
     return slot_init(p, len, guarded, true, false);
 }
 
+/* ---- compact tasks ----
+ *
+ * A compact task (task.h, weft__compact) borrows a slot for its stack and
+ * keeps its struct on the heap, so that nothing of it needs the slot's
+ * pages while it is parked: its worker copies the used part of its stack
+ * out (weft__stack_release, on the stack of the task that runs next,
+ * right after the switch away) and gives every page of the slot back; the
+ * switch back to it copies it in again (weft__stack_restore, before the
+ * jump), at the same addresses, so pointers into the stack stay right.
+ * The slot keeps its guard page and its canaries (written again on
+ * restore), and the slot's own struct, zeroed by the release, is laid out
+ * again from the task's copy of its fields when the slot goes back to the
+ * pool. Only the owner touches any of it: a compact task never moves. */
+
+#define SLOT_FLAGS                                                             \
+    (TASK_GUARDED | TASK_CUSTOM | TASK_CHECK_BELOW | TASK_CHECK_OWN)
+
+weft_task *weft__task_alloc_compact(weft_worker *w, size_t stack_size)
+{
+#if defined(WEFT_UCONTEXT)
+    /* No saved stack pointer to copy from: a plain task. */
+    return weft__task_alloc(w, stack_size);
+#else
+    size_t head = (sizeof(weft_task) + 7) / 8 * 8; /* as weft__compact_of */
+    weft_task *t = weft__calloc(1, head + sizeof(weft__compact));
+    if (!t)
+        return NULL;
+    weft_task *c = weft__task_alloc(w, stack_size);
+    if (!c) {
+        free(t);
+        return NULL;
+    }
+    t->slot_lo = c->slot_lo;
+    t->slot_size = c->slot_size;
+    t->stack_lo = c->stack_lo;
+    t->stack_hi = (char *)c;
+    t->flags = (c->flags & SLOT_FLAGS) | TASK_COMPACT;
+    t->vg_stack = c->vg_stack;
+#if defined(WEFT_TSAN)
+    t->tsan_fiber = c->tsan_fiber; /* the slot's, lent with it */
+#endif
+    return t;
+#endif
+}
+
+/* Gives a finished (or never started) compact task's slot its struct back,
+ * frees the task, and returns the slot's struct, to be freed as a slot. */
+static weft_task *compact_free(weft_task *t)
+{
+    weft__compact *cp = weft__compact_of(t);
+    weft_task *c = (weft_task *)(void *)t->stack_hi;
+    WEFT_ASSERT_MSG(!(t->flags & (TASK_RELEASED | TASK_PENDING)),
+                    "a compact task freed with its stack given back");
+    /* (c's own fields are zero if the stack was ever given back) */
+    WEFT_ASSERT((char *)c > t->stack_lo &&
+                (char *)c < t->slot_lo + t->slot_size);
+    /* Written again as the slot's laying out left them (slot_init), the
+     * fiber too. */
+    c->slot_lo = t->slot_lo;
+    c->slot_size = t->slot_size;
+    c->stack_lo = t->stack_lo;
+    c->stack_hi = (char *)c;
+    c->flags = t->flags & SLOT_FLAGS;
+    c->vg_stack = t->vg_stack;
+#if defined(WEFT_TSAN)
+    c->tsan_fiber = t->tsan_fiber;
+#endif
+    free(cp->img);
+    free(t);
+    return c;
+}
+
+/* The stack copies: plain word loops, which the sanitizers leave alone (a
+ * parked stack holds ASan's poisoned redzones of its frames, which the
+ * image carries out and back unchanged). */
+#if defined(WEFT_ASAN) && defined(__clang__)
+#define NO_SAN_COPY __attribute__((no_sanitize("address"), noinline))
+#elif defined(WEFT_ASAN)
+#define NO_SAN_COPY __attribute__((no_sanitize_address, noinline))
+#elif defined(WEFT_TSAN) && defined(__clang__)
+#define NO_SAN_COPY __attribute__((no_sanitize("thread"), noinline))
+#elif defined(WEFT_TSAN)
+#define NO_SAN_COPY __attribute__((no_sanitize_thread, noinline))
+#else
+#define NO_SAN_COPY
+#endif
+
+static NO_SAN_COPY void stack_copy(void *to, const void *from, size_t len)
+{
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+    volatile uint64_t *d = to;
+    const volatile uint64_t *s = from;
+    for (size_t i = 0; i < len / 8; i++)
+        d[i] = s[i];
+#else
+    memcpy(to, from, len);
+#endif
+}
+
+/* The parts of a compact task's stack that its image holds: [sp, top)
+ * without the hole, as [sp, a) and [b, top). */
+static void image_parts(weft_task *t, char **a, char **b)
+{
+    weft__compact *cp = weft__compact_of(t);
+    char *sp = t->ctx.sp;
+    *a = *b = sp;
+    if (cp->hole) {
+        char *h = t->stack_hi - cp->hole;
+        WEFT_ASSERT_MSG(h >= sp && h + cp->hole_len <= t->stack_hi &&
+                            (uintptr_t)h % 8 == 0 && cp->hole_len % 8 == 0,
+                        "a compact task's hole off its used stack");
+        *a = h;
+        *b = h + cp->hole_len;
+    }
+}
+
+static void stack_release(weft_task *t)
+{
+#if defined(WEFT_UCONTEXT)
+    WEFT_UNUSED(t);
+#else
+    weft__compact *cp = weft__compact_of(t);
+    char *sp = t->ctx.sp, *a, *b;
+    WEFT_ASSERT_MSG((t->flags & (TASK_RELEASED | TASK_MAY_RELEASE |
+                                 TASK_PENDING)) == TASK_MAY_RELEASE,
+                    "a stack given back twice, or in a wait that keeps it");
+    WEFT_ASSERT_MSG(sp >= t->stack_lo && sp < t->stack_hi &&
+                        (uintptr_t)sp % 8 == 0,
+                    "a compact task's saved stack pointer off its stack");
+    image_parts(t, &a, &b);
+    size_t lo_len = (size_t)(a - sp), hi_len = (size_t)(t->stack_hi - b);
+    size_t len = lo_len + hi_len;
+    if (len > cp->cap) {
+        size_t cap = (len + 15) & ~(size_t)15;
+        char *img = weft__realloc(cp->img, cap);
+        if (!img)
+            return; /* no memory: the stack stays */
+        cp->img = img;
+        cp->cap = (uint32_t)cap;
+    }
+    stack_copy(cp->img, sp, lo_len);
+    stack_copy(cp->img + lo_len, b, hi_len);
+    cp->len = (uint32_t)len;
+    /* Every page of the slot above the guard: the deepest the task ever
+     * went may be far below sp; untouched pages cost madvise little. */
+    madvise(t->stack_lo, (size_t)(t->slot_lo + t->slot_size - t->stack_lo),
+            MADV_DONTNEED);
+    t->flags |= TASK_RELEASED;
+    add_rlx(&weft__stacks_released, 1);
+#endif
+}
+
+static void stack_restore(weft_task *t)
+{
+#if defined(WEFT_UCONTEXT)
+    WEFT_UNUSED(t);
+#else
+    weft__compact *cp = weft__compact_of(t);
+    char *sp = t->ctx.sp, *a, *b;
+    WEFT_ASSERT(t->flags & TASK_RELEASED);
+    image_parts(t, &a, &b);
+    size_t lo_len = (size_t)(a - sp), hi_len = (size_t)(t->stack_hi - b);
+    WEFT_ASSERT_MSG(lo_len + hi_len == cp->len,
+                    "a compact task's image does not fit its stack");
+    stack_copy(sp, cp->img, lo_len);
+    stack_copy(b, cp->img + lo_len, hi_len);
+    *(uint64_t *)(t->slot_lo + t->slot_size - sizeof(uint64_t)) = CANARY;
+    if (t->flags & TASK_CHECK_OWN)
+        *(uint64_t *)t->stack_lo = CANARY;
+    t->flags &= ~(unsigned)TASK_RELEASED;
+#endif
+}
+
+/* The ring of parks whose stacks are not given back yet: a compact task
+ * that parks and runs again soon (a busy one) pays no copy and no
+ * madvise; one still parked WEFT__PEND parks later, or when its worker
+ * goes idle, has its stack given back. */
+void weft__stack_park(weft_worker *w, weft_task *t)
+{
+    WEFT_ASSERT(w == weft__tl_worker && t->worker == w);
+    WEFT_ASSERT((t->flags & (TASK_COMPACT | TASK_MAY_RELEASE | TASK_PENDING |
+                             TASK_RELEASED)) ==
+                (TASK_COMPACT | TASK_MAY_RELEASE));
+    if (WEFT_UNLIKELY(!w->pend)) {
+        w->pend = weft__calloc(WEFT__PEND, sizeof(*w->pend));
+        if (!w->pend) {
+            stack_release(t); /* no ring: given back at once */
+            return;
+        }
+    }
+    weft_task *old = w->pend[w->pend_at];
+    if (old) {
+        WEFT_ASSERT(old->flags & TASK_PENDING);
+        old->flags &= ~(unsigned)TASK_PENDING;
+        stack_release(old);
+        w->pend_live--;
+    }
+    w->pend[w->pend_at] = t;
+    weft__compact_of(t)->pend = (uint16_t)w->pend_at;
+    t->flags |= TASK_PENDING;
+    w->pend_live++;
+    w->pend_at = (w->pend_at + 1) % WEFT__PEND;
+}
+
+void weft__stack_resume(weft_worker *w, weft_task *t)
+{
+    WEFT_ASSERT(w == weft__tl_worker && t->worker == w);
+    if (t->flags & TASK_PENDING) {
+        weft__compact *cp = weft__compact_of(t);
+        WEFT_ASSERT(!(t->flags & TASK_RELEASED) && w->pend[cp->pend] == t);
+        w->pend[cp->pend] = NULL;
+        w->pend_live--;
+        t->flags &= ~(unsigned)TASK_PENDING;
+        return; /* its stack is as it left it */
+    }
+    stack_restore(t);
+}
+
+void weft__stack_idle(weft_worker *w)
+{
+    for (unsigned i = 0; i < WEFT__PEND && w->pend_live; i++) {
+        weft_task *t = w->pend[i];
+        if (!t)
+            continue;
+        w->pend[i] = NULL;
+        w->pend_live--;
+        t->flags &= ~(unsigned)TASK_PENDING;
+        stack_release(t);
+    }
+    WEFT_ASSERT(w->pend_live == 0);
+}
+
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
 {
     weft__pool_global *g = &w->rt->pool;
@@ -386,6 +620,8 @@ static void release_custom(weft_runtime *rt, weft_task *t)
 
 void weft__task_free(weft_worker *w, weft_task *t)
 {
+    if (WEFT_UNLIKELY(t->flags & TASK_COMPACT))
+        t = compact_free(t);
     if (WEFT_UNLIKELY(t->flags & TASK_CUSTOM)) {
         release_custom(w->rt, t);
         return;
@@ -499,7 +735,7 @@ WEFT_NO_TSAN void weft__stack_report_overflow(const weft_task *t)
     weft__sig_write(":");
     weft__sig_write_num((unsigned long)t->line);
     weft__sig_write(" (stack ");
-    weft__sig_write_num((unsigned long)((const char *)t - t->stack_lo));
+    weft__sig_write_num((unsigned long)(t->stack_hi - t->stack_lo));
     weft__sig_write(" bytes): raise the stack size (weft_config.stack_size or "
                     "weft_spawn_opts.stack_size)\n");
 }

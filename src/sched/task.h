@@ -53,6 +53,18 @@ enum {
     TASK_LAG_TIMER = 1u << 6,   /* lag_since is the deadline of the timer
                                  * that woke it: counted if late (sched.c,
                                  * timer_lag) */
+    /* Compact tasks (weft_spawn_opts.compact; stack.c, "compact tasks"):
+     * the struct is on the heap, followed by its weft__compact record,
+     * and the stack is a borrowed slot whose pages are given back while
+     * the task is parked in a wait that allows it. */
+    TASK_COMPACT = 1u << 7,
+    TASK_RELEASED = 1u << 8,    /* owner: its stack's used part is in its
+                                 * record's image, its pages given back */
+    TASK_MAY_RELEASE = 1u << 9, /* owner: set by the wait layer around a
+                                 * park during which nothing but the task
+                                 * itself touches its stack */
+    TASK_PENDING = 1u << 10,    /* owner: parked so, in its worker's ring
+                                 * of stacks to give back (stack.c) */
 };
 
 /* weft_task.ext, the per-task state of the layers above the scheduler: a
@@ -106,6 +118,9 @@ struct weft_task {
     int status; /* fn's return value */
 
     char *stack_lo;   /* lowest usable stack byte (above the guard page) */
+    char *stack_hi;   /* the stack's top: the task itself (its struct sits
+                       * above its stack), or a compact task's borrowed
+                       * slot's own struct */
     char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
     size_t slot_size; /* bytes from slot_lo to the slot's end */
 
@@ -152,6 +167,39 @@ struct weft_task {
                            * move runs nowhere else */
     atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
+
+/* ---- compact tasks (stack.c) ----
+ * A compact task's struct is on the heap, with this record after it. Its
+ * stack is a slot of the pool, borrowed: the slot's own struct sits at
+ * the stack's top (stack_hi). When it parks in a wait that lets it
+ * (TASK_MAY_RELEASE: the wait layer has moved everything another thread
+ * may touch off the stack, into `ext`), its worker notes it in a ring of
+ * such parks (TASK_PENDING); the stack is given back (its used part, from
+ * the saved stack pointer to the top, copied into `img`, the slot's pages
+ * given back with madvise: TASK_RELEASED) once the ring comes round to it
+ * again, or when the worker goes idle. The switch back to it copies the
+ * image in again, at the same addresses, or, if it was still pending,
+ * only takes it out of the ring. A hole in the used part, bytes the wait
+ * layer says are dead while it is parked (the primitive's own waiter,
+ * stood in for by the one in ext), is left out. Owner only. */
+#define WEFT__COMPACT_EXT 112u /* the wait layer's (wait/compact.c) */
+typedef struct weft__compact {
+    char *img;         /* the image of a released stack (kept: reused) */
+    uint32_t len, cap; /* its bytes, and the buffer's */
+    /* 0, or the hole: dead bytes [stack_hi - hole, + hole_len) */
+    uint32_t hole;
+    uint16_t hole_len;
+    uint16_t pend; /* TASK_PENDING: its slot in the worker's ring */
+    _Alignas(8) unsigned char ext[WEFT__COMPACT_EXT];
+} weft__compact;
+
+/* A compact task's record (t->flags & TASK_COMPACT). */
+static inline weft__compact *weft__compact_of(weft_task *t)
+{
+    WEFT_ASSERT(t->flags & TASK_COMPACT);
+    return (weft__compact *)(void *)((char *)t +
+                                     (sizeof(weft_task) + 7) / 8 * 8);
+}
 
 /* Whether a task can move between workers here: only where every read of
  * a thread-local variable goes through the thread's own segment register

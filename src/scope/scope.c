@@ -488,7 +488,8 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
         weft__policy_of(opts ? opts->policy : WEFT_FAIL_FAST);
     if (!pol || (!internal && (pol->flags & WEFT__POL_INTERNAL)))
         return -EINVAL;
-    if (opts && (opts->deadline < 0 || opts->movable < 0 || opts->movable > 1))
+    if (opts && (opts->deadline < 0 || opts->movable < 0 || opts->movable > 1 ||
+                 opts->compact < 0 || opts->compact > 1))
         return -EINVAL;
     if (opts && opts->on_failure && !(pol->flags & WEFT__POL_REPORT))
         return -EINVAL;
@@ -500,6 +501,7 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
     set_policy(s, pol);
     s->shield = opts && opts->shield;
     s->movable = (opts && opts->movable) || parent->movable;
+    s->compact = (opts && opts->compact) || parent->compact;
     s->owner = t;
     s->deadline = WEFT_NEVER;
     s->deadline_timer.fn = deadline_fired;

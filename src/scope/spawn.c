@@ -38,7 +38,8 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     /* The stack limit is weft_config's, which also keeps the slot size
      * arithmetic from wrapping (SIZE_MAX became a one-page stack). */
     if (o && (o->worker < 0 || o->movable < -1 || o->movable > 1 ||
-              (unsigned)o->background > 1 ||
+              (unsigned)o->background > 1 || o->compact < -1 ||
+              o->compact > 1 || (o->compact > 0 && o->movable > 0) ||
               o->worker > weft__rtpub(weft__wpub(w)->rt)->nworkers ||
               o->stack_size > WEFT__MAX_STACK))
         return spawn_failed(o, NULL, -EINVAL);
@@ -59,14 +60,22 @@ int weft__spawn(weft_scope *s, weft_fn fn, void *arg, const weft_spawn_opts *o,
     if (WEFT_UNLIKELY(o && o->handle) &&
         !(h = weft__handle_new(weft__wpub(w)->rt)))
         return spawn_failed(o, NULL, -ENOMEM);
-    weft_task *t = weft__task_alloc(w, o ? o->stack_size : 0);
+    /* Compact: its own choice, else its scope's; such a task never moves
+     * (its stack is given back and copied in by its worker). */
+    bool compact = o && o->compact ? o->compact > 0 : s->compact;
+    size_t stack_size = o ? o->stack_size : 0;
+    weft_task *t = WEFT_UNLIKELY(compact)
+                       ? weft__task_alloc_compact(w, stack_size)
+                       : weft__task_alloc(w, stack_size);
     if (!t)
         return spawn_failed(o, h, -ENOMEM);
     weft__task_prepare(t, fn, arg, o, file, line);
     /* Its scope may make it movable (prepare took the spawn's own 1). */
-    if (WEFT__CAN_MOVE && WEFT_UNLIKELY(s->movable) &&
+    if (WEFT__CAN_MOVE && WEFT_UNLIKELY(s->movable) && !compact &&
         !(o && (o->movable < 0 || o->worker)))
         t->mobile = WEFT__MOBILE_TASK | WEFT__MOBILE_EVER;
+    WEFT_ASSERT_MSG(!(t->flags & TASK_COMPACT) || !t->mobile,
+                    "a compact task that may move");
     weft__scope_task_init(t, h);
     int idx = weft__scope_add_child(s, t, o && o->background);
     if (idx < 0) {

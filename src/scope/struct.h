@@ -51,6 +51,9 @@ struct weft_scope {
     /* Its tasks may move (weft_scope_opts.movable, or its parent's);
      * immutable after open. */
     bool movable;
+    /* Its tasks are compact (weft_scope_opts.compact, or its parent's);
+     * immutable after open. */
+    bool compact;
     /* The deadline timer was armed on the owner's wheel: the owner is
      * anchored there (weft__task_anchor) until the join. */
     bool anchored;

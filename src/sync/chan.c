@@ -225,13 +225,17 @@ static int chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline,
     }
     weft__waiter self;
     weft__waiter_init(&self, elem, 0);
-    return weft__wait(&self, &(weft__wait_spec){.kind = op == WEFT_OP_SEND
-                                                            ? &weft__wk_send
-                                                            : &weft__wk_recv,
-                                                .obj = c,
-                                                .lock = &c->lock,
-                                                .q = queue_of(c, op),
-                                                .deadline = deadline});
+    return weft__wait(
+        &self, &(weft__wait_spec){
+                   .kind = op == WEFT_OP_SEND ? &weft__wk_send : &weft__wk_recv,
+                   .obj = c,
+                   .lock = &c->lock,
+                   .q = queue_of(c, op),
+                   .deadline = deadline,
+                   .flags = op == WEFT_OP_SEND
+                                ? WEFT__WAIT_COMPACT
+                                : WEFT__WAIT_COMPACT | WEFT__WAIT_ELEM_OUT,
+                   .elem_size = c->elem});
 }
 
 int weft_chan_send(weft_chan *c, const void *elem)

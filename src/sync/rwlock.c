@@ -123,7 +123,8 @@ static int rw_lock(weft_rwlock *ll, long kind, int64_t deadline, bool wait)
                                               .obj = l,
                                               .lock = &l->lock,
                                               .q = &l->q,
-                                              .deadline = deadline});
+                                              .deadline = deadline,
+                                              .flags = WEFT__WAIT_COMPACT});
     if (rc != 0)
         admit_and_wake(l); /* we may have been what kept the head out */
     return rc;

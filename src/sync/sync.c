@@ -239,8 +239,8 @@ static bool mutex_first_wait(mutex_impl *m, weft_task *t, bool told,
 static int mutex_park(mutex_impl *m, weft__waiter *self, int woken,
                       int64_t deadline, bool cancellable)
 {
-    int flags =
-        (cancellable ? 0 : WEFT__WAIT_FIRM) | (woken ? WEFT__WAIT_FRONT : 0);
+    int flags = (cancellable ? 0 : WEFT__WAIT_FIRM) |
+                (woken ? WEFT__WAIT_FRONT : 0) | WEFT__WAIT_COMPACT;
     int rc = weft__wait(self, &(weft__wait_spec){.kind = &weft__wk_mutex,
                                                  .obj = m,
                                                  .lock = &m->lock,
@@ -568,7 +568,8 @@ static int sem_acquire(weft_sem *ss, long n, int64_t deadline, bool wait)
                                               .obj = s,
                                               .lock = &s->lock,
                                               .q = &s->q,
-                                              .deadline = deadline});
+                                              .deadline = deadline,
+                                              .flags = WEFT__WAIT_COMPACT});
     if (rc != 0) {
         /* A large request leaving may let smaller ones behind it through. */
         weft__lock_acquire(&s->lock);
@@ -712,7 +713,8 @@ static int cond_wait(cond_impl *c, long want, const weft__wait_kind *kind,
                                                 .obj = c,
                                                 .lock = &c->lock,
                                                 .q = &c->q,
-                                                .deadline = deadline});
+                                                .deadline = deadline,
+                                                .flags = WEFT__WAIT_COMPACT});
 }
 
 int weft_event_wait(weft_event *e)

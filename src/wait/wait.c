@@ -78,7 +78,13 @@ int weft__wait_sleep(const weft__wait_spec *s)
     weft__wait_note(t, s->kind, s->obj);
     st_rlx(&weft__wait_rec(t)->wait_until, s->deadline);
     weft__park_prepare(t, !(s->flags & WEFT__WAIT_FIRM));
-    return weft__park_commit(wk, t, s->deadline);
+    /* Nothing waits on the stack here: a compact task may give it back
+     * (wait/compact.c). */
+    unsigned may = t->flags & TASK_COMPACT ? TASK_MAY_RELEASE : 0;
+    t->flags |= may;
+    int rc = weft__park_commit(wk, t, s->deadline);
+    t->flags &= ~may;
+    return rc;
 }
 
 /* ---- several at once ---- */

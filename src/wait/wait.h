@@ -20,7 +20,9 @@
  * The protocol, written once here:
  * - A waiter is a node on a wait queue (weft__waitq), on the waiting
  *   task's stack, guarded by the queue owner's lock. It carries the task
- *   and the token of its park.
+ *   and the token of its park. (A compact task's, in a wait flagged
+ *   WEFT__WAIT_COMPACT, is off its stack, so that the stack may be given
+ *   back while it waits: wait/compact.c.)
  * - A waker, holding that lock, pops waiters and claims each
  *   (weft__waiter_claim). A claim that fails means the waiter was woken
  *   otherwise (its deadline, a cancel, another case of its select): skip
@@ -131,9 +133,17 @@ enum {
                             * or was and a claim that failed popped it (a
                             * blocking call's job, whose waiter is its
                             * node in the pool's queues): queue nothing */
-    WEFT__WAIT_OWN = 8     /* w is the running task's own for good
+    WEFT__WAIT_OWN = 8,    /* w is the running task's own for good
                             * (weft__waiter_own: an actor's idle waiter):
                             * its task and set are not written again */
+    /* Compact tasks (wait/compact.c): while the task is parked in this
+     * wait, other threads touch nothing of its stack but w and, if
+     * w->elem is set, the spec's elem_size bytes there (no publish, no
+     * fired); so a compact task may give its stack back meanwhile. */
+    WEFT__WAIT_COMPACT = 16,
+    WEFT__WAIT_ELEM_OUT = 32 /* with COMPACT: wakers write elem (a
+                              * receive), which a wait that returns 0
+                              * copies to the caller's elem */
 };
 
 /* A prepared wait: what the running task waits on and where its waiter
@@ -168,7 +178,8 @@ typedef struct weft__wait_spec {
      * knows by its own books (w->queued says something only once publish
      * pushed w on a queue). */
     void (*withdraw)(weft__waiter *w, void *ctx);
-    void *ctx; /* publish's and withdraw's */
+    void *ctx;        /* publish's and withdraw's */
+    size_t elem_size; /* WEFT__WAIT_COMPACT: the bytes at w->elem */
 } weft__wait_spec;
 
 /* The entries' steps: this layer's own, no primitive calls them. */
@@ -237,17 +248,32 @@ weft__wait_block(weft__waiter *w, const weft__wait_spec *s)
     return rc;
 }
 
-/* THE ENTRY: waits as s says. The caller holds s->lock and found nothing
- * ready. A past deadline returns -ETIMEDOUT at once, the lock released,
- * nothing queued. Otherwise arms w, queues it on s->q (or puts it in
- * s->slot), calls s->publish, releases the lock, finishes s->woken and
- * what publish claimed, and parks. Returns with the lock released, with
- * the park's result: 0 (or the code the waker finished with) once handed
+/* ---- compact tasks ---- */
+
+/* A compact task's steps around a wait that allows it (wait/compact.c):
+ * weft__compact_enter returns the waiter to wait on in w's stead, the
+ * task's own off its stack (elem pointing at a bounce buffer holding a
+ * copy of elem_size bytes at w->elem), with its park marked
+ * TASK_MAY_RELEASE; or w itself if the stack must stay (an elem too
+ * large). weft__compact_leave, after the wait on x != w, copies back what
+ * the wait and its waker wrote (into w, and into elem if `out` and the
+ * wait returned 0) and returns rc. */
+weft__waiter *weft__compact_enter(weft__waiter *w, size_t elem_size)
+    __attribute__((noinline));
+int weft__compact_leave(weft__waiter *w, weft__waiter *x, int rc, bool out,
+                        size_t elem_size) __attribute__((noinline));
+
+/* THE ENTRY's body (weft__wait, below). The caller holds s->lock and
+ * found nothing ready. A past deadline returns -ETIMEDOUT at once, the
+ * lock released, nothing queued. Otherwise arms w, queues it on s->q (or
+ * puts it in s->slot), calls s->publish, releases the lock, finishes
+ * s->woken and what publish claimed, and parks. Returns with the lock released,
+ * with the park's result: 0 (or the code the waker finished with) once handed
  * what it waited for, or -ETIMEDOUT / -ECANCELED with w taken back
  * (weft__wait_leave) and nothing handed over. Inline: every blocking
  * call's hot path. */
 static inline __attribute__((always_inline)) int
-weft__wait(weft__waiter *w, const weft__wait_spec *s)
+weft__wait_here(weft__waiter *w, const weft__wait_spec *s)
 {
     WEFT_ASSERT_MSG(weft__lock_is_held(s->lock),
                     "a wait without its object's lock");
@@ -293,5 +319,26 @@ int weft__wait_pmutex(weft__waiter *w, const weft__wait_spec *s,
  * looking at it again afterwards (the mutex's snooze, the limiter).
  * Returns -ETIMEDOUT or -ECANCELED. */
 int weft__wait_sleep(const weft__wait_spec *s);
+
+/* THE ENTRY: waits as s says (weft__wait_here above). A compact task
+ * (weft_spawn_opts.compact) in a wait flagged WEFT__WAIT_COMPACT waits on
+ * its own waiter off its stack instead (weft__compact_enter), so that the
+ * stack may be given back while it is parked; every other wait pays one
+ * test of a constant, and a flagged wait of a task not compact a test of
+ * its flags and one of x. */
+static inline __attribute__((always_inline)) int
+weft__wait(weft__waiter *w, const weft__wait_spec *s)
+{
+    weft__waiter *x = w;
+    if ((s->flags & WEFT__WAIT_COMPACT) &&
+        WEFT_UNLIKELY(ld_rlx(&weft__wpub(weft__tl_worker)->cur)->flags &
+                      TASK_COMPACT))
+        x = weft__compact_enter(w, s->elem_size);
+    int rc = weft__wait_here(x, s);
+    if ((s->flags & WEFT__WAIT_COMPACT) && WEFT_UNLIKELY(x != w))
+        rc = weft__compact_leave(w, x, rc, s->flags & WEFT__WAIT_ELEM_OUT,
+                                 s->elem_size);
+    return rc;
+}
 
 #endif
