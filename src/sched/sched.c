@@ -1075,17 +1075,27 @@ static inline void finish_switch(weft_worker *w)
 
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
+/* Switching away from self, whose stack has no guard page (its canary
+ * is checked) or which parks in a wait that lets its stack be given back
+ * (a compact task: noted, and handled once off its stack, by
+ * finish_switch). */
+static WEFT_COLD void leave_unusual(weft_worker *w, weft_task *self, int kind)
+{
+    weft__stack_check(self);
+    if (kind != WEFT_WAIT_YIELD && (self->flags & TASK_MAY_RELEASE))
+        w->dead = (weft_task *)((uintptr_t)self | 1);
+}
+
 static inline __attribute__((always_inline)) bool
 run_next_plain(weft_worker *w, weft_task *self, int kind)
 {
     weft_task *next = pick(w);
     bool switched = next != self; /* else woken before it even left */
     if (switched) {
-        weft__stack_check(self);
-        if (kind != WEFT_WAIT_YIELD &&
-            WEFT_UNLIKELY(self->flags & TASK_MAY_RELEASE)) /* noted once
-                                                            * off its stack */
-            w->dead = (weft_task *)((uintptr_t)self | 1);
+        /* One test for the common case, a guarded stack that stays. */
+        if (WEFT_UNLIKELY((self->flags & (TASK_GUARDED | TASK_MAY_RELEASE)) !=
+                          TASK_GUARDED))
+            leave_unusual(w, self, kind);
         st_rlx(&w->cur, next);
         w->spawns = 0;
         /* A constant where inlined: one counter, chosen at compile time */

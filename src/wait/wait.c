@@ -55,7 +55,7 @@ int weft__wait_pmutex(weft__waiter *w, const weft__wait_spec *s,
                       pthread_mutex_t *m)
 {
     WEFT_ASSERT(s->lock == NULL && s->slot == NULL && s->publish == NULL);
-    weft__wait_arm(w, s);
+    weft__wait_arm(w, s, ld_rlx(&weft__wpub(weft__tl_worker)->cur));
     if (s->q && !(s->flags & WEFT__WAIT_QUEUED))
         weft__waitq_push(s->q, w);
     pthread_mutex_unlock(m);

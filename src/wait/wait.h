@@ -187,10 +187,9 @@ typedef struct weft__wait_spec {
 /* Makes w the running task's waiter: its task, a fresh token, the record.
  * Under the lock that guards where w will be found. */
 static inline __attribute__((always_inline)) void
-weft__wait_arm(weft__waiter *w, const weft__wait_spec *s)
+weft__wait_arm(weft__waiter *w, const weft__wait_spec *s, weft_task *t)
 {
-    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
-    WEFT_ASSERT(t != NULL);
+    WEFT_ASSERT(t != NULL && t == ld_rlx(&weft__wpub(weft__tl_worker)->cur));
     if (!(s->flags & WEFT__WAIT_OWN)) {
         w->task = t;
         w->set = NULL;
@@ -273,7 +272,7 @@ int weft__compact_leave(weft__waiter *w, weft__waiter *x, int rc, bool out,
  * (weft__wait_leave) and nothing handed over. Inline: every blocking
  * call's hot path. */
 static inline __attribute__((always_inline)) int
-weft__wait_here(weft__waiter *w, const weft__wait_spec *s)
+weft__wait_here(weft__waiter *w, const weft__wait_spec *s, weft_task *t)
 {
     WEFT_ASSERT_MSG(weft__lock_is_held(s->lock),
                     "a wait without its object's lock");
@@ -283,7 +282,7 @@ weft__wait_here(weft__waiter *w, const weft__wait_spec *s)
         weft__lock_release(s->lock);
         return -ETIMEDOUT;
     }
-    weft__wait_arm(w, s);
+    weft__wait_arm(w, s, t);
     if (s->q) {
         if (s->flags & WEFT__WAIT_FRONT)
             weft__waitq_push_front(s->q, w);
@@ -323,19 +322,20 @@ int weft__wait_sleep(const weft__wait_spec *s);
 /* THE ENTRY: waits as s says (weft__wait_here above). A compact task
  * (weft_spawn_opts.compact) in a wait flagged WEFT__WAIT_COMPACT waits on
  * its own waiter off its stack instead (weft__compact_enter), so that the
- * stack may be given back while it is parked; every other wait pays one
- * test of a constant, and a flagged wait of a task not compact a test of
- * its flags and one of x. */
+ * stack may be given back while it is parked. Every other wait pays one
+ * test of a constant and one of x, and a flagged wait of a task that is
+ * not compact a test of its flags. (The spec stays out of memory: the
+ * steps aside take scalars.) */
 static inline __attribute__((always_inline)) int
 weft__wait(weft__waiter *w, const weft__wait_spec *s)
 {
+    weft_task *t = ld_rlx(&weft__wpub(weft__tl_worker)->cur);
     weft__waiter *x = w;
     if ((s->flags & WEFT__WAIT_COMPACT) &&
-        WEFT_UNLIKELY(ld_rlx(&weft__wpub(weft__tl_worker)->cur)->flags &
-                      TASK_COMPACT))
+        WEFT_UNLIKELY(t->flags & TASK_COMPACT))
         x = weft__compact_enter(w, s->elem_size);
-    int rc = weft__wait_here(x, s);
-    if ((s->flags & WEFT__WAIT_COMPACT) && WEFT_UNLIKELY(x != w))
+    int rc = weft__wait_here(x, s, t);
+    if (WEFT_UNLIKELY(x != w))
         rc = weft__compact_leave(w, x, rc, s->flags & WEFT__WAIT_ELEM_OUT,
                                  s->elem_size);
     return rc;
