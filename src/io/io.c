@@ -473,7 +473,10 @@ static int fd_wait_recv(int fd, int events, weft_time deadline,
     if ((rc = fd_look(p, r, fd, events, after)) != FD_PARK)
         return rc;
     weft_task *t = ld_rlx(&weft__wpub(w)->cur);
-    if (rbuf) {
+    /* A compact task waits for readiness instead: a receive in flight
+     * would keep its stack (the kernel may write the buffer there), where
+     * a readiness wait lets it give the stack back. */
+    if (rbuf && !(t->flags & TASK_COMPACT)) {
         ring_recv c = {.op = {.code = WEFT__OP_RECV,
                               .fd = fd,
                               .buf = rbuf,
