@@ -427,6 +427,7 @@ static weft_task *compact_free(weft_task *t)
     return c;
 }
 
+#if !defined(WEFT_UCONTEXT) /* (ucontext: compact tasks are plain ones) */
 /* The stack copies: plain word loops, which the sanitizers leave alone (a
  * parked stack holds ASan's poisoned redzones of its frames, which the
  * image carries out and back unchanged). */
@@ -470,6 +471,7 @@ static void image_parts(weft_task *t, char **a, char **b)
         *b = h + cp->hole_len;
     }
 }
+#endif
 
 static void stack_release(weft_task *t)
 {
