@@ -123,15 +123,6 @@ static int ring_wait(ring_call *c, int64_t deadline, int flags)
     return rc;
 }
 
-/* Whether a completion's res says the operation was interrupted before
- * it had any effect: -EINTR, or the kernel's own restart codes
- * (ERESTARTSYS and its kin, 512 to 516), which an operation running in
- * the kernel's workers (an open) returns when a cancel interrupts it. */
-static bool interrupted(int32_t res)
-{
-    return res == -EINTR || (res <= -512 && res >= -516);
-}
-
 static const uint8_t ring_code[] = {
     [OP_OPEN] = WEFT__OP_OPEN,    [OP_READ] = WEFT__OP_READ,
     [OP_WRITE] = WEFT__OP_WRITE,  [OP_PREAD] = WEFT__OP_READ,
@@ -175,11 +166,12 @@ static bool ring_run(weft_worker *wk, weft__poller *p, file_op *o,
             (void)frc;
             /* Stopped before it moved anything (an interrupted read or
              * write transferred nothing). */
-            *res =
-                c.op.res == -ECANCELED || interrupted(c.op.res) ? rc : c.op.res;
+            *res = c.op.res == -ECANCELED || weft__op_interrupted(c.op.res)
+                       ? rc
+                       : c.op.res;
             return true;
         }
-        if (!interrupted(c.op.res)) {
+        if (!weft__op_interrupted(c.op.res)) {
             *res = c.op.res;
             return true;
         }

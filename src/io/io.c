@@ -437,8 +437,8 @@ static int recv_wait(weft__poller *p, fd_rec *r, ring_recv *c, int64_t deadline,
     int32_t res = c->op.res;
     /* A result that moved nothing: cancelled, interrupted, or nothing to
      * read after all (an inline try of a request that may not wait). */
-    bool nothing = res == -ECANCELED || res == -EINTR || res == -EAGAIN ||
-                   (res <= -512 && res >= -516); /* the kernel's restarts */
+    bool nothing =
+        res == -ECANCELED || res == -EAGAIN || weft__op_interrupted(res);
     if (!nothing) {
         *got = res;
         return 1;

@@ -81,6 +81,15 @@ typedef struct weft__op {
     uint32_t slot; /* the poller's */
 } weft__op;
 
+/* Whether an operation's result says it was interrupted before it had
+ * any effect: -EINTR, or the kernel's own restart codes (ERESTARTSYS and
+ * its kin, 512 to 516), which an operation running in the kernel's
+ * workers (an open) returns when a cancel interrupts it. */
+static inline bool weft__op_interrupted(int32_t res)
+{
+    return res == -EINTR || (res <= -512 && res >= -516);
+}
+
 typedef struct weft__poller_ops {
     const char *name;
     /* Its readiness comes from inside the runtime (the simulated network's
