@@ -1745,27 +1745,52 @@ static int js_api(weft_nats_conn *c, const char *subject, const char *body,
     return code == 503 ? -ESRCH : -EIO;
 }
 
+/* Makes a stream or consumer (create, with its body), or opens the one
+ * there: creation is idempotent for the same settings, but two processes
+ * that create at the same instant (workers started together) can have
+ * one refused while the other's is under way. So a refused create looks
+ * (info) and, if it is not there yet, tries again a few times. */
+static int js_make(weft_nats_conn *c, const char *create, const char *body,
+                   int exists_code, const char *info, weft_time deadline)
+{
+    int rc = -EIO;
+    for (int attempt = 1; attempt <= 5 && rc == -EIO; attempt++) {
+        rc = js_api(c, create, body, exists_code, deadline);
+        if (rc == -EIO && js_api(c, info, "", 0, deadline) == 0)
+            return 0;
+        if (rc == -EIO && attempt < 5) {
+            int src = weft_sleep_for(attempt * 20 * WEFT_MSEC);
+            if (src != 0)
+                return src;
+        }
+    }
+    return rc;
+}
+
 static int queue_setup(weft_nats_queue *q, const weft_nats_queue_opts *o,
                        weft_time deadline)
 {
-    char subj[256], body[768];
+    char subj[256], info[256], body[768];
     int64_t ack_wait = o->ack_wait_ns > 0 ? o->ack_wait_ns : 30 * WEFT_SEC;
     snprintf(subj, sizeof subj, "$JS.API.STREAM.CREATE.%s", o->stream);
+    snprintf(info, sizeof info, "$JS.API.STREAM.INFO.%s", o->stream);
     snprintf(body, sizeof body,
              "{\"name\":\"%s\",\"subjects\":[\"%s\"],"
              "\"retention\":\"workqueue\",\"storage\":\"file\"}",
              o->stream, o->subject);
-    int rc = js_api(q->c, subj, body, 10058, deadline);
+    int rc = js_make(q->c, subj, body, 10058, info, deadline);
     if (rc != 0)
         return rc;
     snprintf(subj, sizeof subj, "$JS.API.CONSUMER.DURABLE.CREATE.%s.%s",
              o->stream, o->consumer);
+    snprintf(info, sizeof info, "$JS.API.CONSUMER.INFO.%s.%s", o->stream,
+             o->consumer);
     snprintf(body, sizeof body,
              "{\"stream_name\":\"%s\",\"config\":{\"durable_name\":\"%s\","
              "\"ack_policy\":\"explicit\",\"ack_wait\":%" PRId64 ","
              "\"deliver_policy\":\"all\",\"max_deliver\":-1}}",
              o->stream, o->consumer, ack_wait);
-    return js_api(q->c, subj, body, 10148, deadline);
+    return js_make(q->c, subj, body, 10148, info, deadline);
 }
 
 int weft_nats_queue_new(weft_nats_queue **out, weft_nats_conn *c,
