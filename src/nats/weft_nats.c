@@ -44,10 +44,19 @@
  * reference, after natsConnection_Close (run by the driver, on the
  * blocking pool) has returned. Closing: weft_nats_close (or a cancel of
  * the driver's scope, or nats.c giving up reconnecting) makes the driver
- * open a shielded scope and run natsConnection_Close in a child task
- * while it keeps driving the socket (Close flushes, and a flush needs the
- * driver); the driver ends once Close has returned and nats.c has
- * detached.
+ * open a shielded scope and run the close in a child task (the closer).
+ * The closer first flushes (a PING and its PONG, so that what was
+ * published has reached the server) while the driver still reads; then
+ * it asks the driver to stop reading and waits until it has, and only
+ * then runs natsConnection_Close on the blocking pool. nats.c's
+ * ProcessReadEvent reads the socket outside nats.c's lock, and Close
+ * closes it under that lock: the two must never overlap, or the read
+ * may land on a descriptor number that another file has taken. The
+ * driver keeps serving writes during Close (nats.c writes under its
+ * lock), and ends once Close has returned and nats.c has detached. One
+ * such overlap is nats.c's own and stays: its ping timer, finding the
+ * connection stale (two pings unanswered), closes the socket from the
+ * timer's thread.
  */
 #define _GNU_SOURCE 1
 #include "weft_nats.h"
@@ -69,6 +78,7 @@
 #define DEFAULT_BUFFERED ((size_t)8 << 20)
 #define DEFAULT_CAPACITY 1024
 #define READS_BEFORE_YIELD 32
+#define CLOSE_FLUSH_MS 500 /* as natsConnection_Close's own flush */
 
 /* A request (or flush) waiting for its reply: on the requesting task's
  * stack, linked in c->buckets under c->pmu while it waits. */
@@ -99,9 +109,11 @@ struct weft_nats_conn {
     bool connect_failed; /* ... with an error: nothing to close */
     bool abandoned;      /* weft_nats_connect's caller left first */
     bool close_req;      /* weft_nats_close asked the driver to close */
+    bool quiet_req;      /* the closer flushed: the driver reads no more */
     bool closer_done;    /* natsConnection_Close has returned */
     _Atomic int woken;   /* a wake permit is posted and not yet seen */
     weft_sem wake;       /* the driver's wake-up (at most one permit) */
+    weft_sem quiet;      /* the driver's answer to quiet_req */
     weft_future *ended;  /* resolved when the driver ends */
 
     /* Requests: under pmu (nats.c's inbox thread and requesting tasks). */
@@ -331,7 +343,7 @@ typedef struct snapshot {
     int fd;
     uint64_t gen, write_adds;
     bool want_read, want_write, detached, connect_done, connect_failed,
-        close_req, closer_done;
+        close_req, quiet_req, closer_done;
 } snapshot;
 
 static snapshot look(weft_nats_conn *c)
@@ -349,6 +361,7 @@ static snapshot look(weft_nats_conn *c)
         .connect_done = c->connect_done,
         .connect_failed = c->connect_failed,
         .close_req = c->close_req,
+        .quiet_req = c->quiet_req,
         .closer_done = c->closer_done,
     };
     pthread_mutex_unlock(&c->mu);
@@ -382,17 +395,34 @@ static void room_made(weft_nats_conn *c)
     }
 }
 
-/* Runs natsConnection_Close on the blocking pool, then tells the
- * driver. A child of the driver's shielded scope: never cancelled. */
+/* On the blocking pool: a PING and its PONG while the driver still
+ * reads, when there is a server to answer. Close flushes only what is
+ * still buffered, and only with a reader; without this, bytes written
+ * but not yet taken by the server could go with a reset, since a socket
+ * closed with unread data is reset. */
+static int flush_blocking(void *arg)
+{
+    natsConnection *nc = ((weft_nats_conn *)arg)->nc;
+    if (natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
+        (void)natsConnection_FlushTimeout(nc, CLOSE_FLUSH_MS);
+    return 0;
+}
+
 static int close_blocking(void *arg)
 {
     natsConnection_Close(((weft_nats_conn *)arg)->nc);
     return 0;
 }
 
+/* Flushes, stops the driver's reads, closes (see "Lifetime" at the top),
+ * then tells the driver. A child of the driver's shielded scope: never
+ * cancelled. */
 static int closer(void *arg)
 {
     weft_nats_conn *c = arg;
+    weft_blocking(flush_blocking, c);
+    WITH_STATE(c, c->quiet_req = true);
+    weft_sem_acquire(&c->quiet, 1);
     weft_blocking(close_blocking, c);
     WITH_STATE(c, c->closer_done = true);
     return 0;
@@ -405,6 +435,7 @@ typedef struct drive_state {
     unsigned reads;           /* ProcessReadEvent calls since a park */
     weft_scope *shield;       /* open once the connection is ending */
     bool cancelled;           /* the driver's scope was cancelled */
+    bool quiet;               /* reads no more: the closer may close */
     bool closer_started;
 } drive_state;
 
@@ -440,6 +471,10 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
         d->gen = s.gen;
         d->try_read = true;
     }
+    if (s.quiet_req && !d->quiet) { /* between reads: none is under way */
+        d->quiet = true;
+        weft_sem_release(&c->quiet, 1);
+    }
     if (s.write_adds != d->write_adds) {
         d->write_adds = s.write_adds;
         d->try_write = true;
@@ -451,7 +486,8 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
         room_made(c);
         return 0;
     }
-    if (s.fd >= 0 && s.want_read && d->try_read) {
+    bool reads = s.fd >= 0 && s.want_read && !d->quiet;
+    if (reads && d->try_read) {
         atomic_fetch_add(&c->st_reads, 1);
         natsConnection_ProcessReadEvent(s.nc);
         d->try_read = bytes_waiting(c, &s);
@@ -462,7 +498,7 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
     d->reads = 0;
     weft_case cases[3] = {
         {.op = WEFT_OP_SEM, .sem = &c->wake},
-        {.op = WEFT_OP_READ, .fd = s.fd >= 0 && s.want_read ? s.fd : -1},
+        {.op = WEFT_OP_READ, .fd = reads ? s.fd : -1},
         {.op = WEFT_OP_WRITE, .fd = s.fd >= 0 && s.want_write ? s.fd : -1},
     };
     int i = weft_select(cases, 3, WEFT_NEVER);
@@ -573,6 +609,7 @@ static weft_nats_conn *conn_new(const weft_nats_opts *o)
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->pmu, NULL);
     weft_sem_init(&c->wake, 0);
+    weft_sem_init(&c->quiet, 0);
     size_t nev = o->event_queue ? o->event_queue : DEFAULT_EVENTS;
     if (weft_chan_new(&c->events, sizeof(weft_nats_event), nev) != 0 ||
         weft_future_new(&c->ended, 0) != 0) {
