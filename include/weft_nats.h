@@ -134,8 +134,10 @@ typedef struct weft_nats_opts {
 int weft_nats_connect(weft_scope *s, const weft_nats_opts *o,
                       weft_nats_conn **out, weft_time deadline);
 
-/* Closes the connection, as natsConnection_Close (which first tries for
- * up to 0.5 s to send what is buffered), and frees it; its subscriptions
+/* Closes the connection and frees it. First, while connected, a flush
+ * (up to 0.5 s for the server's answer), so that what was published
+ * before the close has reached the server; then natsConnection_Close.
+ * Its subscriptions
  * end (their weft_nats_sub_recv return -EPIPE once drained; each still
  * needs weft_nats_sub_free), and requests still waiting return -ENOTCONN.
  * Waits until nats.c has closed the connection, or the deadline. Returns
