@@ -137,13 +137,13 @@ int weft_nats_connect(weft_scope *s, const weft_nats_opts *o,
 /* Closes the connection and frees it. First, while connected, a flush
  * (up to 0.5 s for the server's answer), so that what was published
  * before the close has reached the server; then natsConnection_Close.
- * Its subscriptions
- * end (their weft_nats_sub_recv return -EPIPE once drained; each still
- * needs weft_nats_sub_free), and requests still waiting return -ENOTCONN.
- * Waits until nats.c has closed the connection, or the deadline. Returns
- * 0, -ETIMEDOUT or -ECANCELED (the close goes on without the caller: the
- * driver finishes it and ends), -EINVAL. c is freed in every case: no
- * other call on it may run or start. Cancellation point. Blocks. */
+ * Its subscriptions end (their weft_nats_sub_recv return -EPIPE once
+ * drained; each still needs weft_nats_sub_free), and requests still
+ * waiting return -ENOTCONN. Waits until nats.c has closed the
+ * connection, or the deadline. Returns 0, -ETIMEDOUT or -ECANCELED (the
+ * close goes on without the caller: the driver finishes it and ends),
+ * -EINVAL. c is freed in every case: no other call on it may run or
+ * start. Cancellation point. Blocks. */
 int weft_nats_close(weft_nats_conn *c, weft_time deadline);
 
 /* Publishes len bytes of data to subject. Waits only while the
