@@ -26,18 +26,23 @@
  * closing, which nats.c does with blocking calls, run on weft's blocking
  * pool (weft_blocking).
  *
- * nats.c's own threads stay: it hands each subscription's messages to the
- * subscription's callback on a thread of its own, and connection events
- * (disconnected, reconnected, closed, errors) to a callback on another.
- * Each of those callbacks only puts what it got into a bounded queue that
- * tasks read: a subscription's messages into the subscription's queue
- * (weft_nats_sub_recv), in the order the server sent them; connection
- * events into the connection's queue (weft_nats_event_recv).
+ * A subscription's messages are taken off nats.c by the driver, on its
+ * worker, right after the read that brought them (subscriptions are
+ * nats.c's synchronous kind, with no thread of their own), and put into
+ * the subscription's bounded queue (weft_nats_sub_recv), in the order the
+ * server sent them. A "no responders" status (503) that nats.c reports
+ * for a subscription comes as an empty message with a Status header, on
+ * the subscription's subject. nats.c's own threads remain for the reply
+ * inbox (a callback on a thread of its own, settling the requests'
+ * futures) and for connection events (disconnected, reconnected, closed,
+ * errors), which its callback puts into the connection's queue
+ * (weft_nats_event_recv).
  *
  * Backpressure and what is dropped. When a subscription's queue is full,
- * nats.c's delivery thread for it waits for room (it is not a worker), and
- * the messages that keep arriving pile up in nats.c's own pending list for
- * the subscription, bounded by weft_nats_sub_opts' pending limits. Past
+ * the driver leaves its messages with nats.c until a receiver makes room
+ * (the driver goes on with everything else), and the messages that keep
+ * arriving pile up in nats.c's own pending list for the subscription,
+ * bounded by weft_nats_sub_opts' pending limits. Past
  * those limits nats.c drops messages and calls the subscription a slow
  * consumer: the drops are counted (weft_nats_sub_stats.dropped, nats.c's
  * own count), the notice is a WEFT_NATS_EVENT_SLOW_CONSUMER event and
@@ -220,8 +225,8 @@ typedef struct weft_nats_sub_stats {
     uint64_t taken;       /* messages taken by weft_nats_sub_recv */
     size_t queued;        /* in the queue now */
     size_t capacity;      /* the queue's room */
-    uint64_t full_waits;  /* times nats.c's thread waited for room */
-    int producer_waiting; /* 1 while nats.c's thread waits for room now */
+    uint64_t full_waits;  /* times the queue filled with more waiting */
+    int producer_waiting; /* 1 while it is full with more waiting now */
     int pending;          /* messages nats.c holds beyond the queue */
     int64_t dropped;      /* messages nats.c dropped (slow consumer) */
 } weft_nats_sub_stats;

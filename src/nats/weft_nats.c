@@ -22,12 +22,16 @@
  *    closes the socket, so that callback also tells weft to forget the
  *    descriptor (weft_fd_forget) while its number still names it.
  *
- * 3. nats.c's delivery threads (one per subscription) and its callback
- *    thread (connection events). They only put what they get into bounded
- *    queues: a subscription's ring (its thread waits on a pthread
- *    condition variable while the ring is full: nats.c's thread, never a
- *    worker), the request table's futures, the connection's event channel
- *    (weft_chan_try_send, counted when full).
+ * 3. nats.c's delivery thread of the reply inbox and its callback thread
+ *    (connection events). They only put what they get into the request
+ *    table's futures and the connection's event channel
+ *    (weft_chan_try_send, counted when full). Subscriptions have no
+ *    thread: they are nats.c's synchronous kind, and the driver moves
+ *    their messages into their rings after each read (drain_subs), so
+ *    that a message reaches its task without waking another thread. The
+ *    inbox cannot be so: nats.c's NextMsg drops a "no responders" status
+ *    and keeps only its code, and the inbox needs its subject to find the
+ *    request it answers.
  *
  * Edge-triggered readiness. weft's poller reports edges, and nats.c reads
  * and writes once per Process*Event call. So the driver reads again while
@@ -131,23 +135,30 @@ struct weft_nats_conn {
     weft_cond bcv;
     _Atomic int bwaiters;
 
+    /* Subscriptions, whose messages the driver moves from nats.c's
+     * lists into their rings (drain_subs): under smu. */
+    pthread_mutex_t smu;
+    weft_nats_sub *subs;
+    bool subs_ended;       /* the driver ended: no new subscription */
+    _Atomic int drain_req; /* a receiver made room in a starved ring */
+
     weft_chan *events; /* weft_nats_event, filled by nats.c's threads */
     _Atomic uint64_t st_attaches, st_disconnects, st_reconnects, st_slow,
         st_errors, st_events_dropped, st_late, st_reads, st_writes;
 };
 
 struct weft_nats_sub {
-    _Atomic long refs; /* its user and nats.c (until on-complete) */
-    natsSubscription *ns;
+    _Atomic long refs;    /* its user and the driver's list (while linked) */
+    natsSubscription *ns; /* synchronous: the driver takes its messages */
     weft_nats_conn *c;
-    weft_sem items; /* a permit per queued message, +1 once ended */
-    /* The ring, under mu: nats.c's delivery thread pushes, tasks pop. */
+    struct weft_nats_sub *next; /* in c->subs, under c->smu */
+    bool linked;                /* in c->subs (under c->smu) */
+    weft_sem items;             /* a permit per queued message, +1 once ended */
+    /* The ring, under mu: the driver pushes, tasks pop. */
     pthread_mutex_t mu;
-    pthread_cond_t room; /* signalled when a pop makes room */
     natsMsg **ring;
     size_t cap, head, len;
-    bool closed;                /* weft_nats_sub_free: drop what comes */
-    bool producer_waiting;      /* nats.c's thread waits on room */
+    bool starved;               /* full, with messages left at nats.c */
     uint64_t taken, full_waits; /* received: taken + len */
     int64_t last_dropped;       /* nats.c's count, kept once it forgets */
 };
@@ -210,6 +221,7 @@ static void conn_unref(weft_nats_conn *c)
     weft_future_unref(c->ended);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->pmu);
+    pthread_mutex_destroy(&c->smu);
     free(c);
 }
 
@@ -338,6 +350,9 @@ static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
 
 /* ---- the driver ---- */
 
+static void drain_subs(weft_nats_conn *c);
+static void end_subs(weft_nats_conn *c);
+
 typedef struct snapshot {
     natsConnection *nc;
     int fd;
@@ -461,6 +476,9 @@ static void ending(weft_nats_conn *c, drive_state *d, const snapshot *s)
 static int drive_once(weft_nats_conn *c, drive_state *d)
 {
     snapshot s = look(c);
+    if (atomic_load_explicit(&c->drain_req, memory_order_relaxed) &&
+        atomic_exchange(&c->drain_req, 0))
+        drain_subs(c);
     if (s.connect_done && s.connect_failed)
         return 1;
     if (d->closer_started && s.closer_done && s.detached)
@@ -490,6 +508,7 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
     if (reads && d->try_read) {
         atomic_fetch_add(&c->st_reads, 1);
         natsConnection_ProcessReadEvent(s.nc);
+        drain_subs(c);
         d->try_read = bytes_waiting(c, &s);
         if (d->try_read && ++d->reads % READS_BEFORE_YIELD == 0)
             weft_yield();
@@ -520,6 +539,7 @@ static int driver(void *arg)
     while (!drive_once(c, &d)) {
     }
     atomic_store(&c->closing, 1);
+    end_subs(c);
     if (d.shield) {
         weft_scope_join(d.shield);
         weft_scope_free(d.shield);
@@ -608,6 +628,7 @@ static weft_nats_conn *conn_new(const weft_nats_opts *o)
     c->max_buffered = o->max_buffered ? o->max_buffered : DEFAULT_BUFFERED;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->pmu, NULL);
+    pthread_mutex_init(&c->smu, NULL);
     weft_sem_init(&c->wake, 0);
     weft_sem_init(&c->quiet, 0);
     size_t nev = o->event_queue ? o->event_queue : DEFAULT_EVENTS;
@@ -962,47 +983,122 @@ static void sub_unref(weft_nats_sub *s)
         natsSubscription_Destroy(s->ns);
     conn_unref(s->c);
     pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->room);
     free(s->ring);
     free(s);
 }
 
-/* A message, from nats.c's delivery thread of the subscription: into the
- * ring, waiting for room while it is full (backpressure: nats.c's own
- * pending list grows meanwhile, up to its limits). */
-static void sub_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
-                   void *closure)
+/* Takes s out of its connection's list; returns whether it was in it
+ * (and so whether the list's reference is the caller's now). Holding
+ * c->smu. */
+static bool sub_unlink_locked(weft_nats_sub *s)
 {
-    (void)nc;
-    (void)sub;
-    weft_nats_sub *s = closure;
-    pthread_mutex_lock(&s->mu);
-    if (s->len == s->cap && !s->closed)
-        s->full_waits++;
-    while (s->len == s->cap && !s->closed) {
-        s->producer_waiting = true;
-        pthread_cond_wait(&s->room, &s->mu);
-    }
-    s->producer_waiting = false;
-    bool closed = s->closed;
-    if (!closed) {
-        s->ring[(s->head + s->len) % s->cap] = msg;
-        s->len++;
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (closed)
-        natsMsg_Destroy(msg);
-    else
-        weft_sem_release(&s->items, 1);
+    if (!s->linked)
+        return false;
+    weft_nats_sub **pp = &s->c->subs;
+    while (*pp != s)
+        pp = &(*pp)->next;
+    *pp = s->next;
+    s->linked = false;
+    return true;
 }
 
-/* nats.c is done with the subscription (unsubscribed, or its connection
- * closed): no sub_cb runs or will. Receivers get -EPIPE once drained. */
-static void sub_done(void *closure)
+/* A "no responders" status (503), which nats.c's NextMsg reports
+ * without the message: made again, so that the receiver sees it as it
+ * would from an asynchronous subscription (an empty message with a
+ * Status header), on the subscription's subject. */
+static natsMsg *no_responders(weft_nats_sub *s)
 {
-    weft_nats_sub *s = closure;
-    weft_sem_release(&s->items, 1);
-    sub_unref(s);
+    natsMsg *m = NULL;
+    if (natsMsg_Create(&m, natsSubscription_GetSubject(s->ns), NULL, NULL, 0) !=
+        NATS_OK)
+        return NULL;
+    if (natsMsgHeader_Set(m, "Status", "503") != NATS_OK) {
+        natsMsg_Destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Moves s's messages from nats.c's list into its ring while there is
+ * room, in order (the driver alone pushes). A ring that fills with
+ * messages left behind is starved: its next receiver asks the driver
+ * for more (drain_req), and meanwhile nats.c's list grows up to its
+ * pending limits, then drops (slow consumer, counted). Returns false
+ * once nats.c says the subscription is over (its connection closed).
+ * The driver, holding c->smu. */
+static bool sub_drain(weft_nats_sub *s)
+{
+    int n = 0, bytes = 0;
+    if (natsSubscription_GetPending(s->ns, &n, &bytes) != NATS_OK)
+        return false;
+    if (n == 0)
+        return true;
+    pthread_mutex_lock(&s->mu);
+    size_t room = s->cap - s->len;
+    pthread_mutex_unlock(&s->mu);
+    long pushed = 0;
+    for (size_t i = 0; i < room && i < (size_t)n;) {
+        natsMsg *m = NULL;
+        natsStatus st = natsSubscription_NextMsg(&m, s->ns, 0);
+        if (st == NATS_SLOW_CONSUMER) /* said once; the message is next */
+            continue;
+        if (st == NATS_NO_RESPONDERS)
+            m = no_responders(s);
+        else if (st != NATS_OK)
+            break;
+        i++;
+        if (!m)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        s->ring[(s->head + s->len) % s->cap] = m;
+        s->len++;
+        pthread_mutex_unlock(&s->mu);
+        pushed++;
+    }
+    if (pushed)
+        weft_sem_release(&s->items, pushed);
+    if (room < (size_t)n) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->starved) {
+            s->starved = true;
+            s->full_waits++;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    return true;
+}
+
+/* After each read: every subscription's new messages into its ring. A
+ * subscription nats.c has ended is taken out of the list, and its
+ * receivers get -EPIPE once they have taken what is queued. */
+static void drain_subs(weft_nats_conn *c)
+{
+    pthread_mutex_lock(&c->smu);
+    for (weft_nats_sub **pp = &c->subs; *pp;) {
+        weft_nats_sub *s = *pp;
+        if (sub_drain(s)) {
+            pp = &s->next;
+            continue;
+        }
+        sub_unlink_locked(s);
+        weft_sem_release(&s->items, 1);
+        sub_unref(s);
+    }
+    pthread_mutex_unlock(&c->smu);
+}
+
+/* The driver's end: every subscription ends (and no new one starts). */
+static void end_subs(weft_nats_conn *c)
+{
+    pthread_mutex_lock(&c->smu);
+    c->subs_ended = true;
+    while (c->subs) {
+        weft_nats_sub *s = c->subs;
+        sub_unlink_locked(s);
+        weft_sem_release(&s->items, 1);
+        sub_unref(s);
+    }
+    pthread_mutex_unlock(&c->smu);
 }
 
 static int sub_make(weft_nats_conn *c, const char *subject,
@@ -1019,31 +1115,39 @@ static int sub_make(weft_nats_conn *c, const char *subject,
     s->c = c;
     conn_ref(c);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->room, NULL);
     weft_sem_init(&s->items, 0);
-    natsStatus st =
-        o->queue ? natsConnection_QueueSubscribe(&s->ns, c->nc, subject,
-                                                 o->queue, sub_cb, s)
-                 : natsConnection_Subscribe(&s->ns, c->nc, subject, sub_cb, s);
-    if (st != NATS_OK) {
-        sub_unref(s);
-        return weft_nats_error(st);
-    }
-    atomic_fetch_add(&s->refs, 1); /* nats.c's, until sub_done */
-    st = natsSubscription_SetOnCompleteCB(s->ns, sub_done, s);
-    if (st != NATS_OK) /* closed: its thread may still be in sub_cb */
-        return weft_nats_error(st); /* s is left to it: a leak */
-    if (o->pending_msgs || o->pending_bytes) {
+    natsStatus st = o->queue
+                        ? natsConnection_QueueSubscribeSync(&s->ns, c->nc,
+                                                            subject, o->queue)
+                        : natsConnection_SubscribeSync(&s->ns, c->nc, subject);
+    if (st == NATS_OK && (o->pending_msgs || o->pending_bytes)) {
         int pm = 0, pb = 0;
         natsSubscription_GetPendingLimits(s->ns, &pm, &pb);
         st = natsSubscription_SetPendingLimits(
             s->ns, o->pending_msgs ? o->pending_msgs : pm,
             o->pending_bytes ? o->pending_bytes : pb);
-        if (st != NATS_OK) {
-            weft_nats_sub_free(s);
-            return weft_nats_error(st);
-        }
     }
+    if (st == NATS_OK) {
+        pthread_mutex_lock(&c->smu);
+        if (c->subs_ended) {
+            st = NATS_CONNECTION_CLOSED;
+        } else { /* the list's reference */
+            atomic_fetch_add(&s->refs, 1);
+            s->linked = true;
+            s->next = c->subs;
+            c->subs = s;
+        }
+        pthread_mutex_unlock(&c->smu);
+    }
+    if (st != NATS_OK) {
+        if (s->ns)
+            natsSubscription_Unsubscribe(s->ns);
+        sub_unref(s);
+        return weft_nats_error(st);
+    }
+    /* What came before the driver saw s in its list: drained at once. */
+    atomic_store(&c->drain_req, 1);
+    wake(c);
     *out = s;
     return 0;
 }
@@ -1087,9 +1191,14 @@ int weft_nats_sub_recv(weft_nats_sub *s, natsMsg **msg, weft_time deadline)
     s->head = (s->head + 1) % s->cap;
     s->len--;
     s->taken++;
-    if (s->producer_waiting)
-        pthread_cond_signal(&s->room);
+    bool starved = s->starved && s->len <= s->cap / 2;
+    if (starved)
+        s->starved = false;
     pthread_mutex_unlock(&s->mu);
+    if (starved) {
+        atomic_store(&s->c->drain_req, 1);
+        wake(s->c);
+    }
     return 0;
 }
 
@@ -1097,34 +1206,25 @@ int weft_nats_sub_free(weft_nats_sub *s)
 {
     if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->mu);
-    s->closed = true;
-    pthread_cond_broadcast(&s->room);
-    pthread_mutex_unlock(&s->mu);
+    weft_nats_conn *c = s->c;
+    pthread_mutex_lock(&c->smu);
+    bool was = sub_unlink_locked(s);
+    pthread_mutex_unlock(&c->smu);
     natsSubscription_Unsubscribe(s->ns);
+    if (was)
+        sub_unref(s);
     sub_unref(s);
     return 0;
 }
 
-/* The queue is read first, nats.c's counts after: once nats.c's thread
- * waits for room (producer_waiting), it has taken its message off nats.c's
- * list, so a snapshot that says so counts every message once (read the
- * other way round, the message it was about to take could be counted both
- * in pending and as the one it holds). */
+/* Holding c->smu, which the driver holds while it moves messages from
+ * nats.c's list into the queue: each message is counted once, in the
+ * queue or in nats.c's pending. */
 int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
 {
     if (!s || !out)
         return -EINVAL;
-    pthread_mutex_lock(&s->mu);
-    *out = (weft_nats_sub_stats){
-        .received = s->taken + s->len,
-        .taken = s->taken,
-        .queued = s->len,
-        .capacity = s->cap,
-        .full_waits = s->full_waits,
-        .producer_waiting = s->producer_waiting,
-    };
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->c->smu);
     int npend = 0, bytes = 0;
     int64_t dropped = 0;
     bool live = natsSubscription_GetPending(s->ns, &npend, &bytes) == NATS_OK &&
@@ -1132,9 +1232,18 @@ int weft_nats_sub_stats_get(weft_nats_sub *s, weft_nats_sub_stats *out)
     pthread_mutex_lock(&s->mu);
     if (live && dropped > s->last_dropped)
         s->last_dropped = dropped;
-    out->pending = live ? npend : 0;
-    out->dropped = s->last_dropped;
+    *out = (weft_nats_sub_stats){
+        .received = s->taken + s->len,
+        .taken = s->taken,
+        .queued = s->len,
+        .capacity = s->cap,
+        .full_waits = s->full_waits,
+        .producer_waiting = s->starved,
+        .pending = live ? npend : 0,
+        .dropped = s->last_dropped,
+    };
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->c->smu);
     return 0;
 }
 
