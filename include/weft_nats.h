@@ -21,7 +21,7 @@
  * driver, which does the work on its worker. No nats.c call that blocks
  * (natsConnection_Request, _Flush, natsSubscription_NextMsg) runs on a
  * worker: a request is natsConnection_PublishRequest and a reply taken
- * from the connection's own reply inbox (one wildcard subscription); a
+ * from the connection's own reply inbox (wildcard subscriptions); a
  * flush is a message sent to that inbox and waited for; connecting and
  * closing, which nats.c does with blocking calls, run on weft's blocking
  * pool (weft_blocking).
@@ -32,10 +32,13 @@
  * the subscription's bounded queue (weft_nats_sub_recv), in the order the
  * server sent them. A "no responders" status (503) that nats.c reports
  * for a subscription comes as an empty message with a Status header, on
- * the subscription's subject. nats.c's own threads remain for the reply
- * inbox (a callback on a thread of its own, settling the requests'
- * futures) and for connection events (disconnected, reconnected, closed,
- * errors), which its callback puts into the connection's queue
+ * the subscription's subject. Replies come the same way, through eight
+ * reply slots (a request waits on a slot of its own, so that a "no
+ * responders" status names its request); when more requests wait at
+ * once, the others' replies come through a subscription of nats.c's
+ * asynchronous kind, by a thread of nats.c's. Connection events
+ * (disconnected, reconnected, closed, errors) come by another of nats.c's
+ * threads, whose callback puts them into the connection's queue
  * (weft_nats_event_recv).
  *
  * Backpressure and what is dropped. When a subscription's queue is full,

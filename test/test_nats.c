@@ -404,6 +404,127 @@ TEST(request_reply_deadline)
     ASSERT_EQ(t_run_nats(2, request_root), 0);
 }
 
+/* ---- requests on the reply slots, and past them ---- */
+
+/* A request given up before its "no responders" status came: the status
+ * comes later, and is never taken for the answer to a later request
+ * (nats.c reports such a status without its subject, so a request waits
+ * on a slot of its own; a slot given up on stays unused until a marker
+ * sent after it comes back). */
+static int slot_status_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *echo;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.echo", NULL, &echo, T_DEADLINE), 0);
+    void *ea[2] = {echo, c};
+    ASSERT(weft_spawn(sc, echo_task, ea) >= 0);
+    long rounds = T_SCALE(50), gave_up = 0;
+    for (long i = 0; i < rounds; i++) {
+        natsMsg *r = NULL;
+        int rc = weft_nats_request(c, "t.nobody", "x", 1, &r,
+                                   weft_now() + WEFT_USEC);
+        ASSERT(rc == -ETIMEDOUT || rc == -ESRCH);
+        gave_up += rc == -ETIMEDOUT;
+        ASSERT_EQ(weft_nats_request(c, "t.echo", "hi", 2, &r, T_DEADLINE), 0);
+        ASSERT_EQ(natsMsg_GetDataLength(r), 3);
+        natsMsg_Destroy(r);
+        ASSERT_EQ(weft_nats_request(c, "t.nobody", "x", 1, &r, T_DEADLINE),
+                  -ESRCH);
+    }
+    ASSERT(gave_up > 0);
+    ASSERT_EQ(weft_nats_flush(c, T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_server_stop(&srv);
+    ASSERT_EQ(weft_scope_join(sc), 0);
+    ASSERT_EQ(weft_nats_sub_free(echo), 0);
+    weft_scope_free(sc);
+    return 0;
+}
+
+TEST(request_status_given_up_is_not_misread)
+{
+    ASSERT_EQ(t_run_nats(2, slot_status_root), 0);
+}
+
+#define T_MANY_REQUESTS 20 /* more than the connection's reply slots */
+
+typedef struct many_req {
+    weft_nats_conn *c;
+    int i;
+} many_req;
+
+static int many_requester(void *arg)
+{
+    many_req *q = arg;
+    char data[16];
+    int n = snprintf(data, sizeof data, "%d", q->i);
+    natsMsg *r = NULL;
+    ASSERT_EQ(
+        weft_nats_request(q->c, "t.gather", data, (size_t)n, &r, T_DEADLINE),
+        0);
+    char want[20];
+    int w = snprintf(want, sizeof want, "%d!", q->i);
+    ASSERT_EQ(natsMsg_GetDataLength(r), w);
+    ASSERT(memcmp(natsMsg_GetData(r), want, (size_t)w) == 0);
+    natsMsg_Destroy(r);
+    return 0;
+}
+
+/* More requests at once than there are reply slots, answered in the
+ * reverse order: those past the slots wait on the inbox, and each gets
+ * its own answer. */
+static int many_requests_root(void *arg)
+{
+    (void)arg;
+    weft_scope *sc;
+    t_server srv = {0};
+    t_begin(&sc, &srv);
+    weft_nats_conn *c = t_connect(&srv, sc, NULL);
+    weft_nats_sub *g;
+    ASSERT_EQ(weft_nats_subscribe(c, "t.gather", NULL, &g, T_DEADLINE), 0);
+    weft_scope *rs;
+    ASSERT_EQ(weft_scope_open(&rs, NULL), 0);
+    many_req q[T_MANY_REQUESTS];
+    for (int i = 0; i < T_MANY_REQUESTS; i++) {
+        q[i] = (many_req){.c = c, .i = i};
+        ASSERT(weft_spawn(rs, many_requester, &q[i]) >= 0);
+    }
+    natsMsg *m[T_MANY_REQUESTS];
+    for (int i = 0; i < T_MANY_REQUESTS; i++)
+        ASSERT_EQ(weft_nats_sub_recv(g, &m[i], T_DEADLINE), 0);
+    weft_nats_conn_stats cs;
+    ASSERT_EQ(weft_nats_conn_stats_get(c, &cs), 0);
+    ASSERT_EQ(cs.requests_waiting, T_MANY_REQUESTS);
+    for (int i = T_MANY_REQUESTS - 1; i >= 0; i--) {
+        char buf[20];
+        int n = natsMsg_GetDataLength(m[i]);
+        memcpy(buf, natsMsg_GetData(m[i]), (size_t)n);
+        buf[n++] = '!';
+        ASSERT_EQ(weft_nats_publish(c, natsMsg_GetReply(m[i]), buf, (size_t)n,
+                                    T_DEADLINE),
+                  0);
+        natsMsg_Destroy(m[i]);
+    }
+    ASSERT_EQ(weft_scope_join(rs), 0);
+    weft_scope_free(rs);
+    ASSERT_EQ(weft_nats_sub_free(g), 0);
+    ASSERT_EQ(weft_nats_close(c, T_DEADLINE), 0);
+    t_end(sc, &srv);
+    return 0;
+}
+
+TEST(requests_past_the_reply_slots)
+{
+    ASSERT_EQ(t_run_nats(2, many_requests_root), 0);
+}
+
 /* ---- a blocked request, cancelled ---- */
 
 static weft_nats_conn *cancel_conn;

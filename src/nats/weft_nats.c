@@ -28,10 +28,11 @@
  *    (weft_chan_try_send, counted when full). Subscriptions have no
  *    thread: they are nats.c's synchronous kind, and the driver moves
  *    their messages into their rings after each read (drain_subs), so
- *    that a message reaches its task without waking another thread. The
- *    inbox cannot be so: nats.c's NextMsg drops a "no responders" status
- *    and keeps only its code, and the inbox needs its subject to find the
- *    request it answers.
+ *    that a message reaches its task without waking another thread. So do
+ *    replies, through the reply slots (see struct slot); only requests
+ *    past the slots' number are answered through the asynchronous inbox,
+ *    since nats.c's NextMsg drops a "no responders" status's subject,
+ *    which names its request.
  *
  * Edge-triggered readiness. weft's poller reports edges, and nats.c reads
  * and writes once per Process*Event call. So the driver reads again while
@@ -83,6 +84,7 @@
 #define DEFAULT_CAPACITY 1024
 #define READS_BEFORE_YIELD 32
 #define CLOSE_FLUSH_MS 500 /* as natsConnection_Close's own flush */
+#define SLOTS 8            /* requests that can wait on a slot at once */
 
 /* A request (or flush) waiting for its reply: on the requesting task's
  * stack, linked in c->buckets under c->pmu while it waits. */
@@ -90,7 +92,20 @@ typedef struct pending {
     uint64_t token;       /* the last part of its reply subject */
     weft_future *f;       /* resolved with the reply's natsMsg * */
     struct pending *next; /* its bucket's list */
+    int slot;             /* the slot it waits on, or -1: the inbox */
 } pending;
+
+/* A reply slot: a synchronous subscription to inbox.s<k>.*, drained by
+ * the driver (drain_slots), on which one request at a time waits, so
+ * that a "no responders" status there, which nats.c's NextMsg reports
+ * without its subject, still names its request. A request given up
+ * while on its slot leaves the slot dirty (its status may still come)
+ * until a marker sent to inbox.s<k>.m after it comes back. */
+typedef struct slot {
+    natsSubscription *ns;
+    uint64_t token; /* the request on it, 0: none */
+    bool dirty;
+} slot;
 
 struct weft_nats_conn {
     _Atomic long refs;   /* see "Lifetime" above; the last frees */
@@ -128,6 +143,7 @@ struct weft_nats_conn {
     _Atomic uint64_t next_token;
     char inbox[64]; /* "_INBOX.<nuid>": replies come to inbox.<token> */
     natsSubscription *isub;
+    slot slots[SLOTS]; /* replies to inbox.s<k>.<token>; ns set once */
 
     /* Publish's backpressure: publishers wait on bcv, the driver
      * broadcasts after writes when bwaiters says someone waits. */
@@ -213,6 +229,9 @@ static void conn_unref(weft_nats_conn *c)
         return;
     if (c->isub)
         natsSubscription_Destroy(c->isub);
+    for (int k = 0; k < SLOTS; k++)
+        if (c->slots[k].ns)
+            natsSubscription_Destroy(c->slots[k].ns);
     if (c->nc)
         natsConnection_Destroy(c->nc); /* closed already: does not block */
     if (c->nopts)
@@ -350,6 +369,7 @@ static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
 
 /* ---- the driver ---- */
 
+static void drain_slots(weft_nats_conn *c);
 static void drain_subs(weft_nats_conn *c);
 static void end_subs(weft_nats_conn *c);
 
@@ -508,6 +528,7 @@ static int drive_once(weft_nats_conn *c, drive_state *d)
     if (reads && d->try_read) {
         atomic_fetch_add(&c->st_reads, 1);
         natsConnection_ProcessReadEvent(s.nc);
+        drain_slots(c);
         drain_subs(c);
         d->try_read = bytes_waiting(c, &s);
         if (d->try_read && ++d->reads % READS_BEFORE_YIELD == 0)
@@ -652,7 +673,7 @@ static int inbox_open(weft_nats_conn *c)
         return -ENOMEM;
     snprintf(c->inbox, sizeof c->inbox, "%s", ib);
     natsInbox_Destroy(ib);
-    char wild[sizeof c->inbox + 2];
+    char wild[sizeof c->inbox + 16];
     snprintf(wild, sizeof wild, "%s.*", c->inbox);
     natsStatus st =
         natsConnection_Subscribe(&c->isub, c->nc, wild, inbox_cb, c);
@@ -668,6 +689,18 @@ static int inbox_open(weft_nats_conn *c)
          * reference is kept (a leak of one connection, on a close that
          * raced with the connect). */
         return weft_nats_error(st);
+    }
+    /* The slots: a slot whose subscription failed stays unused (ns is
+     * written here, before any request, and never again). */
+    for (int k = 0; k < SLOTS; k++) {
+        snprintf(wild, sizeof wild, "%s.s%d.*", c->inbox, k);
+        natsSubscription *ns = NULL;
+        if (natsConnection_SubscribeSync(&ns, c->nc, wild) != NATS_OK)
+            break;
+        natsSubscription_SetPendingLimits(ns, -1, -1);
+        pthread_mutex_lock(&c->pmu);
+        c->slots[k].ns = ns;
+        pthread_mutex_unlock(&c->pmu);
     }
     return 0;
 }
@@ -761,6 +794,33 @@ static pending *unlink_locked(weft_nats_conn *c, uint64_t token)
 
 /* A reply: to its waiting request, or dropped and counted. nats.c's
  * delivery thread of the inbox. */
+/* Settles the request with this token: with msg (then the request owns
+ * it), or with err when msg is NULL. A reply nobody waits for any more is
+ * dropped and counted. When the request waits on a slot, the slot is
+ * free again. */
+static void settle(weft_nats_conn *c, uint64_t token, natsMsg *msg, int err)
+{
+    weft_future *f = NULL;
+    pthread_mutex_lock(&c->pmu);
+    pending *p = unlink_locked(c, token);
+    if (p) { /* its waiter may leave once settled: hold f meanwhile */
+        f = weft_future_ref(p->f);
+        if (p->slot >= 0)
+            c->slots[p->slot].token = 0;
+    }
+    pthread_mutex_unlock(&c->pmu);
+    int rc = !f    ? -1
+             : msg ? weft_future_resolve(f, &msg)
+                   : weft_future_reject(f, err);
+    if (rc != 0) {
+        if (msg)
+            natsMsg_Destroy(msg);
+        atomic_fetch_add(&c->st_late, 1);
+    }
+    if (f)
+        weft_future_unref(f);
+}
+
 static void inbox_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
                      void *closure)
 {
@@ -769,21 +829,57 @@ static void inbox_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
     weft_nats_conn *c = closure;
     const char *subj = natsMsg_GetSubject(msg);
     size_t n = strlen(c->inbox);
-    weft_future *f = NULL;
-    if (strncmp(subj, c->inbox, n) == 0 && subj[n] == '.') {
-        uint64_t token = strtoull(subj + n + 1, NULL, 10);
+    uint64_t token = 0;
+    if (strncmp(subj, c->inbox, n) == 0 && subj[n] == '.')
+        token = strtoull(subj + n + 1, NULL, 10);
+    settle(c, token, msg, 0);
+}
+
+/* One message of slot k (msg, or a "no responders" status when NULL):
+ * to its request. The driver. */
+static void slot_reply(weft_nats_conn *c, int k, natsMsg *msg)
+{
+    if (!msg) { /* the status of the request on the slot, if any: a
+                 * dirty slot has none, and its status is dropped */
         pthread_mutex_lock(&c->pmu);
-        pending *p = unlink_locked(c, token);
-        if (p) /* its waiter may leave once resolved: hold f meanwhile */
-            f = weft_future_ref(p->f);
+        uint64_t token = c->slots[k].token;
         pthread_mutex_unlock(&c->pmu);
+        if (token)
+            settle(c, token, NULL, -ESRCH);
+        return;
     }
-    if (!f || weft_future_resolve(f, &msg) != 0) {
+    const char *rest = strrchr(natsMsg_GetSubject(msg), '.');
+    if (rest && strcmp(rest, ".m") == 0) { /* the marker: clean again */
         natsMsg_Destroy(msg);
-        atomic_fetch_add(&c->st_late, 1);
+        pthread_mutex_lock(&c->pmu);
+        c->slots[k].dirty = false;
+        pthread_mutex_unlock(&c->pmu);
+        return;
     }
-    if (f)
-        weft_future_unref(f);
+    settle(c, rest ? strtoull(rest + 1, NULL, 10) : 0, msg, 0);
+}
+
+/* After each read: the slots' replies to their requests. The driver. */
+static void drain_slots(weft_nats_conn *c)
+{
+    for (int k = 0; k < SLOTS; k++) {
+        pthread_mutex_lock(&c->pmu);
+        natsSubscription *ns = c->slots[k].ns;
+        pthread_mutex_unlock(&c->pmu);
+        int n = 0, bytes = 0;
+        if (!ns || natsSubscription_GetPending(ns, &n, &bytes) != NATS_OK)
+            continue;
+        for (int i = 0; i < n;) {
+            natsMsg *m = NULL;
+            natsStatus st = natsSubscription_NextMsg(&m, ns, 0);
+            if (st == NATS_SLOW_CONSUMER)
+                continue;
+            if (st != NATS_OK && st != NATS_NO_RESPONDERS)
+                break;
+            i++;
+            slot_reply(c, k, st == NATS_OK ? m : NULL);
+        }
+    }
 }
 
 /* The inbox ended (the connection closed): requests still waiting fail
@@ -851,6 +947,57 @@ static natsStatus publish_request(weft_nats_conn *c, const char *subject,
     return st;
 }
 
+/* Puts p in the request table, on a free slot if there is one, and
+ * writes its reply subject into to. Returns 0 or -ENOTCONN. */
+static int enlist(weft_nats_conn *c, pending *p, char *to, size_t n)
+{
+    pthread_mutex_lock(&c->pmu);
+    if (c->inbox_closed) {
+        pthread_mutex_unlock(&c->pmu);
+        return -ENOTCONN;
+    }
+    for (int k = 0; k < SLOTS && p->slot < 0; k++)
+        if (c->slots[k].ns && !c->slots[k].token && !c->slots[k].dirty) {
+            c->slots[k].token = p->token;
+            p->slot = k;
+        }
+    p->next = *bucket(c, p->token);
+    *bucket(c, p->token) = p;
+    c->npending++;
+    pthread_mutex_unlock(&c->pmu);
+    if (p->slot >= 0)
+        snprintf(to, n, "%s.s%d.%" PRIu64, c->inbox, p->slot, p->token);
+    else
+        snprintf(to, n, "%s.%" PRIu64, c->inbox, p->token);
+    return 0;
+}
+
+/* The request p is given up (an error, a deadline, a cancel): out of the
+ * table, and its slot dirty until the marker sent now comes back, since
+ * what it still gets may come there. A reply that came just as it gave
+ * up is dropped and counted. */
+static void give_up(weft_nats_conn *c, pending *p)
+{
+    pthread_mutex_lock(&c->pmu);
+    bool mine = unlink_locked(c, p->token) != NULL;
+    bool dirty = mine && p->slot >= 0;
+    if (dirty) {
+        c->slots[p->slot].token = 0;
+        c->slots[p->slot].dirty = true;
+    }
+    pthread_mutex_unlock(&c->pmu);
+    natsMsg *m = NULL;
+    if (!mine && weft_future_try_await(p->f, &m) == 0) {
+        natsMsg_Destroy(m);
+        atomic_fetch_add(&c->st_late, 1);
+    }
+    if (dirty) {
+        char mark[sizeof c->inbox + 32];
+        snprintf(mark, sizeof mark, "%s.s%d.m", c->inbox, p->slot);
+        natsConnection_Publish(c->nc, mark, NULL, 0);
+    }
+}
+
 /* Sends to subject (NULL: a flush marker to the inbox itself) with a
  * reply subject of the inbox, and waits for what comes back there. */
 static int round_trip(weft_nats_conn *c, const char *subject, const char *key,
@@ -862,37 +1009,21 @@ static int round_trip(weft_nats_conn *c, const char *subject, const char *key,
         return rc;
     if (len > INT32_MAX)
         return -EMSGSIZE;
-    pending p = {.token = atomic_fetch_add(&c->next_token, 1) + 1};
+    pending p = {.token = atomic_fetch_add(&c->next_token, 1) + 1, .slot = -1};
     if ((rc = weft_future_new(&p.f, sizeof(natsMsg *))) != 0)
         return rc;
-    pthread_mutex_lock(&c->pmu);
-    if (c->inbox_closed) {
-        pthread_mutex_unlock(&c->pmu);
+    char to[sizeof c->inbox + 32];
+    if ((rc = enlist(c, &p, to, sizeof to)) != 0) {
         weft_future_unref(p.f);
-        return -ENOTCONN;
+        return rc;
     }
-    p.next = *bucket(c, p.token);
-    *bucket(c, p.token) = &p;
-    c->npending++;
-    pthread_mutex_unlock(&c->pmu);
-
-    char to[sizeof c->inbox + 24];
-    snprintf(to, sizeof to, "%s.%" PRIu64, c->inbox, p.token);
     natsStatus st = subject ? publish_request(c, subject, to, key, data, len)
                             : natsConnection_Publish(c->nc, to, NULL, 0);
     natsMsg *m = NULL;
     rc = st == NATS_OK ? weft_future_await(p.f, &m, deadline)
                        : weft_nats_error(st);
-    if (rc != 0) {
-        pthread_mutex_lock(&c->pmu);
-        bool mine = unlink_locked(c, p.token) != NULL;
-        pthread_mutex_unlock(&c->pmu);
-        /* Not linked any more: a reply came just as we gave up. */
-        if (!mine && weft_future_try_await(p.f, &m) == 0) {
-            natsMsg_Destroy(m);
-            atomic_fetch_add(&c->st_late, 1);
-        }
-    }
+    if (rc != 0)
+        give_up(c, &p);
     weft_future_unref(p.f);
     if (rc == 0 && natsMsg_IsNoResponders(m)) {
         natsMsg_Destroy(m);
