@@ -85,6 +85,7 @@
 #define READS_BEFORE_YIELD 32
 #define CLOSE_FLUSH_MS 500 /* as natsConnection_Close's own flush */
 #define SLOTS 8            /* requests that can wait on a slot at once */
+#define DEAD_BATCH 64      /* received messages destroyed together */
 
 /* A request (or flush) waiting for its reply: on the requesting task's
  * stack, linked in c->buckets under c->pmu while it waits. */
@@ -158,6 +159,12 @@ struct weft_nats_conn {
     bool subs_ended;       /* the driver ended: no new subscription */
     _Atomic int drain_req; /* a receiver made room in a starved ring */
 
+    /* Received messages done with, destroyed DEAD_BATCH at a time
+     * (msg_release): under dmu. */
+    pthread_mutex_t dmu;
+    natsMsg *dead[DEAD_BATCH];
+    int ndead;
+
     weft_chan *events; /* weft_nats_event, filled by nats.c's threads */
     _Atomic uint64_t st_attaches, st_disconnects, st_reconnects, st_slow,
         st_errors, st_events_dropped, st_late, st_reads, st_writes;
@@ -227,6 +234,8 @@ static void conn_unref(weft_nats_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    for (int i = 0; i < c->ndead; i++)
+        natsMsg_Destroy(c->dead[i]);
     if (c->isub)
         natsSubscription_Destroy(c->isub);
     for (int k = 0; k < SLOTS; k++)
@@ -241,7 +250,29 @@ static void conn_unref(weft_nats_conn *c)
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->pmu);
     pthread_mutex_destroy(&c->smu);
+    pthread_mutex_destroy(&c->dmu);
     free(c);
+}
+
+/* Destroys m, a received message weft is done with, later and with
+ * others: natsMsg_Destroy hands a received message to nats.c's collector
+ * thread, and wakes that thread when it sleeps, which is a wake-up of
+ * another thread for every message (two on every remote ask); a batch
+ * wakes it once. The rest go with the connection. */
+static void msg_release(weft_nats_conn *c, natsMsg *m)
+{
+    natsMsg *batch[DEAD_BATCH];
+    int n = 0;
+    pthread_mutex_lock(&c->dmu);
+    c->dead[c->ndead++] = m;
+    if (c->ndead == DEAD_BATCH) {
+        memcpy(batch, c->dead, sizeof batch);
+        n = c->ndead;
+        c->ndead = 0;
+    }
+    pthread_mutex_unlock(&c->dmu);
+    for (int i = 0; i < n; i++)
+        natsMsg_Destroy(batch[i]);
 }
 
 /* Wakes the driver: at most one permit is ever posted, and the driver
@@ -650,6 +681,7 @@ static weft_nats_conn *conn_new(const weft_nats_opts *o)
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->pmu, NULL);
     pthread_mutex_init(&c->smu, NULL);
+    pthread_mutex_init(&c->dmu, NULL);
     weft_sem_init(&c->wake, 0);
     weft_sem_init(&c->quiet, 0);
     size_t nev = o->event_queue ? o->event_queue : DEFAULT_EVENTS;
@@ -850,7 +882,7 @@ static void slot_reply(weft_nats_conn *c, int k, natsMsg *msg)
     }
     const char *rest = strrchr(natsMsg_GetSubject(msg), '.');
     if (rest && strcmp(rest, ".m") == 0) { /* the marker: clean again */
-        natsMsg_Destroy(msg);
+        msg_release(c, msg);
         pthread_mutex_lock(&c->pmu);
         c->slots[k].dirty = false;
         pthread_mutex_unlock(&c->pmu);
@@ -1050,7 +1082,7 @@ int weft_nats_flush(weft_nats_conn *c, weft_time deadline)
     natsMsg *m = NULL;
     int rc = round_trip(c, NULL, NULL, NULL, 0, &m, deadline);
     if (rc == 0)
-        natsMsg_Destroy(m);
+        msg_release(c, m);
     return rc;
 }
 
@@ -1540,7 +1572,7 @@ static int ask_task(void *arg)
                           WEFT_NEVER);
     }
     free(out);
-    natsMsg_Destroy(q->m);
+    msg_release(e->c, q->m);
     free(q);
     weft_sem_release(&e->asks, 1);
     return 0;
@@ -1767,7 +1799,7 @@ int weft_nats_ask(weft_nats_conn *c, const weft_nats_ref *r, const void *msg,
         else if (rc == 0 && reply)
             memcpy(reply, d + REPLY_HEAD, n - REPLY_HEAD);
     }
-    natsMsg_Destroy(m);
+    msg_release(c, m);
     return rc;
 }
 
