@@ -1629,7 +1629,7 @@ static int serve_one(weft_nats_export *e, weft_scope *asks, natsMsg *m)
     weft_time deadline = deadline_of((int64_t)get_le(d + 1, 8));
     if (d[0] == 'T') { /* at most once: a tell that fails is dropped */
         int rc = weft_actor_tell(e->a, d + WIRE_HEAD, deadline);
-        natsMsg_Destroy(m);
+        msg_release(e->c, m);
         return rc == -ECANCELED ? rc : 0;
     }
     remote_ask *q = malloc(sizeof *q);
