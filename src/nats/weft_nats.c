@@ -164,6 +164,7 @@ struct weft_nats_conn {
     pthread_mutex_t dmu;
     natsMsg *dead[DEAD_BATCH];
     int ndead;
+    bool dead_now; /* the driver ended: destroyed at once */
 
     weft_chan *events; /* weft_nats_event, filled by nats.c's threads */
     _Atomic uint64_t st_attaches, st_disconnects, st_reconnects, st_slow,
@@ -234,8 +235,6 @@ static void conn_unref(weft_nats_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    for (int i = 0; i < c->ndead; i++)
-        natsMsg_Destroy(c->dead[i]);
     if (c->isub)
         natsSubscription_Destroy(c->isub);
     for (int k = 0; k < SLOTS; k++)
@@ -258,16 +257,22 @@ static void conn_unref(weft_nats_conn *c)
  * others: natsMsg_Destroy hands a received message to nats.c's collector
  * thread, and wakes that thread when it sleeps, which is a wake-up of
  * another thread for every message (two on every remote ask); a batch
- * wakes it once. The rest go with the connection. */
+ * wakes it once. The driver destroys the rest when it ends (m NULL), and
+ * from then on each at once: not later, from the last reference's
+ * thread, which can be nats.c's callback thread after nats.c's collector
+ * has stopped (nats_Close), where they would never be freed. */
 static void msg_release(weft_nats_conn *c, natsMsg *m)
 {
     natsMsg *batch[DEAD_BATCH];
     int n = 0;
     pthread_mutex_lock(&c->dmu);
-    c->dead[c->ndead++] = m;
-    if (c->ndead == DEAD_BATCH) {
-        memcpy(batch, c->dead, sizeof batch);
+    if (m)
+        c->dead[c->ndead++] = m;
+    else
+        c->dead_now = true;
+    if (c->dead_now || c->ndead == DEAD_BATCH) {
         n = c->ndead;
+        memcpy(batch, c->dead, (size_t)n * sizeof *batch);
         c->ndead = 0;
     }
     pthread_mutex_unlock(&c->dmu);
@@ -592,6 +597,8 @@ static int driver(void *arg)
     }
     atomic_store(&c->closing, 1);
     end_subs(c);
+    drain_slots(c); /* late replies: destroyed now, not by nats.c later */
+    msg_release(c, NULL);
     if (d.shield) {
         weft_scope_join(d.shield);
         weft_scope_free(d.shield);
