@@ -144,7 +144,8 @@ struct weft_nats_conn {
     _Atomic uint64_t next_token;
     char inbox[64]; /* "_INBOX.<nuid>": replies come to inbox.<token> */
     natsSubscription *isub;
-    slot slots[SLOTS]; /* replies to inbox.s<k>.<token>; ns set once */
+    slot slots[SLOTS];  /* replies to inbox.s<k>.<token> */
+    _Atomic int nslots; /* slots made (their ns fixed before it is set) */
 
     /* Publish's backpressure: publishers wait on bcv, the driver
      * broadcasts after writes when bwaiters says someone waits. */
@@ -237,9 +238,8 @@ static void conn_unref(weft_nats_conn *c)
         return;
     if (c->isub)
         natsSubscription_Destroy(c->isub);
-    for (int k = 0; k < SLOTS; k++)
-        if (c->slots[k].ns)
-            natsSubscription_Destroy(c->slots[k].ns);
+    for (int k = 0; k < atomic_load(&c->nslots); k++)
+        natsSubscription_Destroy(c->slots[k].ns);
     if (c->nc)
         natsConnection_Destroy(c->nc); /* closed already: does not block */
     if (c->nopts)
@@ -729,18 +729,17 @@ static int inbox_open(weft_nats_conn *c)
          * raced with the connect). */
         return weft_nats_error(st);
     }
-    /* The slots: a slot whose subscription failed stays unused (ns is
-     * written here, before any request, and never again). */
-    for (int k = 0; k < SLOTS; k++) {
+    /* The slots, published by their count: those past a subscription
+     * that failed are not made (requests wait on the inbox instead). */
+    int k = 0;
+    for (; k < SLOTS; k++) {
         snprintf(wild, sizeof wild, "%s.s%d.*", c->inbox, k);
-        natsSubscription *ns = NULL;
-        if (natsConnection_SubscribeSync(&ns, c->nc, wild) != NATS_OK)
+        if (natsConnection_SubscribeSync(&c->slots[k].ns, c->nc, wild) !=
+            NATS_OK)
             break;
-        natsSubscription_SetPendingLimits(ns, -1, -1);
-        pthread_mutex_lock(&c->pmu);
-        c->slots[k].ns = ns;
-        pthread_mutex_unlock(&c->pmu);
+        natsSubscription_SetPendingLimits(c->slots[k].ns, -1, -1);
     }
+    atomic_store(&c->nslots, k);
     return 0;
 }
 
@@ -831,8 +830,6 @@ static pending *unlink_locked(weft_nats_conn *c, uint64_t token)
     return NULL;
 }
 
-/* A reply: to its waiting request, or dropped and counted. nats.c's
- * delivery thread of the inbox. */
 /* Settles the request with this token: with msg (then the request owns
  * it), or with err when msg is NULL. A reply nobody waits for any more is
  * dropped and counted. When the request waits on a slot, the slot is
@@ -860,6 +857,8 @@ static void settle(weft_nats_conn *c, uint64_t token, natsMsg *msg, int err)
         weft_future_unref(f);
 }
 
+/* A reply on the inbox (a request past the slots): to its request, or
+ * dropped and counted. nats.c's delivery thread of the inbox. */
 static void inbox_cb(natsConnection *nc, natsSubscription *sub, natsMsg *msg,
                      void *closure)
 {
@@ -898,26 +897,33 @@ static void slot_reply(weft_nats_conn *c, int k, natsMsg *msg)
     settle(c, rest ? strtoull(rest + 1, NULL, 10) : 0, msg, 0);
 }
 
+/* Takes ns's next message without waiting: 1, with
+ * *m the message or NULL for a "no responders" status (which NextMsg
+ * reports without its message); 0 when there is none, or ns is over. */
+static int next_msg(natsSubscription *ns, natsMsg **m)
+{
+    for (;;) {
+        *m = NULL;
+        natsStatus st = natsSubscription_NextMsg(m, ns, 0);
+        if (st == NATS_SLOW_CONSUMER) /* said once; the message is next */
+            continue;
+        if (st == NATS_NO_RESPONDERS)
+            *m = NULL;
+        return st == NATS_OK || st == NATS_NO_RESPONDERS;
+    }
+}
+
 /* After each read: the slots' replies to their requests. The driver. */
 static void drain_slots(weft_nats_conn *c)
 {
-    for (int k = 0; k < SLOTS; k++) {
-        pthread_mutex_lock(&c->pmu);
-        natsSubscription *ns = c->slots[k].ns;
-        pthread_mutex_unlock(&c->pmu);
+    int nslots = atomic_load(&c->nslots);
+    for (int k = 0; k < nslots; k++) {
         int n = 0, bytes = 0;
-        if (!ns || natsSubscription_GetPending(ns, &n, &bytes) != NATS_OK)
+        natsMsg *m;
+        if (natsSubscription_GetPending(c->slots[k].ns, &n, &bytes) != NATS_OK)
             continue;
-        for (int i = 0; i < n;) {
-            natsMsg *m = NULL;
-            natsStatus st = natsSubscription_NextMsg(&m, ns, 0);
-            if (st == NATS_SLOW_CONSUMER)
-                continue;
-            if (st != NATS_OK && st != NATS_NO_RESPONDERS)
-                break;
-            i++;
-            slot_reply(c, k, st == NATS_OK ? m : NULL);
-        }
+        for (int i = 0; i < n && next_msg(c->slots[k].ns, &m); i++)
+            slot_reply(c, k, m);
     }
 }
 
@@ -995,8 +1001,9 @@ static int enlist(weft_nats_conn *c, pending *p, char *to, size_t n)
         pthread_mutex_unlock(&c->pmu);
         return -ENOTCONN;
     }
-    for (int k = 0; k < SLOTS && p->slot < 0; k++)
-        if (c->slots[k].ns && !c->slots[k].token && !c->slots[k].dirty) {
+    int nslots = atomic_load(&c->nslots);
+    for (int k = 0; k < nslots && p->slot < 0; k++)
+        if (!c->slots[k].token && !c->slots[k].dirty) {
             c->slots[k].token = p->token;
             p->slot = k;
         }
@@ -1207,17 +1214,9 @@ static bool sub_drain(weft_nats_sub *s)
     size_t room = s->cap - s->len;
     pthread_mutex_unlock(&s->mu);
     long pushed = 0;
-    for (size_t i = 0; i < room && i < (size_t)n;) {
-        natsMsg *m = NULL;
-        natsStatus st = natsSubscription_NextMsg(&m, s->ns, 0);
-        if (st == NATS_SLOW_CONSUMER) /* said once; the message is next */
-            continue;
-        if (st == NATS_NO_RESPONDERS)
-            m = no_responders(s);
-        else if (st != NATS_OK)
-            break;
-        i++;
-        if (!m)
+    natsMsg *m;
+    for (size_t i = 0; i < room && i < (size_t)n && next_msg(s->ns, &m); i++) {
+        if (!m && !(m = no_responders(s)))
             continue;
         pthread_mutex_lock(&s->mu);
         s->ring[(s->head + s->len) % s->cap] = m;

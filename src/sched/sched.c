@@ -1073,8 +1073,6 @@ static inline void finish_switch(weft_worker *w)
     }
 }
 
-/* Switches from the running task self to whatever runs next; returns when
- * self runs again. */
 /* Switching away from self, whose stack has no guard page (its canary
  * is checked) or which parks in a wait that lets its stack be given back
  * (a compact task: noted, and handled once off its stack, by
@@ -1086,6 +1084,8 @@ static WEFT_COLD void leave_unusual(weft_worker *w, weft_task *self, int kind)
         w->dead = (weft_task *)((uintptr_t)self | 1);
 }
 
+/* Switches from the running task self to whatever runs next; returns when
+ * self runs again. */
 static inline __attribute__((always_inline)) bool
 run_next_plain(weft_worker *w, weft_task *self, int kind)
 {
