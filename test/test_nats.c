@@ -1700,6 +1700,18 @@ static int jobs_root(void *arg)
     /* The same options find the same stream and consumer. */
     weft_nats_queue *q2 = t_queue(c, 0, 2);
     ASSERT_EQ(weft_nats_queue_free(q2), 0);
+    /* A stream the server refuses for good (its subject is JOBS's): -EIO
+     * once the tries are over, or -ETIMEDOUT at the caller's deadline,
+     * and no handle either way. */
+    weft_nats_queue_opts clash = {
+        .stream = "CLASH", .subject = "jobs.work", .consumer = "workers"};
+    q2 = (weft_nats_queue *)&clash;
+    ASSERT_EQ(weft_nats_queue_new(&q2, c, &clash, T_DEADLINE), -EIO);
+    ASSERT(q2 == NULL);
+    q2 = (weft_nats_queue *)&clash;
+    ASSERT_EQ(weft_nats_queue_new(&q2, c, &clash, weft_now() + 30 * WEFT_MSEC),
+              -ETIMEDOUT);
+    ASSERT(q2 == NULL);
 
     ASSERT_EQ(t_job_publish(q, 1), 0);
     ASSERT_EQ(t_job_publish(q, 2), 0);

@@ -2074,9 +2074,17 @@ static int js_make(weft_nats_conn *c, const char *create, const char *body,
         if (rc == -EIO && js_api(c, info, "", 0, deadline) == 0)
             return 0;
         if (rc == -EIO && attempt < 5) {
-            int src = weft_sleep_for(attempt * 20 * WEFT_MSEC);
+            /* The pause ends at the caller's deadline, at the latest,
+             * and a deadline reached gives -ETIMEDOUT, not the last
+             * refusal. */
+            weft_time until = weft_now() + attempt * 20 * WEFT_MSEC;
+            if (deadline != WEFT_NEVER && deadline < until)
+                until = deadline;
+            int src = weft_sleep_until(until);
             if (src != 0)
                 return src;
+            if (deadline != WEFT_NEVER && weft_now() >= deadline)
+                return -ETIMEDOUT;
         }
     }
     return rc;
