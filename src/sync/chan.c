@@ -245,7 +245,12 @@ chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline, bool wait)
         finish(woken, 0);
         return rc;
     }
-    return chan_wait(c, op, elem, deadline);
+    rc = chan_wait(c, op, elem, deadline);
+    /* Not a tail call: the wait returns into the public call, which is
+     * the frame the dump and the deadlock report name, at its line in
+     * chan.c (observe/where.c). A compiler barrier, no instruction. */
+    atomic_signal_fence(memory_order_seq_cst);
+    return rc;
 }
 
 int weft_chan_send(weft_chan *c, const void *elem)
