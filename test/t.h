@@ -152,6 +152,14 @@ static inline int64_t t_real_ns(void)
     return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
 }
 
+/* CLOCK_THREAD_CPUTIME_ID, in ns: the CPU time the calling thread used. */
+static inline int64_t t_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
+}
+
 /* Waits (yielding the task and the thread, at most 10 s of real time)
  * until cond holds: for states that other threads (the pool's, the
  * kernel's) reach on their own. Nothing sleeps. */

@@ -1086,13 +1086,6 @@ static void round_trip(int fd, char c)
     ASSERT_EQ(back, c);
 }
 
-static int64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts), 0);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
-
 /* Lowers RLIMIT_NOFILE and fills every free descriptor below it; returns
  * the descriptors it opened, -1 after the last. */
 static int *exhaust_fds(struct rlimit *old)
@@ -1139,12 +1132,12 @@ static int emfile_root(void *arg)
     /* The acceptor meets EMFILE and backs off: over 300 ms this worker,
      * the only thread running tasks, uses little CPU, and it keeps
      * serving the open connection. */
-    int64_t cpu0 = thread_cpu_ns();
+    int64_t cpu0 = t_thread_cpu_ns();
     weft_time t0 = weft_now();
     round_trip(a, '2');
     ASSERT_EQ(weft_sleep_for(300 * WEFT_MSEC), 0);
     round_trip(a, '3');
-    int64_t cpu = thread_cpu_ns() - cpu0;
+    int64_t cpu = t_thread_cpu_ns() - cpu0;
     printf("out of descriptors for %lld ms: %lld us of CPU\n",
            (long long)((weft_now() - t0) / WEFT_MSEC),
            (long long)(cpu / WEFT_USEC));

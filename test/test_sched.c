@@ -662,14 +662,11 @@ static int blocker(void *arg)
 static int releaser(void *arg)
 {
     struct pin *p = arg;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = t_real_ns();
     do {
         ASSERT_EQ(atomic_load(&p->started), 0);
         weft_yield();
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while ((now.tv_sec - t0.tv_sec) * WEFT_SEC + now.tv_nsec - t0.tv_nsec <
-             5 * WEFT_MSEC);
+    } while (t_real_ns() - t0 < 5 * WEFT_MSEC);
     atomic_store(&p->hold, 0);
     return 0;
 }
@@ -828,8 +825,7 @@ static int descheduled_spawner(void *arg)
      * pair takes far less CPU than the stuck rule's 250 us. Under a
      * sanitizer or an emulator it may not; then where the pair runs is
      * not asserted, only that it runs. */
-    struct timespec c0, c1;
-    ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0), 0);
+    int64_t c0 = t_thread_cpu_ns();
     for (int i = 0; i < 2; i++) {
         weft_scope *w;
         ASSERT_EQ(weft_scope_open(&w, NULL), 0);
@@ -838,10 +834,7 @@ static int descheduled_spawner(void *arg)
         ASSERT_EQ(weft_scope_join(w), 0);
         ASSERT_EQ(weft_scope_free(w), 0);
     }
-    ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1), 0);
-    int64_t spawn_ns =
-        ((c1.tv_sec - c0.tv_sec) * WEFT_SEC + (c1.tv_nsec - c0.tv_nsec)) / 4;
-    p->slow = spawn_ns > 20 * WEFT_USEC;
+    p->slow = (t_thread_cpu_ns() - c0) / 4 > 20 * WEFT_USEC; /* a spawn */
 
     weft_chan *ping, *pong;
     ASSERT_EQ(weft_chan_new(&ping, sizeof(int), 0), 0);
@@ -849,7 +842,7 @@ static int descheduled_spawner(void *arg)
     struct pair_end ends[2] = {{p, 0, ping, pong}, {p, 1, ping, pong}};
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
-    ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0), 0);
+    c0 = t_thread_cpu_ns();
     ASSERT(weft_spawn(s, pair_task, &ends[0]) >= 0);
     ASSERT(weft_spawn(s, pair_task, &ends[1]) >= 0);
     for (int i = 0; i < 3; i++)
@@ -858,9 +851,7 @@ static int descheduled_spawner(void *arg)
      * without progress (the stuck rule's STUCK_CPU_NS) is stuck, and its
      * tasks may rightly be taken. On a shared VM a thread's CPU clock
      * can run while its virtual CPU waits for the host. */
-    ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1), 0);
-    if ((c1.tv_sec - c0.tv_sec) * WEFT_SEC + (c1.tv_nsec - c0.tv_nsec) >=
-        200 * WEFT_USEC)
+    if (t_thread_cpu_ns() - c0 >= 200 * WEFT_USEC)
         p->slow = true;
     ASSERT_EQ(weft_scope_join(s), 0);
     ASSERT_EQ(weft_scope_free(s), 0);
@@ -933,12 +924,9 @@ static int holding_spawner(void *arg)
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, note_worker, p) >= 0);
     if (p->pipe[0] < 0) {
-        struct timespec t0, t;
-        ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0), 0);
-        while (atomic_load(&p->where[0]) < 0) {
-            ASSERT_EQ(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t), 0);
-            ASSERT(t.tv_sec - t0.tv_sec < 60);
-        }
+        int64_t t0 = t_thread_cpu_ns();
+        while (atomic_load(&p->where[0]) < 0)
+            ASSERT(t_thread_cpu_ns() - t0 < 60 * WEFT_SEC);
     } else {
         struct pollfd pfd = {.fd = p->pipe[0], .events = POLLIN};
         ASSERT_EQ(poll(&pfd, 1, 60 * 1000), 1); /* not weft_poll: blocks */

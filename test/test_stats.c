@@ -395,13 +395,6 @@ static void on_watchdog(const weft_watchdog_report *r, void *arg)
     atomic_fetch_add(&wd_seen.reports, 1); /* last: the hog stops on it */
 }
 
-static int64_t cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
-
 static int64_t real_now(void)
 {
     struct timespec ts;
@@ -415,8 +408,8 @@ static int64_t real_now(void)
 static int hog(void *arg)
 {
     (void)arg;
-    int64_t cap = cpu_now() + 20 * WEFT_SEC;
-    while (atomic_load(&wd_seen.reports) == 0 && cpu_now() < cap) {
+    int64_t cap = t_thread_cpu_ns() + 20 * WEFT_SEC;
+    while (atomic_load(&wd_seen.reports) == 0 && t_thread_cpu_ns() < cap) {
     }
     return 0;
 }
@@ -522,8 +515,8 @@ TEST(watchdog_is_quiet_for_tasks_that_yield)
 
 static int short_hog(void *arg)
 {
-    int64_t until = cpu_now() + *(int64_t *)arg;
-    while (cpu_now() < until) {
+    int64_t until = t_thread_cpu_ns() + *(int64_t *)arg;
+    while (t_thread_cpu_ns() < until) {
     }
     return 0;
 }
@@ -549,8 +542,8 @@ static int hog_reading_stderr(void *arg)
 {
     (void)arg;
     size_t len = 0;
-    int64_t cap = cpu_now() + 20 * WEFT_SEC;
-    while (!strstr(stderr_seen, "weft: watchdog") && cpu_now() < cap) {
+    int64_t cap = t_thread_cpu_ns() + 20 * WEFT_SEC;
+    while (!strstr(stderr_seen, "weft: watchdog") && t_thread_cpu_ns() < cap) {
         ssize_t n = read(stderr_pipe[0], stderr_seen + len,
                          sizeof stderr_seen - 1 - len);
         if (n > 0)
