@@ -1705,10 +1705,10 @@ static int jobs_root(void *arg)
      * and no handle either way. */
     weft_nats_queue_opts clash = {
         .stream = "CLASH", .subject = "jobs.work", .consumer = "workers"};
-    q2 = (weft_nats_queue *)&clash;
+    q2 = q; /* not NULL: the failed call must clear it */
     ASSERT_EQ(weft_nats_queue_new(&q2, c, &clash, T_DEADLINE), -EIO);
     ASSERT(q2 == NULL);
-    q2 = (weft_nats_queue *)&clash;
+    q2 = q;
     ASSERT_EQ(weft_nats_queue_new(&q2, c, &clash, weft_now() + 30 * WEFT_MSEC),
               -ETIMEDOUT);
     ASSERT(q2 == NULL);

@@ -897,9 +897,9 @@ static void slot_reply(weft_nats_conn *c, int k, natsMsg *msg)
     settle(c, rest ? strtoull(rest + 1, NULL, 10) : 0, msg, 0);
 }
 
-/* Takes ns's next message without waiting: 1, with
- * *m the message or NULL for a "no responders" status (which NextMsg
- * reports without its message); 0 when there is none, or ns is over. */
+/* Takes ns's next message without waiting: 1, with *m the message or
+ * NULL for a "no responders" status (which NextMsg reports without its
+ * message); 0 when there is none, or ns is over. */
 static int next_msg(natsSubscription *ns, natsMsg **m)
 {
     for (;;) {
@@ -2078,12 +2078,10 @@ static int js_make(weft_nats_conn *c, const char *create, const char *body,
              * and a deadline reached gives -ETIMEDOUT, not the last
              * refusal. */
             weft_time until = weft_now() + attempt * 20 * WEFT_MSEC;
-            if (deadline != WEFT_NEVER && deadline < until)
-                until = deadline;
-            int src = weft_sleep_until(until);
+            int src = weft_sleep_until(until < deadline ? until : deadline);
             if (src != 0)
                 return src;
-            if (deadline != WEFT_NEVER && weft_now() >= deadline)
+            if (weft_now() >= deadline) /* never for WEFT_NEVER */
                 return -ETIMEDOUT;
         }
     }
