@@ -70,6 +70,19 @@ static inline void weft__ctx_make(weft__ctx *c, char *lo, char *hi,
     c->sp = sp;
 }
 
+/* Asks the cache for the top of c's saved stack: the registers the switch
+ * pops, then the frames it returns into, 12 lines (768 bytes; 8 and 16
+ * gained less on bench/ring). For a task that will run soon whose stack
+ * has gone cold. A prefetch never faults: a stack given back (a compact
+ * task's) costs nothing. */
+static inline __attribute__((always_inline)) void
+weft__ctx_prefetch(const weft__ctx *c)
+{
+    const char *sp = (const char *)c->sp;
+    for (int i = 0; i < 12; i++)
+        __builtin_prefetch(sp + 64 * i, 0, 3);
+}
+
 /* Always inlined, at -O0 too: under TSan an out-of-line call here would
  * leave its frame on a finished task's fiber (see WEFT_NO_TSAN). */
 static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
@@ -105,6 +118,12 @@ static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
                                                            weft__ctx *to)
 {
     swapcontext(&from->uc, &to->uc);
+}
+
+static inline __attribute__((always_inline)) void
+weft__ctx_prefetch(const weft__ctx *c)
+{
+    WEFT_UNUSED(c);
 }
 #endif
 

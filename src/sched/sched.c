@@ -377,9 +377,13 @@ static void ready_push(weft_worker *w, weft_task *t)
 }
 
 /* Queues t on its own worker w, from w's thread. next: t was woken by the
- * running task and should run right after it. Inlined always: gcc stopped
- * inlining it into wake_finish once that had the instrument's branch
- * (callgrind: +18 instructions a wake-up). */
+ * running task and should run right after it; unless it is the task that
+ * ran just before (two tasks taking turns: warm), the top of its stack is
+ * asked for now, to be in cache by the switch, which is soon (a ring of
+ * 1,000 actors: 0.87x the time a hop; the two tasks of pingpong pay one
+ * compare). Inlined always: gcc stopped inlining it into wake_finish once
+ * that had the instrument's branch (callgrind: +18 instructions a
+ * wake-up). */
 static inline __attribute__((always_inline)) void
 make_ready_local(weft_worker *w, weft_task *t, bool next)
 {
@@ -389,6 +393,8 @@ make_ready_local(weft_worker *w, weft_task *t, bool next)
         if (w->runnext)
             q_push(&w->runq, w->runnext);
         w->runnext = t;
+        if (t != w->prev)
+            weft__ctx_prefetch(&t->ctx);
     } else {
         q_push(&w->runq, t);
     }
@@ -1098,6 +1104,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
             leave_unusual(w, self, kind);
         st_rlx(&w->cur, next);
         w->spawns = 0;
+        w->prev = self;
         /* A constant where inlined: one counter, chosen at compile time */
         weft__stat_add(kind == WEFT_WAIT_YIELD ? &w->st.yields : &w->st.parks,
                        1);

@@ -123,6 +123,10 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
         struct {
             weft_task *runnext; /* woken by the running task: runs next */
             unsigned runnext_streak;
+            /* the task that last parked or yielded here (mostly the one
+             * that switched to the running task): compared with, never
+             * read (make_ready_local) */
+            weft_task *prev;
             weft__queue runq;   /* woken tasks, FIFO */
             weft__queue yieldq; /* tasks that yielded: after everything */
             weft_task *dead;    /* finished task to recycle after the switch;
