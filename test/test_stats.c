@@ -395,13 +395,6 @@ static void on_watchdog(const weft_watchdog_report *r, void *arg)
     atomic_fetch_add(&wd_seen.reports, 1); /* last: the hog stops on it */
 }
 
-static int64_t real_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WEFT_SEC + ts.tv_nsec;
-}
-
 /* Spins, never parking, until the watchdog reports (or 20 s of CPU, a
  * cap far above any report's latency, so a broken watchdog fails the test
  * instead of hanging it). */
@@ -466,11 +459,11 @@ static _Atomic int64_t yield_gap_max;
 /* Yields for `ns` of real time: the worker moves on at every yield. */
 static int yielder(void *arg)
 {
-    int64_t now = real_now(), until = now + *(int64_t *)arg;
+    int64_t now = t_real_ns(), until = now + *(int64_t *)arg;
     while (now < until) {
         ASSERT_EQ(weft_yield(), 0);
         int64_t then = now, gap;
-        now = real_now();
+        now = t_real_ns();
         gap = now - then;
         int64_t max = atomic_load(&yield_gap_max);
         while (gap > max &&
@@ -968,8 +961,8 @@ static void ch_on_watchdog(const weft_watchdog_report *r, void *arg)
 
 static int ch_spin(void *arg)
 {
-    int64_t until = real_now() + *(const int64_t *)arg;
-    while (real_now() < until) {
+    int64_t until = t_real_ns() + *(const int64_t *)arg;
+    while (t_real_ns() < until) {
     }
     return 0;
 }
