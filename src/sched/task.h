@@ -24,6 +24,7 @@
 #define WEFT_SCHED_TASK_H
 
 #include <pthread.h>
+#include <stddef.h>
 
 #include "context/ctx_type.h"
 #include "timer/timer_type.h"
@@ -117,12 +118,17 @@ struct weft_task {
     atomic_int line;
     int status; /* fn's return value */
 
-    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
-    char *stack_hi;   /* the stack's top: the task itself (its struct sits
-                       * above its stack), or a compact task's borrowed
-                       * slot's own struct */
-    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
-    size_t slot_size; /* bytes from slot_lo to the slot's end */
+    /* Moving between workers (sched.c, "moves"). mobile: WEFT__MOBILE_*
+     * bits, set at spawn (TASK) or by the task itself while it runs
+     * (IDLE: an actor between two messages); read by its waker after the
+     * claim of its park, and by its worker while it is not running. Here,
+     * on a line every park touches, not in the cold tail: an actor's
+     * wait writes it twice. */
+    uint8_t mobile;
+    uint8_t streak;  /* its waker's: parks in a row woken from far_w */
+    uint16_t anchor; /* the task's own: what ties it to its worker now (a
+                      * scope deadline on the wheel, work pending there) */
+    int far_w;       /* the worker that woke its last park from afar */
 
 #if defined(WEFT_TSAN)
     void *tsan_fiber;
@@ -138,9 +144,10 @@ struct weft_task {
      * calls. A slot's first life finds it zeroed (fresh memory). */
     _Alignas(8) unsigned char ext[WEFT__TASK_EXT];
 
-    /* After ext, which then starts at byte 160 of the cache-line-aligned
-     * struct: the part of the wait record every park writes (kind, object,
-     * name, instant) shares one line, as it did before ext. */
+    /* After ext, which starts at byte 144 of the cache-line-aligned
+     * struct (152 with TSan's fiber): the part of the wait record every
+     * park writes (kind, object, name, instant) shares one line; the
+     * assert below the struct keeps it so. */
     _Atomic uint64_t id; /* unique in the process: the spawning worker's
                           * id + 1 in the high 24 bits, its count of
                           * spawns below (0 in the high bits: made outside
@@ -150,16 +157,15 @@ struct weft_task {
     /* valgrind's id of the stack while the slot is laid out (stack.c) */
     unsigned vg_stack;
 
-    /* Moving between workers (sched.c, "moves"). mobile: WEFT__MOBILE_*
-     * bits, set at spawn (TASK) or by the task itself while it runs
-     * (IDLE: an actor between two messages); read by its waker after the
-     * claim of its park, and by its worker while it is not running. */
-    uint8_t mobile;
-    uint8_t streak;       /* its waker's: parks in a row woken from far_w */
-    uint16_t anchor;      /* the task's own: what ties it to its worker now (a
-                           * scope deadline on the wheel, work pending there) */
-    int far_w;            /* the worker that woke its last park from afar */
-    uint64_t far_gen;     /* that park's generation */
+    /* The stack (cold: read at spawn, exit and stack checks). */
+    char *stack_lo;   /* lowest usable stack byte (above the guard page) */
+    char *stack_hi;   /* the stack's top: the task itself (its struct sits
+                       * above its stack), or a compact task's borrowed
+                       * slot's own struct */
+    char *slot_lo;    /* start of the slot's mapping (the guard, if any) */
+    size_t slot_size; /* bytes from slot_lo to the slot's end */
+
+    uint64_t far_gen;     /* moves: the park generation of far_w's wake */
     weft_worker *move_to; /* the waker's worker, asking for it (its
                            * worker reads it when the inbox gives it t) */
     weft_worker *home;    /* asserts: where it first ran (set only with
@@ -167,6 +173,14 @@ struct weft_task {
                            * move runs nowhere else */
     atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
+
+#if !defined(WEFT_UCONTEXT)
+/* The wait record's first 32 bytes (what every park writes) on one line
+ * of a cache-line-aligned task; ucontext's context is too big to care. */
+_Static_assert((offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) % 64 + 32 <=
+                   64,
+               "the wait record's hot part straddles two cache lines");
+#endif
 
 /* ---- compact tasks (stack.c) ----
  * A compact task's struct is on the heap, with this record after it. Its
