@@ -24,12 +24,22 @@
  * root task, from before the first spawn to after the consumers' join. The
  * first argument overrides N, the number of messages in all (rounded down to a
  * multiple of 4, as the peers do).
+ *
+ * A second argument makes a variant, to see what a stolen consumer costs
+ * (as if an idle worker had taken it before it started): "split" starts
+ * the last consumer on the other worker (spawned there by a task pinned
+ * to it; BENCH line chanflow-split); "split-movable" does the same in a
+ * scope with weft_scope_opts.movable = 1, so that the consumer may follow
+ * the producers that wake it (chanflow-split-movable). stderr then says
+ * where each consumer started and ended and how many moves the runtime
+ * made. Two workers for the variants, every core otherwise.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 #include "weft.h"
@@ -38,9 +48,10 @@
 #define CONSUMERS 4
 
 struct consumer {
-    weft_chan *ch; /* the shared channel, borrowed */
-    int64_t sum;   /* sum of the values received, written at the end */
-    int64_t count; /* values received, written at the end */
+    weft_chan *ch;   /* the shared channel, borrowed */
+    int64_t sum;     /* sum of the values received, written at the end */
+    int64_t count;   /* values received, written at the end */
+    int first, last; /* its worker at its start and at its end */
 };
 
 struct producer {
@@ -55,6 +66,10 @@ struct bench {
     struct producer p[PRODUCERS]; /* the producers' arguments */
     struct consumer c[CONSUMERS]; /* the consumers' arguments and results */
     int64_t elapsed_ns;           /* from the first spawn to the last join */
+    int split;                    /* the last consumer starts on worker 1 */
+    int movable;                  /* the consumers' scope's movable */
+    weft_scope *consumers;        /* their scope, for the split's spawner */
+    uint64_t moved;               /* tasks moved between workers */
 };
 
 static int consume(void *arg)
@@ -63,12 +78,14 @@ static int consume(void *arg)
     int64_t sum = 0, count = 0, v;
     int err;
 
+    c->first = weft_worker_id();
     while ((err = weft_chan_recv(c->ch, &v)) == 0) {
         sum += v;
         count++;
     }
     c->sum = sum;
     c->count = count;
+    c->last = weft_worker_id();
     return err == -EPIPE ? 0 : err;
 }
 
@@ -107,6 +124,15 @@ static int run_producers(struct bench *b)
     return err < 0 ? err : join;
 }
 
+/* The split's spawner, pinned to worker 1: the last consumer starts
+ * there. */
+static int far_spawner(void *arg)
+{
+    struct bench *b = arg;
+    int err = weft_spawn(b->consumers, consume, &b->c[CONSUMERS - 1]);
+    return err < 0 ? err : 0;
+}
+
 static int root(void *arg)
 {
     struct bench *b = arg;
@@ -114,13 +140,18 @@ static int root(void *arg)
     int err, join;
     int64_t start;
 
-    err = weft_scope_open(&s, NULL);
+    err = weft_scope_open(&s, &(weft_scope_opts){.movable = b->movable});
     if (err < 0)
         return err;
+    b->consumers = s;
     start = bench_clock_ns();
     for (int i = 0; i < CONSUMERS && err >= 0; i++) {
         b->c[i].ch = b->ch;
-        err = weft_spawn(s, consume, &b->c[i]);
+        if (b->split && i == CONSUMERS - 1)
+            err = weft_spawn_ex(s, far_spawner, b,
+                                &(weft_spawn_opts){.worker = 2});
+        else
+            err = weft_spawn(s, consume, &b->c[i]);
     }
     if (err >= 0)
         err = run_producers(b);
@@ -128,6 +159,9 @@ static int root(void *arg)
         weft_chan_close(b->ch);
     join = weft_scope_join(s);
     b->elapsed_ns = bench_clock_ns() - start;
+    weft_stats st;
+    if (weft_stats_get(&st, NULL, 0) > 0)
+        b->moved = st.all.moved;
     weft_scope_free(s);
     return err < 0 ? err : join;
 }
@@ -136,9 +170,23 @@ int main(int argc, char **argv)
 {
     static struct bench b;
     weft_config cfg = {.workers = 0}; /* one per online CPU */
+    const char *variant = "";
     int64_t total, want, sum = 0, count = 0;
     int err;
 
+    if (argc > 2) {
+        if (strcmp(argv[2], "split") == 0) {
+            b.split = 1;
+            variant = "-split";
+        } else if (strcmp(argv[2], "split-movable") == 0) {
+            b.split = b.movable = 1;
+            variant = "-split-movable";
+        } else {
+            fprintf(stderr, "chanflow: unknown variant '%s'\n", argv[2]);
+            return 2;
+        }
+        cfg.workers = 2;
+    }
     b.per = bench_n(argc, argv, 10000000) / PRODUCERS;
     total = b.per * PRODUCERS;
     want = total * (total - 1) / 2;
@@ -164,7 +212,13 @@ int main(int argc, char **argv)
                 sum, want, count, total);
         return 1;
     }
-    printf("BENCH chanflow weft %.2f Mmsg/s\n",
+    if (b.split) {
+        fprintf(stderr, "chanflow%s: consumers' workers (start>end):", variant);
+        for (int i = 0; i < CONSUMERS; i++)
+            fprintf(stderr, " %d>%d", b.c[i].first, b.c[i].last);
+        fprintf(stderr, "; %" PRIu64 " moves\n", b.moved);
+    }
+    printf("BENCH chanflow%s weft %.2f Mmsg/s\n", variant,
            (double)total / ((double)b.elapsed_ns / 1e9) / 1e6);
     return 0;
 }
