@@ -27,7 +27,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "bench.h"
 #include "weft.h"
@@ -142,19 +141,10 @@ static int root(void *arg)
 int main(int argc, char **argv)
 {
     struct bench b = {.n = bench_n(argc, argv, 100000)};
-    const char *variant = "";
-    if (argc > 2) {
-        if (strcmp(argv[2], "split") == 0) {
-            b.split = 1;
-            variant = "-split";
-        } else if (strcmp(argv[2], "split-movable") == 0) {
-            b.split = b.movable = 1;
-            variant = "-split-movable";
-        } else {
-            fprintf(stderr, "actor32: unknown variant '%s'\n", argv[2]);
-            return 2;
-        }
-    }
+    const char *variant;
+    int split = bench_split("actor32", argc, argv, &variant);
+    b.split = split > 0;
+    b.movable = split == 2;
     weft_config cfg = {.workers = WORKERS};
     int err;
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "weft.h"
@@ -29,6 +30,29 @@ static inline long bench_n(int argc, char **argv, long def)
         exit(2);
     }
     return n;
+}
+
+/* The placement variant in the second argument, as actor32 and chanflow
+ * take it: none (0, *suffix ""), "split" (1, "-split": some tasks start
+ * on the other worker) or "split-movable" (2, "-split-movable": the same,
+ * in a scope with weft_scope_opts.movable). Exits 2 on another word,
+ * naming the benchmark. */
+static inline int bench_split(const char *name, int argc, char **argv,
+                              const char **suffix)
+{
+    *suffix = "";
+    if (argc < 3)
+        return 0;
+    if (strcmp(argv[2], "split") == 0) {
+        *suffix = "-split";
+        return 1;
+    }
+    if (strcmp(argv[2], "split-movable") == 0) {
+        *suffix = "-split-movable";
+        return 2;
+    }
+    fprintf(stderr, "%s: unknown variant '%s'\n", name, argv[2]);
+    exit(2);
 }
 
 /* CLOCK_MONOTONIC in nanoseconds. */

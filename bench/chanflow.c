@@ -39,7 +39,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "bench.h"
 #include "weft.h"
@@ -174,19 +173,11 @@ int main(int argc, char **argv)
     int64_t total, want, sum = 0, count = 0;
     int err;
 
-    if (argc > 2) {
-        if (strcmp(argv[2], "split") == 0) {
-            b.split = 1;
-            variant = "-split";
-        } else if (strcmp(argv[2], "split-movable") == 0) {
-            b.split = b.movable = 1;
-            variant = "-split-movable";
-        } else {
-            fprintf(stderr, "chanflow: unknown variant '%s'\n", argv[2]);
-            return 2;
-        }
+    int split = bench_split("chanflow", argc, argv, &variant);
+    b.split = split > 0;
+    b.movable = split == 2;
+    if (split)
         cfg.workers = 2;
-    }
     b.per = bench_n(argc, argv, 10000000) / PRODUCERS;
     total = b.per * PRODUCERS;
     want = total * (total - 1) / 2;
