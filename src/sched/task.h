@@ -177,8 +177,8 @@ struct weft_task {
 #if !defined(WEFT_UCONTEXT)
 /* The wait record's first 32 bytes (what every park writes) on one line
  * of a cache-line-aligned task; ucontext's context is too big to care. */
-_Static_assert((offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) % 64 + 32 <=
-                   64,
+#define WEFT__WAIT_HOT_AT (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT)
+_Static_assert(WEFT__WAIT_HOT_AT % WEFT_CACHELINE + 32 <= WEFT_CACHELINE,
                "the wait record's hot part straddles two cache lines");
 #endif
 
