@@ -24,7 +24,6 @@
 #define WEFT_SCHED_TASK_H
 
 #include <pthread.h>
-#include <stddef.h>
 
 #include "context/ctx_type.h"
 #include "timer/timer_type.h"
@@ -146,8 +145,8 @@ struct weft_task {
 
     /* After ext, which starts at byte 144 of the cache-line-aligned
      * struct (152 with TSan's fiber): the part of the wait record every
-     * park writes (kind, object, name, instant) shares one line; the
-     * assert below the struct keeps it so. */
+     * park writes (kind, object, name, instant) shares one line; an
+     * assert beside the record (wait/record.h) keeps it so. */
     _Atomic uint64_t id; /* unique in the process: the spawning worker's
                           * id + 1 in the high 24 bits, its count of
                           * spawns below (0 in the high bits: made outside
@@ -173,14 +172,6 @@ struct weft_task {
                            * move runs nowhere else */
     atomic_int on_cpu;    /* asserts: running (1) or switching away */
 };
-
-#if !defined(WEFT_UCONTEXT)
-/* The wait record's first 32 bytes (what every park writes) on one line
- * of a cache-line-aligned task; ucontext's context is too big to care. */
-#define WEFT__WAIT_HOT_AT (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT)
-_Static_assert(WEFT__WAIT_HOT_AT % WEFT_CACHELINE + 32 <= WEFT_CACHELINE,
-               "the wait record's hot part straddles two cache lines");
-#endif
 
 /* ---- compact tasks (stack.c) ----
  * A compact task's struct is on the heap, with this record after it. Its

@@ -18,6 +18,8 @@
 
 #include "sched/task.h"
 
+#include <stddef.h>
+
 /* What a parked task waits on: one constant descriptor per kind, defined
  * by the layer that waits so (`const weft__wait_kind weft__wk_mutex` in
  * sync.c), compared by address. id is the kind's weft_wait_kind, told to
@@ -57,6 +59,17 @@ struct weft__wait_rec {
 _Static_assert(sizeof(struct weft__wait_rec) <=
                    WEFT__EXT_SCOPE - WEFT__EXT_WAIT,
                "the wait record fits in weft_task.ext");
+
+#if !defined(WEFT_UCONTEXT)
+/* What every park writes (kind, object, name, instant: the fields before
+ * wait_until) shares one cache line of a task, whose struct is
+ * cache-line-aligned (ucontext's context is too large to care). */
+_Static_assert((offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) %
+                           WEFT_CACHELINE +
+                       offsetof(struct weft__wait_rec, wait_until) <=
+                   WEFT_CACHELINE,
+               "the wait record's hot part straddles two cache lines");
+#endif
 
 /* t's wait record. Any thread that keeps t alive. */
 static inline struct weft__wait_rec *weft__wait_rec(weft_task *t)
