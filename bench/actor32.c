@@ -141,10 +141,8 @@ static int root(void *arg)
 int main(int argc, char **argv)
 {
     struct bench b = {.n = bench_n(argc, argv, 100000)};
-    const char *variant;
-    int split = bench_split("actor32", argc, argv, &variant);
-    b.split = split > 0;
-    b.movable = split == 2;
+    const char *variant =
+        bench_split("actor32", argc, argv, &b.split, &b.movable);
     weft_config cfg = {.workers = WORKERS};
     int err;
 

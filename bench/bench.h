@@ -33,24 +33,23 @@ static inline long bench_n(int argc, char **argv, long def)
 }
 
 /* The placement variant in the second argument, as actor32 and chanflow
- * take it: none (0, *suffix ""), "split" (1, "-split": some tasks start
- * on the other worker) or "split-movable" (2, "-split-movable": the same,
- * in a scope with weft_scope_opts.movable). Exits 2 on another word,
- * naming the benchmark. */
-static inline int bench_split(const char *name, int argc, char **argv,
-                              const char **suffix)
+ * take it: none, "split" (some tasks start on the other worker: *split
+ * 1) or "split-movable" (the same in a scope with
+ * weft_scope_opts.movable: *split and *movable 1). Returns the BENCH
+ * line's suffix ("", "-split", "-split-movable"); exits 2 on another
+ * word, naming the benchmark. */
+static inline const char *bench_split(const char *name, int argc, char **argv,
+                                      int *split, int *movable)
 {
-    *suffix = "";
+    *split = *movable = 0;
     if (argc < 3)
-        return 0;
-    if (strcmp(argv[2], "split") == 0) {
-        *suffix = "-split";
-        return 1;
-    }
-    if (strcmp(argv[2], "split-movable") == 0) {
-        *suffix = "-split-movable";
-        return 2;
-    }
+        return "";
+    *split = 1;
+    if (strcmp(argv[2], "split") == 0)
+        return "-split";
+    *movable = 1;
+    if (strcmp(argv[2], "split-movable") == 0)
+        return "-split-movable";
     fprintf(stderr, "%s: unknown variant '%s'\n", name, argv[2]);
     exit(2);
 }

@@ -169,14 +169,12 @@ int main(int argc, char **argv)
 {
     static struct bench b;
     weft_config cfg = {.workers = 0}; /* one per online CPU */
-    const char *variant = "";
+    const char *variant;
     int64_t total, want, sum = 0, count = 0;
     int err;
 
-    int split = bench_split("chanflow", argc, argv, &variant);
-    b.split = split > 0;
-    b.movable = split == 2;
-    if (split)
+    variant = bench_split("chanflow", argc, argv, &b.split, &b.movable);
+    if (b.split)
         cfg.workers = 2;
     b.per = bench_n(argc, argv, 10000000) / PRODUCERS;
     total = b.per * PRODUCERS;
