@@ -55,17 +55,17 @@ static inline int weft__timeout_ms(int64_t ns)
  * the rest. For channels' elements and actors' messages. */
 static inline void weft__copy_small(void *to, const void *from, size_t n)
 {
+    /* Out of gcc's sight (no instruction): inlined by LTO into a caller
+     * whose buffer is smaller than 8 or 16, it warned of those branches,
+     * which that caller's n never takes. */
+    __asm__("" : "+r"(to));
     if (n == 8)
         __builtin_memcpy(to, from, 8);
     else if (n == 4)
         __builtin_memcpy(to, from, 4);
-    else if (n == 16) {
-        /* Out of gcc's sight (no instruction): inlined by LTO into a
-         * caller whose buffer is smaller, it warned of this branch,
-         * which that caller's n never takes. */
-        __asm__("" : "+r"(to));
+    else if (n == 16)
         __builtin_memcpy(to, from, 16);
-    } else
+    else
         __builtin_memcpy(to, from, n);
 }
 
