@@ -314,7 +314,11 @@ static int select_round(sel *s, int64_t deadline, bool wait)
     return rc;
 }
 
-static int select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
+/* Inlined into both public functions: a call in tail position would
+ * leave a parked select's stack without weft_select's frame, and a task
+ * dump would name this one as the weft call. */
+static inline __attribute__((always_inline)) int
+select_impl(weft_case *cases, int n, int64_t deadline, bool wait)
 {
     if (n < 0 || (n > 0 && !cases))
         return -EINVAL;
