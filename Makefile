@@ -53,6 +53,12 @@
 #   WEFT_FAULTS=AUTO    the fault injection sites (weft.h, section 15):
 #                       as WEFT_ASSERTS, on in Debug builds; make test
 #                       sets ON, make test-noasserts OFF
+#   WEFT_LTO_PROGRAMS=ON  link the tests, examples and benchmarks with
+#                       LTO too, as the libraries are: make test sets OFF
+#                       (each LTO link optimises the whole library again,
+#                       most of the build's time; the tests then run the
+#                       code libweft.a carries for programs linked without
+#                       LTO), make test-noasserts keeps it ON
 #   SWARM_SEEDS=1000    seeds of make swarm (100000 for a long sweep)
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
@@ -76,6 +82,7 @@ WEFT_WERROR ?= OFF
 WEFT_LIBDW ?= ON
 WEFT_ASSERTS ?= AUTO
 WEFT_FAULTS ?= AUTO
+WEFT_LTO_PROGRAMS ?= ON
 SAN_SCALE ?= 10
 SWARM_SEEDS ?= 1000
 SAN_CC ?=
@@ -103,7 +110,8 @@ cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
 	cmake -S . -B $(1) $(2) >$(1)/configure.log 2>&1 || \
 	{ cat $(1)/configure.log; exit 1; }
 COMMON = -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) \
-	-DWEFT_ASSERTS=$(WEFT_ASSERTS) -DWEFT_FAULTS=$(WEFT_FAULTS) $(CMAKE_ARGS)
+	-DWEFT_ASSERTS=$(WEFT_ASSERTS) -DWEFT_FAULTS=$(WEFT_FAULTS) \
+	-DWEFT_LTO_PROGRAMS=$(WEFT_LTO_PROGRAMS) $(CMAKE_ARGS)
 SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
@@ -131,13 +139,16 @@ release: configure
 	cmake --build $(REL) -j$(JOBS)
 
 # The tests run against the library with its asserts on (a target-specific
-# value: release and configure, run for test, see it too).
+# value: release and configure, run for test, see it too), linked without
+# LTO: a build of minutes instead of ten.
 test: WEFT_ASSERTS = ON
 test: WEFT_FAULTS = ON
+test: WEFT_LTO_PROGRAMS = OFF
 test: release
 	cd $(REL) && $(CTEST)
 
-# The suite again with the asserts compiled out, as a Release build ships:
+# The suite again with the asserts compiled out and LTO throughout, as a
+# Release build ships:
 # code that only an assert's side effect kept right fails here, and the
 # tests' own halves for builds without asserts run.
 test-noasserts: WEFT_ASSERTS = OFF
