@@ -59,6 +59,9 @@
 #                       most of the build's time; the tests then run the
 #                       code libweft.a carries for programs linked without
 #                       LTO), make test-noasserts keeps it ON
+#   WEFT_BENCH=ON       build the benchmarks in build/release too: make
+#                       test-noasserts sets OFF (no test runs them, and
+#                       make test has compiled them)
 #   SWARM_SEEDS=1000    seeds of make swarm (100000 for a long sweep)
 #   SAN_SCALE=10        WEFT_TEST_SCALE (percent) for sanitizer test runs
 #   SAN_CC=             C compiler for asan/tsan builds (e.g. clang);
@@ -83,6 +86,7 @@ WEFT_LIBDW ?= ON
 WEFT_ASSERTS ?= AUTO
 WEFT_FAULTS ?= AUTO
 WEFT_LTO_PROGRAMS ?= ON
+WEFT_BENCH ?= ON
 SAN_SCALE ?= 10
 SWARM_SEEDS ?= 1000
 SAN_CC ?=
@@ -112,6 +116,8 @@ cmake_configure = @mkdir -p $(1) && echo "configuring $(1)" && \
 COMMON = -DWEFT_WERROR=$(WEFT_WERROR) -DWEFT_LIBDW=$(WEFT_LIBDW) \
 	-DWEFT_ASSERTS=$(WEFT_ASSERTS) -DWEFT_FAULTS=$(WEFT_FAULTS) \
 	-DWEFT_LTO_PROGRAMS=$(WEFT_LTO_PROGRAMS) $(CMAKE_ARGS)
+# The release tree's own options (the sanitizer trees build no benchmarks).
+REL_OPTS = -DWEFT_BENCH=$(WEFT_BENCH)
 SAN_COMMON := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 \
 	-DWEFT_BENCH=OFF -DWEFT_EXAMPLES=OFF \
 	$(if $(SAN_CC),-DCMAKE_C_COMPILER=$(SAN_CC) -DCMAKE_ASM_COMPILER=$(SAN_CC))
@@ -133,7 +139,7 @@ deps:
 # in step with this command line.
 configure: deps
 	$(call cmake_configure,$(REL),-DCMAKE_BUILD_TYPE=Release \
-		-DCMAKE_INSTALL_PREFIX=$(PREFIX) $(COMMON))
+		-DCMAKE_INSTALL_PREFIX=$(PREFIX) $(REL_OPTS) $(COMMON))
 
 release: configure
 	cmake --build $(REL) -j$(JOBS)
@@ -148,11 +154,12 @@ test: release
 	cd $(REL) && $(CTEST)
 
 # The suite again with the asserts compiled out and LTO throughout, as a
-# Release build ships:
+# Release build ships (without the benchmarks, which no test runs):
 # code that only an assert's side effect kept right fails here, and the
 # tests' own halves for builds without asserts run.
 test-noasserts: WEFT_ASSERTS = OFF
 test-noasserts: WEFT_FAULTS = OFF
+test-noasserts: WEFT_BENCH = OFF
 test-noasserts: release
 	cd $(REL) && $(CTEST)
 

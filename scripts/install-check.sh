@@ -43,7 +43,9 @@ fail() {
     exit 1
 }
 
-run "$work/release.log" make --no-print-directory release
+# The benchmarks are not installed: a tree built without them (as CI's
+# test-noasserts leaves it) is not built again for them.
+run "$work/release.log" make --no-print-directory release WEFT_BENCH=OFF
 configured=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' \
     build/release/CMakeCache.txt)
 
@@ -325,7 +327,8 @@ consumers "$b"
 
 # 3. make install DESTDIR=..., used in place.
 s=$work/stage
-run "$work/install-s.log" make --no-print-directory install DESTDIR="$s"
+run "$work/install-s.log" make --no-print-directory install DESTDIR="$s" \
+    WEFT_BENCH=OFF
 echo "make install DESTDIR=$s (PREFIX $configured)"
 [ -f "$s$configured/include/weft.h" ] ||
     fail "make install DESTDIR=$s put no weft.h in $s$configured/include"
