@@ -224,14 +224,15 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
     size_t head = (sizeof(weft_actor) + 15) & ~(size_t)15;
     size_t msg = (o->msg_size + 7) & ~(size_t)7;
     size_t slot = HDR + msg;
+    size_t own = msg <= WEFT__ACTOR_MSG_INLINE ? 0 : msg; /* buf, after */
     size_t cap = (size_t)o->capacity;
-    if (cap > (SIZE_MAX - head - msg) / slot) {
+    if (cap > (SIZE_MAX - head - own) / slot) {
         *err = -EINVAL;
         return NULL;
     }
     /* Aligned to a cache line, so that the fields a message touches take
      * the lines the struct's order gives them (weft_actor). */
-    size_t size = head + msg + cap * slot;
+    size_t size = head + own + cap * slot;
     if (size > SIZE_MAX - WEFT_CACHELINE) {
         *err = -EINVAL;
         return NULL;
@@ -256,8 +257,8 @@ static weft_actor *actor_new(const weft_actor_opts *o, weft_runtime *rt,
     a->downs_end = &a->downs;
     a->mons.buckets = &a->mons.one;
     a->mons.nbuckets = 1;
-    a->buf = (unsigned char *)a + head;
-    a->ring = a->buf + msg;
+    a->buf = own ? (unsigned char *)a + head : a->msg_inline;
+    a->ring = (unsigned char *)a + head + own;
     return a;
 }
 

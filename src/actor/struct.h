@@ -65,12 +65,15 @@ typedef struct weft__monitors {
     unsigned long probes;
 } weft__monitors;
 
+#define WEFT__ACTOR_MSG_INLINE 16
+
 struct weft_actor {
     /* The lines a message touches, in the order of the struct's first two
      * cache lines (actor_new aligns it to one): a sender reads the first
      * and claims the idle waiter in the second, which also holds what it
-     * hands over (cur_kind, cur_ask); the third has the rest of what the
-     * loop reads per message. */
+     * hands over (cur_kind, cur_ask, and a message of up to
+     * WEFT__ACTOR_MSG_INLINE bytes: buf points at msg_inline then); the
+     * third has the rest of what the loop reads per message. */
     uint32_t magic;  /* WEFT__ACTOR_MAGIC while referenced */
     weft__lock lock; /* guards what is marked "lock" */
     /* immutable after the spawn */
@@ -91,6 +94,9 @@ struct weft_actor {
     int cur_kind;              /* WEFT_MSG_* of the message in buf */
     struct weft__ask *cur_ask; /* the asker of the message being handled
                                 * (NULL: a tell, or the asker gave up) */
+    /* buf, for a message this small: a tell into an idle actor then
+     * writes no line but the two it has just touched */
+    _Alignas(8) unsigned char msg_inline[WEFT__ACTOR_MSG_INLINE];
     /* That waiter (idle points here then), the actor task's alone: in the
      * actor, beside the fields a sender has just touched, so the sender's
      * claim reads no line of the actor's stack. */
