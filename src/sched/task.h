@@ -98,13 +98,6 @@ struct weft_task {
 
     weft__timer timer; /* owner: deadline of the current park */
 
-    /* The cancel word of the scope the task runs in now: the scope layer
-     * points it at its innermost open scope's cancel reason (scope.h)
-     * whenever that changes, with release; nonzero there: cancelled. The
-     * scheduler and the wait layer read it (park, checkpoint) without
-     * knowing scopes. NULL before the task is registered in a scope. */
-    _Atomic(atomic_int *) cancel;
-
     weft_fn fn;
     void *arg;
     /* For diagnostics: written at spawn (relaxed), read by its worker and
@@ -116,6 +109,15 @@ struct weft_task {
     const char *_Atomic file; /* spawn site */
     atomic_int line;
     int status; /* fn's return value */
+
+    /* The cancel word of the scope the task runs in now: the scope layer
+     * points it at its innermost open scope's cancel reason (scope.h)
+     * whenever that changes, with release; nonzero there: cancelled. The
+     * scheduler and the wait layer read it (park, checkpoint) without
+     * knowing scopes. NULL before the task is registered in a scope.
+     * Here, on the line of the wait record and mobile: every park reads
+     * it, and the fields before it are read at spawn and by diagnostics. */
+    _Atomic(atomic_int *) cancel;
 
     /* Moving between workers (sched.c, "moves"). mobile: WEFT__MOBILE_*
      * bits, set at spawn (TASK) or by the task itself while it runs
