@@ -69,6 +69,15 @@ _Static_assert((offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) %
                        offsetof(struct weft__wait_rec, wait_until) <=
                    WEFT_CACHELINE,
                "the wait record's hot part straddles two cache lines");
+/* And the task's fields a park reads besides (its cancel pointer, at the
+ * checkpoint; mobile, which an actor's wait writes twice) are on it too. */
+_Static_assert(offsetof(struct weft_task, cancel) / WEFT_CACHELINE ==
+                       (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) /
+                           WEFT_CACHELINE &&
+                   offsetof(struct weft_task, mobile) / WEFT_CACHELINE ==
+                       (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) /
+                           WEFT_CACHELINE,
+               "a task's cancel pointer or mobile left the wait record's line");
 #endif
 
 /* t's wait record. Any thread that keeps t alive. */
