@@ -96,6 +96,11 @@ grep -q "^5 jobs: 2 succeeded, 3 failed, 0 without a result$" "$out" ||
 n1=$(grep -c ": take " "$work/w1.out" || true)
 n2=$(grep -c ": take " "$work/w2.out" || true)
 if [ "$n1" -eq 0 ] || [ "$n2" -eq 0 ]; then
+    # Where each worker's tasks wait (weft_main's SIGQUIT dump, to its
+    # stderr, which fail prints), so that the failure says why.
+    kill -QUIT "$w1" "$w2"
+    wait_for "$work/w1.err" "^end of dump" "$w1"
+    wait_for "$work/w2.err" "^end of dump" "$w2"
     fail "both workers should have taken jobs ($n1, $n2)"
 fi
 
