@@ -1031,7 +1031,8 @@ typedef struct race {
     weft_event made;      /* the monitors are made */
     atomic_bool spinning; /* race_stop looks at stop */
     atomic_bool stop;     /* time to stop the target */
-    long late_removed;    /* demonitors from the seeded point that returned 0 */
+    int rc_at_stop;       /* the demonitor at the seeded point: 0 */
+    int rc_last;          /* the last one, after the exit: -ENOENT */
     bool amid; /* the exit came before the last demonitor had to wait */
 } race;
 
@@ -1046,14 +1047,6 @@ static int race_stop(void *arg)
     return weft_actor_stop(r->target, WEFT_STOP_NOW);
 }
 
-static bool race_exited(weft_actor *a)
-{
-    weft__lock_acquire(&a->lock);
-    bool exited = a->life == WEFT__A_EXITED;
-    weft__lock_release(&a->lock);
-    return exited;
-}
-
 static int race_demonitor(void *arg)
 {
     race *r = arg;
@@ -1066,17 +1059,19 @@ static int race_demonitor(void *arg)
     bool forward = r->seed % 2; /* in the order made, or the reverse */
     for (long k = 0; k < n; k++) {
         if (k == n - 1) { /* the last waits for the exit */
-            r->amid = race_exited(r->target);
-            while (!race_exited(r->target))
-                ASSERT_EQ(weft_yield(), 0);
+            r->amid = weft_actor_join_until(r->target, NULL, 0) == 0;
+            ASSERT_EQ(weft_actor_join(r->target, NULL), 0);
         }
         long i = forward ? k : n - 1 - k;
         int rc = weft_actor_demonitor(r->target, r->t->first + i);
         ASSERT(rc == 0 || rc == -ENOENT);
         r->removed[i] = rc == 0;
-        r->late_removed += k >= stop_at && rc == 0;
-        if (k == stop_at)
+        if (k == stop_at) {
+            r->rc_at_stop = rc;
             atomic_store(&r->stop, true);
+        }
+        if (k == n - 1)
+            r->rc_last = rc;
     }
     return 0;
 }
@@ -1111,8 +1106,8 @@ static int demonitor_race_main(void *arg)
         ASSERT_EQ(t.stray, 0);
         ASSERT_EQ(t.disorder, 0);
         /* Both outcomes, in every round (see above). */
-        ASSERT(r.late_removed > 0);
-        ASSERT(t.downs > 0);
+        ASSERT_EQ(r.rc_at_stop, 0);
+        ASSERT_EQ(r.rc_last, -ENOENT);
         amid += r.amid;
         ASSERT_EQ(weft_actor_unref(r.target), 0);
         free(t.seen);
