@@ -61,23 +61,23 @@ _Static_assert(sizeof(struct weft__wait_rec) <=
                "the wait record fits in weft_task.ext");
 
 #if !defined(WEFT_UCONTEXT)
+/* Where the record starts in a task, whose struct is cache-line-aligned
+ * (ucontext's context is too large to care). */
+#define WEFT__WAIT_AT (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT)
 /* What every park writes (kind, object, name, instant: the fields before
- * wait_until) shares one cache line of a task, whose struct is
- * cache-line-aligned (ucontext's context is too large to care). */
-_Static_assert((offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) %
-                           WEFT_CACHELINE +
+ * wait_until) shares one cache line of a task. */
+_Static_assert(WEFT__WAIT_AT % WEFT_CACHELINE +
                        offsetof(struct weft__wait_rec, wait_until) <=
                    WEFT_CACHELINE,
                "the wait record's hot part straddles two cache lines");
 /* And the task's fields a park reads besides (its cancel pointer, at the
  * checkpoint; mobile, which an actor's wait writes twice) are on it too. */
 _Static_assert(offsetof(struct weft_task, cancel) / WEFT_CACHELINE ==
-                       (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) /
-                           WEFT_CACHELINE &&
+                       WEFT__WAIT_AT / WEFT_CACHELINE &&
                    offsetof(struct weft_task, mobile) / WEFT_CACHELINE ==
-                       (offsetof(struct weft_task, ext) + WEFT__EXT_WAIT) /
-                           WEFT_CACHELINE,
+                       WEFT__WAIT_AT / WEFT_CACHELINE,
                "a task's cancel pointer or mobile left the wait record's line");
+#undef WEFT__WAIT_AT
 #endif
 
 /* t's wait record. Any thread that keeps t alive. */
