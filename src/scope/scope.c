@@ -272,21 +272,22 @@ int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
         rc = -ESHUTDOWN;
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
-    else if ((rc = WEFT_UNLIKELY(background) ? 0 : next_index(s)) >= 0) {
+    else if (WEFT_LIKELY((rc = background ? 0 : next_index(s)) >= 0)) {
         WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
                         "a task registered in a scope after it started");
         s->live++;
-        weft__scope_of_task(t)->home = s;
-        weft_scope *cur = s;
-        if (WEFT_UNLIKELY(weft__scope_of_task(t)->handle != NULL))
-            cur = task_scope_open_locked(s, t);
-        weft__task_set_scope(t, cur);
-        weft__scope_of_task(t)->index = WEFT_UNLIKELY(background) ? -1 : rc;
-        weft__scope_of_task(t)->mprev = NULL;
-        weft__scope_of_task(t)->mnext = s->members;
+        weft__task_scope *ts = weft__scope_of_task(t);
+        ts->home = s;
+        ts->index = background ? -1 : rc;
+        ts->mprev = NULL;
+        ts->mnext = s->members;
         if (s->members)
             weft__scope_of_task(s->members)->mprev = t;
         s->members = t;
+        weft_scope *cur = s;
+        if (WEFT_UNLIKELY(ts->handle != NULL))
+            cur = task_scope_open_locked(s, t);
+        weft__task_set_scope(t, cur);
     }
     scope_unlock(s);
     return rc;
