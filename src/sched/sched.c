@@ -945,11 +945,12 @@ take_local(weft_worker *w)
     return dq_pop(&w->deque);
 }
 
+/* usual: w->unusual is known false (neither seeded nor instrumented). */
 static inline __attribute__((always_inline)) weft_task *
-pick_inner(weft_worker *w, unsigned tick)
+pick_inner(weft_worker *w, unsigned tick, bool usual)
 {
     weft_task *t;
-    if (WEFT_UNLIKELY(w->rt->seeded))
+    if (!usual && WEFT_UNLIKELY(w->rt->seeded))
         return pick_seeded(w);
     if (WEFT_UNLIKELY(tick % FAIR_EVERY == 0)) {
         int to = ld_rlx(&w->share_to);
@@ -993,7 +994,7 @@ static void lag_count(weft_worker *w, int64_t d)
 }
 
 /* Records a sampled wake's delay (wake_watch) in w's histogram. */
-static void lag_record(weft_worker *w, weft_task *t)
+WEFT_COLD static void lag_record(weft_worker *w, weft_task *t)
 {
     int64_t d = weft__real_now(w->rt) - t->lag_since;
     t->lag_since = 0;
@@ -1005,18 +1006,22 @@ static void lag_record(weft_worker *w, weft_task *t)
     lag_count(w, d);
 }
 
-WEFT_COLD static void pick_rare(weft_worker *w, weft_task *t)
+/* Inlined: a task's first run is rare for a park, but every run a spawn
+ * makes is one. */
+static inline __attribute__((always_inline)) void pick_rare(weft_worker *w,
+                                                            weft_task *t)
 {
     if (!(t->flags & TASK_STARTED))
         start_task(w, t);
-    if (t->lag_since != 0)
+    if (WEFT_UNLIKELY(t->lag_since != 0))
         lag_record(w, t);
 }
 
-static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
+static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w,
+                                                             bool usual)
 {
     unsigned tick = ld_rlx(&w->tick) + 1;
-    weft_task *t = pick_inner(w, tick);
+    weft_task *t = pick_inner(w, tick, usual);
     if (t) {
         WEFT_ASSERT_MSG(t->worker == w || !(t->flags & TASK_STARTED),
                         "a started task picked by another worker");
@@ -1026,8 +1031,11 @@ static inline __attribute__((always_inline)) weft_task *pick(weft_worker *w)
                             !(t->flags & TASK_STARTED) || t->home == w,
                         "a task that may not move resumed on another worker");
         WEFT_ASSERT(!weft__task_parked(t));
-        /* One test for both rare cases: a first run, a sampled wake. */
-        if (WEFT_UNLIKELY(!(t->flags & TASK_STARTED) | (t->lag_since != 0)))
+        /* One test for both rare cases, a first run and a sampled wake,
+         * on one value (two tests had gcc place the second in the cold
+         * section, jumped to and back at every pick). */
+        if (WEFT_UNLIKELY(
+                ((uint64_t)t->lag_since | (~t->flags & TASK_STARTED)) != 0))
             pick_rare(w, t);
     }
     /* Release, once t is taken (from the inbox, a deque, a queue): the
@@ -1093,9 +1101,9 @@ static WEFT_COLD void leave_unusual(weft_worker *w, weft_task *self, int kind)
 /* Switches from the running task self to whatever runs next; returns when
  * self runs again. */
 static inline __attribute__((always_inline)) bool
-run_next_plain(weft_worker *w, weft_task *self, int kind)
+run_next_plain(weft_worker *w, weft_task *self, int kind, bool usual)
 {
-    weft_task *next = pick(w);
+    weft_task *next = pick(w, usual);
     bool switched = next != self; /* else woken before it even left */
     if (switched) {
         /* One test for the common case, a guarded stack that stays. */
@@ -1116,16 +1124,20 @@ run_next_plain(weft_worker *w, weft_task *self, int kind)
     return switched;
 }
 
-/* run_next with an instrument: self's park (kind, or WEFT_WAIT_YIELD) is
- * told before, its run again after. Cold: the path without one pays a
- * single branch per park for both hooks. */
-WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
+/* run_next on an unusual worker: seeded (picks at random), or with an
+ * instrument (self's park, kind or WEFT_WAIT_YIELD, is told before, its
+ * run again after). Cold: the usual path pays a single branch per park
+ * for both. */
+WEFT_COLD static bool run_next_unusual(weft_worker *w, weft_task *self,
+                                       int kind)
 {
+    if (w->instr == NULL)
+        return run_next_plain(w, self, kind, false);
     const void *obj = NULL;
     if (kind < 0) /* a wait: the wait layer knows on what */
         kind = w->rt->hooks.wait_of(self, &obj);
     weft__instr_park(w->instr, self, kind, obj);
-    bool switched = run_next_plain(w, self, kind);
+    bool switched = run_next_plain(w, self, kind, false);
     instr_run(w->instr, self);
     return switched;
 }
@@ -1136,9 +1148,9 @@ WEFT_COLD static bool run_next_instr(weft_worker *w, weft_task *self, int kind)
 static inline __attribute__((always_inline)) bool
 run_next(weft_worker *w, weft_task *self, int kind)
 {
-    if (WEFT_UNLIKELY(w->instr != NULL))
-        return run_next_instr(w, self, kind);
-    return run_next_plain(w, self, kind);
+    if (WEFT_UNLIKELY(w->unusual))
+        return run_next_unusual(w, self, kind);
+    return run_next_plain(w, self, kind, true);
 }
 
 static atomic_int asym_fence; /* the cancel fence's choice, below */
@@ -1204,7 +1216,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     weft__stack_check(t);
     w->dead = t;
     weft__stat_add(&w->st.finished, 1);
-    weft_task *next = pick(w);
+    weft_task *next = pick(w, false);
     st_rlx(&w->cur, next);
     /* Release: a watchdog that sees the mark cleared sees cur moved. */
     st_rel(&w->leaving, NULL);
@@ -1316,16 +1328,34 @@ int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
     return t->wake_code;
 }
 
-int weft__yield(weft_worker *w)
+WEFT_COLD static void yield_unusual(weft_worker *w, weft_task *self)
 {
-    weft_task *self = ld_rlx(&w->cur);
-    WEFT_ASSERT(w == weft__tl_worker && self != NULL && self->worker == w);
     if (w->rt->seeded)
         ready_push(w, self);
     else
         q_push(&w->yieldq, self);
-    run_next(w, self, WEFT_WAIT_YIELD);
+    run_next_unusual(w, self, WEFT_WAIT_YIELD);
+}
+
+/* weft__yield's body, inlined into weft_yield too (the yield is its
+ * caller's only work: a call would save and restore the registers that
+ * the switch saves anyway). */
+static inline __attribute__((always_inline)) int yield_now(weft_worker *w)
+{
+    weft_task *self = ld_rlx(&w->cur);
+    WEFT_ASSERT(w == weft__tl_worker && self != NULL && self->worker == w);
+    if (WEFT_UNLIKELY(w->unusual)) {
+        yield_unusual(w, self);
+    } else {
+        q_push(&w->yieldq, self);
+        run_next_plain(w, self, WEFT_WAIT_YIELD, true);
+    }
     return 0;
+}
+
+int weft__yield(weft_worker *w)
+{
+    return yield_now(w);
 }
 
 /* ---- spawn ---- */
@@ -1725,7 +1755,7 @@ int weft__worker_loop(weft_worker *w)
     probe_publish(w);
     for (;;) {
         finish_switch(w);
-        weft_task *t = pick(w);
+        weft_task *t = pick(w, false);
         if (t) {
             st_rlx(&w->cur, t);
             w->spawns = 0;
@@ -1762,6 +1792,7 @@ int weft__worker_init(weft_runtime *rt, weft_worker *w, int id)
         w->rng = 1;
     w->vnext = WEFT_NEVER;
     w->instr = rt->instr;
+    w->unusual = rt->seeded || w->instr != NULL;
     w->wake_countdown = w->instr ? 1 : WEFT__LAG_EVERY;
     w->lag_left = w->instr ? WEFT__LAG_EVERY : 1;
     w->seen = weft__calloc((size_t)rt->nworkers, sizeof(*w->seen));
@@ -1810,7 +1841,7 @@ int weft_yield(void)
     weft_worker *w = weft__tl_worker;
     if (!w || !w->cur)
         return -EPERM;
-    return weft__yield(w);
+    return yield_now(w);
 }
 
 const char *weft_task_name(void)

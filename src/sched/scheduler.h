@@ -123,6 +123,9 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
         struct {
             weft_task *runnext; /* woken by the running task: runs next */
             unsigned runnext_streak;
+            /* seeded (rt->seeded) or with an instrument (instr): the park
+             * and yield paths' one test for both (set at init) */
+            bool unusual;
             /* the task that last parked or yielded here (mostly the one
              * that switched to the running task): compared with, never
              * read (make_ready_local) */
