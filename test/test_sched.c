@@ -590,6 +590,104 @@ TEST(spawn_heavy_loop_four_workers)
     heavy_run(4);
 }
 
+/* ---- a deque that outgrows its first buffer ---- */
+
+/* A spawner that a partner keeps waking through a rendezvous channel
+ * spawns fewer children between two switches than the spawn budget: it
+ * never has to yield, and the worker takes a not-started task only every
+ * few decisions, so its deque holds more tasks than its first buffer
+ * (256) and is copied into larger ones. With 2 workers, the other one
+ * steals from it meanwhile: whether it still grows then depends on the
+ * thief's timing, and every child must run exactly once either way. */
+#define GROW_PER_TRIP 20
+
+struct grow {
+    long n; /* children */
+    weft_chan *ping, *pong;
+    atomic_uchar *ran;
+    atomic_long finished;
+    long max_waiting; /* spawned and not finished, the most seen */
+};
+
+static struct grow *grow_cur;
+
+static int grow_leaf(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    atomic_fetch_add(&grow_cur->ran[i], 1);
+    atomic_fetch_add(&grow_cur->finished, 1);
+    return 0;
+}
+
+static int grow_partner(void *arg)
+{
+    struct grow *g = arg;
+    int v;
+    while (weft_chan_recv(g->ping, &v) == 0)
+        ASSERT_EQ(weft_chan_send(g->pong, &v), 0);
+    return 0;
+}
+
+static int grow_root(void *arg)
+{
+    struct grow *g = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    ASSERT(weft_spawn(s, grow_partner, g) >= 0);
+    long i = 0;
+    while (i < g->n) {
+        for (int k = 0; k < GROW_PER_TRIP && i < g->n; k++, i++)
+            ASSERT(weft_spawn(s, grow_leaf, (void *)(intptr_t)i) >= 0);
+        long waiting = i - atomic_load(&g->finished);
+        if (waiting > g->max_waiting)
+            g->max_waiting = waiting;
+        int v = (int)i, back = -1;
+        ASSERT_EQ(weft_chan_send(g->ping, &v), 0);
+        ASSERT_EQ(weft_chan_recv(g->pong, &back), 0);
+        ASSERT_EQ(back, v);
+    }
+    ASSERT_EQ(weft_chan_close(g->ping), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+static void grow_run(int workers)
+{
+    static struct grow g;
+    g.n = 4000;
+    g.ran = calloc((size_t)g.n, 1);
+    ASSERT(g.ran != NULL);
+    atomic_store(&g.finished, 0);
+    g.max_waiting = 0;
+    ASSERT_EQ(weft_chan_new(&g.ping, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_chan_new(&g.pong, sizeof(int), 0), 0);
+    grow_cur = &g;
+    ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, grow_root, &g), 0);
+    ASSERT_EQ(atomic_load(&g.finished), g.n);
+    for (long i = 0; i < g.n; i++)
+        if (atomic_load(&g.ran[i]) != 1)
+            T_FAIL("child %ld ran %d times", i, (int)atomic_load(&g.ran[i]));
+    /* One worker: every child spawned and not finished waited in the
+     * deque, not started, so it held more than its first buffer. */
+    if (workers == 1 && g.max_waiting <= 256)
+        T_FAIL("at most %ld children waited: the deque never grew",
+               g.max_waiting);
+    ASSERT_EQ(weft_chan_unref(g.ping), 0);
+    ASSERT_EQ(weft_chan_unref(g.pong), 0);
+    free(g.ran);
+}
+
+TEST(a_deque_outgrows_its_first_buffer_one_worker)
+{
+    grow_run(1);
+}
+
+TEST(a_deque_outgrows_its_first_buffer_two_workers)
+{
+    grow_run(2);
+}
+
 /* ---- one stack slot, many tasks in turn ---- */
 
 static int turn_child(void *arg)
