@@ -18,8 +18,10 @@
  * unpopped, so every ret after the switch mispredicts (23 ns per yield
  * against 9 ns with ret on this machine). With ret, a switch between two
  * contexts that both switched from the same call site (run_next in
- * sched.c: every park and yield) is predicted exactly; only switches from
- * a different site (the scheduler loop, a task's exit) mispredict once.
+ * sched.c, inlined where a task parks or yields) is predicted exactly,
+ * and so are the returns after it as far as the two tasks' chains of
+ * calls are alike; a switch from a different site (another kind of wait,
+ * the scheduler loop, a task's exit) mispredicts there.
  *
  * A new context (built in C by weft__ctx_make) has r12 = argument, rbx =
  * entry function and the return address = weft__ctx_start, which calls

@@ -1312,7 +1312,10 @@ uint64_t weft__park_prepare(weft_task *t, bool cancellable)
     return token;
 }
 
-int weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
+/* Inlined into the wait layer's parks where the build allows (LTO): a
+ * call here saved the registers that the switch saves again. */
+__attribute__((always_inline)) inline int
+weft__park_commit(weft_worker *w, weft_task *t, int64_t deadline)
 {
     WEFT_ASSERT_MSG(w == weft__tl_worker && t->worker == w &&
                         ld_rlx(&w->cur) == t,
