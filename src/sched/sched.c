@@ -390,11 +390,11 @@ static void ready_push(weft_worker *w, weft_task *t)
  * 1,000 actors: 0.87x the time a hop; the two tasks of pingpong pay one
  * compare). Inlined always: gcc stopped inlining it into wake_finish once
  * that had the instrument's branch (callgrind: +18 instructions a
- * wake-up). */
+ * wake-up). usual: w->unusual is known false (see pick_inner). */
 static inline __attribute__((always_inline)) void
-make_ready_local(weft_worker *w, weft_task *t, bool next)
+make_ready_local_as(weft_worker *w, weft_task *t, bool next, bool usual)
 {
-    if (w->rt->seeded) {
+    if (!usual && w->rt->seeded) {
         ready_push(w, t);
     } else if (next) {
         if (w->runnext)
@@ -405,6 +405,13 @@ make_ready_local(weft_worker *w, weft_task *t, bool next)
     } else {
         q_push(&w->runq, t);
     }
+}
+
+/* make_ready_local_as on any worker. */
+static inline __attribute__((always_inline)) void
+make_ready_local(weft_worker *w, weft_task *t, bool next)
+{
+    make_ready_local_as(w, t, next, false);
 }
 
 void weft__make_ready(weft_worker *w, weft_task *t)
@@ -758,6 +765,36 @@ WEFT_COLD static void wake_watch(weft_worker *w, weft_worker *tw, weft_task *t,
         instr_wake_by(w, tw, t, timer);
 }
 
+/* wake_finish of a task of another worker's (tw), by worker w or by a
+ * thread that is none (w NULL). */
+static __attribute__((noinline)) void
+wake_remote(weft_worker *w, weft_worker *tw, weft_task *t, bool timer)
+{
+    if (WEFT_UNLIKELY(t->mobile != 0) && w && w->rt == tw->rt && !w->rt->seeded)
+        move_hint(w, t);
+    if (w ? wake_due(w) : WEFT_UNLIKELY(tw->rt->instr != NULL)) {
+        if (w)
+            wake_watch(w, tw, t, timer);
+        else
+            instr_wake_by(w, tw, t, timer);
+    }
+    if (WEFT_LIKELY(w != NULL && w->rt == tw->rt))
+        inbox_push(tw, t); /* a worker of t's runtime: joined at the end */
+    else
+        inbox_push_foreign(tw, t);
+}
+
+/* wake_finish of a task of this worker's, seeded or instrumented. */
+static __attribute__((noinline)) void
+wake_local_unusual(weft_worker *w, weft_task *t, bool next, bool timer)
+{
+    make_ready_local(w, t, next && ld_rlx(&w->cur) != NULL);
+    if (wake_due(w))
+        wake_watch(w, w, t, timer);
+}
+
+/* Every call here is a tail call, so that the usual wake of a task of
+ * this worker's saves no register. */
 static void wake_finish(weft_task *t, int code, bool next, bool timer)
 {
     /* Only the waker that claimed t's park finishes the wake, once. */
@@ -765,25 +802,17 @@ static void wake_finish(weft_task *t, int code, bool next, bool timer)
     WEFT_ASSERT(t->worker != NULL);
     t->wake_code = code;
     weft_worker *w = weft__tl_worker, *tw = t->worker;
-    if (w == tw) {
-        make_ready_local(w, t, next && ld_rlx(&w->cur) != NULL);
-        if (wake_due(w))
-            wake_watch(w, w, t, timer);
-    } else {
-        if (WEFT_UNLIKELY(t->mobile != 0) && w && w->rt == tw->rt &&
-            !w->rt->seeded)
-            move_hint(w, t);
-        if (w ? wake_due(w) : WEFT_UNLIKELY(tw->rt->instr != NULL)) {
-            if (w)
-                wake_watch(w, tw, t, timer);
-            else
-                instr_wake_by(w, tw, t, timer);
-        }
-        if (WEFT_LIKELY(w != NULL && w->rt == tw->rt))
-            inbox_push(tw, t); /* a worker of t's runtime: joined at the end */
-        else
-            inbox_push_foreign(tw, t);
+    if (w != tw) {
+        wake_remote(w, tw, t, timer);
+        return;
     }
+    if (WEFT_UNLIKELY(w->unusual)) {
+        wake_local_unusual(w, t, next, timer);
+        return;
+    }
+    make_ready_local_as(w, t, next && ld_rlx(&w->cur) != NULL, true);
+    if (wake_due(w))
+        wake_watch(w, w, t, timer);
 }
 
 void weft__wake_finish(weft_task *t, int code)
