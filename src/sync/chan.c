@@ -243,7 +243,10 @@ chan_op(weft_chan *c, weft_op op, void *elem, int64_t deadline, bool wait)
     rc = op_locked(c, op, elem, &woken);
     if (rc != -EAGAIN || !wait) {
         weft__lock_release(&c->lock);
-        finish(woken, 0);
+        if (woken) { /* rc is 0: nothing kept across the wake */
+            finish(woken, 0);
+            return 0;
+        }
         return rc;
     }
     rc = chan_wait(c, op, elem, deadline);

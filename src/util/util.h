@@ -104,7 +104,9 @@ typedef struct weft__lock {
     atomic_int held;
 } weft__lock;
 
-static inline void weft__lock_spin(weft__lock *l)
+/* Out of line and cold: a contended lock is rare, and a call only there
+ * lets the uncontended path keep no register across it. */
+WEFT_COLD __attribute__((unused)) static void weft__lock_spin(weft__lock *l)
 {
     for (;;) {
         int spins = 0;
