@@ -277,23 +277,35 @@ static void dq_fini(weft__deque *d)
     }
 }
 
-/* The deque is full: its tasks [top, b) are copied into a buffer twice as
- * large, which it returns (NULL: no memory, nothing changed). Thieves may
- * still read the old one, so it is kept (retired) until the deque dies.
- * Cold and out of line: the push stays a leaf that saves no register. */
-WEFT_COLD static weft__dqbuf *dq_grow(weft__deque *d, weft__dqbuf *buf,
-                                      int64_t top, int64_t b)
+/* Stores t at b, stamped, and publishes it. */
+static inline __attribute__((always_inline)) void
+dq_put(weft__deque *d, weft__dqbuf *buf, int64_t b, weft_task *t,
+       unsigned stamp)
+{
+    st_rlx(&buf->a[b & buf->mask], t);
+    st_rlx(&buf->stamp[b & buf->mask], stamp);
+    /* Pairs with the load of nsleeping in wake_idle_worker (Dekker). */
+    st_sc(&d->bottom, b + 1);
+}
+
+/* dq_push into a full deque: its tasks [top, b) are copied into a buffer
+ * twice as large first. Thieves may still read the old one, so it is
+ * kept (retired) until the deque dies. Cold and out of line, and the
+ * push's last call: the push stays a leaf that saves no register. */
+WEFT_COLD static int dq_push_grow(weft__deque *d, weft__dqbuf *buf, int64_t top,
+                                  int64_t b, weft_task *t, unsigned stamp)
 {
     weft__dqbuf *nb = dq_buf_new((buf->mask + 1) * 2);
     if (!nb)
-        return NULL;
+        return -ENOMEM;
     for (int64_t i = top; i < b; i++) {
         st_rlx(&nb->a[i & nb->mask], ld_rlx(&buf->a[i & buf->mask]));
         st_rlx(&nb->stamp[i & nb->mask], ld_rlx(&buf->stamp[i & buf->mask]));
     }
     nb->retired = buf;
     st_rel(&d->buf, nb);
-    return nb;
+    dq_put(d, nb, b, t, stamp);
+    return 0;
 }
 
 static int dq_push(weft__deque *d, weft_task *t, unsigned stamp)
@@ -301,13 +313,9 @@ static int dq_push(weft__deque *d, weft_task *t, unsigned stamp)
     int64_t b = ld_rlx(&d->bottom);
     int64_t top = ld_acq(&d->top);
     weft__dqbuf *buf = ld_rlx(&d->buf);
-    if (WEFT_UNLIKELY(b - top > buf->mask) &&
-        (buf = dq_grow(d, buf, top, b)) == NULL)
-        return -ENOMEM;
-    st_rlx(&buf->a[b & buf->mask], t);
-    st_rlx(&buf->stamp[b & buf->mask], stamp);
-    /* Pairs with the load of nsleeping in wake_idle_worker (Dekker). */
-    st_sc(&d->bottom, b + 1);
+    if (WEFT_UNLIKELY(b - top > buf->mask))
+        return dq_push_grow(d, buf, top, b, t, stamp);
+    dq_put(d, buf, b, t, stamp);
     return 0;
 }
 

@@ -589,13 +589,16 @@ void weft__stack_idle(weft_worker *w)
     WEFT_ASSERT(w->pend_live == 0);
 }
 
-weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
+/* weft__task_alloc past its usual case: a stack size asked, or no slot
+ * in the worker's own list. */
+static __attribute__((noinline)) weft_task *task_alloc_more(weft_worker *w,
+                                                            size_t stack_size)
 {
     weft__pool_global *g = &w->rt->pool;
     if (stack_size && slot_bytes(stack_size) != g->slot_size)
         return alloc_custom(w->rt, stack_size);
     weft_task *t = w->pool.free;
-    if (WEFT_LIKELY(t != NULL)) {
+    if (t != NULL) {
         w->pool.free = t->next;
         w->pool.nfree--;
         return t;
@@ -611,6 +614,19 @@ weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
     return slot_init(lo, g->slot_size, guarded, false, below);
 }
 
+/* The usual case, a slot from the worker's own list, calls nothing (the
+ * rest is a tail call), so it saves no register. */
+weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
+{
+    weft_task *t = w->pool.free;
+    if (WEFT_LIKELY(t != NULL && stack_size == 0)) {
+        w->pool.free = t->next;
+        w->pool.nfree--;
+        return t;
+    }
+    return task_alloc_more(w, stack_size);
+}
+
 static void release_custom(weft_runtime *rt, weft_task *t)
 {
     slot_forget(t);
@@ -620,19 +636,10 @@ static void release_custom(weft_runtime *rt, weft_task *t)
         strand(t); /* at the map count limit: see the top */
 }
 
-void weft__task_free(weft_worker *w, weft_task *t)
+/* The worker keeps too many slots: hands a batch to the shared list for
+ * other workers. */
+static __attribute__((noinline)) void pool_spill(weft_worker *w)
 {
-    if (WEFT_UNLIKELY(t->flags & TASK_COMPACT))
-        t = compact_free(t);
-    if (WEFT_UNLIKELY(t->flags & TASK_CUSTOM)) {
-        release_custom(w->rt, t);
-        return;
-    }
-    t->next = w->pool.free;
-    w->pool.free = t;
-    if (++w->pool.nfree <= LOCAL_HIGH)
-        return;
-    /* Too many: hand a batch to the shared list for other workers. */
     weft__pool_global *g = &w->rt->pool;
     pthread_mutex_lock(&g->mu);
     for (int i = 0; i < LOCAL_BATCH; i++) {
@@ -644,6 +651,35 @@ void weft__task_free(weft_worker *w, weft_task *t)
         g->nfree++;
     }
     pthread_mutex_unlock(&g->mu);
+}
+
+/* weft__task_free of a compact task, or of one with a slot of its own. */
+static __attribute__((noinline)) void task_free_unusual(weft_worker *w,
+                                                        weft_task *t)
+{
+    if (t->flags & TASK_COMPACT)
+        t = compact_free(t);
+    if (t->flags & TASK_CUSTOM) {
+        release_custom(w->rt, t);
+        return;
+    }
+    t->next = w->pool.free;
+    w->pool.free = t;
+    if (++w->pool.nfree > LOCAL_HIGH)
+        pool_spill(w);
+}
+
+/* Every call here is a tail call: the usual case saves no register. */
+void weft__task_free(weft_worker *w, weft_task *t)
+{
+    if (WEFT_UNLIKELY(t->flags & (TASK_COMPACT | TASK_CUSTOM))) {
+        task_free_unusual(w, t);
+        return;
+    }
+    t->next = w->pool.free;
+    w->pool.free = t;
+    if (WEFT_UNLIKELY(++w->pool.nfree > LOCAL_HIGH))
+        pool_spill(w);
 }
 
 static int cold_push(weft__pool_global *g, weft_task *t)
