@@ -264,31 +264,61 @@ static int next_index(weft_scope *s)
     return s->spawned++;
 }
 
-int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
+/* Under s's lock: t joins s's members, with this index (-1: a background
+ * child), and s becomes its current scope (or, with a handle, the
+ * handle's scope, opened inside s). */
+static inline __attribute__((always_inline)) void
+add_member(weft_scope *s, weft_task *t, int index)
+{
+    WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
+                    "a task registered in a scope after it started");
+    s->live++;
+    weft__task_scope *ts = weft__scope_of_task(t);
+    ts->home = s;
+    ts->index = index;
+    ts->mprev = NULL;
+    ts->mnext = s->members;
+    if (s->members)
+        weft__scope_of_task(s->members)->mprev = t;
+    s->members = t;
+    weft_scope *cur = s;
+    if (WEFT_UNLIKELY(ts->handle != NULL))
+        cur = task_scope_open_locked(s, t);
+    weft__task_set_scope(t, cur);
+}
+
+/* weft__scope_add_child in every case; s's lock held if `locked`. */
+static __attribute__((noinline)) int add_child_any(weft_scope *s, weft_task *t,
+                                                   bool background, bool locked)
 {
     int rc;
-    scope_lock(s);
+    if (!locked)
+        scope_lock(s);
     if (s->joined)
         rc = -ESHUTDOWN;
     else if (ld_rlx(&s->cancelled) != CANCEL_NONE)
         rc = -ECANCELED;
-    else if (WEFT_LIKELY((rc = background ? 0 : next_index(s)) >= 0)) {
-        WEFT_ASSERT_MSG(!(t->flags & TASK_STARTED),
-                        "a task registered in a scope after it started");
-        s->live++;
-        weft__task_scope *ts = weft__scope_of_task(t);
-        ts->home = s;
-        ts->index = background ? -1 : rc;
-        ts->mprev = NULL;
-        ts->mnext = s->members;
-        if (s->members)
-            weft__scope_of_task(s->members)->mprev = t;
-        s->members = t;
-        weft_scope *cur = s;
-        if (WEFT_UNLIKELY(ts->handle != NULL))
-            cur = task_scope_open_locked(s, t);
-        weft__task_set_scope(t, cur);
-    }
+    else if (WEFT_LIKELY((rc = background ? 0 : next_index(s)) >= 0))
+        add_member(s, t, background ? -1 : rc);
+    scope_unlock(s);
+    return rc;
+}
+
+/* The usual case (the lock free, the scope open, an indexed child of a
+ * policy that keeps no statuses, no handle) calls nothing: the others
+ * are a tail call, so it saves no register. */
+int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
+{
+    if (WEFT_UNLIKELY(!weft__lock_try((weft__lock *)&s->lock)))
+        return add_child_any(s, t, background, false);
+    if (WEFT_UNLIKELY(
+            s->joined | background | (ld_rlx(&s->cancelled) != CANCEL_NONE) |
+            (weft__scope_of_task(t)->handle != NULL) |
+            ((s->pflags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED)) != 0) |
+            (s->spawned == INT_MAX)))
+        return add_child_any(s, t, background, true);
+    int rc = s->spawned++;
+    add_member(s, t, rc);
     scope_unlock(s);
     return rc;
 }

@@ -132,6 +132,11 @@ weft__lock_acquire(weft__lock *l)
             atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
         weft__lock_spin(l);
 }
+/* Takes l if it is free; false if it is held. Never waits. */
+static inline __attribute__((always_inline)) bool weft__lock_try(weft__lock *l)
+{
+    return !atomic_exchange_explicit(&l->held, 1, memory_order_acquire);
+}
 static inline void weft__lock_release(weft__lock *l)
 {
     WEFT_ASSERT_MSG(ld_rlx(&l->held), "releasing a spinlock nobody holds");
