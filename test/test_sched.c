@@ -517,38 +517,70 @@ TEST(many_blocked_tasks_released_by_cancel_2_workers)
     ASSERT_EQ(atomic_load(&m.wrong), 0);
 }
 
-/* ---- spawn-heavy loops --------------------------------------------------- */
+/* ---- children that count their runs ---------------------------------- */
 
-struct heavy {
+/* n children, child i (its argument) adds 1 to ran[i]: every one must
+ * run, and exactly once. */
+struct tally {
     long n;
     atomic_uchar *ran;
     atomic_long finished;
-    long max_outstanding;
 };
 
-static struct heavy *heavy_cur;
+static struct tally *tally_cur;
 
-static int heavy_leaf(void *arg)
+static int tally_leaf(void *arg)
 {
     long i = (long)(intptr_t)arg;
-    atomic_fetch_add(&heavy_cur->ran[i], 1);
-    atomic_fetch_add(&heavy_cur->finished, 1);
+    atomic_fetch_add(&tally_cur->ran[i], 1);
+    atomic_fetch_add(&tally_cur->finished, 1);
     return 0;
 }
+
+static void tally_start(struct tally *t, long n)
+{
+    t->n = n;
+    t->ran = calloc((size_t)n, 1);
+    ASSERT(t->ran != NULL);
+    atomic_store(&t->finished, 0);
+    tally_cur = t;
+}
+
+/* Spawned and not finished yet, after `spawned` spawns. */
+static long tally_waiting(struct tally *t, long spawned)
+{
+    return spawned - atomic_load(&t->finished);
+}
+
+static void tally_check(struct tally *t)
+{
+    ASSERT_EQ(atomic_load(&t->finished), t->n);
+    for (long i = 0; i < t->n; i++)
+        if (atomic_load(&t->ran[i]) != 1)
+            T_FAIL("child %ld ran %d times", i, (int)atomic_load(&t->ran[i]));
+    free(t->ran);
+}
+
+/* ---- spawn-heavy loops --------------------------------------------------- */
+
+struct heavy {
+    struct tally t;
+    long max_outstanding;
+};
 
 static int heavy_spawner(void *arg)
 {
     struct heavy *h = arg;
     weft_scope *s;
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
-    for (long i = 0; i < h->n; i++) {
-        ASSERT_EQ(weft_spawn(s, heavy_leaf, (void *)(intptr_t)i), i);
-        long out = i + 1 - atomic_load(&h->finished);
+    for (long i = 0; i < h->t.n; i++) {
+        ASSERT_EQ(weft_spawn(s, tally_leaf, (void *)(intptr_t)i), i);
+        long out = tally_waiting(&h->t, i + 1);
         if (out > h->max_outstanding)
             h->max_outstanding = out;
     }
     ASSERT_EQ(weft_scope_join(s), 0);
-    ASSERT_EQ(weft_scope_spawned(s), h->n);
+    ASSERT_EQ(weft_scope_spawned(s), h->t.n);
     ASSERT_EQ(weft_scope_free(s), 0);
     return 0;
 }
@@ -563,21 +595,13 @@ static int heavy_root(void *arg)
 static void heavy_run(int workers)
 {
     static struct heavy h;
-    h.n = T_SCALE(200000);
-    h.ran = calloc((size_t)h.n, 1);
-    ASSERT(h.ran != NULL);
-    atomic_store(&h.finished, 0);
+    tally_start(&h.t, T_SCALE(200000));
     h.max_outstanding = 0;
-    heavy_cur = &h;
     ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, heavy_root, &h), 0);
-    ASSERT_EQ(atomic_load(&h.finished), h.n);
-    for (long i = 0; i < h.n; i++)
-        if (atomic_load(&h.ran[i]) != 1)
-            T_FAIL("child %ld ran %d times", i, (int)atomic_load(&h.ran[i]));
     /* Spawning yields every so often: children ran during the loop. */
-    if (workers == 1 && h.max_outstanding > h.n / 2)
+    if (workers == 1 && h.max_outstanding > h.t.n / 2)
         T_FAIL("%ld children waited to start", h.max_outstanding);
-    free(h.ran);
+    tally_check(&h.t);
 }
 
 TEST(spawn_heavy_loop_one_worker)
@@ -602,22 +626,10 @@ TEST(spawn_heavy_loop_four_workers)
 #define GROW_PER_TRIP 20
 
 struct grow {
-    long n; /* children */
+    struct tally t;
     weft_chan *ping, *pong;
-    atomic_uchar *ran;
-    atomic_long finished;
     long max_waiting; /* spawned and not finished, the most seen */
 };
-
-static struct grow *grow_cur;
-
-static int grow_leaf(void *arg)
-{
-    long i = (long)(intptr_t)arg;
-    atomic_fetch_add(&grow_cur->ran[i], 1);
-    atomic_fetch_add(&grow_cur->finished, 1);
-    return 0;
-}
 
 static int grow_partner(void *arg)
 {
@@ -635,10 +647,10 @@ static int grow_root(void *arg)
     ASSERT_EQ(weft_scope_open(&s, NULL), 0);
     ASSERT(weft_spawn(s, grow_partner, g) >= 0);
     long i = 0;
-    while (i < g->n) {
-        for (int k = 0; k < GROW_PER_TRIP && i < g->n; k++, i++)
-            ASSERT(weft_spawn(s, grow_leaf, (void *)(intptr_t)i) >= 0);
-        long waiting = i - atomic_load(&g->finished);
+    while (i < g->t.n) {
+        for (int k = 0; k < GROW_PER_TRIP && i < g->t.n; k++, i++)
+            ASSERT(weft_spawn(s, tally_leaf, (void *)(intptr_t)i) >= 0);
+        long waiting = tally_waiting(&g->t, i);
         if (waiting > g->max_waiting)
             g->max_waiting = waiting;
         int v = (int)i, back = -1;
@@ -655,19 +667,11 @@ static int grow_root(void *arg)
 static void grow_run(int workers)
 {
     static struct grow g;
-    g.n = 4000;
-    g.ran = calloc((size_t)g.n, 1);
-    ASSERT(g.ran != NULL);
-    atomic_store(&g.finished, 0);
+    tally_start(&g.t, 4000);
     g.max_waiting = 0;
     ASSERT_EQ(weft_chan_new(&g.ping, sizeof(int), 0), 0);
     ASSERT_EQ(weft_chan_new(&g.pong, sizeof(int), 0), 0);
-    grow_cur = &g;
     ASSERT_EQ(t_run(workers, WEFT_CLOCK_MONOTONIC, 0, grow_root, &g), 0);
-    ASSERT_EQ(atomic_load(&g.finished), g.n);
-    for (long i = 0; i < g.n; i++)
-        if (atomic_load(&g.ran[i]) != 1)
-            T_FAIL("child %ld ran %d times", i, (int)atomic_load(&g.ran[i]));
     /* One worker: every child spawned and not finished waited in the
      * deque, not started, so it held more than its first buffer. */
     if (workers == 1 && g.max_waiting <= 256)
@@ -675,7 +679,7 @@ static void grow_run(int workers)
                g.max_waiting);
     ASSERT_EQ(weft_chan_unref(g.ping), 0);
     ASSERT_EQ(weft_chan_unref(g.pong), 0);
-    free(g.ran);
+    tally_check(&g.t);
 }
 
 TEST(a_deque_outgrows_its_first_buffer_one_worker)
