@@ -653,33 +653,36 @@ static __attribute__((noinline)) void pool_spill(weft_worker *w)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* t's slot goes back to the worker's own list (a batch of them on to the
+ * shared one when it holds too many). */
+static inline __attribute__((always_inline)) void pool_put(weft_worker *w,
+                                                           weft_task *t)
+{
+    t->next = w->pool.free;
+    w->pool.free = t;
+    if (WEFT_UNLIKELY(++w->pool.nfree > LOCAL_HIGH))
+        pool_spill(w);
+}
+
 /* weft__task_free of a compact task, or of one with a slot of its own. */
 static __attribute__((noinline)) void task_free_unusual(weft_worker *w,
                                                         weft_task *t)
 {
     if (t->flags & TASK_COMPACT)
         t = compact_free(t);
-    if (t->flags & TASK_CUSTOM) {
+    if (t->flags & TASK_CUSTOM)
         release_custom(w->rt, t);
-        return;
-    }
-    t->next = w->pool.free;
-    w->pool.free = t;
-    if (++w->pool.nfree > LOCAL_HIGH)
-        pool_spill(w);
+    else
+        pool_put(w, t);
 }
 
 /* Every call here is a tail call: the usual case saves no register. */
 void weft__task_free(weft_worker *w, weft_task *t)
 {
-    if (WEFT_UNLIKELY(t->flags & (TASK_COMPACT | TASK_CUSTOM))) {
+    if (WEFT_UNLIKELY(t->flags & (TASK_COMPACT | TASK_CUSTOM)))
         task_free_unusual(w, t);
-        return;
-    }
-    t->next = w->pool.free;
-    w->pool.free = t;
-    if (WEFT_UNLIKELY(++w->pool.nfree > LOCAL_HIGH))
-        pool_spill(w);
+    else
+        pool_put(w, t);
 }
 
 static int cold_push(weft__pool_global *g, weft_task *t)
