@@ -311,11 +311,14 @@ int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
 {
     if (WEFT_UNLIKELY(!weft__lock_try((weft__lock *)&s->lock)))
         return add_child_any(s, t, background, false);
-    if (WEFT_UNLIKELY(
-            s->joined | background | (ld_rlx(&s->cancelled) != CANCEL_NONE) |
-            (weft__scope_of_task(t)->handle != NULL) |
-            ((s->pflags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED)) != 0) |
-            (s->spawned == INT_MAX)))
+    /* One test of all the unusual cases, on one value (no branch each). */
+    int odd =
+        (int)s->joined | (int)background |
+        (int)(ld_rlx(&s->cancelled) != CANCEL_NONE) |
+        (int)(weft__scope_of_task(t)->handle != NULL) |
+        (int)((s->pflags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED)) != 0) |
+        (int)(s->spawned == INT_MAX);
+    if (WEFT_UNLIKELY(odd))
         return add_child_any(s, t, background, true);
     int rc = s->spawned++;
     add_member(s, t, rc);
