@@ -309,6 +309,18 @@ static int new_chunk(weft_worker *w)
     return 0;
 }
 
+/* A slot from the worker's own list, or NULL if it is empty. */
+static inline __attribute__((always_inline)) weft_task *
+pool_take(weft_worker *w)
+{
+    weft_task *t = w->pool.free;
+    if (t != NULL) {
+        w->pool.free = t->next;
+        w->pool.nfree--;
+    }
+    return t;
+}
+
 static weft_task *take_shared(weft_worker *w)
 {
     weft__pool_global *g = &w->rt->pool;
@@ -329,12 +341,7 @@ static weft_task *take_shared(weft_worker *w)
         t = slot_init(lo, g->slot_size, rec & 1u, false, rec & 2u);
     }
     pthread_mutex_unlock(&g->mu);
-    if (!t && w->pool.free) {
-        t = w->pool.free;
-        w->pool.free = t->next;
-        w->pool.nfree--;
-    }
-    return t;
+    return t ? t : pool_take(w);
 }
 
 static weft_task *alloc_custom(weft_runtime *rt, size_t stack_size)
@@ -597,13 +604,8 @@ static __attribute__((noinline)) weft_task *task_alloc_more(weft_worker *w,
     weft__pool_global *g = &w->rt->pool;
     if (stack_size && slot_bytes(stack_size) != g->slot_size)
         return alloc_custom(w->rt, stack_size);
-    weft_task *t = w->pool.free;
-    if (t != NULL) {
-        w->pool.free = t->next;
-        w->pool.nfree--;
-        return t;
-    }
-    if ((t = take_shared(w)) != NULL)
+    weft_task *t = pool_take(w);
+    if (t != NULL || (t = take_shared(w)) != NULL)
         return t;
     if (w->pool.carve == w->pool.carve_end && new_chunk(w) != 0)
         return NULL;
@@ -618,12 +620,9 @@ static __attribute__((noinline)) weft_task *task_alloc_more(weft_worker *w,
  * rest is a tail call), so it saves no register. */
 weft_task *weft__task_alloc(weft_worker *w, size_t stack_size)
 {
-    weft_task *t = w->pool.free;
-    if (WEFT_LIKELY(t != NULL && stack_size == 0)) {
-        w->pool.free = t->next;
-        w->pool.nfree--;
+    weft_task *t;
+    if (WEFT_LIKELY(stack_size == 0) && WEFT_LIKELY((t = pool_take(w)) != NULL))
         return t;
-    }
     return task_alloc_more(w, stack_size);
 }
 
@@ -643,9 +642,7 @@ static __attribute__((noinline)) void pool_spill(weft_worker *w)
     weft__pool_global *g = &w->rt->pool;
     pthread_mutex_lock(&g->mu);
     for (int i = 0; i < LOCAL_BATCH; i++) {
-        weft_task *x = w->pool.free;
-        w->pool.free = x->next;
-        w->pool.nfree--;
+        weft_task *x = pool_take(w);
         x->next = g->free;
         g->free = x;
         g->nfree++;
