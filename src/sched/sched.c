@@ -792,13 +792,20 @@ wake_remote(weft_worker *w, weft_worker *tw, weft_task *t, bool timer)
         inbox_push_foreign(tw, t);
 }
 
-/* wake_finish of a task of this worker's, seeded or instrumented. */
+/* wake_finish of a task of this worker's (usual: as in pick_inner). */
+static inline __attribute__((always_inline)) void
+wake_local(weft_worker *w, weft_task *t, bool next, bool timer, bool usual)
+{
+    make_ready_local_as(w, t, next && ld_rlx(&w->cur) != NULL, usual);
+    if (wake_due(w))
+        wake_watch(w, w, t, timer);
+}
+
+/* wake_local on a seeded or instrumented worker, out of line. */
 static __attribute__((noinline)) void
 wake_local_unusual(weft_worker *w, weft_task *t, bool next, bool timer)
 {
-    make_ready_local(w, t, next && ld_rlx(&w->cur) != NULL);
-    if (wake_due(w))
-        wake_watch(w, w, t, timer);
+    wake_local(w, t, next, timer, false);
 }
 
 /* Every call here is a tail call, so that the usual wake of a task of
@@ -814,13 +821,10 @@ static void wake_finish(weft_task *t, int code, bool next, bool timer)
         wake_remote(w, tw, t, timer);
         return;
     }
-    if (WEFT_UNLIKELY(w->unusual)) {
+    if (WEFT_UNLIKELY(w->unusual))
         wake_local_unusual(w, t, next, timer);
-        return;
-    }
-    make_ready_local_as(w, t, next && ld_rlx(&w->cur) != NULL, true);
-    if (wake_due(w))
-        wake_watch(w, w, t, timer);
+    else
+        wake_local(w, t, next, timer, true);
 }
 
 void weft__wake_finish(weft_task *t, int code)
