@@ -244,13 +244,19 @@ WEFT_COLD static weft_scope *task_scope_open_locked(weft_scope *s, weft_task *t)
     return p;
 }
 
+/* s's policy numbers its children and keeps no status array: a child's
+ * index is the count of those before it. */
+static inline bool counted_index(const weft_scope *s)
+{
+    return !(s->pflags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED));
+}
+
 /* The index of a new child of s (its lock held), or an error. */
 static int next_index(weft_scope *s)
 {
-    unsigned flags = s->pflags;
-    if (WEFT_LIKELY(!(flags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED))))
+    if (WEFT_LIKELY(counted_index(s)))
         return s->spawned == INT_MAX ? -EOVERFLOW : s->spawned++;
-    if (flags & WEFT__POL_UNINDEXED) {
+    if (s->pflags & WEFT__POL_UNINDEXED) {
         if (s->spawned < INT_MAX) /* a count, not an index: it may stop */
             s->spawned++;
         return 0;
@@ -312,12 +318,10 @@ int weft__scope_add_child(weft_scope *s, weft_task *t, bool background)
     if (WEFT_UNLIKELY(!weft__lock_try((weft__lock *)&s->lock)))
         return add_child_any(s, t, background, false);
     /* One test of all the unusual cases, on one value (no branch each). */
-    int odd =
-        (int)s->joined | (int)background |
-        (int)(ld_rlx(&s->cancelled) != CANCEL_NONE) |
-        (int)(weft__scope_of_task(t)->handle != NULL) |
-        (int)((s->pflags & (WEFT__POL_STATUSES | WEFT__POL_UNINDEXED)) != 0) |
-        (int)(s->spawned == INT_MAX);
+    int odd = (int)s->joined | (int)background |
+              (int)(ld_rlx(&s->cancelled) != CANCEL_NONE) |
+              (int)(weft__scope_of_task(t)->handle != NULL) |
+              (int)!counted_index(s) | (int)(s->spawned == INT_MAX);
     if (WEFT_UNLIKELY(odd))
         return add_child_any(s, t, background, true);
     int rc = s->spawned++;
