@@ -571,8 +571,7 @@ struct heavy {
 static int heavy_spawner(void *arg)
 {
     struct heavy *h = arg;
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     for (long i = 0; i < h->t.n; i++) {
         ASSERT_EQ(weft_spawn(s, tally_leaf, (void *)(intptr_t)i), i);
         long out = tally_waiting(&h->t, i + 1);
@@ -643,8 +642,7 @@ static int grow_partner(void *arg)
 static int grow_root(void *arg)
 {
     struct grow *g = arg;
-    weft_scope *s;
-    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    weft_scope *s = scope_open();
     ASSERT(weft_spawn(s, grow_partner, g) >= 0);
     long i = 0;
     while (i < g->t.n) {
@@ -659,8 +657,7 @@ static int grow_root(void *arg)
         ASSERT_EQ(back, v);
     }
     ASSERT_EQ(weft_chan_close(g->ping), 0);
-    ASSERT_EQ(weft_scope_join(s), 0);
-    ASSERT_EQ(weft_scope_free(s), 0);
+    scope_end(s);
     return 0;
 }
 
