@@ -440,12 +440,29 @@ static __attribute__((noinline)) void last_child_done(weft_scope *s,
     }
 }
 
-void weft__scope_child_done(weft_scope *s, weft_task *t)
+/* Takes t off s's member list, under s's lock. */
+static inline void remove_member(weft_scope *s, weft_task *t)
+{
+    weft__task_scope *ts = weft__scope_of_task(t);
+    if (ts->mprev)
+        weft__scope_of_task(ts->mprev)->mnext = ts->mnext;
+    else
+        s->members = ts->mnext;
+    if (ts->mnext)
+        weft__scope_of_task(ts->mnext)->mprev = ts->mprev;
+}
+
+/* weft__scope_child_done in every case; s's lock held if `locked` (then t
+ * succeeded: no failure to report). */
+static __attribute__((noinline)) void child_done_any(weft_scope *s,
+                                                     weft_task *t, bool locked)
 {
     weft_runtime *rt = weft__wpub(t->worker)->rt;
-    if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
-        report_failure(s, t);
-    scope_lock(s);
+    if (!locked) {
+        if (WEFT_UNLIKELY(t->status < 0) && has(s, WEFT__POL_REPORT))
+            report_failure(s, t); /* takes the lock itself */
+        scope_lock(s);
+    }
     WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && s->live > 0,
                     "a task left a scope it is not a member of");
     WEFT_ASSERT_MSG(
@@ -457,14 +474,7 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
     if (WEFT_UNLIKELY(s->dump_task == t))
         s->dump_task =
             weft__scope_of_task(t)->mnext; /* a dump's next member leaves */
-    if (weft__scope_of_task(t)->mprev)
-        weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext =
-            weft__scope_of_task(t)->mnext;
-    else
-        s->members = weft__scope_of_task(t)->mnext;
-    if (weft__scope_of_task(t)->mnext)
-        weft__scope_of_task(weft__scope_of_task(t)->mnext)->mprev =
-            weft__scope_of_task(t)->mprev;
+    remove_member(s, t);
     if (s->is_root && weft__scope_of_task(t)->index == 0)
         weft__scope_rt(rt)->root_status = t->status;
     bool cancelled = record_status(s, t);
@@ -474,6 +484,31 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
         scope_unlock(s);
     if (WEFT_UNLIKELY(cancelled)) /* s is a key only now: it may be freed */
         cancelled_hook(s, CANCEL_POLICY, t);
+}
+
+/* The usual end (a child that succeeded, the lock free, a policy that
+ * keeps no statuses and hears of no success, not the root scope, no dump
+ * at t, other children still live) calls nothing: the others are a tail
+ * call, so it saves no register. */
+void weft__scope_child_done(weft_scope *s, weft_task *t)
+{
+    if (WEFT_UNLIKELY(t->status < 0) ||
+        WEFT_UNLIKELY(!weft__lock_try((weft__lock *)&s->lock))) {
+        child_done_any(s, t, false);
+        return;
+    }
+    /* One test of all the unusual cases, on one value (no branch each). */
+    int odd = (int)has(s, WEFT__POL_STATUSES | WEFT__POL_SUCCESSES) |
+              (int)s->is_root | (int)(s->dump_task == t) | (int)(s->live <= 1);
+    if (WEFT_UNLIKELY(odd)) {
+        child_done_any(s, t, true);
+        return;
+    }
+    WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && !s->joined,
+                    "a task left a scope it is not a member of");
+    remove_member(s, t);
+    s->live--;
+    scope_unlock(s);
 }
 
 int weft__scope_init_root(weft_runtime *rt, weft_scope *s)
