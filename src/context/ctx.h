@@ -37,6 +37,7 @@
 
 #if !defined(WEFT_UCONTEXT)
 void weft__ctx_jump(void **save_sp, void *to_sp);
+void weft__ctx_exit(void *to_sp) __attribute__((noreturn));
 void weft__ctx_start(void);
 
 /* Builds the first frame of a context that will call entry(arg) on the
@@ -90,6 +91,13 @@ static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
 {
     weft__ctx_jump(&from->sp, to->sp);
 }
+
+/* Resumes `to`, leaving a context that never runs again: saves nothing. */
+static inline __attribute__((always_inline, noreturn)) void
+ctx_exit(weft__ctx *to)
+{
+    weft__ctx_exit(to->sp);
+}
 #else
 /* makecontext passes int arguments only: the pointer goes in two halves.
  * The bottom frame of a task's stack, never returned from: WEFT_NO_TSAN. */
@@ -118,6 +126,13 @@ static inline __attribute__((always_inline)) void ctx_jump(weft__ctx *from,
                                                            weft__ctx *to)
 {
     swapcontext(&from->uc, &to->uc);
+}
+
+static inline __attribute__((always_inline, noreturn)) void
+ctx_exit(weft__ctx *to)
+{
+    setcontext(&to->uc);
+    __builtin_trap();
 }
 
 static inline __attribute__((always_inline)) void

@@ -130,8 +130,8 @@ static inline void ctx_target_stack(weft_worker *w, weft_task *to,
 #endif
 
 /* Saves `from` (a task, or the scheduler if NULL) and resumes `to` (a task,
- * or the scheduler if NULL). `dying`: from will never run again. Returns
- * when from is resumed. */
+ * or the scheduler if NULL). Returns when from is resumed; or, `dying`
+ * (from will never run again), never, and saves nothing of from. */
 static inline __attribute__((always_inline)) void
 ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 {
@@ -163,6 +163,8 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
             "a task resumed while it runs or switches away");
     w->off_cpu = from;
 #endif
+    if (dying) /* a constant where inlined */
+        ctx_exit(tc);
     ctx_jump(fc, tc);
 #if defined(WEFT_ASAN)
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
@@ -226,7 +228,7 @@ static inline void q_push(weft__queue *q, weft_task *t)
     st_rlx(&q->len, ld_rlx(&q->len) + 1);
 }
 
-static inline weft_task *q_pop(weft__queue *q)
+static inline __attribute__((always_inline)) weft_task *q_pop(weft__queue *q)
 {
     weft_task *t = q->head;
     if (t) {
@@ -1113,7 +1115,7 @@ static void recycle(weft_worker *w, weft_task *t)
 }
 
 /* Runs right after every switch, on the stack that was switched to. */
-static inline void finish_switch(weft_worker *w)
+static inline __attribute__((always_inline)) void finish_switch(weft_worker *w)
 {
 #if defined(WEFT__ASSERTS)
     if (w->off_cpu) {
