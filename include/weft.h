@@ -178,7 +178,12 @@ typedef struct weft_config {
     int workers;
     /* Default stack size of a task in bytes, rounded up to pages.
      * 0: 64 KiB (256 KiB in sanitizer builds). Stacks are committed lazily:
-     * a task that uses 3 KiB of stack costs one page of memory. */
+     * a task that uses 3 KiB of stack costs one page of memory. A task
+     * gets at least 4 KiB (16 KiB in sanitizer builds) plus the system's
+     * signal frame (sysconf(_SC_MINSIGSTKSZ): about 8 KiB in all on a
+     * machine with AVX-512), whatever it asks for: a signal, or the
+     * dynamic linker resolving a function at its first call, pushes the
+     * processor's whole register state on the running task's stack. */
     size_t stack_size;
     /* The clock; see weft_clock_kind. */
     weft_clock_kind clock;
@@ -623,7 +628,8 @@ typedef struct weft_task_handle {
 typedef struct weft_spawn_opts {
     /* A name for diagnostics (the string must outlive the task). */
     const char *name;
-    /* Stack size of this task; 0: the runtime's default. */
+    /* Stack size of this task; 0: the runtime's default. Rounded up as
+     * weft_config.stack_size is, to the same floor. */
     size_t stack_size;
     /* 0: the scheduler places the task (where it was spawned, or on an
      * idle worker that takes it). k >= 1: it starts, and so stays, on

@@ -128,11 +128,42 @@ static size_t task_area(void)
     return round_up(sizeof(weft_task) + sizeof(uint64_t), WEFT_CACHELINE);
 }
 
-/* A slot: the stack, rounded up with the task area to pages, plus a page
- * below for the guard. The guard must not come out of the stack: with a
- * stack under a page it took the page the task struct is on. */
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+#define OWN_FRAMES (4 * 4096) /* a sanitizer's frames and handlers: larger */
+#else
+#define OWN_FRAMES 4096
+#endif
+
+/* The least stack a task gets, whatever it asked for: OWN_FRAMES for its
+ * own frames, plus what the system may push on it unasked. A signal's frame
+ * holds the processor's whole register state (3.3 KiB with AVX-512,
+ * nearly all of a one-page stack), and so does the dynamic linker's when
+ * it resolves a function at its first call. */
+static size_t stack_floor(void)
+{
+    static atomic_size_t floor_bytes; /* 0: not computed yet */
+    size_t f = ld_rlx(&floor_bytes);
+    if (f == 0) {
+        long sig = -1;
+#if defined(_SC_MINSIGSTKSZ)
+        sig = sysconf(_SC_MINSIGSTKSZ); /* the kernel's, for this CPU */
+#endif
+        if (sig <= 0)
+            sig = MINSIGSTKSZ;
+        f = OWN_FRAMES + (size_t)sig;
+        st_rlx(&floor_bytes, f);
+    }
+    return f;
+}
+
+/* A slot: the stack (at least stack_floor), rounded up with the task area
+ * to pages, plus a page below for the guard. The guard must not come out
+ * of the stack: with a stack under a page it took the page the task
+ * struct is on. */
 static size_t slot_bytes(size_t stack_size)
 {
+    if (stack_size < stack_floor())
+        stack_size = stack_floor();
     return round_up(stack_size + task_area(), page_size()) + page_size();
 }
 
