@@ -42,14 +42,14 @@ static void mono_idle_until(weft_worker *w)
         return;
     int64_t next = weft__wheel_next(&w->wheel);
     if (next != WEFT_NEVER) {
-        weft__nap(w, next - weft__mono_now());
+        weft__nap_deferring(w, next - weft__mono_now());
         return;
     }
     /* No timer: nothing in the runtime will wake this worker but another
      * thread. If every worker is so, its tasks may be deadlocked. */
     int64_t t = weft__idle_forever_enter(w);
     while (t != 0) {
-        weft__nap(w, t);
+        weft__nap_deferring(w, t);
         if (t == WEFT_NEVER || weft__work_visible(w))
             break;
         t = weft__idle_forever_again(w);

@@ -182,6 +182,10 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 #define STUCK_CPU_NS (250 * 1000) /* and this much CPU time after them */
 #define STEAL_BACKLOG 64
 #define STEAL_AGE 128
+/* How long an idle worker that found tasks queued only on workers that
+ * keep running them sleeps before it looks again (weft__nap_deferring):
+ * it used to spin for as long as they had any queued, a whole core. */
+#define DEFER_NS (500 * WEFT_USEC)
 #define DEQUE_EVERY 8
 #define IO_SPIN_ROUNDS 1 /* idle rounds while tasks wait for descriptors */
 #define IO_POLL_NS (20 * WEFT_USEC) /* poller polled before sleeping in it */
@@ -374,6 +378,14 @@ static unsigned dq_oldest_age(weft__deque *d, unsigned now_tick)
 static inline bool dq_nonempty(weft__deque *d)
 {
     return ld_sc(&d->top) < ld_sc(&d->bottom);
+}
+
+/* Whether v's queue of avail tasks is worth taking whatever v does: long
+ * (STEAL_BACKLOG), or its oldest task waited STEAL_AGE of v's picks. */
+static bool dq_worth_stealing(weft_worker *v, int64_t avail)
+{
+    return avail >= STEAL_BACKLOG ||
+           dq_oldest_age(&v->deque, ld_rlx(&v->tick)) >= STEAL_AGE;
 }
 
 /* ---- making tasks runnable ---- */
@@ -1413,17 +1425,30 @@ int weft__yield(weft_worker *w)
 
 /* ---- spawn ---- */
 
+/* After a push to self's deque: wakes a sleeping worker to take from it,
+ * unless one spins already, or every sleeper will look again soon (it
+ * defers, weft__nap_deferring) and the queue is not worth stealing yet:
+ * such a sleeper would find the spawner running its tasks and decline
+ * (victim_ready), and the wake would cost the spawner a system call. */
 static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
 {
     /* Pairs with the deque's bottom store (Dekker with the sleeper). */
     if (ld_sc(&rt->nsleeping) == 0 || ld_rlx(&rt->nspinning) > 0)
         return;
+    int worth = -1; /* not computed yet */
     for (int i = 1; i < rt->nworkers; i++) {
         weft_worker *v = &rt->workers[(self->id + i) % rt->nworkers];
-        if (ld_rlx(&v->sleeping)) {
-            weft__worker_notify(v);
-            return;
+        if (!ld_rlx(&v->sleeping))
+            continue;
+        if (ld_rlx(&v->deferring)) {
+            if (worth < 0)
+                worth = dq_worth_stealing(self, ld_rlx(&self->deque.bottom) -
+                                                    ld_rlx(&self->deque.top));
+            if (!worth)
+                continue;
         }
+        weft__worker_notify(v);
+        return;
     }
 }
 
@@ -1581,8 +1606,7 @@ static bool victim_ready(weft_worker *w, weft_worker *v, int64_t avail,
                          int round)
 {
     unsigned vtick = ld_rlx(&v->tick);
-    if (round < 0 || avail >= STEAL_BACKLOG ||
-        dq_oldest_age(&v->deque, vtick) >= STEAL_AGE)
+    if (round < 0 || dq_worth_stealing(v, avail))
         return true;
     struct weft__seen *seen = &w->seen[v->id];
     unsigned progress = vtick + (unsigned)ld_rlx(&v->spawned);
@@ -1703,6 +1727,30 @@ bool weft__nap(weft_worker *w, int64_t timeout)
     int mode = weft__sleep_announce(w);
     if (!weft__work_visible(w) && timeout > 0)
         events = weft__sleep(w, mode, timeout);
+    weft__sleep_done(w);
+    return events;
+}
+
+bool weft__nap_deferring(weft_worker *w, int64_t timeout)
+{
+    weft_runtime *rt = w->rt;
+    bool events = false;
+    int mode = weft__sleep_announce(w);
+    if (timeout > 0 && !ld_sc(&w->inbox) && !ld_acq(&rt->done)) {
+        bool queued = false;
+        for (int i = 0; i < rt->nworkers && !queued; i++)
+            queued = dq_nonempty(&rt->workers[i].deque);
+        if (queued) {
+            /* Set after the look: a spawner that reads it may skip the
+             * wake, and this sleep ends within DEFER_NS anyway. */
+            st_rlx(&w->deferring, 1);
+            events =
+                weft__sleep(w, mode, timeout < DEFER_NS ? timeout : DEFER_NS);
+            st_rlx(&w->deferring, 0);
+        } else {
+            events = weft__sleep(w, mode, timeout);
+        }
+    }
     weft__sleep_done(w);
     return events;
 }

@@ -103,6 +103,9 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     /* ---- touched by other threads ---- */
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
     atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
+    /* Asleep for DEFER_NS at most, tasks being queued on workers that keep
+     * running them (weft__nap): a spawn need not wake it (sched.c). */
+    atomic_int deferring;
     /* Threads that are none of this runtime's workers (plain threads, the
      * blocking pool's, another runtime's workers) between their push to
      * the inbox and the end of their notify: weft_run frees nothing
@@ -333,6 +336,12 @@ bool weft__steal_any(weft_worker *w);
  * wait for descriptors, else on its futex. True if the poller reported
  * events (dispatched already). */
 bool weft__nap(weft_worker *w, int64_t timeout);
+/* weft__nap for a worker whose look for work (weft__idle_look) found
+ * none: if tasks are queued on other workers that keep running them (its
+ * steals declined), it sleeps DEFER_NS at most and looks again, instead
+ * of returning at once to spin, and spawns do not wake it meanwhile
+ * unless their queue grows worth stealing. */
+bool weft__nap_deferring(weft_worker *w, int64_t timeout);
 /* A nap in parts, for a clock that flags the worker asleep under its own
  * lock: announce (returns how it will sleep), sleep (until woken or
  * timeout; true if the poller reported events), done. */
