@@ -1747,6 +1747,11 @@ bool weft__nap_deferring(weft_worker *w, int64_t timeout)
             events =
                 weft__sleep(w, mode, timeout < DEFER_NS ? timeout : DEFER_NS);
             st_rlx(&w->deferring, 0);
+            /* The nap counts as the rounds a spin would have taken, for
+             * the victims' stuck rule (victim_ready), and the next look
+             * is one round: the tasks it saw are not its to take yet. */
+            w->rounds += STUCK_ROUNDS;
+            w->deferred = true;
         } else {
             events = weft__sleep(w, mode, timeout);
         }
@@ -1824,8 +1829,10 @@ bool weft__idle_look(weft_worker *w)
         add_sc(&rt->nspinning, 1);
         bool found = false;
         /* With tasks waiting for descriptors, the poller is polled
-         * instead of spinning (io_busy_poll), and once. */
-        int rounds = io ? IO_SPIN_ROUNDS : SPIN_ROUNDS;
+         * instead of spinning (io_busy_poll), and once; after a deferring
+         * nap, one round (it stood for many: weft__nap_deferring). */
+        int rounds = io ? IO_SPIN_ROUNDS : w->deferred ? 1 : SPIN_ROUNDS;
+        w->deferred = false;
         for (int i = 1; i <= rounds && !found; i++) {
             if (io) {
                 found = io_busy_poll(w);
@@ -1860,6 +1867,7 @@ int weft__worker_loop(weft_worker *w)
         if (t) {
             st_rlx(&w->cur, t);
             w->spawns = 0;
+            w->deferred = false; /* it has work again: a full look next */
             weft__stat_add(&w->st.resumed, 1);
             ctx_switch(w, NULL, t, false);
             continue;
