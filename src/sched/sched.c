@@ -1432,6 +1432,14 @@ int weft__yield(weft_worker *w)
  * (victim_ready), and the wake would cost the spawner a system call. */
 static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
 {
+    /* A queue that had tasks before this push, and is short: a worker
+     * that went to sleep since saw them (its look at the deques follows
+     * its announcement, Dekker with the push that made the queue
+     * nonempty, which did this whole test) and defers; one that slept
+     * before was woken by that push if it slept for good. */
+    int64_t avail = ld_rlx(&self->deque.bottom) - ld_rlx(&self->deque.top);
+    if (avail > 1 && avail < STEAL_BACKLOG)
+        return;
     /* Pairs with the deque's bottom store (Dekker with the sleeper). */
     if (ld_sc(&rt->nsleeping) == 0 || ld_rlx(&rt->nspinning) > 0)
         return;
@@ -1442,8 +1450,7 @@ static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
             continue;
         if (ld_rlx(&v->deferring)) {
             if (worth < 0)
-                worth = dq_worth_stealing(self, ld_rlx(&self->deque.bottom) -
-                                                    ld_rlx(&self->deque.top));
+                worth = dq_worth_stealing(self, avail);
             if (!worth)
                 continue;
         }
