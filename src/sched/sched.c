@@ -1436,8 +1436,10 @@ static void wake_idle_worker(weft_runtime *rt, weft_worker *self)
      * that went to sleep since saw them (its look at the deques follows
      * its announcement, Dekker with the push that made the queue
      * nonempty, which did this whole test) and defers; one that slept
-     * before was woken by that push if it slept for good. */
-    int64_t avail = ld_rlx(&self->deque.bottom) - ld_rlx(&self->deque.top);
+     * before was woken by that push if it slept for good. top is read
+     * seq_cst: a steal that emptied the queue, which a sleeper saw, is
+     * seen here too, and the push takes the whole test. */
+    int64_t avail = ld_rlx(&self->deque.bottom) - ld_sc(&self->deque.top);
     if (avail > 1 && avail < STEAL_BACKLOG)
         return;
     /* Pairs with the deque's bottom store (Dekker with the sleeper). */

@@ -104,7 +104,7 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
     _Atomic(weft_task *) inbox; /* tasks woken by other threads (LIFO) */
     atomic_int sleeping;        /* how it sleeps (SLEEP_*), 0: awake */
     /* Asleep for DEFER_NS at most, tasks being queued on workers that keep
-     * running them (weft__nap): a spawn need not wake it (sched.c). */
+     * running them (weft__nap_deferring): a spawn need not wake it. */
     atomic_int deferring;
     /* Threads that are none of this runtime's workers (plain threads, the
      * blocking pool's, another runtime's workers) between their push to
