@@ -1700,15 +1700,24 @@ static bool steal(weft_worker *w, int round)
     return false;
 }
 
-bool weft__work_visible(weft_worker *w)
+/* What work w can see: its inbox or the end (WORK_HERE), else tasks not
+ * started in some worker's deque (WORK_QUEUED), else none. */
+enum { WORK_NONE, WORK_QUEUED, WORK_HERE };
+
+static int work_seen(weft_worker *w)
 {
     weft_runtime *rt = w->rt;
     if (ld_sc(&w->inbox) || ld_acq(&rt->done))
-        return true;
+        return WORK_HERE;
     for (int i = 0; i < rt->nworkers; i++)
         if (dq_nonempty(&rt->workers[i].deque))
-            return true;
-    return false;
+            return WORK_QUEUED;
+    return WORK_NONE;
+}
+
+bool weft__work_visible(weft_worker *w)
+{
+    return work_seen(w) != WORK_NONE;
 }
 
 int weft__sleep_announce(weft_worker *w)
@@ -1730,43 +1739,38 @@ void weft__sleep_done(weft_worker *w)
     add_sc(&w->rt->nsleeping, -1);
 }
 
-bool weft__nap(weft_worker *w, int64_t timeout)
+/* weft__nap, and with `defer` weft__nap_deferring. */
+static bool nap(weft_worker *w, int64_t timeout, bool defer)
 {
     bool events = false;
     int mode = weft__sleep_announce(w);
-    if (!weft__work_visible(w) && timeout > 0)
+    int seen = timeout > 0 ? work_seen(w) : WORK_HERE;
+    if (seen == WORK_NONE) {
         events = weft__sleep(w, mode, timeout);
+    } else if (seen == WORK_QUEUED && defer) {
+        /* Set after the look: a spawner that reads it may skip the wake,
+         * and this sleep ends within DEFER_NS anyway. */
+        st_rlx(&w->deferring, 1);
+        events = weft__sleep(w, mode, timeout < DEFER_NS ? timeout : DEFER_NS);
+        st_rlx(&w->deferring, 0);
+        /* The nap counts as the rounds a spin would have taken, for the
+         * victims' stuck rule (victim_ready), and the next look is one
+         * round: the tasks it saw are not its to take yet. */
+        w->rounds += STUCK_ROUNDS;
+        w->deferred = true;
+    }
     weft__sleep_done(w);
     return events;
 }
 
+bool weft__nap(weft_worker *w, int64_t timeout)
+{
+    return nap(w, timeout, false);
+}
+
 bool weft__nap_deferring(weft_worker *w, int64_t timeout)
 {
-    weft_runtime *rt = w->rt;
-    bool events = false;
-    int mode = weft__sleep_announce(w);
-    if (timeout > 0 && !ld_sc(&w->inbox) && !ld_acq(&rt->done)) {
-        bool queued = false;
-        for (int i = 0; i < rt->nworkers && !queued; i++)
-            queued = dq_nonempty(&rt->workers[i].deque);
-        if (queued) {
-            /* Set after the look: a spawner that reads it may skip the
-             * wake, and this sleep ends within DEFER_NS anyway. */
-            st_rlx(&w->deferring, 1);
-            events =
-                weft__sleep(w, mode, timeout < DEFER_NS ? timeout : DEFER_NS);
-            st_rlx(&w->deferring, 0);
-            /* The nap counts as the rounds a spin would have taken, for
-             * the victims' stuck rule (victim_ready), and the next look
-             * is one round: the tasks it saw are not its to take yet. */
-            w->rounds += STUCK_ROUNDS;
-            w->deferred = true;
-        } else {
-            events = weft__sleep(w, mode, timeout);
-        }
-    }
-    weft__sleep_done(w);
-    return events;
+    return nap(w, timeout, true);
 }
 
 int64_t weft__idle_forever_enter(weft_worker *w)
