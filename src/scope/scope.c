@@ -440,10 +440,15 @@ static __attribute__((noinline)) void last_child_done(weft_scope *s,
     }
 }
 
-/* Takes t off s's member list, under s's lock. */
+/* Takes t, a child that is done, off s's member list, under s's lock. */
 static inline void remove_member(weft_scope *s, weft_task *t)
 {
     weft__task_scope *ts = weft__scope_of_task(t);
+    WEFT_ASSERT_MSG(ts->home == s && s->live > 0 &&
+                        (ts->mprev ? weft__scope_of_task(ts->mprev)->mnext == t
+                                   : s->members == t),
+                    "a task left a scope it is not a member of");
+    WEFT_ASSERT_MSG(!s->joined, "a joined scope had a live child");
     if (ts->mprev)
         weft__scope_of_task(ts->mprev)->mnext = ts->mnext;
     else
@@ -463,14 +468,6 @@ static __attribute__((noinline)) void child_done_any(weft_scope *s,
             report_failure(s, t); /* takes the lock itself */
         scope_lock(s);
     }
-    WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && s->live > 0,
-                    "a task left a scope it is not a member of");
-    WEFT_ASSERT_MSG(
-        weft__scope_of_task(t)->mprev
-            ? weft__scope_of_task(weft__scope_of_task(t)->mprev)->mnext == t
-            : s->members == t,
-        "a task left a scope it is not a member of");
-    WEFT_ASSERT_MSG(!s->joined, "a joined scope had a live child");
     if (WEFT_UNLIKELY(s->dump_task == t))
         s->dump_task =
             weft__scope_of_task(t)->mnext; /* a dump's next member leaves */
@@ -504,8 +501,6 @@ void weft__scope_child_done(weft_scope *s, weft_task *t)
         child_done_any(s, t, true);
         return;
     }
-    WEFT_ASSERT_MSG(weft__scope_of_task(t)->home == s && !s->joined,
-                    "a task left a scope it is not a member of");
     remove_member(s, t);
     s->live--;
     scope_unlock(s);
