@@ -84,12 +84,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-#define DEFAULT_STACK_BASE (64 * 1024)
-#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
-#define DEFAULT_STACK (4 * DEFAULT_STACK_BASE)
-#else
-#define DEFAULT_STACK DEFAULT_STACK_BASE
-#endif
+#define DEFAULT_STACK (WEFT__SAN_STACK_SCALE * 64 * 1024)
 #define MAX_WORKERS 1024
 #define ALTSTACK_SIZE (64 * 1024)
 

@@ -360,6 +360,14 @@ void weft__wake_sleeper(weft_worker *w);
 /* ---- stack.c ---- */
 
 int weft__pool_init(weft__pool_global *g, size_t stack_size);
+/* Stack sizes are scaled by this in sanitizer builds, whose frames
+ * (redzones, the sanitizer's own hooks and signal handlers) are larger:
+ * the default stack (runtime.c) and the least one (stack.c). */
+#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
+#define WEFT__SAN_STACK_SCALE 4
+#else
+#define WEFT__SAN_STACK_SCALE 1
+#endif
 void weft__pool_fini(weft__pool_global *g);
 void weft__pool_fini_local(weft_worker *w);
 /* Gives idle slot memory back to the kernel; called by an idle worker. */

@@ -128,11 +128,7 @@ static size_t task_area(void)
     return round_up(sizeof(weft_task) + sizeof(uint64_t), WEFT_CACHELINE);
 }
 
-#if defined(WEFT_ASAN) || defined(WEFT_TSAN)
-#define OWN_FRAMES (4 * 4096) /* a sanitizer's frames and handlers: larger */
-#else
-#define OWN_FRAMES 4096
-#endif
+#define OWN_FRAMES (WEFT__SAN_STACK_SCALE * 4096)
 
 /* The least stack a task gets, whatever it asked for: OWN_FRAMES for its
  * own frames, plus what the system may push on it unasked. A signal's frame
