@@ -1053,3 +1053,54 @@ TEST(stuck_worker_is_robbed_running_or_blocked)
     close(q.pipe[0]);
     close(q.pipe[1]);
 }
+
+/* ---- an idle worker beside a spawner sleeps ------------------------- */
+
+static int do_nothing(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+/* Spawns children that do nothing, 100 ms long, on worker 0: its queue
+ * stays short and young, so worker 1's stealing rules leave it there.
+ * *arg: worker 1's idle time over the run, in percent. */
+static int busy_spawner(void *arg)
+{
+    int *idle_pct = arg;
+    weft_worker_stats ws0[2], ws1[2];
+    weft_stats st;
+    ASSERT_EQ(weft_stats_get(&st, ws0, 2), 2);
+    int64_t t0 = t_real_ns(), t1;
+    weft_scope *s = scope_open();
+    do {
+        for (int i = 0; i < 16; i++)
+            ASSERT(weft_spawn(s, do_nothing, NULL) >= 0);
+        t1 = t_real_ns();
+    } while (t1 - t0 < 100 * WEFT_MSEC);
+    scope_end(s);
+    ASSERT_EQ(weft_stats_get(&st, ws1, 2), 2);
+    *idle_pct =
+        (int)((ws1[1].idle_ns - ws0[1].idle_ns) * 100 / (uint64_t)(t1 - t0));
+    return 0;
+}
+
+static int busy_spawner_root(void *arg)
+{
+    weft_scope *s = scope_open();
+    weft_spawn_opts o = {.name = "spawner", .worker = 1};
+    ASSERT(weft_spawn_ex(s, busy_spawner, arg, &o) >= 0);
+    scope_end(s);
+    return 0;
+}
+
+/* The idle worker sleeps between looks (weft__nap_deferring), instead of
+ * spinning for as long as the spawner has a task queued: asleep for most
+ * of the run, where it used to be asleep for almost none of it. */
+TEST(idle_worker_beside_a_spawner_sleeps)
+{
+    int idle_pct = -1;
+    ASSERT_EQ(t_run_mono(2, busy_spawner_root, &idle_pct), 0);
+    fprintf(stderr, "worker 1 asleep %d%% of the run\n", idle_pct);
+    ASSERT(idle_pct >= 40);
+}
