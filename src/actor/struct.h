@@ -9,6 +9,8 @@
 #include "actor/actor.h"
 #include "wait/queue.h"
 
+#include <stddef.h>
+
 /* ---- the actor layer's part of a task (weft_task.ext) ---- */
 
 typedef struct weft__task_actor {
@@ -87,11 +89,16 @@ struct weft_actor {
     /* the actor's task only */
     bool replied; /* the current ask has had its reply */
     /* lock */
-    uint32_t head, len;        /* the ring: oldest slot, messages */
-    weft__waiter *idle;        /* its waiter while it waits for a
-                                * message (NULL: not waiting) */
-    unsigned char *buf;        /* the message being handled (msg_size bytes) */
-    int cur_kind;              /* WEFT_MSG_* of the message in buf */
+    uint32_t head, len; /* the ring: oldest slot, messages */
+    weft__waiter *idle; /* its waiter while it waits for a
+                         * message (NULL: not waiting) */
+    unsigned char *buf; /* the message being handled (msg_size bytes) */
+    int cur_kind;       /* WEFT_MSG_* of the message in buf */
+    /* weft_task.mobile bits while it waits for a message: an actor
+     * spawned with worker 0 may move then (nothing but its loop is on its
+     * stack); 0 for one pinned, or run by a task of the caller's.
+     * Immutable after the spawn; here, on a line every message touches. */
+    uint8_t idle_mobile;
     struct weft__ask *cur_ask; /* the asker of the message being handled
                                 * (NULL: a tell, or the asker gave up) */
     /* buf, for a message this small: a tell into an idle actor then
@@ -101,10 +108,12 @@ struct weft_actor {
      * actor, beside the fields a sender has just touched, so the sender's
      * claim reads no line of the actor's stack. */
     weft__waiter mw;
-    weft_scope *scope; /* the actor's own scope, which WEFT_STOP_NOW cancels */
-    struct weft__monitor *downs; /* fired at this watcher, unhandled */
-    weft__waitq sendq;           /* tells and asks waiting for room */
-    unsigned char *ring;         /* cap * slot_size bytes (immutable) */
+    struct weft__monitor *downs; /* lock: fired at this watcher, unhandled
+                                  * (the loop looks at every message) */
+    weft_scope *scope;   /* lock: the actor's own scope, which WEFT_STOP_NOW
+                          * cancels (the loop reads it once) */
+    weft__waitq sendq;   /* tells and asks waiting for room */
+    unsigned char *ring; /* cap * slot_size bytes (immutable) */
     /* cold from here */
     atomic_long refs;                 /* the last unref frees */
     uint32_t reply_size;              /* immutable */
@@ -119,13 +128,18 @@ struct weft_actor {
     weft_actor_opts o; /* a copy: fn, state, the hooks */
     int start_rc;      /* a registration that failed at spawn */
     bool run_name;     /* weft_actor_run: registers at its start */
-    /* weft_task.mobile bits while it waits for a message: an actor
-     * spawned with worker 0 may move then (nothing but its loop is on its
-     * stack); 0 for one pinned, or run by a task of the caller's */
-    uint8_t idle_mobile;
     /* lock, and last: cold, out of the way of the fields above */
     weft__monitors mons; /* on this actor, to fire at exit */
 };
+
+/* The lines the comment at the top of the struct names (a message's). */
+#define WEFT__ACTOR_LINE(f) (offsetof(struct weft_actor, f) / 64)
+_Static_assert(WEFT__ACTOR_LINE(buf) == 0 && WEFT__ACTOR_LINE(idle) == 0 &&
+                   WEFT__ACTOR_LINE(cur_ask) == 1 &&
+                   WEFT__ACTOR_LINE(idle_mobile) == 1 &&
+                   WEFT__ACTOR_LINE(mw.token) == 1 &&
+                   WEFT__ACTOR_LINE(downs) == 2,
+               "a message's fields of weft_actor have moved to other lines");
 
 static inline bool weft__actor_ok(const weft_actor *a)
 {

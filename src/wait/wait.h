@@ -71,8 +71,17 @@ static inline void weft__waiter_init(weft__waiter *w, void *elem, long n)
  * write only what changes. Before w's first wait. */
 static inline void weft__waiter_own(weft__waiter *w, weft_task *t)
 {
-    w->task = t;
+    /* Atomic (relaxed): weft__waiter_task_hint may read it meanwhile. */
+    __atomic_store_n(&w->task, t, __ATOMIC_RELAXED);
     w->set = NULL;
+}
+
+/* The task of w, an own waiter (weft__waiter_own), read outside the lock
+ * of its object and before w's first wait perhaps (NULL then): a hint, to
+ * prefetch with, not to wake. */
+static inline weft_task *weft__waiter_task_hint(weft__waiter *w)
+{
+    return __atomic_load_n(&w->task, __ATOMIC_RELAXED);
 }
 
 /* ---- the record: what a parked task waits on ---- */
