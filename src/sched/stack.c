@@ -158,12 +158,13 @@ static size_t stack_floor(void)
  * and stack top sits at the same offset in its page, so in the same set
  * of the level-1 data cache (indexed by the offset in the page: 64 sets
  * of 8 lines here), which then holds the hot lines of 8 tasks at most:
- * tasks that take turns by the dozen evict each other's. A ring of 10
- * actors takes 0.84x the time a hop with colours, one of 30 0.92x (one of
- * 1,000, whose lines fit no level-1 cache anyway, the same). jemalloc
- * offsets its large allocations within their page for the same reason.
- * The colour costs address space only: the struct stays on the slot's
- * last page. */
+ * tasks that take turns by the dozen evict each other's. With colours a
+ * ring of 10 actors takes 0.84x the time a hop, one of 30 0.92x (one of
+ * 1,000, whose lines fit no level-1 cache anyway, the same), and
+ * bench/spawn and skynet, whose tasks take slots just freed, 0.88x and
+ * 0.85x. jemalloc offsets its large allocations within their page for
+ * the same reason. The colour costs address space only: the struct stays
+ * on the slot's last page. */
 #define SLOT_COLOURS 32
 _Static_assert(SLOT_COLOURS == 32, "slot_colour takes the hash's top 5 bits");
 
