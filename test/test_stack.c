@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Stacks: overflow detection and reporting, reuse of stacks, lazy commit
- * of stack memory, valgrind registrations undone, and custom stacks freed
- * at the kernel's limit on mappings.
+ * Stacks: overflow detection and reporting, reuse of stacks, their tops
+ * spread over the cache's sets, lazy commit of stack memory, valgrind
+ * registrations undone, and custom stacks freed at the kernel's limit on
+ * mappings.
  */
 #include "sched/scheduler.h" /* weft__stacks_registered, weft__pool_trim */
 #include "t.h"
@@ -225,6 +226,74 @@ TEST(stacks_are_reused_two_workers)
     long limit = SANITIZED ? 32 * 1024 : 4 * 1024;
     if (CHECK_RSS && (growth < 0 || growth >= limit))
         T_FAIL("peak RSS grew by %ld KiB over 10,000 tasks", growth);
+}
+
+/* ---- stack tops are spread over the cache's sets ---------------------- */
+
+#define COLOUR_TASKS 64
+
+struct colours {
+    weft_chan *hold; /* closed once every task has noted its frame */
+    atomic_int noted;
+    unsigned offset[COLOUR_TASKS]; /* each task's frame, in its page */
+};
+
+struct colour_arg {
+    struct colours *c;
+    int i;
+};
+
+static int colour_task(void *arg)
+{
+    struct colour_arg *a = arg;
+    a->c->offset[a->i] =
+        (unsigned)((uintptr_t)__builtin_frame_address(0) % 4096);
+    atomic_fetch_add(&a->c->noted, 1);
+    int v;
+    ASSERT_EQ(weft_chan_recv(a->c->hold, &v), -EPIPE); /* alive till then */
+    return 0;
+}
+
+static int colours_root(void *arg)
+{
+    struct colours *c = arg;
+    struct colour_arg args[COLOUR_TASKS];
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < COLOUR_TASKS; i++) {
+        args[i] = (struct colour_arg){c, i};
+        ASSERT(weft_spawn(s, colour_task, &args[i]) >= 0);
+    }
+    while (atomic_load(&c->noted) < COLOUR_TASKS)
+        ASSERT_EQ(weft_yield(), 0);
+    ASSERT_EQ(weft_chan_close(c->hold), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    return 0;
+}
+
+/* Tasks alive at once, so each on a slot of its own, start their stacks
+ * at many offsets in their pages (cache colours), not at one: at one, the
+ * level-1 cache, indexed by that offset, would hold the tops of 8 of them
+ * at most. 64 slots over 32 colours give 28 distinct ones on average. */
+TEST(stack_tops_are_spread_over_cache_colours)
+{
+    struct colours c = {0};
+    ASSERT_EQ(weft_chan_new(&c.hold, sizeof(int), 0), 0);
+    weft_config cfg = {0};
+    cfg.workers = 1;
+    ASSERT_EQ(weft_run(&cfg, colours_root, &c), 0);
+    ASSERT_EQ(atomic_load(&c.noted), COLOUR_TASKS);
+    int distinct = 0;
+    for (int i = 0; i < COLOUR_TASKS; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = c.offset[j] == c.offset[i];
+        distinct += !seen;
+    }
+    if (distinct < 16)
+        T_FAIL("64 tasks' frames at %d offsets in their pages", distinct);
+    ASSERT_EQ(weft_chan_unref(c.hold), 0);
 }
 
 /* ---- stacks are committed lazily -------------------------------------- */
