@@ -166,7 +166,6 @@ static size_t stack_floor(void)
  * the same reason. The colour costs address space only: the struct stays
  * on the slot's last page. */
 #define SLOT_COLOURS 32
-_Static_assert(SLOT_COLOURS == 32, "slot_colour takes the hash's top 5 bits");
 
 /* A slot: the stack (at least stack_floor), rounded up with the task area
  * and the colours to pages, plus a page below for the guard. The guard
@@ -182,12 +181,16 @@ static size_t slot_bytes(size_t stack_size)
            page_size();
 }
 
-/* The colour of the slot at lo, in lines: its page number, hashed
- * (Fibonacci), so that slots laid out one after the other differ. */
-static size_t slot_colour(const char *lo)
+/* The colour of the slot [lo, lo + size), in lines: its number in the
+ * address space, counted in slots of its size. Slots laid out one after
+ * the other in a chunk take the colours in turn, all 32 before any comes
+ * again. (A hash of the page number did worse: Fibonacci's, with the
+ * default slot of 18 pages, gave 8 colours that came round every 8 slots,
+ * since 18 times the golden ratio is within 0.0004 of a whole number and
+ * an eighth.) */
+static size_t slot_colour(const char *lo, size_t size)
 {
-    uint64_t page = (uint64_t)(uintptr_t)lo / page_size();
-    return (size_t)((page * UINT64_C(0x9E3779B97F4A7C15)) >> 59);
+    return (size_t)((uintptr_t)lo / size % SLOT_COLOURS);
 }
 
 static long guard_budget(void)
@@ -305,7 +308,7 @@ static weft_task *slot_init(char *lo, size_t size, bool guarded, bool custom,
                             bool below)
 {
     weft_task *t = (weft_task *)(lo + size - task_area() -
-                                 slot_colour(lo) * WEFT_CACHELINE);
+                                 slot_colour(lo, size) * WEFT_CACHELINE);
     memset(t, 0, sizeof(*t));
     t->slot_lo = lo;
     t->slot_size = size;
