@@ -161,10 +161,10 @@ static size_t stack_floor(void)
  * tasks that take turns by the dozen evict each other's. With colours a
  * ring of 10 actors takes 0.84x the time a hop, one of 30 0.92x (one of
  * 1,000, whose lines fit no level-1 cache anyway, the same), and
- * bench/spawn and skynet, whose tasks take slots just freed, 0.88x and
- * 0.85x. jemalloc offsets its large allocations within their page for
- * the same reason. The colour costs address space only: the struct stays
- * on the slot's last page. */
+ * bench/spawn and skynet, whose tasks take slots just freed, 0.87-0.88x
+ * and 0.85-0.95x. jemalloc offsets its large allocations within their
+ * page for the same reason. The colour costs address space only: the
+ * struct stays on the slot's last page. */
 #define SLOT_COLOURS 32
 
 /* A slot: the stack (at least stack_floor), rounded up with the task area
