@@ -133,13 +133,14 @@ struct weft_actor {
 };
 
 /* The lines the comment at the top of the struct names (a message's). */
-#define WEFT__ACTOR_LINE(f) (offsetof(struct weft_actor, f) / 64)
+#define WEFT__ACTOR_LINE(f) (offsetof(struct weft_actor, f) / WEFT_CACHELINE)
 _Static_assert(WEFT__ACTOR_LINE(buf) == 0 && WEFT__ACTOR_LINE(idle) == 0 &&
                    WEFT__ACTOR_LINE(cur_ask) == 1 &&
                    WEFT__ACTOR_LINE(idle_mobile) == 1 &&
                    WEFT__ACTOR_LINE(mw.token) == 1 &&
                    WEFT__ACTOR_LINE(downs) == 2,
                "a message's fields of weft_actor have moved to other lines");
+#undef WEFT__ACTOR_LINE
 
 static inline bool weft__actor_ok(const weft_actor *a)
 {
