@@ -319,6 +319,7 @@ static void actor_exited(weft_actor *a, int status)
     weft__monitor **table = mons_take(&a->mons, &mons);
     a->downs = NULL;
     a->downs_end = &a->downs;
+    a->has_downs = false;
     weft__waiter *w;
     while ((w = weft__waitq_claim(&a->exitq)) != NULL)
         weft__chain_add(&waiters, w);
@@ -375,8 +376,10 @@ static int serve_down(weft_actor *a, weft_actor_msg *m, weft__waiter **woken)
 {
     weft__monitor *d = a->downs;
     a->downs = d->next;
-    if (!a->downs)
+    if (!a->downs) {
         a->downs_end = &a->downs;
+        a->has_downs = false;
+    }
     weft__lock_release(&a->lock);
     weft__wake_chain(*woken, 0);
     *woken = NULL;
@@ -466,7 +469,7 @@ static int serve(weft_actor *a)
             break;
         }
         int kind;
-        if (WEFT_UNLIKELY(a->downs != NULL)) {
+        if (WEFT_UNLIKELY(a->has_downs)) {
             if ((rc = serve_down(a, &m, &woken)) != 0)
                 break;
             continue;
@@ -511,7 +514,8 @@ static int actor_main(weft_actor *a, void (*started)(void *, weft_actor *),
     weft__actor_of_task(t)->actor = a;
     weft_scope *sc = NULL;
     int status = a->start_rc;
-    if (status == 0 && (status = weft_scope_open(&sc, NULL)) == 0) {
+    if (status == 0 && (status = weft__scope_open_at(&a->sc, NULL)) == 0) {
+        sc = &a->sc;
         sc->task_scope = true; /* hidden from the behaviour's code */
         weft__lock_acquire(&a->lock);
         a->task = t;
@@ -956,6 +960,7 @@ static void monitor_fire(weft__monitor *m, weft_actor *target, int status)
     if (taken) {
         *w->downs_end = m;
         w->downs_end = &m->next;
+        w->has_downs = true;
         look = claim_actor(w);
     }
     weft__lock_release(&w->lock);

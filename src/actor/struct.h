@@ -7,6 +7,7 @@
 #define WEFT_ACTOR_STRUCT_H
 
 #include "actor/actor.h"
+#include "scope/struct.h"
 #include "wait/queue.h"
 
 #include <stddef.h>
@@ -75,7 +76,8 @@ struct weft_actor {
      * and claims the idle waiter in the second, which also holds what it
      * hands over (cur_kind, cur_ask, and a message of up to
      * WEFT__ACTOR_MSG_INLINE bytes: buf points at msg_inline then); the
-     * third has the rest of what the loop reads per message. */
+     * third has the rest of the waiter and the cancel word of the actor's
+     * scope, which the loop reads before each message. */
     uint32_t magic;  /* WEFT__ACTOR_MAGIC while referenced */
     weft__lock lock; /* guards what is marked "lock" */
     /* immutable after the spawn */
@@ -89,6 +91,8 @@ struct weft_actor {
     /* the actor's task only */
     bool replied; /* the current ask has had its reply */
     /* lock */
+    bool has_downs;     /* downs (below) is not empty: the loop looks here
+                         * at every message, on a line it touches anyway */
     uint32_t head, len; /* the ring: oldest slot, messages */
     weft__waiter *idle; /* its waiter while it waits for a
                          * message (NULL: not waiting) */
@@ -108,12 +112,17 @@ struct weft_actor {
      * actor, beside the fields a sender has just touched, so the sender's
      * claim reads no line of the actor's stack. */
     weft__waiter mw;
-    struct weft__monitor *downs; /* lock: fired at this watcher, unhandled
-                                  * (the loop looks at every message) */
-    weft_scope *scope;   /* lock: the actor's own scope, which WEFT_STOP_NOW
-                          * cancels (the loop reads it once) */
+    /* The actor's own scope (weft__scope_open_at), opened by its task
+     * around the loop: its first field, the cancel word that the loop and
+     * every cancellation point of the behaviour read, shares the waiter's
+     * last line (static assert below); the rest of it is cold. Valid
+     * while `scope` points here. */
+    weft_scope sc;
     weft__waitq sendq;   /* tells and asks waiting for room */
     unsigned char *ring; /* cap * slot_size bytes (immutable) */
+    weft_scope *scope;   /* lock: &sc while the loop may run, which
+                          * WEFT_STOP_NOW cancels; NULL before and after */
+    struct weft__monitor *downs; /* lock: fired at this watcher, unhandled */
     /* cold from here */
     atomic_long refs;                 /* the last unref frees */
     uint32_t reply_size;              /* immutable */
@@ -138,7 +147,8 @@ _Static_assert(WEFT__ACTOR_LINE(buf) == 0 && WEFT__ACTOR_LINE(idle) == 0 &&
                    WEFT__ACTOR_LINE(cur_ask) == 1 &&
                    WEFT__ACTOR_LINE(idle_mobile) == 1 &&
                    WEFT__ACTOR_LINE(mw.token) == 1 &&
-                   WEFT__ACTOR_LINE(downs) == 2,
+                   WEFT__ACTOR_LINE(has_downs) == 0 &&
+                   WEFT__ACTOR_LINE(sc.cancelled) == 2,
                "a message's fields of weft_actor have moved to other lines");
 #undef WEFT__ACTOR_LINE
 

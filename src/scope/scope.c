@@ -543,9 +543,9 @@ static int arm_deadline(weft_scope *s, weft_time deadline)
 }
 
 /* weft_scope_open, and with `internal` an internal policy's scope (whose
- * user's context goes to s->ctx). */
+ * user's context goes to s->ctx); in `at` if not NULL, else allocated. */
 static int scope_open(weft_scope **out, const weft_scope_opts *opts,
-                      bool internal, void *ctx)
+                      bool internal, void *ctx, weft_scope *at)
 {
     if (!out)
         return -EINVAL;
@@ -561,9 +561,13 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
         return -EINVAL;
     if (opts && opts->on_failure && !(pol->flags & WEFT__POL_REPORT))
         return -EINVAL;
-    weft_scope *s = weft__calloc(1, sizeof(*s));
-    if (!s)
+    weft_scope *s = at;
+    if (s) {
+        memset(s, 0, sizeof(*s));
+        s->embedded = true;
+    } else if (!(s = weft__calloc(1, sizeof(*s)))) {
         return -ENOMEM;
+    }
     weft_scope *parent = weft__task_scope_cur(t);
     WEFT_ASSERT(parent != NULL);
     set_policy(s, pol);
@@ -592,13 +596,19 @@ static int scope_open(weft_scope **out, const weft_scope_opts *opts,
 
 int weft_scope_open(weft_scope **out, const weft_scope_opts *opts)
 {
-    return scope_open(out, opts, false, NULL);
+    return scope_open(out, opts, false, NULL, NULL);
 }
 
 int weft__scope_open_internal(weft_scope **out, const weft_scope_opts *opts,
                               void *ctx)
 {
-    return scope_open(out, opts, true, ctx);
+    return scope_open(out, opts, true, ctx, NULL);
+}
+
+int weft__scope_open_at(weft_scope *at, const weft_scope_opts *opts)
+{
+    weft_scope *s;
+    return scope_open(&s, opts, false, NULL, at);
 }
 
 /* Join's result: the policy's, told what cancelled the scope (a cancel
@@ -719,6 +729,8 @@ void weft__scope_join_above(weft_task *t, weft_scope *keep)
         /* The owner is gone: any task may free it; if none does, the
          * runtime does at its end. It is off its parent's kid list, so
          * the sibling links can hold the orphan list. */
+        WEFT_ASSERT_MSG(!s->embedded,
+                        "a scope in its opener's memory left open at its exit");
         pthread_mutex_lock(&weft__scope_rt(rt)->orphan_mu);
         s->orphaned = true;
         s->sib_prev = NULL;
@@ -760,7 +772,8 @@ int weft_scope_free(weft_scope *s)
     WEFT_ASSERT_MSG(s->live == 0 && s->members == NULL && s->kids == NULL,
                     "a scope freed with children left");
     free(s->statuses);
-    free(s);
+    if (!s->embedded)
+        free(s);
     return 0;
 }
 

@@ -115,6 +115,13 @@ int weft__scope_open_until(weft_scope **s, weft_policy policy,
  * scope for its user (scope->ctx). */
 int weft__scope_open_internal(weft_scope **s, const weft_scope_opts *opts,
                               void *ctx);
+/* weft_scope_open into memory of the caller's, which must stay until
+ * weft_scope_free (which then frees nothing but what the scope holds) and
+ * must not be left open at the opener's exit (no orphan): an actor's own
+ * scope, in the actor, so that the cancel word its loop reads before every
+ * message sits on a line the message touches anyway. Returns as
+ * weft_scope_open; on an error the memory is left as it was. */
+int weft__scope_open_at(weft_scope *at, const weft_scope_opts *opts);
 /* Frees the orphans nobody freed, and the records of the runtime's task
  * handles nobody joined or released; at the end of the runtime. */
 void weft__scope_free_orphans(weft_runtime *rt);

@@ -24,6 +24,8 @@ struct weft_scope {
     bool task_scope;    /* a handle's scope around one task (task.c): the
                          * task's cur at first, hidden from its code; or
                          * an actor's (actor.c), which its stop cancels */
+    bool embedded;      /* in memory of its opener's (weft__scope_open_at),
+                         * which weft_scope_free leaves alone */
     weft_scope *parent; /* enclosing scope (NULL for the root) */
     weft_scope *kids;   /* scopes opened inside this one */
     weft_scope *sib_prev, *sib_next; /* in parent->kids, under parent's lock */
