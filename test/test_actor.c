@@ -816,6 +816,38 @@ static int monitor_main(void *arg)
     ASSERT_EQ(bw.down_id, id3);
     ASSERT_EQ(weft_actor_demonitor(t, id3), -ENOENT);
 
+    /* Two DOWNs that fire while the watcher is busy both come, in the
+     * order they fired, before the message queued ahead of them: the
+     * loop looks for DOWNs again after handling one. */
+    box b4 = {0}, b5 = {0};
+    weft_actor *t4 = spawn_box(&b4, 2);
+    weft_actor *t5 = spawn_box(&b5, 2);
+    long id4 = weft_actor_monitor(t4, w);
+    long id5 = weft_actor_monitor(t5, w);
+    ASSERT(id4 > id3 && id5 > id4);
+    ASSERT_EQ(weft_event_reset(&bw.gate), 0);
+    ASSERT_EQ(tell_op(w, OP_GATE, 0), 0);
+    ASSERT_EQ(tell_op(w, OP_INC, 0), 0);
+    settle(); /* w holds at its gate, the INC queued */
+    ASSERT_EQ(weft_actor_stop(t5, WEFT_STOP_NOW), 0);
+    ASSERT_EQ(weft_actor_join_until(t5, NULL, WEFT_NEVER), 0);
+    ASSERT_EQ(weft_actor_stop(t4, WEFT_STOP_DRAIN), 0);
+    ASSERT_EQ(weft_actor_join_until(t4, NULL, WEFT_NEVER), 0);
+    int before = bw.norder;
+    ASSERT_EQ(weft_event_set(&bw.gate), 0);
+    ASSERT_EQ(ask_op(w, OP_GET, 0, &r, WEFT_NEVER), 0);
+    ASSERT_EQ(r, 3);
+    ASSERT_EQ(bw.downs, 4);
+    ASSERT_EQ(bw.down_id, id4); /* the later of the two */
+    ASSERT_EQ(bw.down_status, 0);
+    ASSERT_EQ(bw.norder, before + 4);
+    ASSERT_EQ(bw.order[before], -1);
+    ASSERT_EQ(bw.order[before + 1], -1);
+    ASSERT_EQ(bw.order[before + 2], OP_INC);
+    ASSERT_EQ(bw.order[before + 3], OP_GET);
+    ASSERT_EQ(weft_actor_unref(t4), 0);
+    ASSERT_EQ(weft_actor_unref(t5), 0);
+
     /* Futures: one made before the exit, one after. */
     box bf = {0};
     weft_scope *fs = collect_open();
