@@ -453,8 +453,11 @@ static weft__waiter *ask_unanswered(weft_actor *a)
     return &r->w;
 }
 
-/* The message loop; returns the exit status. */
-static int serve(weft_actor *a)
+/* The message loop; returns the exit status. Not inlined into the
+ * actor's task: its frame then holds the loop's few locals alone, not
+ * actor_main's, and a message touches two lines fewer of the actor's
+ * stack (bench/ring: 9.3 to 7.3 lines a hop in all, and 0.96x the time). */
+static __attribute__((noinline)) int serve(weft_actor *a)
 {
     weft_actor_msg m = {.priv_ = a};
     weft__waiter *woken = NULL; /* waiters to wake once unlocked */

@@ -118,10 +118,10 @@ struct weft_actor {
      * last line (static assert below); the rest of it is cold. Valid
      * while `scope` points here. */
     weft_scope sc;
-    weft__waitq sendq;   /* tells and asks waiting for room */
-    unsigned char *ring; /* cap * slot_size bytes (immutable) */
-    weft_scope *scope;   /* lock: &sc while the loop may run, which
-                          * WEFT_STOP_NOW cancels; NULL before and after */
+    weft__waitq sendq;           /* tells and asks waiting for room */
+    unsigned char *ring;         /* cap * slot_size bytes (immutable) */
+    weft_scope *scope;           /* lock: &sc while the loop may run, which
+                                  * WEFT_STOP_NOW cancels; NULL before and after */
     struct weft__monitor *downs; /* lock: fired at this watcher, unhandled */
     /* cold from here */
     atomic_long refs;                 /* the last unref frees */
