@@ -1096,11 +1096,20 @@ static int busy_spawner_root(void *arg)
 
 /* The idle worker sleeps between looks (weft__nap_deferring), instead of
  * spinning for as long as the spawner has a task queued: asleep for most
- * of the run, where it used to be asleep for almost none of it. */
+ * of the run (93-96% here), where it used to be asleep for almost none of
+ * it. Under TSan a spawn makes a TSan fiber (gcc 12: milliseconds, see
+ * T_LIVE), so the spawner's tasks wait long enough to be worth stealing
+ * and worker 1 rightly runs some of them: asleep 21-33% of the run with
+ * gcc's on a slow day, still far from none. */
 TEST(idle_worker_beside_a_spawner_sleeps)
 {
+#if defined(WEFT_TSAN)
+    const int want = 10;
+#else
+    const int want = 40;
+#endif
     int idle_pct = -1;
     ASSERT_EQ(t_run_mono(2, busy_spawner_root, &idle_pct), 0);
     fprintf(stderr, "worker 1 asleep %d%% of the run\n", idle_pct);
-    ASSERT(idle_pct >= 40);
+    ASSERT(idle_pct >= want);
 }
