@@ -34,12 +34,14 @@
  * itself stays queued and is handled (Erlang's and Akka's semantics); its
  * reply goes nowhere and weft_actor_reply returns 0.
  *
- * The actor's loop runs in a scope of its own, opened by the actor's task
- * and hidden from its code as a task handle's is (task_scope: spawns into
- * "the current scope" go to the scope around it): WEFT_STOP_NOW cancels
- * it, which wakes the behaviour from any blocking call, and a cancel from
- * above flows into it. The loop looks at the stop and the cancel before
- * each message, so an actor that is never idle still stops.
+ * The actor's loop runs in a scope of its own, in the actor's struct (so
+ * that its cancel word is on a line a message touches anyway), opened by
+ * the actor's task and hidden from its code as a task handle's is
+ * (task_scope: spawns into "the current scope" go to the scope around
+ * it): WEFT_STOP_NOW cancels it, which wakes the behaviour from any
+ * blocking call, and a cancel from above flows into it. The loop looks
+ * at the stop and the cancel before each message, so an actor that is
+ * never idle still stops.
  *
  * Monitors: a record made by weft_actor_monitor, on the target's
  * monitors (struct weft__monitors: a list in the order made, and a hash

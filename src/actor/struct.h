@@ -113,10 +113,10 @@ struct weft_actor {
      * claim reads no line of the actor's stack. */
     weft__waiter mw;
     /* The actor's own scope (weft__scope_open_at), opened by its task
-     * around the loop: its first field, the cancel word that the loop and
-     * every cancellation point of the behaviour read, shares the waiter's
-     * last line (static assert below); the rest of it is cold. Valid
-     * while `scope` points here. */
+     * before the loop and freed after it (which frees no memory): its
+     * first field, the cancel word that the loop and every cancellation
+     * point of the behaviour read, shares the waiter's last line (static
+     * assert below); the rest of it is cold. */
     weft_scope sc;
     weft__waitq sendq;           /* tells and asks waiting for room */
     unsigned char *ring;         /* cap * slot_size bytes (immutable) */
