@@ -26,6 +26,7 @@ enum {
     OP_NOREPLY, /* returns 0 without replying */
     OP_ERR,     /* replies with the error v, then tries to reply again */
     OP_SEQ,     /* from's v-th message: checks the order, n++ */
+    OP_CANCEL,  /* cancels the box's scope `cancel` and returns 0 */
 };
 
 typedef struct msg_t {
@@ -54,6 +55,7 @@ typedef struct box {
     long bad; /* OP_SEQ out of order */
     int starts, stops, stop_status;
     int start_rc;
+    weft_scope *cancel; /* OP_CANCEL's */
 } box;
 
 static int behave(void *st, weft_actor_msg *m)
@@ -101,6 +103,10 @@ static int behave(void *st, weft_actor_msg *m)
         b->again_rc = weft_actor_reply(m, &r);
         return 0;
     }
+    case OP_CANCEL:
+        if ((rc = weft_scope_cancel(b->cancel)) != 0)
+            return rc;
+        break;
     case OP_SEQ:
         if (x->from < 0 || x->from >= NSEND || b->seq[x->from] != x->v)
             b->bad++;
@@ -660,6 +666,29 @@ static int after_main(void *arg)
     ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
     ASSERT_EQ(st, -ECANCELED);
     ASSERT_EQ(b2.stop_status, -ECANCELED);
+    ASSERT_EQ(weft_actor_unref(a), 0);
+
+    /* A cancel from above while the actor is busy: it handles nothing
+     * after the message in hand, though more are queued (the loop looks
+     * at its scope's cancel word before each). */
+    box b5 = {0};
+    s = scope_open();
+    b5.cancel = s;
+    o = box_opts(&b5, 4);
+    ASSERT_EQ(weft_actor_spawn(s, &o, &a), 0);
+    ASSERT_EQ(tell_op(a, OP_GATE, 0), 0);
+    ASSERT_EQ(tell_op(a, OP_CANCEL, 0), 0);
+    ASSERT_EQ(tell_op(a, OP_INC, 0), 0);
+    ASSERT_EQ(tell_op(a, OP_INC, 0), 0);
+    settle(); /* at its gate, three queued */
+    ASSERT_EQ(weft_event_set(&b5.gate), 0);
+    ASSERT_EQ(weft_scope_join(s), -ECANCELED);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    ASSERT_EQ(weft_actor_join_until(a, &st, WEFT_NEVER), 0);
+    ASSERT_EQ(st, -ECANCELED);
+    ASSERT_EQ(b5.n, 0);
+    ASSERT_EQ(b5.norder, 2); /* the gate and the cancel */
+    ASSERT_EQ(b5.stop_status, -ECANCELED);
     ASSERT_EQ(weft_actor_unref(a), 0);
 
     /* A failed start: no message is handled, no on_stop. */
