@@ -26,6 +26,7 @@ import tempfile
 
 LINE = 64
 PIE_BASE = 0x108000  # where valgrind's amd64 loader puts a PIE program
+FIRST, COUNT = 1500, 1000  # the calls of the behaviour counted
 
 
 def hop_address(binary):
@@ -42,9 +43,6 @@ def hop_address(binary):
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "build/bench/bench_ring"
     hops = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
-    if hops < 2600:
-        sys.exit("HOPS: at least 2600 (1,000 asks, then 1,500 hops and 1,000 "
-                 "counted)")
     entry = "I  %08x," % hop_address(binary)
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "lackey.log")
@@ -55,18 +53,19 @@ def main():
         with open(log) as f:
             rows = f.read().split("\n")
     calls = [i for i, r in enumerate(rows) if r.startswith(entry)]
-    if len(calls) < 2501:
-        sys.exit(f"the behaviour ran {len(calls)} times: too few to count")
+    if len(calls) <= FIRST + COUNT:
+        sys.exit(f"the behaviour ran {len(calls)} times, {FIRST + COUNT + 1} "
+                 f"are needed: give more HOPS (the 1,000 asks count too)")
     # For each line, the hops (from one call of the behaviour to the next)
     # that touched it.
     hops_of = collections.defaultdict(set)
-    for h in range(1500, 2500):
+    for h in range(FIRST, FIRST + COUNT):
         for r in rows[calls[h]:calls[h + 1]]:
             f = r.split()
             if len(f) < 2 or f[0] not in ("L", "S", "M"):
                 continue
             hops_of[int(f[1].split(",")[0], 16) // LINE].add(h)
-    n = 1000
+    n = COUNT
     # An actor's lines are touched by the hop that brings it a message
     # and the one it sends on (two in a row); more than SHARED hops: a
     # line every actor uses (the worker's, the scheduler's, the root's).
