@@ -53,12 +53,14 @@
 #   WEFT_FAULTS=AUTO    the fault injection sites (weft.h, section 15):
 #                       as WEFT_ASSERTS, on in Debug builds; make test
 #                       sets ON, make test-noasserts OFF
-#   WEFT_LTO_PROGRAMS=ON  link the tests, examples and benchmarks with
-#                       LTO too, as the libraries are: make test sets OFF
-#                       (each LTO link optimises the whole library again,
-#                       most of the build's time; the tests then run the
-#                       code libweft.a carries for programs linked without
-#                       LTO), make test-noasserts keeps it ON
+#   WEFT_LTO_PROGRAMS=ONCE  how the tests, examples and benchmarks link
+#                       the library: ONCE links them all with one object
+#                       of the whole library, LTO-optimised once (a link
+#                       of seconds each instead of ~5-10 s); ON optimises
+#                       the library again with each program, as bench/run
+#                       builds; OFF links the machine code libweft.a
+#                       carries for programs linked without LTO, as make
+#                       test does
 #   WEFT_BENCH=ON       build the benchmarks in build/release too: make
 #                       test-noasserts sets OFF (no test runs them, and
 #                       make test has compiled them)
@@ -85,7 +87,7 @@ WEFT_WERROR ?= OFF
 WEFT_LIBDW ?= ON
 WEFT_ASSERTS ?= AUTO
 WEFT_FAULTS ?= AUTO
-WEFT_LTO_PROGRAMS ?= ON
+WEFT_LTO_PROGRAMS ?= ONCE
 WEFT_BENCH ?= ON
 SAN_SCALE ?= 10
 SWARM_SEEDS ?= 1000
@@ -153,8 +155,9 @@ test: WEFT_LTO_PROGRAMS = OFF
 test: release
 	cd $(REL) && $(CTEST)
 
-# The suite again with the asserts compiled out and LTO throughout, as a
-# Release build ships (without the benchmarks, which no test runs):
+# The suite again with the asserts compiled out and the library's LTO, as
+# a Release build ships (without the benchmarks, which no test runs; the
+# programs link the library's LTO code, optimised once: ONCE above):
 # code that only an assert's side effect kept right fails here, and the
 # tests' own halves for builds without asserts run.
 test-noasserts: WEFT_ASSERTS = OFF
