@@ -289,6 +289,50 @@ TEST(counter_1000)
     }
 }
 
+/* A flooded actor lets the other tasks of its worker run: its messages
+ * taken without a wait spend its budget as receives do (128), so a task
+ * spawned before the actor starts runs long before the 1,000 messages
+ * queued for it are handled; and none is lost. */
+typedef struct flood {
+    box *b;
+    long seen; /* the actor's count when the other task ran */
+} flood;
+
+static int flood_other(void *arg)
+{
+    flood *f = arg;
+    f->seen = f->b->n;
+    return 0;
+}
+
+static int flood_main(void *arg)
+{
+    (void)arg;
+    box b = {0};
+    flood f = {.b = &b, .seen = -1};
+    /* Not started before this task waits; the actor, spawned last, runs
+     * first (newest first) and the other only when the actor yields. */
+    ASSERT(weft_spawn(NULL, flood_other, &f) >= 0);
+    weft_actor *a = spawn_box(&b, 1000);
+    msg_t m = {.op = OP_INC};
+    for (int i = 0; i < 1000; i++) /* never waits, never yields */
+        ASSERT_EQ(weft_actor_try_tell(a, &m), 0);
+    long r = 0;
+    ASSERT_EQ(ask_op(a, OP_GET, 0, &r, WEFT_NEVER), 0);
+    ASSERT_EQ(r, 1000);
+    if (f.seen <= 0 || f.seen > 128)
+        T_FAIL("the other task ran after %ld messages, not 1 to 128", f.seen);
+    end_actor(a, WEFT_STOP_DRAIN);
+    ASSERT_EQ(b.handled, 1001);
+    return 0;
+}
+
+TEST(flooded_actor_lets_others_run)
+{
+    ASSERT_EQ(t_run_virtual(1, flood_main, NULL), 0);
+    ASSERT_EQ(t_run_mono(1, flood_main, NULL), 0);
+}
+
 /* ---- a full mailbox ---- */
 
 typedef struct opener {

@@ -14,6 +14,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -222,6 +225,118 @@ TEST(yielding_keeps_virtual_clock_still)
 {
     ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 0, spin_root, NULL), 0);
     ASSERT_EQ(t_run(1, WEFT_CLOCK_VIRTUAL, 99, spin_root, NULL), 0);
+}
+
+/* ---- the cooperative budget: calls that never wait still let others run */
+
+/* A task whose blocking calls all complete at once (a channel with room,
+ * a socket with bytes) yields every so often (weft__checkpoint's budget,
+ * 128 calls), so a task beside it on its one worker runs long before the
+ * loop ends; without the budget it would run only after all of them. The
+ * other task then cancels the looping one: its next call returns
+ * -ECANCELED having done nothing, so the channel holds exactly the values
+ * whose sends returned 0. */
+#define BUDGET_MOST 128 /* the budget; a call past it has yielded */
+#define BUDGET_CALLS 5000
+
+struct budget {
+    int fd[2];             /* socketpair: the reader's bytes, or -1 */
+    weft_chan *c;          /* the sender's channel (room for every value) */
+    weft_task_handle loop; /* the looping task */
+    int done;              /* its calls that returned 0 */
+    int seen;              /* done, when the other task first ran */
+    int end;               /* the looping task's last result */
+    int cancel;            /* the other task's weft_task_cancel */
+};
+
+static int budget_other(void *arg)
+{
+    struct budget *b = arg;
+    b->seen = b->done;
+    b->cancel = weft_task_cancel(b->loop); /* checked by budget_check */
+    return 0;
+}
+
+static int budget_loop(void *arg)
+{
+    struct budget *b = arg;
+    int rc = 0;
+    /* Spawned from here, so it starts behind this task: it can run only
+     * when this one yields (a spawn yields only after 32 of them). */
+    ASSERT(weft_spawn(NULL, budget_other, b) >= 0);
+    for (int i = 0; i < BUDGET_CALLS; i++) {
+        if (b->fd[0] >= 0) {
+            char byte;
+            ptrdiff_t n = weft_read(b->fd[0], &byte, 1, WEFT_NEVER);
+            rc = n == 1 ? 0 : (int)n;
+        } else {
+            rc = weft_chan_send(b->c, &i);
+        }
+        if (rc != 0)
+            break;
+        b->done++;
+    }
+    b->end = rc;
+    return 0;
+}
+
+static int budget_root(void *arg)
+{
+    struct budget *b = arg;
+    int status = -1;
+    ASSERT(weft_spawn_ex(NULL, budget_loop, b,
+                         &(weft_spawn_opts){.handle = &b->loop}) >= 0);
+    ASSERT_EQ(weft_task_join(b->loop, &status), 0);
+    ASSERT_EQ(status, 0);
+    return 0;
+}
+
+static void budget_check(const struct budget *b)
+{
+    if (b->seen <= 0 || b->seen > BUDGET_MOST)
+        T_FAIL("the other task ran after %d calls, not 1 to %d", b->seen,
+               BUDGET_MOST);
+    ASSERT_EQ(b->cancel, 0);
+    ASSERT_EQ(b->end, -ECANCELED);
+    ASSERT_EQ(b->done, b->seen); /* the call after the yield saw the cancel */
+}
+
+TEST(calls_that_never_wait_still_let_others_run)
+{
+    for (int clock = 0; clock < 2; clock++) {
+        struct budget b = {.fd = {-1, -1}};
+        ASSERT_EQ(weft_chan_new(&b.c, sizeof(int), BUDGET_CALLS), 0);
+        ASSERT_EQ(t_run(1, clock ? WEFT_CLOCK_VIRTUAL : WEFT_CLOCK_MONOTONIC, 0,
+                        budget_root, &b),
+                  0);
+        budget_check(&b);
+        /* Nothing lost, nothing twice: the values sent, in order. */
+        ASSERT_EQ(weft_chan_len(b.c), (size_t)b.done);
+        for (int i = 0; i < b.done; i++) {
+            int v = -1;
+            ASSERT_EQ(weft_chan_try_recv(b.c, &v), 0);
+            ASSERT_EQ(v, i);
+        }
+        ASSERT_EQ(weft_chan_try_recv(b.c, &(int){0}), -EAGAIN);
+        ASSERT_EQ(weft_chan_unref(b.c), 0);
+    }
+}
+
+TEST(reads_that_never_wait_still_let_others_run)
+{
+    struct budget b;
+    char bytes[BUDGET_CALLS] = {0};
+    memset(&b, 0, sizeof b);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b.fd), 0);
+    ASSERT_EQ(write(b.fd[1], bytes, sizeof bytes), (ssize_t)sizeof bytes);
+    ASSERT_EQ(t_run(1, WEFT_CLOCK_MONOTONIC, 0, budget_root, &b), 0);
+    budget_check(&b);
+    /* The bytes not read are still there. */
+    int left = 0;
+    ASSERT_EQ(ioctl(b.fd[0], FIONREAD, &left), 0);
+    ASSERT_EQ(left, BUDGET_CALLS - b.done);
+    close(b.fd[0]);
+    close(b.fd[1]);
 }
 
 /* ---- cross-worker wake-up storms --------------------------------------- */

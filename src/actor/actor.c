@@ -480,6 +480,17 @@ static __attribute__((noinline)) int serve(weft_actor *a)
             continue;
         }
         if (a->len) {
+            /* A message without a wait: it takes from the task's budget,
+             * as a receive does, so that a flooded actor lets its
+             * worker's other tasks run. */
+            if (weft__budget_take(weft__tl_worker)) {
+                weft__lock_release(&a->lock);
+                weft__wake_chain(woken, 0); /* none kept across the yield */
+                woken = NULL;
+                weft__budget_spent(weft__tl_worker);
+                weft__lock_acquire(&a->lock);
+                continue; /* all looked at again */
+            }
             kind = ring_take(a, &woken);
         } else if (a->life == WEFT__A_DRAINING) {
             rc = 0;

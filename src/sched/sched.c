@@ -173,9 +173,10 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 
 #define RUNNEXT_STREAK 16
 #define FAIR_EVERY 61
-#define SPAWN_BUDGET                                                           \
-    32 /* spawns before a spawner lets others run: less                        \
-        * than FAIR_EVERY, so its children keep up */
+/* What a spawn takes of the running task's budget (WEFT__BUDGET): a
+ * spawner lets others run every 32 spawns, fewer than FAIR_EVERY, so its
+ * children keep up. */
+#define SPAWN_COST (WEFT__BUDGET / 32)
 #define SPIN_ROUNDS 12
 #define SPIN_PAUSES 512 /* pauses between looks: ~11 us on AMD EPYC */
 #define STUCK_ROUNDS 12
@@ -1173,7 +1174,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind, bool usual)
                           TASK_GUARDED))
             leave_unusual(w, self, kind);
         st_rlx(&w->cur, next);
-        w->spawns = 0;
+        w->budget = WEFT__BUDGET;
         w->prev = self;
         /* A constant where inlined: one counter, chosen at compile time */
         weft__stat_add(kind == WEFT_WAIT_YIELD ? &w->st.yields : &w->st.parks,
@@ -1282,7 +1283,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     st_rlx(&w->cur, next);
     /* Release: a watchdog that sees the mark cleared sees cur moved. */
     st_rel(&w->leaving, NULL);
-    w->spawns = 0;
+    w->budget = WEFT__BUDGET;
     return next;
 }
 
@@ -1423,6 +1424,13 @@ int weft__yield(weft_worker *w)
     return yield_now(w);
 }
 
+void weft__budget_spent(weft_worker *w)
+{
+    WEFT_ASSERT(w == weft__tl_worker);
+    w->budget = WEFT__BUDGET; /* if nothing else runs: no switch sets it */
+    yield_now(w);
+}
+
 /* ---- spawn ---- */
 
 /* After a push to self's deque: wakes a sleeping worker to take from it,
@@ -1526,8 +1534,10 @@ void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
         wake_idle_worker(w->rt, w);
     }
     st_rlx(&w->spawned, ld_rlx(&w->spawned) + 1);
-    if (++w->spawns >= SPAWN_BUDGET)
-        weft__yield(w);
+    if (WEFT_LIKELY(w->budget > SPAWN_COST))
+        w->budget -= SPAWN_COST;
+    else
+        weft__budget_spent(w);
 }
 
 /* ---- the worker's own loop ---- */
@@ -1879,7 +1889,7 @@ int weft__worker_loop(weft_worker *w)
         weft_task *t = pick(w, false);
         if (t) {
             st_rlx(&w->cur, t);
-            w->spawns = 0;
+            w->budget = WEFT__BUDGET;
             w->deferred = false; /* it has work again: a full look next */
             weft__stat_add(&w->st.resumed, 1);
             ctx_switch(w, NULL, t, false);

@@ -260,6 +260,11 @@ enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 #define WEFT__WORKER_PUB_FIELDS                                                \
     weft_runtime *rt;                                                          \
     int id;                                                                    \
+    /* what the running task may still do before it yields: blocking           \
+     * calls that complete without waiting (weft__checkpoint) take 1,          \
+     * spawns 4 (sched.c); set to WEFT__BUDGET at every switch to a            \
+     * task; the owner only */                                                 \
+    unsigned budget;                                                           \
     /* rt->instr, at hand (set at init, never changed): the one branch         \
      * each instrument hook point pays when there is none */                   \
     const weft_instrument *instr;                                              \
@@ -383,14 +388,44 @@ static inline bool weft__task_cancelled(const weft_task *t)
     return ld_sc(c) != 0;
 }
 
+/* The cooperative budget (Tokio's): a task may make this many blocking
+ * calls that complete without waiting (a channel that always has a
+ * value, a socket that always has bytes), or a quarter as many spawns,
+ * before one of them yields, so that it cannot hold its worker, with the
+ * tasks, timers and descriptors queued there, for as long as its calls
+ * keep completing. */
+#define WEFT__BUDGET 128
+
+/* The running task's budget is spent: gives the worker's other ready
+ * tasks, timers and descriptors a turn (weft_yield), with a new budget.
+ * Out of line: once every WEFT__BUDGET blocking calls without a wait. */
+void weft__budget_spent(weft_worker *w) __attribute__((noinline));
+
+/* Takes one unit of the running task's budget on worker w: true if that
+ * was the last, when the caller, holding no lock, calls
+ * weft__budget_spent(w). For a loop that takes work without a blocking
+ * call (an actor's mailbox). */
+static inline bool weft__budget_take(weft_worker *w)
+{
+    return WEFT_UNLIKELY(--weft__wpub(w)->budget == 0);
+}
+
 /* Entry check of a blocking call: -EPERM outside a task, -ECANCELED in a
  * cancelled scope (every blocking call is a checkpoint, as in Trio, even
- * one that could complete at once), else 0. */
+ * one that could complete at once), else 0. Every WEFT__BUDGET calls
+ * without a switch between them, it yields first (weft__budget_spent),
+ * and looks at the cancel after. */
 static inline int weft__checkpoint(void)
 {
-    weft_task *t = weft__current();
+    weft_worker *w = weft__tl_worker;
+    if (!w)
+        return -EPERM;
+    struct weft__worker_pub *p = weft__wpub(w);
+    weft_task *t = ld_rlx(&p->cur);
     if (!t)
         return -EPERM;
+    if (weft__budget_take(w))
+        weft__budget_spent(w);
     return weft__task_cancelled(t) ? -ECANCELED : 0;
 }
 
