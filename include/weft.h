@@ -32,9 +32,10 @@
  *   scope). weft_scope_join() is the one blocking call that is not.
  * - A blocking call that can complete at once does so without switching,
  *   except that a task's 128th such call since it last waited (or
- *   yielded) yields first (a cooperative budget, as Tokio's; a spawn
- *   counts 4): a task whose calls keep completing (a channel that always
- *   has values, a socket that always has bytes) cannot hold its worker.
+ *   yielded) yields first (a cooperative budget, as Tokio's): a task
+ *   whose calls keep completing (a channel that always has values, a
+ *   socket that always has bytes) cannot hold its worker. An actor's
+ *   messages taken from its mailbox count as such calls.
  * - A task that has started never moves to another OS thread, unless it
  *   opts in (weft_spawn_opts.movable; actors move between two messages,
  *   weft_actor_opts.worker), so the address of a thread-local (errno, a
@@ -3155,9 +3156,9 @@ typedef enum weft_wait_kind {
     WEFT_WAIT_ACTOR,      /* weft_actor_join, weft_actor_join_until */
     WEFT_WAIT_SUPERVISOR, /* a supervisor's loop, or a call waiting for it */
     WEFT_WAIT_POOL,       /* weft_pool_acquire, weft_pool_close */
-    WEFT_WAIT_YIELD,      /* not a wait: weft_yield, or a turn given up
-                           * by a task whose budget is spent (the
-                           * conventions above; it stays runnable) */
+    WEFT_WAIT_YIELD,      /* not a wait: weft_yield, a spawning loop's
+                           * turn, or a task whose budget is spent (the
+                           * conventions above); it stays runnable */
 } weft_wait_kind;
 
 /* A static name for a wait kind ("channel receive", "mutex", ...,

@@ -173,10 +173,9 @@ ctx_switch(weft_worker *w, weft_task *from, weft_task *to, bool dying)
 
 #define RUNNEXT_STREAK 16
 #define FAIR_EVERY 61
-/* What a spawn takes of the running task's budget (WEFT__BUDGET): a
- * spawner lets others run every 32 spawns, fewer than FAIR_EVERY, so its
- * children keep up. */
-#define SPAWN_COST (WEFT__BUDGET / 32)
+#define SPAWN_BUDGET                                                           \
+    32 /* spawns before a spawner lets others run: less                        \
+        * than FAIR_EVERY, so its children keep up */
 #define SPIN_ROUNDS 12
 #define SPIN_PAUSES 512 /* pauses between looks: ~11 us on AMD EPYC */
 #define STUCK_ROUNDS 12
@@ -1174,6 +1173,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind, bool usual)
                           TASK_GUARDED))
             leave_unusual(w, self, kind);
         st_rlx(&w->cur, next);
+        w->spawns = 0;
         w->budget = WEFT__BUDGET;
         w->prev = self;
         /* A constant where inlined: one counter, chosen at compile time */
@@ -1283,6 +1283,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     st_rlx(&w->cur, next);
     /* Release: a watchdog that sees the mark cleared sees cur moved. */
     st_rel(&w->leaving, NULL);
+    w->spawns = 0;
     w->budget = WEFT__BUDGET;
     return next;
 }
@@ -1534,10 +1535,8 @@ void weft__task_submit(weft_worker *w, weft_task *t, weft_worker *pin)
         wake_idle_worker(w->rt, w);
     }
     st_rlx(&w->spawned, ld_rlx(&w->spawned) + 1);
-    if (WEFT_LIKELY(w->budget > SPAWN_COST))
-        w->budget -= SPAWN_COST;
-    else
-        weft__budget_spent(w);
+    if (++w->spawns >= SPAWN_BUDGET)
+        weft__yield(w);
 }
 
 /* ---- the worker's own loop ---- */
@@ -1889,6 +1888,7 @@ int weft__worker_loop(weft_worker *w)
         weft_task *t = pick(w, false);
         if (t) {
             st_rlx(&w->cur, t);
+            w->spawns = 0;
             w->budget = WEFT__BUDGET;
             w->deferred = false; /* it has work again: a full look next */
             weft__stat_add(&w->st.resumed, 1);

@@ -145,9 +145,10 @@ struct __attribute__((aligned(WEFT_CACHELINE))) weft_worker {
                                        * it) */
             atomic_int notifying; /* in weft__worker_notify (thieves read) */
             unsigned rounds;      /* this worker's stealing rounds, ever */
-            bool deferred;       /* its last nap deferred (weft__nap_deferring):
-                                  * its next look is one round */
-            uint64_t rng;        /* xorshift state: victims, seeded picks */
+            bool deferred;   /* its last nap deferred (weft__nap_deferring):
+                              * its next look is one round */
+            unsigned spawns; /* spawns by the running task since it resumed */
+            uint64_t rng;    /* xorshift state: victims, seeded picks */
             weft__ctx sched_ctx; /* the scheduler loop's context */
         };
         char hot_room[WEFT__WORKER_PUB_OFF - WEFT__WORKER_SHARED];

@@ -260,10 +260,10 @@ enum { WEFT__PENDING_IO = 0, WEFT__PENDING_POOL = 1, WEFT__PENDING_KINDS };
 #define WEFT__WORKER_PUB_FIELDS                                                \
     weft_runtime *rt;                                                          \
     int id;                                                                    \
-    /* what the running task may still do before it yields: blocking           \
-     * calls that complete without waiting (weft__checkpoint) take 1,          \
-     * spawns 4 (sched.c); set to WEFT__BUDGET at every switch to a            \
-     * task; the owner only */                                                 \
+    /* blocking calls the running task may still make without waiting          \
+     * before one yields (weft__checkpoint; an actor's message taken           \
+     * without a wait counts too): set to WEFT__BUDGET at every switch         \
+     * to a task; the owner only */                                            \
     unsigned budget;                                                           \
     /* rt->instr, at hand (set at init, never changed): the one branch         \
      * each instrument hook point pays when there is none */                   \
@@ -390,10 +390,10 @@ static inline bool weft__task_cancelled(const weft_task *t)
 
 /* The cooperative budget (Tokio's): a task may make this many blocking
  * calls that complete without waiting (a channel that always has a
- * value, a socket that always has bytes), or a quarter as many spawns,
- * before one of them yields, so that it cannot hold its worker, with the
- * tasks, timers and descriptors queued there, for as long as its calls
- * keep completing. */
+ * value, a socket that always has bytes) before one of them yields, so
+ * that it cannot hold its worker, with the tasks, timers and descriptors
+ * queued there, for as long as its calls keep completing. (Spawns have
+ * their own count: a spawner yields every 32, sched.c.) */
 #define WEFT__BUDGET 128
 
 /* The running task's budget is spent: gives the worker's other ready
