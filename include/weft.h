@@ -31,7 +31,7 @@
  *   it keeps returning -ECANCELED until the task leaves the cancelled
  *   scope). weft_scope_join() is the one blocking call that is not.
  * - A blocking call that can complete at once does so without switching,
- *   except that a task's 128th such call since it last waited (or
+ *   except that a task's 1,024th such call since it last waited (or
  *   yielded) yields first (a cooperative budget, as Tokio's): a task
  *   whose calls keep completing (a channel that always has values, a
  *   socket that always has bytes) cannot hold its worker. An actor's

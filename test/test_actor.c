@@ -290,9 +290,12 @@ TEST(counter_1000)
 }
 
 /* A flooded actor lets the other tasks of its worker run: its messages
- * taken without a wait spend its budget as receives do (128), so a task
- * spawned before the actor starts runs long before the 1,000 messages
+ * taken without a wait spend its budget as receives do (1,024), so a task
+ * spawned before the actor starts runs long before the 5,000 messages
  * queued for it are handled; and none is lost. */
+#define FLOOD_MSGS 5000
+#define FLOOD_MOST 1024 /* the budget */
+
 typedef struct flood {
     box *b;
     long seen; /* the actor's count when the other task ran */
@@ -313,17 +316,18 @@ static int flood_main(void *arg)
     /* Not started before this task waits; the actor, spawned last, runs
      * first (newest first) and the other only when the actor yields. */
     ASSERT(weft_spawn(NULL, flood_other, &f) >= 0);
-    weft_actor *a = spawn_box(&b, 1000);
+    weft_actor *a = spawn_box(&b, FLOOD_MSGS);
     msg_t m = {.op = OP_INC};
-    for (int i = 0; i < 1000; i++) /* never waits, never yields */
+    for (int i = 0; i < FLOOD_MSGS; i++) /* never waits nor yields */
         ASSERT_EQ(weft_actor_try_tell(a, &m), 0);
     long r = 0;
     ASSERT_EQ(ask_op(a, OP_GET, 0, &r, WEFT_NEVER), 0);
-    ASSERT_EQ(r, 1000);
-    if (f.seen <= 0 || f.seen > 128)
-        T_FAIL("the other task ran after %ld messages, not 1 to 128", f.seen);
+    ASSERT_EQ(r, FLOOD_MSGS);
+    if (f.seen <= 0 || f.seen > FLOOD_MOST)
+        T_FAIL("the other task ran after %ld messages, not 1 to %d", f.seen,
+               FLOOD_MOST);
     end_actor(a, WEFT_STOP_DRAIN);
-    ASSERT_EQ(b.handled, 1001);
+    ASSERT_EQ(b.handled, FLOOD_MSGS + 1);
     return 0;
 }
 

@@ -392,9 +392,12 @@ static inline bool weft__task_cancelled(const weft_task *t)
  * calls that complete without waiting (a channel that always has a
  * value, a socket that always has bytes) before one of them yields, so
  * that it cannot hold its worker, with the tasks, timers and descriptors
- * queued there, for as long as its calls keep completing. (Spawns have
- * their own count: a spawner yields every 32, sched.c.) */
-#define WEFT__BUDGET 128
+ * queued there, for as long as its calls keep completing. 1,024 calls of
+ * weft's are about the time of Tokio's 128 of its own (tens of
+ * microseconds); 128 or 512 made bench_chanflow's producers yield before
+ * its channel of 1,024 was full, at 0.79-0.85 of its throughput. (Spawns
+ * have their own count: a spawner yields every 32, sched.c.) */
+#define WEFT__BUDGET 1024
 
 /* The running task's budget is spent: gives the worker's other ready
  * tasks, timers and descriptors a turn (weft_yield), with a new budget.
