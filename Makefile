@@ -56,7 +56,7 @@
 #   WEFT_LTO_PROGRAMS=ONCE  how the tests, examples and benchmarks link
 #                       the library: ONCE links them all with one object
 #                       of the whole library, LTO-optimised once (a link
-#                       of seconds each instead of ~5-10 s); ON optimises
+#                       of a tenth of a second instead of ~5-10 s); ON optimises
 #                       the library again with each program, as bench/run
 #                       builds; OFF links the machine code libweft.a
 #                       carries for programs linked without LTO, as make

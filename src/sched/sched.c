@@ -1149,6 +1149,15 @@ static inline __attribute__((always_inline)) void finish_switch(weft_worker *w)
     }
 }
 
+/* A task is about to run on w (at each switch to it): what it may do
+ * before it must let others run starts afresh, its spawns (SPAWN_BUDGET)
+ * and its blocking calls that do not wait (WEFT__BUDGET). */
+static inline __attribute__((always_inline)) void turn_begins(weft_worker *w)
+{
+    w->spawns = 0;
+    w->budget = WEFT__BUDGET;
+}
+
 /* Switching away from self, whose stack has no guard page (its canary
  * is checked) or which parks in a wait that lets its stack be given back
  * (a compact task: noted, and handled once off its stack, by
@@ -1173,8 +1182,7 @@ run_next_plain(weft_worker *w, weft_task *self, int kind, bool usual)
                           TASK_GUARDED))
             leave_unusual(w, self, kind);
         st_rlx(&w->cur, next);
-        w->spawns = 0;
-        w->budget = WEFT__BUDGET;
+        turn_begins(w);
         w->prev = self;
         /* A constant where inlined: one counter, chosen at compile time */
         weft__stat_add(kind == WEFT_WAIT_YIELD ? &w->st.yields : &w->st.parks,
@@ -1283,8 +1291,7 @@ static TASK_RUN_INLINE weft_task *task_run(weft_task *t)
     st_rlx(&w->cur, next);
     /* Release: a watchdog that sees the mark cleared sees cur moved. */
     st_rel(&w->leaving, NULL);
-    w->spawns = 0;
-    w->budget = WEFT__BUDGET;
+    turn_begins(w);
     return next;
 }
 
@@ -1427,9 +1434,8 @@ int weft__yield(weft_worker *w)
 
 void weft__budget_spent(weft_worker *w)
 {
-    WEFT_ASSERT(w == weft__tl_worker);
     w->budget = WEFT__BUDGET; /* if nothing else runs: no switch sets it */
-    yield_now(w);
+    weft__yield(w);
 }
 
 /* ---- spawn ---- */
@@ -1888,8 +1894,7 @@ int weft__worker_loop(weft_worker *w)
         weft_task *t = pick(w, false);
         if (t) {
             st_rlx(&w->cur, t);
-            w->spawns = 0;
-            w->budget = WEFT__BUDGET;
+            turn_begins(w);
             w->deferred = false; /* it has work again: a full look next */
             weft__stat_add(&w->st.resumed, 1);
             ctx_switch(w, NULL, t, false);

@@ -420,15 +420,11 @@ static inline bool weft__budget_take(weft_worker *w)
  * and looks at the cancel after. */
 static inline int weft__checkpoint(void)
 {
-    weft_worker *w = weft__tl_worker;
-    if (!w)
-        return -EPERM;
-    struct weft__worker_pub *p = weft__wpub(w);
-    weft_task *t = ld_rlx(&p->cur);
+    weft_task *t = weft__current();
     if (!t)
         return -EPERM;
-    if (weft__budget_take(w))
-        weft__budget_spent(w);
+    if (weft__budget_take(weft__tl_worker))
+        weft__budget_spent(weft__tl_worker);
     return weft__task_cancelled(t) ? -ECANCELED : 0;
 }
 
