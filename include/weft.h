@@ -712,13 +712,13 @@ typedef struct weft_spawn_opts {
      * more; waking one whose stack was given back costs the copy out and
      * a madvise, then a page fault and the copy in: microseconds
      * (bench/wake-compact). A large buffer on the stack is copied out
-     * with the rest: keep such buffers on the heap. A compact task's
-     * stack is not walked by the task dump (WEFT_DUMP_STACKS). Stack
-     * overflow is caught as for any task (its stack keeps its guard
-     * page). A compact task never moves between workers: compact = 1
-     * with movable = 1 is -EINVAL, and a movable scope's compact tasks
-     * stay where they start. Tasks that are not compact pay a test or
-     * two per switch and per wait. */
+     * with the rest: keep such buffers on the heap. The task dump
+     * (WEFT_DUMP_STACKS) walks a parked compact task's stack as any
+     * other's, from its copy if it was given back. Stack overflow is caught as
+     * for any task (its stack keeps its guard page). A compact task never moves
+     * between workers: compact = 1 with movable = 1 is -EINVAL, and a movable
+     * scope's compact tasks stay where they start. Tasks that are not compact
+     * pay a test or two per switch and per wait. */
     int compact;
 } weft_spawn_opts;
 

@@ -16,6 +16,7 @@
 
 #include "observe/observe.h" /* weft__dump_buf_size */
 #include "observe/where.h"
+#include "sched/scheduler.h" /* weft__stacks_released */
 #include "scope/struct.h"
 #include "t.h"
 
@@ -1435,6 +1436,154 @@ TEST(stacks_of_10k_parked_tasks_from_a_plain_thread)
     if (m.grew_kb > 48 * 1024)
         T_FAIL("the dump took %ld KiB", m.grew_kb);
 #endif
+}
+
+/* ---- compact tasks: a stack given back is walked from its image ---- */
+
+static int compact_line; /* the line of compact_recv's receive */
+
+static int compact_recv(void *arg)
+{
+    weft_chan *c = arg;
+    int v = 0;
+    int rc = (compact_line = __LINE__, weft_chan_recv(c, &v));
+    return rc < 0 ? rc : v == 1 ? 0 : -EIO;
+}
+
+static int compact_root(void *arg)
+{
+    (void)arg;
+    weft_chan *c;
+    weft_scope *s;
+    ASSERT_EQ(weft_chan_new(&c, sizeof(int), 0), 0);
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    long base = atomic_load(&weft__stacks_released);
+    ASSERT(weft_spawn_ex(
+               s, compact_recv, c,
+               &(weft_spawn_opts){.name = "compact recv", .compact = 1}) >= 0);
+    ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* idle: its stack given back */
+    ASSERT_EQ(atomic_load(&weft__stacks_released), base + 1);
+    char *d = dump_string(WEFT_DUMP_STACKS);
+    check_stack(d, "compact recv", "compact_recv",
+                "weft_chan_recv (src/sync/chan.c:", compact_line);
+    /* down to its first frame: the image's top part is read too (the
+     * dumper, running, has no stack walked) */
+    ASSERT(strstr(d, "weft__task_main (src/sched/sched.c:"));
+    free(d);
+    /* the walk left it as it was: the value reaches it */
+    int one = 1;
+    ASSERT_EQ(weft_chan_send(c, &one), 0);
+    ASSERT_EQ(weft_scope_join(s), 0);
+    ASSERT_EQ(weft_scope_free(s), 0);
+    weft_chan_unref(c);
+    return 0;
+}
+
+TEST(stacks_walk_a_compact_task_whose_stack_was_given_back)
+{
+    if (!weft__where_lines()) {
+        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
+        return;
+    }
+    ASSERT_EQ(t_run_virtual(1, compact_root, NULL), 0);
+}
+
+/* Compact tasks park deeper each round, so that their worker replaces
+ * their images by larger ones, while a plain thread dumps their stacks
+ * without a pause: no read of a freed image (ASan), no race (TSan), no
+ * value lost. */
+#define DEEP_TASKS 8
+#define DEEP_DUMPS 20
+
+struct deep {
+    weft_chan *c[DEEP_TASKS];
+    long rounds;
+    atomic_bool stop;
+    atomic_long dumps;
+    int rc;
+};
+
+static int deep_recv(weft_chan *c, int depth, int *v)
+{
+    volatile char pad[96]; /* each level deepens the stack */
+    pad[0] = (char)depth;
+    if (depth > 0)
+        return deep_recv(c, depth - 1, v) + pad[0] - (char)depth;
+    return weft_chan_recv(c, v);
+}
+
+static int deep_task(void *arg)
+{
+    weft_chan *c = arg;
+    for (int r = 0;; r++) {
+        int v;
+        int rc = deep_recv(c, r % 64, &v);
+        if (rc == -EPIPE)
+            return 0;
+        if (rc < 0 || v != r)
+            return rc < 0 ? rc : -EIO;
+    }
+}
+
+static void *deep_dumper(void *arg)
+{
+    struct deep *x = arg;
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    do {
+        int rc = weft_dump(fd, WEFT_DUMP_STACKS);
+        if (rc < 0)
+            x->rc = rc;
+        atomic_fetch_add(&x->dumps, 1);
+    } while (!atomic_load(&x->stop));
+    close(fd);
+    return NULL;
+}
+
+static int deep_root(void *arg)
+{
+    struct deep *x = arg;
+    weft_scope *s;
+    ASSERT_EQ(weft_scope_open(&s, NULL), 0);
+    for (int i = 0; i < DEEP_TASKS; i++) {
+        ASSERT_EQ(weft_chan_new(&x->c[i], sizeof(int), 0), 0);
+        ASSERT(weft_spawn_ex(s, deep_task, x->c[i],
+                             &(weft_spawn_opts){.compact = 1}) >= 0);
+    }
+    long base = atomic_load(&weft__stacks_released);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, deep_dumper, x), 0);
+    /* the rounds asked for, and on until the dumper has made a few
+     * dumps beside them (each round takes microseconds, a dump more) */
+    int r = 0;
+    for (; r < x->rounds ||
+           (atomic_load(&x->dumps) < DEEP_DUMPS && r < 1000 * x->rounds);
+         r++) {
+        ASSERT_EQ(weft_sleep_for(WEFT_MSEC), 0); /* idle: given back */
+        for (int i = 0; i < DEEP_TASKS; i++)
+            ASSERT_EQ(weft_chan_send(x->c[i], &r), 0);
+    }
+    for (int i = 0; i < DEEP_TASKS; i++)
+        ASSERT_EQ(weft_chan_close(x->c[i]), 0);
+    ASSERT_EQ(weft_scope_join(s), 0); /* every value reached its task */
+    atomic_store(&x->stop, true);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT(atomic_load(&weft__stacks_released) - base >= (long)DEEP_TASKS * r);
+    x->rounds = r;
+    ASSERT_EQ(weft_scope_free(s), 0);
+    for (int i = 0; i < DEEP_TASKS; i++)
+        weft_chan_unref(x->c[i]);
+    return 0;
+}
+
+TEST(dumps_beside_compact_tasks_whose_images_grow)
+{
+    struct deep x = {.rounds = T_LIVE(300)};
+    ASSERT_EQ(t_run_virtual(1, deep_root, &x), 0);
+    ASSERT_EQ(x.rc, 0);
+    ASSERT(atomic_load(&x.dumps) >= DEEP_DUMPS);
+    if (getenv("T_SHOW_DUMP"))
+        fprintf(stderr, "%ld rounds, %ld dumps\n", x.rounds,
+                atomic_load(&x.dumps));
 }
 
 /* ---- errors ---- */

@@ -38,6 +38,7 @@
  * libdw is not thread-safe: every use is under one mutex (sym_mu).
  */
 #include "observe/where.h"
+#include "sched/scheduler.h"
 #include "sched/task.h"
 #include "util/fault.h"
 
@@ -86,9 +87,14 @@ typedef struct sym {
 static pthread_mutex_t sym_mu = PTHREAD_MUTEX_INITIALIZER;
 static sym *cache; /* under sym_mu; allocated at the first use */
 
-/* The stack being walked (under sym_mu): reads stay in [lo, hi). */
+/* The stack being walked (under sym_mu): reads stay in [lo, hi). A
+ * compact task whose stack was given back is read from its image: [sp, a)
+ * and [b, hi) are there, one after the other, from img; the rest (below
+ * sp, the hole) is read as nothing. */
 typedef struct walk {
     uintptr_t lo, hi;
+    const char *img; /* NULL: the stack itself */
+    uintptr_t img_sp, img_a, img_b;
     uintptr_t pc, sp, fp;
     uintptr_t regs[8]; /* x86-64: rbx r12 r13 r14 r15; aarch64: x19-x28 */
     uintptr_t *pcs;
@@ -100,8 +106,64 @@ NO_SAN static bool read_word(const walk *w, uintptr_t addr, uintptr_t *out)
     if (addr < w->lo || addr > w->hi - sizeof(uintptr_t) ||
         addr % sizeof(uintptr_t))
         return false;
+    if (w->img) {
+        const char *at;
+        if (addr >= w->img_sp && addr + sizeof(uintptr_t) <= w->img_a)
+            at = w->img + (addr - w->img_sp);
+        else if (addr >= w->img_b)
+            at = w->img + (w->img_a - w->img_sp) + (addr - w->img_b);
+        else
+            return false;
+        *out = *(const volatile uintptr_t *)(const void *)at;
+        return true;
+    }
     *out = *(const volatile uintptr_t *)addr;
     return true;
+}
+
+/* Whether t is compact: a bit set for its life, in a word its worker
+ * writes (its other bits) while the walk reads. */
+NO_SAN static bool is_compact(const weft_task *t)
+{
+    return (*(const volatile unsigned *)&t->flags & TASK_COMPACT) != 0;
+}
+
+/* A compact task (the caller holds weft__image_lock): if its stack was
+ * given back, the walk reads its image, whose layout is checked against
+ * the stack's bounds first (the task may have run and parked again since
+ * its flags were read). False if it cannot be walked. */
+NO_SAN static bool image_view(walk *w, const weft_task *t, uintptr_t sp)
+{
+#if defined(WEFT_UCONTEXT)
+    WEFT_UNUSED(w);
+    WEFT_UNUSED(t);
+    WEFT_UNUSED(sp);
+    return true;
+#else
+    if (!(*(const volatile unsigned *)&t->flags & TASK_RELEASED))
+        return true; /* its stack is where it was */
+    /* weft__compact_of without its assert, a read of the flags that
+     * would race with the worker's writes of its other bits. */
+    const weft__compact *cp =
+        (const weft__compact *)(const void *)((const char *)t +
+                                              (sizeof(weft_task) + 7) / 8 * 8);
+    const char *img = *(const char *const volatile *)&cp->img;
+    uint32_t len = cp->len, cap = cp->cap, hole = cp->hole;
+    uint16_t hole_len = cp->hole_len;
+    uintptr_t a = sp, b = sp;
+    if (hole) {
+        a = w->hi - hole;
+        b = a + hole_len;
+    }
+    if (!img || sp < w->lo || sp % 8 || a < sp || b < a || b > w->hi ||
+        len > cap || (a - sp) + (w->hi - b) != len)
+        return false;
+    w->img = img;
+    w->img_sp = sp;
+    w->img_a = a;
+    w->img_b = b;
+    return true;
+#endif
 }
 
 /* The registers a parked task's context saved (context/ctx.h, context/\*.S). */
@@ -112,13 +174,13 @@ NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
     WEFT_UNUSED(t);
     return false;
 #else
-    /* A compact task's stack may be given back while it is parked (its
-     * image elsewhere, stack.c): not walked. */
-    if (t->flags & TASK_COMPACT)
-        return false;
     w->lo = (uintptr_t)t->stack_lo;
     w->hi = (uintptr_t)t->stack_hi;
     uintptr_t sp = (uintptr_t)t->ctx.sp, v;
+    /* A compact task's stack may have been given back while it is parked
+     * (its used part copied to its image, stack.c). */
+    if (is_compact(t) && !image_view(w, t, sp))
+        return false;
 #if defined(__x86_64__)
     /* +8 r15 +16 r14 +24 r13 +32 r12 +40 rbx +48 rbp +56 return address */
     static const int at[5] = {40, 32, 24, 16, 8}; /* rbx r12 r13 r14 r15 */
@@ -616,8 +678,17 @@ int weft__task_stack(const weft_task *t, weft__stack *st)
     st->at = st->from = -1;
     uintptr_t pcs[WEFT__FRAMES_MAX];
     walk w = {.pcs = pcs, .max = WEFT__FRAMES_MAX};
-    if (!t->stack_lo || !room_to_walk() || !walk_from_task(&w, t))
+    if (!t->stack_lo || !room_to_walk())
         return 0;
+    /* A compact task's image stays put until the walk is done. */
+    bool compact = is_compact(t);
+    if (compact)
+        weft__image_lock();
+    if (!walk_from_task(&w, t)) {
+        if (compact)
+            weft__image_unlock();
+        return 0;
+    }
     pthread_mutex_lock(&sym_mu);
 #if defined(WEFT_HAVE_LIBDW)
     dw_init();
@@ -628,6 +699,8 @@ int weft__task_stack(const weft_task *t, weft__stack *st)
 #else
     walk_fp(&w);
 #endif
+    if (compact)
+        weft__image_unlock();
     int n = expand(pcs, w.n, st);
     pthread_mutex_unlock(&sym_mu);
     return n;

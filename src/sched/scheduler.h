@@ -397,6 +397,11 @@ static inline void weft__stack_check(weft_task *t)
 void weft__stack_park(weft_worker *w, weft_task *t);
 void weft__stack_resume(weft_worker *w, weft_task *t);
 void weft__stack_idle(weft_worker *w);
+/* Held by a walk of a parked compact task's stack (observe/where.c) while
+ * it reads the task's image: its worker does not replace the image
+ * meanwhile. Blocks, briefly; never held across a switch. */
+void weft__image_lock(void);
+void weft__image_unlock(void);
 int weft__overflow_handler_install(void);
 void weft__overflow_handler_remove(void);
 void weft__stack_report_overflow(const weft_task *t);

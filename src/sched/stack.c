@@ -492,6 +492,26 @@ static weft_task *compact_free(weft_task *t)
     return c;
 }
 
+/* A walk of a parked task's stack (observe/where.c: the dump, the
+ * deadlock report) may read a compact task's image from another thread.
+ * The task itself stays allocated meanwhile (the walker holds its home
+ * scope's lock, which its exit needs before compact_free), but its worker
+ * replaces the image by a larger one when the task parks deeper: that
+ * move holds image_mu, and so does the walk, from its look at the image
+ * to its last read. What the walk reads may be stale (the task ran and
+ * parked again meanwhile); it checks every address, as for any stack. */
+static pthread_mutex_t image_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void weft__image_lock(void)
+{
+    pthread_mutex_lock(&image_mu);
+}
+
+void weft__image_unlock(void)
+{
+    pthread_mutex_unlock(&image_mu);
+}
+
 #if !defined(WEFT_UCONTEXT) /* (ucontext: compact tasks are plain ones) */
 /* The stack copies: plain word loops, which the sanitizers leave alone (a
  * parked stack holds ASan's poisoned redzones of its frames, which the
@@ -556,11 +576,16 @@ static void stack_release(weft_task *t)
     size_t len = lo_len + hi_len;
     if (len > cp->cap) {
         size_t cap = (len + 15) & ~(size_t)15;
+        /* The old image may be under a walk's reads (weft__image_lock). */
+        pthread_mutex_lock(&image_mu);
         char *img = weft__realloc(cp->img, cap);
+        if (img) {
+            cp->img = img;
+            cp->cap = (uint32_t)cap;
+        }
+        pthread_mutex_unlock(&image_mu);
         if (!img)
             return; /* no memory: the stack stays */
-        cp->img = img;
-        cp->cap = (uint32_t)cap;
     }
     stack_copy(cp->img, sp, lo_len);
     stack_copy(cp->img + lo_len, b, hi_len);
