@@ -10,7 +10,10 @@
  *
  * SERVER is a NATS server with JetStream (nats-server -js), by default
  * nats://127.0.0.1:4222. Start any number of workers, on any machines
- * that reach the server, then the producer.
+ * that reach the server, then the producer. On a fresh nats-server older
+ * than April 2023 (Debian 12's 2.9.10), start one worker before the
+ * others: those servers do not guard against two clients making the
+ * queue at the same moment (docs/nats.md, "Work queues").
  *
  *   - The producer publishes each URL as a job on the stream FETCH
  *     (subject fetch.jobs), keyed by the run's name (-k) and a hash of the
