@@ -128,18 +128,13 @@ NO_SAN static bool is_compact(const weft_task *t)
     return (*(const volatile unsigned *)&t->flags & TASK_COMPACT) != 0;
 }
 
+#if !defined(WEFT_UCONTEXT) /* (ucontext: no walk, compact tasks plain) */
 /* A compact task (the caller holds weft__image_lock): if its stack was
  * given back, the walk reads its image, whose layout is checked against
  * the stack's bounds first (the task may have run and parked again since
  * its flags were read). False if it cannot be walked. */
 NO_SAN static bool image_view(walk *w, const weft_task *t, uintptr_t sp)
 {
-#if defined(WEFT_UCONTEXT)
-    WEFT_UNUSED(w);
-    WEFT_UNUSED(t);
-    WEFT_UNUSED(sp);
-    return true;
-#else
     if (!(*(const volatile unsigned *)&t->flags & TASK_RELEASED))
         return true; /* its stack is where it was */
     /* weft__compact_of without its assert, a read of the flags that
@@ -163,8 +158,8 @@ NO_SAN static bool image_view(walk *w, const weft_task *t, uintptr_t sp)
     w->img_a = a;
     w->img_b = b;
     return true;
-#endif
 }
+#endif
 
 /* The registers a parked task's context saved (context/ctx.h, context/\*.S). */
 NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
