@@ -1490,8 +1490,10 @@ TEST(stacks_walk_a_compact_task_whose_stack_was_given_back)
 
 /* Compact tasks park deeper each round, so that their worker replaces
  * their images by larger ones, while a plain thread dumps their stacks
- * without a pause: no read of a freed image (ASan), no race (TSan), no
- * value lost. */
+ * without a pause: no crash, no deadlock between the walks and the
+ * worker over the image lock, no race on what both touch (TSan), no
+ * value lost. (The walk's own reads are unchecked by the sanitizers, as
+ * for any stack: what keeps them off a freed image is that lock.) */
 #define DEEP_TASKS 8
 #define DEEP_DUMPS 20
 
