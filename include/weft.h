@@ -714,11 +714,12 @@ typedef struct weft_spawn_opts {
      * (bench/wake-compact). A large buffer on the stack is copied out
      * with the rest: keep such buffers on the heap. The task dump
      * (WEFT_DUMP_STACKS) walks a parked compact task's stack as any
-     * other's, from its copy if it was given back. Stack overflow is caught as
-     * for any task (its stack keeps its guard page). A compact task never moves
-     * between workers: compact = 1 with movable = 1 is -EINVAL, and a movable
-     * scope's compact tasks stay where they start. Tasks that are not compact
-     * pay a test or two per switch and per wait. */
+     * other's, from its copy if it was given back. Stack overflow is
+     * caught as for any task (its stack keeps its guard page). A compact
+     * task never moves between workers: compact = 1 with movable = 1 is
+     * -EINVAL, and a movable scope's compact tasks stay where they start.
+     * Tasks that are not compact pay a test or two per switch and per
+     * wait. */
     int compact;
 } weft_spawn_opts;
 

@@ -290,11 +290,10 @@ TEST(counter_1000)
 }
 
 /* A flooded actor lets the other tasks of its worker run: its messages
- * taken without a wait spend its budget as receives do (1,024), so a task
- * spawned before the actor starts runs long before the 5,000 messages
- * queued for it are handled; and none is lost. */
-#define FLOOD_MSGS 5000
-#define FLOOD_MOST 1024 /* the budget */
+ * taken without a wait spend its budget as receives do (WEFT__BUDGET), so
+ * a task spawned before the actor starts runs long before the five
+ * budgets' worth of messages queued for it are handled; and none is lost. */
+#define FLOOD_MSGS (5 * WEFT__BUDGET)
 
 typedef struct flood {
     box *b;
@@ -323,9 +322,9 @@ static int flood_main(void *arg)
     long r = 0;
     ASSERT_EQ(ask_op(a, OP_GET, 0, &r, WEFT_NEVER), 0);
     ASSERT_EQ(r, FLOOD_MSGS);
-    if (f.seen <= 0 || f.seen > FLOOD_MOST)
+    if (f.seen <= 0 || f.seen > WEFT__BUDGET)
         T_FAIL("the other task ran after %ld messages, not 1 to %d", f.seen,
-               FLOOD_MOST);
+               WEFT__BUDGET);
     end_actor(a, WEFT_STOP_DRAIN);
     ASSERT_EQ(b.handled, FLOOD_MSGS + 1);
     return 0;

@@ -273,10 +273,8 @@ static int lines_with(const char *text, const char *needle)
 
 TEST(reports_name_the_line_each_task_blocks_on)
 {
-    if (!weft__where_lines()) {
-        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
-        return;
-    }
+    if (!weft__where_lines())
+        T_NEED("libdw", "weft built without libdw (no lines)");
     char *err, want[128];
     /* every task asleep: each one's line under its wait */
     ASSERT_EQ(run_cfg(1, WEFT_CLOCK_VIRTUAL, 0, where_root, NULL, &err),

@@ -1271,10 +1271,8 @@ static int where_root(void *arg)
 
 TEST(dump_names_the_line_each_task_blocks_on)
 {
-    if (!weft__where_lines()) {
-        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
-        return;
-    }
+    if (!weft__where_lines())
+        T_NEED("libdw", "weft built without libdw (no lines)");
     ASSERT_EQ(t_run_virtual(1, where_root, NULL), 0);
 }
 
@@ -1339,10 +1337,8 @@ static int stacks_root(void *arg)
 
 TEST(stacks_walk_each_parked_task)
 {
-    if (!weft__where_lines()) {
-        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
-        return;
-    }
+    if (!weft__where_lines())
+        T_NEED("libdw", "weft built without libdw (no lines)");
     ASSERT_EQ(t_run_virtual(1, stacks_root, NULL), 0);
 }
 
@@ -1481,19 +1477,17 @@ static int compact_root(void *arg)
 
 TEST(stacks_walk_a_compact_task_whose_stack_was_given_back)
 {
-    if (!weft__where_lines()) {
-        fprintf(stderr, "skipped: weft built without libdw (no lines)\n");
-        return;
-    }
+    if (!weft__where_lines())
+        T_NEED("libdw", "weft built without libdw (no lines)");
     ASSERT_EQ(t_run_virtual(1, compact_root, NULL), 0);
 }
 
 /* Compact tasks park deeper each round, so that their worker replaces
  * their images by larger ones, while a plain thread dumps their stacks
- * without a pause: no crash, no deadlock between the walks and the
- * worker over the image lock, no race on what both touch (TSan), no
- * value lost. (The walk's own reads are unchecked by the sanitizers, as
- * for any stack: what keeps them off a freed image is that lock.) */
+ * without a pause: no read of a freed image (ASan checks the walk's
+ * reads of images: without the image lock every run reported a
+ * heap-use-after-free), no deadlock between the walks and the worker
+ * over that lock, no race on what both touch (TSan), no value lost. */
 #define DEEP_TASKS 8
 #define DEEP_DUMPS 20
 
@@ -1509,7 +1503,7 @@ static int deep_recv(weft_chan *c, int depth, int *v)
 {
     volatile char pad[96]; /* each level deepens the stack */
     pad[0] = (char)depth;
-    if (depth > 0)
+    if (depth > 0) /* pad read after the call: not a tail call */
         return deep_recv(c, depth - 1, v) + pad[0] - (char)depth;
     return weft_chan_recv(c, v);
 }

@@ -4,6 +4,7 @@
  * workers, a million blocked tasks, spawn-heavy loops, and who steals from
  * whom.
  */
+#include "sched/task.h" /* WEFT__BUDGET: a call past it has yielded */
 #include "t.h"
 #include "weft.h"
 
@@ -231,13 +232,12 @@ TEST(yielding_keeps_virtual_clock_still)
 
 /* A task whose blocking calls all complete at once (a channel with room,
  * a socket with bytes) yields every so often (weft__checkpoint's budget,
- * 1,024 calls), so a task beside it on its one worker runs long before the
- * loop ends; without the budget it would run only after all of them. The
+ * WEFT__BUDGET calls), so a task beside it on its one worker runs long before
+ * the loop ends; without the budget it would run only after all of them. The
  * other task then cancels the looping one: its next call returns
  * -ECANCELED having done nothing, so the channel holds exactly the values
  * whose sends returned 0. */
-#define BUDGET_MOST 1024 /* the budget; a call past it has yielded */
-#define BUDGET_CALLS 5000
+#define BUDGET_CALLS (5 * WEFT__BUDGET)
 
 struct budget {
     int fd[2];             /* socketpair: the reader's bytes, or -1 */
@@ -293,9 +293,9 @@ static int budget_root(void *arg)
 
 static void budget_check(const struct budget *b)
 {
-    if (b->seen <= 0 || b->seen > BUDGET_MOST)
+    if (b->seen <= 0 || b->seen > WEFT__BUDGET)
         T_FAIL("the other task ran after %d calls, not 1 to %d", b->seen,
-               BUDGET_MOST);
+               WEFT__BUDGET);
     ASSERT_EQ(b->cancel, 0);
     ASSERT_EQ(b->end, -ECANCELED);
     ASSERT_EQ(b->done, b->seen); /* the call after the yield saw the cancel */

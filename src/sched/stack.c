@@ -443,8 +443,7 @@ weft_task *weft__task_alloc_compact(weft_worker *w, size_t stack_size)
     /* No saved stack pointer to copy from: a plain task. */
     return weft__task_alloc(w, stack_size);
 #else
-    size_t head = (sizeof(weft_task) + 7) / 8 * 8; /* as weft__compact_of */
-    weft_task *t = weft__calloc(1, head + sizeof(weft__compact));
+    weft_task *t = weft__calloc(1, WEFT__COMPACT_HEAD + sizeof(weft__compact));
     if (!t)
         return NULL;
     weft_task *c = weft__task_alloc(w, stack_size);

@@ -200,12 +200,15 @@ typedef struct weft__compact {
     _Alignas(8) unsigned char ext[WEFT__COMPACT_EXT];
 } weft__compact;
 
+/* Where a compact task's record starts: right after its struct, which
+ * one allocation holds with it (stack.c). */
+#define WEFT__COMPACT_HEAD ((sizeof(weft_task) + 7) / 8 * 8)
+
 /* A compact task's record (t->flags & TASK_COMPACT). */
 static inline weft__compact *weft__compact_of(weft_task *t)
 {
     WEFT_ASSERT(t->flags & TASK_COMPACT);
-    return (weft__compact *)(void *)((char *)t +
-                                     (sizeof(weft_task) + 7) / 8 * 8);
+    return (weft__compact *)(void *)((char *)t + WEFT__COMPACT_HEAD);
 }
 
 /* Whether a task can move between workers here: only where every read of
