@@ -155,9 +155,14 @@ NO_SAN static bool image_view(walk *w, const weft_task *t, uintptr_t sp)
     const weft__compact *cp =
         (const weft__compact *)(const void *)((const char *)t +
                                               WEFT__COMPACT_HEAD);
+    /* Each field read once (volatile): the checks below hold for the
+     * values used, though the worker may write len and the hole's
+     * fields meanwhile (img and cap only under the image lock). */
     const char *img = *(const char *const volatile *)&cp->img;
-    uint32_t len = cp->len, cap = cp->cap, hole = cp->hole;
-    uint16_t hole_len = cp->hole_len;
+    uint32_t len = *(const volatile uint32_t *)&cp->len;
+    uint32_t cap = *(const volatile uint32_t *)&cp->cap;
+    uint32_t hole = *(const volatile uint32_t *)&cp->hole;
+    uint16_t hole_len = *(const volatile uint16_t *)&cp->hole_len;
     uintptr_t a = sp, b = sp;
     if (hole) {
         a = w->hi - hole;
@@ -174,12 +179,14 @@ NO_SAN static bool image_view(walk *w, const weft_task *t, uintptr_t sp)
 }
 #endif
 
-/* The registers a parked task's context saved (context/ctx.h, context/\*.S). */
-NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
+/* The registers a parked task's context saved (context/ctx.h, context/\*.S).
+ * compact: is_compact(t), which the caller read to take the image lock. */
+NO_SAN static bool walk_from_task(walk *w, const weft_task *t, bool compact)
 {
 #if defined(WEFT_UCONTEXT)
     WEFT_UNUSED(w);
     WEFT_UNUSED(t);
+    WEFT_UNUSED(compact);
     return false;
 #else
     w->lo = (uintptr_t)t->stack_lo;
@@ -187,7 +194,7 @@ NO_SAN static bool walk_from_task(walk *w, const weft_task *t)
     uintptr_t sp = (uintptr_t)t->ctx.sp, v;
     /* A compact task's stack may have been given back while it is parked
      * (its used part copied to its image, stack.c). */
-    if (is_compact(t) && !image_view(w, t, sp))
+    if (compact && !image_view(w, t, sp))
         return false;
 #if defined(__x86_64__)
     /* +8 r15 +16 r14 +24 r13 +32 r12 +40 rbx +48 rbp +56 return address */
@@ -692,7 +699,7 @@ int weft__task_stack(const weft_task *t, weft__stack *st)
     bool compact = is_compact(t);
     if (compact)
         weft__image_lock();
-    if (!walk_from_task(&w, t)) {
+    if (!walk_from_task(&w, t, compact)) {
         if (compact)
             weft__image_unlock();
         return 0;
